@@ -1,0 +1,459 @@
+//! Lossless verification of draft chains and trees.
+//!
+//! Walk from the root: at each visited node warp the target row into p, then test the node's
+//! children in rank order against a residual that starts at p. A child is accepted with
+//! probability min(1, p_res(x) / q_i(x)); on rejection p_res <- norm(max(p_res - q_i, 0)).
+//! What q_i is depends on how the children were drafted:
+//! - point masses (no draft probabilities, or deterministic top-k children): q_i = delta(x_i),
+//!   so rejection just zeroes x_i;
+//! - i.i.d. draws from q (SpecInfer): q_i = q;
+//! - draws without replacement from q (Sequoia): q_i = q with earlier children removed.
+//! If no child is accepted one token is drawn from p_res; at a leaf one bonus token from p.
+//! The emitted sequence then has exactly the law of sampling autoregressively from p.
+
+use rayon::prelude::*;
+
+use crate::error::{ensure, Error, Result};
+use crate::rng::{slot, Generator, StepRng};
+use crate::tree::Tree;
+use crate::warp::{argmax, check_logits, normalise, warp_row, Dist, SamplingParams, Scratch};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DraftKind {
+    TopK,
+    Iid,
+    Swor,
+}
+
+impl DraftKind {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "topk" => Ok(Self::TopK),
+            "iid" => Ok(Self::Iid),
+            "swor" => Ok(Self::Swor),
+            _ => Err(Error::new(
+                "draft_kind",
+                format!("must be one of 'topk', 'iid', 'swor', got {s:?}"),
+            )),
+        }
+    }
+}
+
+/// One stream's verify problem; all slices are row-major views of the caller's arrays.
+#[derive(Clone, Copy)]
+pub struct TreeProblem<'a> {
+    pub tree: &'a Tree,
+    /// [T]; node 0 is the root and is not checked against the vocabulary.
+    pub node_tokens: &'a [i32],
+    /// [T, V]
+    pub target_logits: &'a [f32],
+    /// [T, V]: row i = the law node i's children were drawn from.
+    pub draft_probs: Option<&'a [f32]>,
+    pub vocab: usize,
+    pub kind: DraftKind,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verified {
+    /// Accepted draft tokens, then exactly one correction or bonus token.
+    pub tokens: Vec<i32>,
+    /// Accepted tree nodes (root excluded), in path order.
+    pub nodes: Vec<i32>,
+}
+
+impl Verified {
+    pub fn num_accepted(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+impl<'a> TreeProblem<'a> {
+    pub fn validate(&self) -> Result<()> {
+        let t = self.tree.num_nodes();
+        let v = self.vocab;
+        ensure(self.node_tokens.len() == t, "node_tokens", || {
+            format!(
+                "expected {t} entries (one per tree node), got {}",
+                self.node_tokens.len()
+            )
+        })?;
+        ensure(self.target_logits.len() == t * v, "target_logits", || {
+            format!(
+                "expected shape [{t}, {v}], got {} values",
+                self.target_logits.len()
+            )
+        })?;
+        check_logits(self.target_logits, v, "target_logits")?;
+        for (i, &x) in self.node_tokens.iter().enumerate().skip(1) {
+            ensure(x >= 0 && (x as usize) < v, "node_tokens", || {
+                format!("node {i} holds token {x}, outside [0, {v})")
+            })?;
+        }
+        if self.kind == DraftKind::TopK {
+            self.check_distinct_siblings()?;
+        }
+        if let Some(q) = self.draft_probs {
+            ensure(q.len() == t * v, "draft_probs", || {
+                format!("expected shape [{t}, {v}], got {} values", q.len())
+            })?;
+            for i in 0..t {
+                if !self.tree.children(i).is_empty() {
+                    check_prob_row(&q[i * v..(i + 1) * v], i, "draft_probs")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_distinct_siblings(&self) -> Result<()> {
+        for i in 0..self.tree.num_nodes() {
+            let kids = self.tree.children(i);
+            for a in kids.clone() {
+                for b in a + 1..kids.end {
+                    if self.node_tokens[a] == self.node_tokens[b] {
+                        return Err(Error::new(
+                            "node_tokens",
+                            format!(
+                                "siblings {a} and {b} both hold token {} (draft_kind 'topk' needs distinct children)",
+                                self.node_tokens[a]
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn row(&self, node: usize) -> &'a [f32] {
+        &self.target_logits[node * self.vocab..(node + 1) * self.vocab]
+    }
+}
+
+/// A draft probability row must be finite, non-negative and sum to 1 (within float error).
+pub fn check_prob_row(q: &[f32], row: usize, arg: &'static str) -> Result<()> {
+    let mut sum = 0.0f64;
+    for &x in q {
+        if !(x >= 0.0 && x < f32::INFINITY) {
+            return Err(Error::new(
+                arg,
+                format!("row {row} holds {x}: probabilities must be finite and >= 0"),
+            ));
+        }
+        sum += x as f64;
+    }
+    ensure((sum - 1.0).abs() <= 1e-3, arg, || {
+        format!("row {row} sums to {sum}, expected 1")
+    })
+}
+
+/// The law the current child was drawn from, as the residual update needs it.
+struct DraftLaw<'q> {
+    row: Option<&'q [f32]>,
+    row_sum: f64,
+    kind: DraftKind,
+    /// Swor: tokens already drafted at this node and the mass they had.
+    removed: Vec<u32>,
+    removed_mass: f64,
+}
+
+impl<'q> DraftLaw<'q> {
+    fn new(row: Option<&'q [f32]>, kind: DraftKind) -> Self {
+        let row = if kind == DraftKind::TopK { None } else { row };
+        let row_sum = row.map_or(1.0, |r| r.iter().map(|&x| x as f64).sum());
+        Self {
+            row,
+            row_sum,
+            kind,
+            removed: Vec::new(),
+            removed_mass: 0.0,
+        }
+    }
+
+    /// q_i(y) for the child currently being tested, whose token is `x`.
+    #[inline]
+    fn q(&self, x: u32, y: u32) -> f64 {
+        match self.row {
+            None => (x == y) as u8 as f64,
+            Some(r) => {
+                if self.kind == DraftKind::Swor && self.removed.contains(&y) {
+                    return 0.0;
+                }
+                let denom = self.row_sum - self.removed_mass;
+                if denom <= 0.0 {
+                    0.0
+                } else {
+                    r[y as usize] as f64 / denom
+                }
+            }
+        }
+    }
+
+    fn after_rejecting(&mut self, x: u32) {
+        if self.kind == DraftKind::Swor {
+            if let Some(r) = self.row {
+                if !self.removed.contains(&x) {
+                    self.removed.push(x);
+                    self.removed_mass += r[x as usize] as f64;
+                }
+            }
+        }
+    }
+}
+
+/// p_res <- norm(max(p_res - q_i, 0)) on p's support. An all-zero result can only come from
+/// rounding (p_res == q_i means nothing is ever rejected); then p_res is kept as it was.
+fn subtract_draft(res: &mut Dist, law: &DraftLaw, x: u32, tmp: &mut Vec<f64>) {
+    tmp.clear();
+    tmp.extend(
+        res.tokens
+            .iter()
+            .zip(&res.probs)
+            .map(|(&t, &p)| (p - law.q(x, t)).max(0.0)),
+    );
+    if tmp.iter().any(|&w| w > 0.0) {
+        res.probs.copy_from_slice(tmp);
+        normalise(&mut res.probs);
+    }
+}
+
+#[derive(Default)]
+struct Work {
+    scratch: Scratch,
+    p: Dist,
+    tmp: Vec<f64>,
+}
+
+/// Verifies one stream. Greedy (temperature 0) draws nothing and leaves `rng` as it was.
+pub fn verify_tree(
+    prob: &TreeProblem,
+    params: &SamplingParams,
+    rng: &mut Generator,
+) -> Result<Verified> {
+    prob.validate()?;
+    if params.is_greedy() {
+        return Ok(verify_greedy(prob));
+    }
+    let step = rng.next_step();
+    Ok(verify_sampled(prob, params, &step, &mut Work::default()))
+}
+
+fn verify_greedy(prob: &TreeProblem) -> Verified {
+    let mut out = Verified::default();
+    let mut cur = 0usize;
+    loop {
+        let y = argmax(prob.row(cur)) as i32;
+        match prob.tree.children(cur).find(|&c| prob.node_tokens[c] == y) {
+            Some(c) => {
+                out.tokens.push(y);
+                out.nodes.push(c as i32);
+                cur = c;
+            }
+            None => {
+                out.tokens.push(y);
+                return out;
+            }
+        }
+    }
+}
+
+fn verify_sampled(
+    prob: &TreeProblem,
+    params: &SamplingParams,
+    step: &StepRng,
+    w: &mut Work,
+) -> Verified {
+    let mut out = Verified::default();
+    let mut cur = 0usize;
+    'walk: loop {
+        warp_row(prob.row(cur), params, &mut w.scratch, &mut w.p);
+        let q_row = prob
+            .draft_probs
+            .map(|q| &q[cur * prob.vocab..(cur + 1) * prob.vocab]);
+        let mut law = DraftLaw::new(q_row, prob.kind);
+        for (rank, c) in prob.tree.children(cur).enumerate() {
+            let x = prob.node_tokens[c] as u32;
+            let (px, qx) = (w.p.prob(x), law.q(x, x));
+            let u = step.uniform(cur as u32, slot::ACCEPT + rank as u32);
+            // q(x) = 0 means x could not have been drafted: reject rather than divide.
+            if qx > 0.0 && u * qx <= px {
+                out.tokens.push(x as i32);
+                out.nodes.push(c as i32);
+                cur = c;
+                continue 'walk;
+            }
+            subtract_draft(&mut w.p, &law, x, &mut w.tmp);
+            law.after_rejecting(x);
+        }
+        let y = w.p.sample(step.uniform(cur as u32, slot::EMIT));
+        out.tokens.push(y as i32);
+        return out;
+    }
+}
+
+/// Verifies B independent streams in parallel. Each stream draws only from its own generator,
+/// so stream b's result equals a single-stream call with the same generator state.
+pub fn verify_tree_batch(
+    problems: &[TreeProblem],
+    params: &SamplingParams,
+    rngs: &mut [Generator],
+) -> Result<Vec<Verified>> {
+    ensure(problems.len() == rngs.len(), "generators", || {
+        format!(
+            "expected {} generators (one per stream), got {}",
+            problems.len(),
+            rngs.len()
+        )
+    })?;
+    problems.par_iter().try_for_each(|p| p.validate())?;
+    if params.is_greedy() {
+        return Ok(problems.par_iter().map(verify_greedy).collect());
+    }
+    let steps: Vec<StepRng> = rngs.iter_mut().map(|g| g.next_step()).collect();
+    Ok(problems
+        .par_iter()
+        .zip(steps.par_iter())
+        .map_init(Work::default, |w, (p, s)| verify_sampled(p, params, s, w))
+        .collect())
+}
+
+/// A chain is the one-child-per-node tree: target row j follows draft j (row K = bonus).
+pub fn verify_chain(
+    target_logits: &[f32],
+    vocab: usize,
+    draft_tokens: &[i32],
+    draft_probs: Option<&[f32]>,
+    params: &SamplingParams,
+    rng: &mut Generator,
+) -> Result<Verified> {
+    let k = draft_tokens.len();
+    let tree = Tree::chain(k).map_err(|e| Error::new("draft_tokens", e.msg))?;
+    ensure(
+        target_logits.len() == (k + 1) * vocab,
+        "target_logits",
+        || {
+            format!(
+            "expected shape [{}, {vocab}] (one row per draft plus the bonus row), got {} values",
+            k + 1,
+            target_logits.len()
+        )
+        },
+    )?;
+    if let Some(q) = draft_probs {
+        ensure(q.len() == k * vocab, "draft_probs", || {
+            format!("expected shape [{k}, {vocab}], got {} values", q.len())
+        })?;
+    }
+    for (j, &x) in draft_tokens.iter().enumerate() {
+        ensure(x >= 0 && (x as usize) < vocab, "draft_tokens", || {
+            format!("draft {j} is token {x}, outside [0, {vocab})")
+        })?;
+    }
+    let mut tokens = Vec::with_capacity(k + 1);
+    tokens.push(0);
+    tokens.extend_from_slice(draft_tokens);
+    // The bonus row has no children, so its draft row is never read: pad with a copy of row 0.
+    // The bonus row has no children, so its draft row is never read.
+    let padded: Option<Vec<f32>> = draft_probs.map(|q| {
+        let mut v = q.to_vec();
+        v.resize((k + 1) * vocab, 0.0);
+        v
+    });
+    let prob = TreeProblem {
+        tree: &tree,
+        node_tokens: &tokens,
+        target_logits,
+        draft_probs: padded.as_deref(),
+        vocab,
+        kind: DraftKind::Iid,
+    };
+    verify_tree(&prob, params, rng)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits_for(p: &[f64]) -> Vec<f32> {
+        p.iter()
+            .map(|&x| {
+                if x > 0.0 {
+                    x.ln() as f32
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn greedy_chain_accepts_matching_prefix() {
+        let v = 4;
+        let mut logits = vec![0.0f32; 3 * v];
+        logits[2] = 1.0; // row 0 argmax 2
+        logits[v + 3] = 1.0; // row 1 argmax 3
+        logits[2 * v + 1] = 1.0; // row 2 argmax 1
+        let mut g = Generator::new(0, 0);
+        let r = verify_chain(&logits, v, &[2, 0], None, &SamplingParams::greedy(), &mut g).unwrap();
+        assert_eq!(r.tokens, vec![2, 3]);
+        assert_eq!(r.nodes, vec![1]);
+        assert_eq!(g.step, 0);
+    }
+
+    #[test]
+    fn chain_law_matches_target() {
+        let v = 5;
+        let p0 = [0.1, 0.4, 0.2, 0.3, 0.0];
+        let p1 = [0.25, 0.25, 0.25, 0.25, 0.0];
+        let mut logits = logits_for(&p0);
+        logits.extend(logits_for(&p1));
+        let params = SamplingParams::new(1.0, 0, 1.0).unwrap();
+        let mut g = Generator::new(3, 0);
+        let n = 200_000;
+        let mut counts = [0usize; 5];
+        for _ in 0..n {
+            let r = verify_chain(&logits, v, &[3], None, &params, &mut g).unwrap();
+            counts[r.tokens[0] as usize] += 1;
+        }
+        for t in 0..v {
+            let want = p0[t] * n as f64;
+            let tol = 6.0 * (n as f64 * p0[t] * (1.0 - p0[t])).sqrt() + 5.0;
+            assert!(
+                ((counts[t] as f64) - want).abs() <= tol,
+                "token {t}: {counts:?}"
+            );
+        }
+        assert_eq!(counts[4], 0);
+    }
+
+    #[test]
+    fn zero_q_draft_is_rejected() {
+        let v = 3;
+        let logits = vec![0.0f32; 2 * v];
+        let q = vec![1.0f32, 0.0, 0.0];
+        let params = SamplingParams::new(1.0, 0, 1.0).unwrap();
+        let mut g = Generator::new(1, 0);
+        for _ in 0..1000 {
+            let r = verify_chain(&logits, v, &[1], Some(&q), &params, &mut g).unwrap();
+            assert_eq!(r.nodes.len(), 0);
+            assert!(r.tokens[0] >= 0 && (r.tokens[0] as usize) < v);
+        }
+    }
+
+    #[test]
+    fn topk_rejects_duplicate_siblings() {
+        let tree = Tree::from_paths(vec![vec![0], vec![1]]).unwrap();
+        let logits = vec![0.0f32; 3 * 4];
+        let prob = TreeProblem {
+            tree: &tree,
+            node_tokens: &[0, 1, 1],
+            target_logits: &logits,
+            draft_probs: None,
+            vocab: 4,
+            kind: DraftKind::TopK,
+        };
+        let e = verify_tree(&prob, &SamplingParams::greedy(), &mut Generator::new(0, 0));
+        assert_eq!(e.unwrap_err().arg, "node_tokens");
+    }
+}

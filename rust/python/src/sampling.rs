@@ -1,0 +1,179 @@
+//! SamplingParams, Generator, warp and sample.
+
+use codecspec_core::{rng, warp as core_warp, SamplingParams as CoreParams};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods};
+use pyo3::prelude::*;
+
+use crate::convert::{arg_error, array, run, value_error};
+
+/// Sampling parameters, applied in the order temperature, top-k, top-p.
+///
+/// temperature 0 = greedy (argmax, lowest index on ties); top_k 0 = off; top_p 1 = off.
+/// Raises ValueError naming the field for temperature < 0 or non-finite, top_k < 0, or top_p
+/// outside (0, 1].
+#[pyclass(name = "SamplingParams", module = "codecspec._core", frozen, eq)]
+#[derive(Clone, PartialEq)]
+pub struct PySamplingParams {
+    pub inner: CoreParams,
+}
+
+#[pymethods]
+impl PySamplingParams {
+    #[new]
+    #[pyo3(signature = (temperature=1.0, top_k=0, top_p=1.0))]
+    fn new(temperature: f64, top_k: i64, top_p: f64) -> PyResult<Self> {
+        let inner =
+            CoreParams::new(temperature as f32, top_k, top_p as f32).map_err(value_error)?;
+        Ok(Self { inner })
+    }
+
+    #[getter]
+    fn temperature(&self) -> f32 {
+        self.inner.temperature
+    }
+    #[getter]
+    fn top_k(&self) -> usize {
+        self.inner.top_k
+    }
+    #[getter]
+    fn top_p(&self) -> f32 {
+        self.inner.top_p
+    }
+    #[getter]
+    fn greedy(&self) -> bool {
+        self.inner.is_greedy()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SamplingParams(temperature={}, top_k={}, top_p={})",
+            self.inner.temperature, self.inner.top_k, self.inner.top_p
+        )
+    }
+}
+
+/// Counter-based random generator (Philox4x32-10) keyed by (seed, stream).
+///
+/// Every call that draws advances `step` by one; draws inside a call are addressed by
+/// (step, node, slot), so results do not depend on batch composition or thread count.
+#[pyclass(name = "Generator", module = "codecspec._core")]
+#[derive(Clone)]
+pub struct PyGenerator {
+    pub inner: rng::Generator,
+}
+
+#[pymethods]
+impl PyGenerator {
+    #[new]
+    #[pyo3(signature = (seed=0, stream=0))]
+    fn new(seed: u64, stream: u64) -> Self {
+        Self {
+            inner: rng::Generator::new(seed, stream),
+        }
+    }
+
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.inner.seed
+    }
+    #[getter]
+    fn stream(&self) -> u64 {
+        self.inner.stream
+    }
+    #[getter]
+    fn step(&self) -> u64 {
+        self.inner.step
+    }
+
+    /// An independent generator for stream `stream_id` (its step starts at 0).
+    fn fork(&self, stream_id: u64) -> Self {
+        Self {
+            inner: self.inner.fork(stream_id),
+        }
+    }
+
+    /// A generator in the same state; drawing from it leaves this one untouched.
+    fn copy(&self) -> Self {
+        self.clone()
+    }
+
+    fn __copy__(&self) -> Self {
+        self.clone()
+    }
+
+    /// `n` uniforms in (0, 1] (float64); advances `step` by one.
+    fn random<'py>(&mut self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        if n < 0 {
+            return Err(arg_error("n", format!("must be >= 0, got {n}")));
+        }
+        let s = self.inner.next_step();
+        let v: Vec<f64> = (0..n as u64)
+            .map(|i| s.uniform(i as u32, (i >> 32) as u32))
+            .collect();
+        Ok(PyArray1::from_vec(py, v))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Generator(seed={}, stream={}, step={})",
+            self.inner.seed, self.inner.stream, self.inner.step
+        )
+    }
+}
+
+/// Warped probabilities: float32 with the shape of `logits` ([..., V]).
+///
+/// `logits` may hold -inf; NaN, +inf, or a row with no finite entry raise ValueError.
+#[pyfunction]
+pub fn warp<'py>(
+    py: Python<'py>,
+    logits: &Bound<'py, PyAny>,
+    params: &PySamplingParams,
+) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let l = array::<f32>(logits, "logits", "float32")?;
+    if l.ndim() == 0 || l.last() == 0 {
+        return Err(arg_error(
+            "logits",
+            format!("expected shape [..., V] with V > 0, got {:?}", l.shape),
+        ));
+    }
+    let data = l.data()?;
+    let out = PyArrayDyn::<f32>::zeros(py, l.shape.clone(), false);
+    {
+        let mut w = out.readwrite();
+        let o = w.as_slice_mut().expect("fresh array is contiguous");
+        let (v, p) = (l.last(), params.inner);
+        run(py, || core_warp::warp_dense(&data, v, &p, o))?;
+    }
+    Ok(out)
+}
+
+/// One token per row of `logits` [..., V] → int32 [...]. Advances the generator by one step
+/// unless greedy.
+#[pyfunction]
+pub fn sample<'py>(
+    py: Python<'py>,
+    logits: &Bound<'py, PyAny>,
+    params: &PySamplingParams,
+    generator: &mut PyGenerator,
+) -> PyResult<Bound<'py, PyArrayDyn<i32>>> {
+    let l = array::<f32>(logits, "logits", "float32")?;
+    if l.ndim() == 0 || l.last() == 0 {
+        return Err(arg_error(
+            "logits",
+            format!("expected shape [..., V] with V > 0, got {:?}", l.shape),
+        ));
+    }
+    let data = l.data()?;
+    let lead = l.shape[..l.ndim() - 1].to_vec();
+    let out = PyArrayDyn::<i32>::zeros(py, lead, false);
+    {
+        let mut w = out.readwrite();
+        let o = w.as_slice_mut().expect("fresh array is contiguous");
+        let (v, p) = (l.last(), params.inner);
+        let mut g = generator.inner;
+        run(py, || core_warp::sample_rows(&data, v, &p, &mut g, o))?;
+        generator.inner = g;
+    }
+    Ok(out)
+}
