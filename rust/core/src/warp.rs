@@ -209,6 +209,31 @@ fn top_k_candidates(row: &[f32], k: usize, cand: &mut Vec<(f32, u32)>) {
     }
 }
 
+/// The k highest-logit tokens of a validated row, best first (ties → lowest index): the
+/// deterministic children of a top-k draft tree.
+pub fn top_k_tokens(row: &[f32], k: usize, scratch: &mut Scratch, out: &mut [i32]) {
+    let k = k.min(row.len());
+    if k == 0 {
+        return;
+    }
+    top_k_candidates(row, k, &mut scratch.cand);
+    scratch.cand.sort_unstable_by(ranks_before);
+    for (o, c) in out.iter_mut().zip(&scratch.cand) {
+        *o = c.1 as i32;
+    }
+}
+
+/// Row-wise `top_k_tokens` over a [rows, vocab] block into out [rows, k].
+pub fn top_k_rows(logits: &[f32], vocab: usize, k: usize, out: &mut [i32]) -> Result<()> {
+    check_logits(logits, vocab, "logits")?;
+    ensure(k >= 1 && k <= vocab, "k", || format!("must be in [1, V = {vocab}], got {k}"))?;
+    let mut scratch = Scratch::default();
+    for (row, o) in logits.chunks_exact(vocab).zip(out.chunks_exact_mut(k)) {
+        top_k_tokens(row, k, &mut scratch, o);
+    }
+    Ok(())
+}
+
 /// Warps one row of logits into `out`. Rows must already be validated (`check_logits`).
 pub fn warp_row(row: &[f32], params: &SamplingParams, scratch: &mut Scratch, out: &mut Dist) {
     let vocab = row.len();

@@ -177,3 +177,31 @@ pub fn sample<'py>(
     }
     Ok(out)
 }
+
+/// The k highest-logit token ids of each row of `logits` [..., V] → int32 [..., k], best first
+/// (ties → lowest index). These are the deterministic children of a top-k draft tree.
+#[pyfunction]
+pub fn topk<'py>(
+    py: Python<'py>,
+    logits: &Bound<'py, PyAny>,
+    k: i64,
+) -> PyResult<Bound<'py, PyArrayDyn<i32>>> {
+    let l = array::<f32>(logits, "logits", "float32")?;
+    if l.ndim() == 0 || l.last() == 0 {
+        return Err(arg_error("logits", format!("expected shape [..., V] with V > 0, got {:?}", l.shape)));
+    }
+    if k < 1 || k as usize > l.last() {
+        return Err(arg_error("k", format!("must be in [1, V = {}], got {k}", l.last())));
+    }
+    let data = l.data()?;
+    let mut shape = l.shape.clone();
+    *shape.last_mut().unwrap() = k as usize;
+    let out = PyArrayDyn::<i32>::zeros(py, shape, false);
+    {
+        let mut w = out.readwrite();
+        let o = w.as_slice_mut().expect("fresh array is contiguous");
+        let v = l.last();
+        run(py, || core_warp::top_k_rows(&data, v, k as usize, o))?;
+    }
+    Ok(out)
+}
