@@ -16,6 +16,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<verify::PyVerifyResult>()?;
     m.add_function(wrap_pyfunction!(sampling::warp, m)?)?;
     m.add_function(wrap_pyfunction!(sampling::sample, m)?)?;
+    m.add_function(wrap_pyfunction!(sampling::topk, m)?)?;
     m.add_function(wrap_pyfunction!(verify::verify_chain, m)?)?;
     m.add_function(wrap_pyfunction!(verify::verify_tree, m)?)?;
     m.add_function(wrap_pyfunction!(verify::verify_tree_batch, m)?)?;
