@@ -11,7 +11,8 @@ from typing import Union
 import numpy as np
 import onnx
 
-from codecspec.graphs import DepthDecoderConfig, read_graph_config
+from codecspec.graphs.config import DepthDecoderConfig
+from codecspec.graphs.builder import read_graph_config
 from codecspec.runtime.session import ModelSource, open_session
 
 _OUTPUTS = ("logits", "draft_logits", "new_keys", "new_values")

@@ -4,13 +4,24 @@
 //! result or an [`Error`] that names the offending argument.
 
 pub mod error;
+pub mod fsq;
+pub mod groups;
+pub mod heads;
+pub mod kv;
 pub mod rng;
 pub mod tree;
 pub mod verify;
 pub mod warp;
 
 pub use error::{Error, Result};
+pub use fsq::{fsq_pack, fsq_unpack, sample_factorized, sample_stop};
+pub use groups::{verify_chain_coarse, AcousticGroups};
+pub use heads::HeadBank;
+pub use kv::{kv_commit_inplace, kv_commit_rows};
 pub use rng::Generator;
 pub use tree::{GreedyOptions, RankCap, Tree};
-pub use verify::{verify_chain, verify_tree, verify_tree_batch, DraftKind, TreeProblem, Verified};
+pub use verify::{
+    verify_chain, verify_tree, verify_tree_batch, verify_tree_hidden, DraftKind, HiddenRows,
+    TreeProblem, Verified,
+};
 pub use warp::{Dist, SamplingParams};

@@ -14,9 +14,12 @@
 use rayon::prelude::*;
 
 use crate::error::{ensure, Error, Result};
+use crate::heads::HeadBank;
 use crate::rng::{slot, Generator, StepRng};
 use crate::tree::Tree;
-use crate::warp::{argmax, check_logits, normalise, warp_row, Dist, SamplingParams, Scratch};
+use crate::warp::{
+    argmax, check_logits, normalise, row_check, warp_row, Dist, SamplingParams, Scratch,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DraftKind {
@@ -69,14 +72,7 @@ impl Verified {
 
 impl<'a> TreeProblem<'a> {
     pub fn validate(&self) -> Result<()> {
-        let t = self.tree.num_nodes();
-        let v = self.vocab;
-        ensure(self.node_tokens.len() == t, "node_tokens", || {
-            format!(
-                "expected {t} entries (one per tree node), got {}",
-                self.node_tokens.len()
-            )
-        })?;
+        let (t, v) = (self.tree.num_nodes(), self.vocab);
         ensure(self.target_logits.len() == t * v, "target_logits", || {
             format!(
                 "expected shape [{t}, {v}], got {} values",
@@ -84,6 +80,21 @@ impl<'a> TreeProblem<'a> {
             )
         })?;
         check_logits(self.target_logits, v, "target_logits")?;
+        self.validate_structure()
+    }
+
+    /// Everything but the target logits: tokens, sibling distinctness, draft probabilities.
+    pub fn validate_structure(&self) -> Result<()> {
+        let (t, v) = (self.tree.num_nodes(), self.vocab);
+        ensure(v > 0, "target_logits", || {
+            "vocabulary size must be > 0".into()
+        })?;
+        ensure(self.node_tokens.len() == t, "node_tokens", || {
+            format!(
+                "expected {t} entries (one per tree node), got {}",
+                self.node_tokens.len()
+            )
+        })?;
         for (i, &x) in self.node_tokens.iter().enumerate().skip(1) {
             ensure(x >= 0 && (x as usize) < v, "node_tokens", || {
                 format!("node {i} holds token {x}, outside [0, {v})")
@@ -123,11 +134,6 @@ impl<'a> TreeProblem<'a> {
             }
         }
         Ok(())
-    }
-
-    #[inline]
-    fn row(&self, node: usize) -> &'a [f32] {
-        &self.target_logits[node * self.vocab..(node + 1) * self.vocab]
     }
 }
 
@@ -223,6 +229,33 @@ struct Work {
     scratch: Scratch,
     p: Dist,
     tmp: Vec<f64>,
+    row: Vec<f32>,
+}
+
+/// Where a visited node's target logits come from.
+enum Rows<'a> {
+    /// Materialised [T, V] logits.
+    Dense(&'a [f32]),
+    /// Computed on demand: head `heads[i]` applied to `hidden[i]`.
+    Lazy(&'a HiddenRows<'a>),
+}
+
+impl Rows<'_> {
+    /// Row of `node`, validated (no NaN/+inf, a finite entry) when computed lazily.
+    fn get<'w>(&'w self, node: usize, vocab: usize, buf: &'w mut Vec<f32>) -> Result<&'w [f32]> {
+        match self {
+            Rows::Dense(l) => Ok(&l[node * vocab..(node + 1) * vocab]),
+            Rows::Lazy(h) => {
+                buf.resize(vocab, 0.0);
+                h.row_into(node, buf);
+                let (m, ok) = row_check(buf);
+                ensure(ok && m > f32::NEG_INFINITY, "hidden", || {
+                    format!("node {node}'s target logits are not finite")
+                })?;
+                Ok(buf)
+            }
+        }
+    }
 }
 
 /// Verifies one stream. Greedy (temperature 0) draws nothing and leaves `rng` as it was.
@@ -232,42 +265,44 @@ pub fn verify_tree(
     rng: &mut Generator,
 ) -> Result<Verified> {
     prob.validate()?;
-    if params.is_greedy() {
-        return Ok(verify_greedy(prob));
-    }
-    let step = rng.next_step();
-    Ok(verify_sampled(prob, params, &step, &mut Work::default()))
+    let step = (!params.is_greedy()).then(|| rng.next_step());
+    walk(
+        prob,
+        &Rows::Dense(prob.target_logits),
+        params,
+        step.as_ref(),
+        &mut Work::default(),
+    )
 }
 
-fn verify_greedy(prob: &TreeProblem) -> Verified {
-    let mut out = Verified::default();
-    let mut cur = 0usize;
-    loop {
-        let y = argmax(prob.row(cur)) as i32;
-        match prob.tree.children(cur).find(|&c| prob.node_tokens[c] == y) {
-            Some(c) => {
-                out.tokens.push(y);
-                out.nodes.push(c as i32);
-                cur = c;
-            }
-            None => {
-                out.tokens.push(y);
-                return out;
-            }
-        }
-    }
-}
-
-fn verify_sampled(
+/// Inner walk shared by every entry point; `step` is None for greedy verification.
+fn walk(
     prob: &TreeProblem,
+    rows: &Rows,
     params: &SamplingParams,
-    step: &StepRng,
+    step: Option<&StepRng>,
     w: &mut Work,
-) -> Verified {
+) -> Result<Verified> {
     let mut out = Verified::default();
     let mut cur = 0usize;
     'walk: loop {
-        warp_row(prob.row(cur), params, &mut w.scratch, &mut w.p);
+        let row = rows.get(cur, prob.vocab, &mut w.row)?;
+        let Some(step) = step else {
+            let y = argmax(row) as i32;
+            match prob.tree.children(cur).find(|&c| prob.node_tokens[c] == y) {
+                Some(c) => {
+                    out.tokens.push(y);
+                    out.nodes.push(c as i32);
+                    cur = c;
+                    continue 'walk;
+                }
+                None => {
+                    out.tokens.push(y);
+                    return Ok(out);
+                }
+            }
+        };
+        warp_row(row, params, &mut w.scratch, &mut w.p);
         let q_row = prob
             .draft_probs
             .map(|q| &q[cur * prob.vocab..(cur + 1) * prob.vocab]);
@@ -288,8 +323,67 @@ fn verify_sampled(
         }
         let y = w.p.sample(step.uniform(cur as u32, slot::EMIT));
         out.tokens.push(y as i32);
-        return out;
+        return Ok(out);
     }
+}
+
+/// Target rows that are computed only for the nodes the walk visits.
+pub struct HiddenRows<'a> {
+    /// [T, H] final-norm hidden states of the query nodes.
+    pub hidden: &'a [f32],
+    /// [T] head per node.
+    pub heads: &'a [i64],
+    pub bank: &'a HeadBank,
+}
+
+impl HiddenRows<'_> {
+    fn row_into(&self, node: usize, out: &mut [f32]) {
+        let h = self.bank.hidden();
+        let z = &self.hidden[node * h..(node + 1) * h];
+        self.bank
+            .logits_into(self.heads[node] as usize, z, None, out);
+    }
+
+    fn validate(&self, t: usize) -> Result<()> {
+        let h = self.bank.hidden();
+        ensure(self.hidden.len() == t * h, "hidden", || {
+            format!(
+                "expected shape [{t}, {h}], got {} values",
+                self.hidden.len()
+            )
+        })?;
+        ensure(self.hidden.iter().all(|x| x.is_finite()), "hidden", || {
+            "contains NaN or inf".into()
+        })?;
+        ensure(self.heads.len() == t, "node_heads", || {
+            format!("expected {t} entries, got {}", self.heads.len())
+        })?;
+        for &hd in self.heads {
+            self.bank.check_head(hd, "node_heads")?;
+        }
+        Ok(())
+    }
+}
+
+/// `verify_tree` with target rows computed lazily from hidden states and a head bank.
+/// `prob.target_logits` is ignored (pass an empty slice).
+pub fn verify_tree_hidden(
+    prob: &TreeProblem,
+    rows: &HiddenRows,
+    params: &SamplingParams,
+    rng: &mut Generator,
+) -> Result<Verified> {
+    let t = prob.tree.num_nodes();
+    rows.validate(t)?;
+    prob.validate_structure()?;
+    let step = (!params.is_greedy()).then(|| rng.next_step());
+    walk(
+        prob,
+        &Rows::Lazy(rows),
+        params,
+        step.as_ref(),
+        &mut Work::default(),
+    )
 }
 
 /// Verifies B independent streams in parallel. Each stream draws only from its own generator,
@@ -307,15 +401,17 @@ pub fn verify_tree_batch(
         )
     })?;
     problems.par_iter().try_for_each(|p| p.validate())?;
-    if params.is_greedy() {
-        return Ok(problems.par_iter().map(verify_greedy).collect());
-    }
-    let steps: Vec<StepRng> = rngs.iter_mut().map(|g| g.next_step()).collect();
-    Ok(problems
+    let steps: Vec<Option<StepRng>> = rngs
+        .iter_mut()
+        .map(|g| (!params.is_greedy()).then(|| g.next_step()))
+        .collect();
+    problems
         .par_iter()
         .zip(steps.par_iter())
-        .map_init(Work::default, |w, (p, s)| verify_sampled(p, params, s, w))
-        .collect())
+        .map_init(Work::default, |w, (p, s)| {
+            walk(p, &Rows::Dense(p.target_logits), params, s.as_ref(), w)
+        })
+        .collect()
 }
 
 /// A chain is the one-child-per-node tree: target row j follows draft j (row K = bonus).

@@ -226,7 +226,9 @@ pub fn top_k_tokens(row: &[f32], k: usize, scratch: &mut Scratch, out: &mut [i32
 /// Row-wise `top_k_tokens` over a [rows, vocab] block into out [rows, k].
 pub fn top_k_rows(logits: &[f32], vocab: usize, k: usize, out: &mut [i32]) -> Result<()> {
     check_logits(logits, vocab, "logits")?;
-    ensure(k >= 1 && k <= vocab, "k", || format!("must be in [1, V = {vocab}], got {k}"))?;
+    ensure(k >= 1 && k <= vocab, "k", || {
+        format!("must be in [1, V = {vocab}], got {k}")
+    })?;
     let mut scratch = Scratch::default();
     for (row, o) in logits.chunks_exact(vocab).zip(out.chunks_exact_mut(k)) {
         top_k_tokens(row, k, &mut scratch, o);

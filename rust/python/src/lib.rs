@@ -4,6 +4,10 @@
 use pyo3::prelude::*;
 
 mod convert;
+mod fsq;
+mod groups;
+mod heads;
+mod kv;
 mod sampling;
 mod tree;
 mod verify;
@@ -14,12 +18,21 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sampling::PyGenerator>()?;
     m.add_class::<tree::PyDraftTree>()?;
     m.add_class::<verify::PyVerifyResult>()?;
+    m.add_class::<heads::PyHeadBank>()?;
+    m.add_function(wrap_pyfunction!(heads::verify_tree_hidden, m)?)?;
     m.add_function(wrap_pyfunction!(sampling::warp, m)?)?;
     m.add_function(wrap_pyfunction!(sampling::sample, m)?)?;
     m.add_function(wrap_pyfunction!(sampling::topk, m)?)?;
     m.add_function(wrap_pyfunction!(verify::verify_chain, m)?)?;
     m.add_function(wrap_pyfunction!(verify::verify_tree, m)?)?;
     m.add_function(wrap_pyfunction!(verify::verify_tree_batch, m)?)?;
+    m.add_class::<groups::PyAcousticGroups>()?;
+    m.add_function(wrap_pyfunction!(groups::verify_chain_coarse, m)?)?;
+    m.add_function(wrap_pyfunction!(fsq::fsq_pack, m)?)?;
+    m.add_function(wrap_pyfunction!(fsq::fsq_unpack, m)?)?;
+    m.add_function(wrap_pyfunction!(fsq::sample_factorized, m)?)?;
+    m.add_function(wrap_pyfunction!(fsq::sample_stop, m)?)?;
+    m.add_function(wrap_pyfunction!(kv::kv_commit, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -188,10 +188,16 @@ pub fn topk<'py>(
 ) -> PyResult<Bound<'py, PyArrayDyn<i32>>> {
     let l = array::<f32>(logits, "logits", "float32")?;
     if l.ndim() == 0 || l.last() == 0 {
-        return Err(arg_error("logits", format!("expected shape [..., V] with V > 0, got {:?}", l.shape)));
+        return Err(arg_error(
+            "logits",
+            format!("expected shape [..., V] with V > 0, got {:?}", l.shape),
+        ));
     }
     if k < 1 || k as usize > l.last() {
-        return Err(arg_error("k", format!("must be in [1, V = {}], got {k}", l.last())));
+        return Err(arg_error(
+            "k",
+            format!("must be in [1, V = {}], got {k}", l.last()),
+        ));
     }
     let data = l.data()?;
     let mut shape = l.shape.clone();

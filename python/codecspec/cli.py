@@ -1,0 +1,184 @@
+"""`codecspec` command line: build graphs, import checkpoints, calibrate, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _params(args) -> "cs.SamplingParams":  # noqa: F821
+    import codecspec as cs
+
+    return cs.SamplingParams(args.temperature, args.top_k, args.top_p)
+
+
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temperature", type=float, default=0.9, help="0 = greedy (default 0.9)")
+    p.add_argument("--top-k", type=int, default=50, help="0 = off (default 50)")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 = off (default 1.0)")
+
+
+def small_config():
+    """The demo's random-weight depth decoder: Qwen3-TTS layout at a size this CPU runs fast."""
+    from codecspec.graphs.config import DepthDecoderConfig
+
+    return DepthDecoderConfig(
+        num_layers=5, hidden_size=256, num_heads=4, num_kv_heads=2, head_dim=64,
+        intermediate_size=768, num_codebooks=16, codebook_size=512, c0_vocab_size=512,
+        num_draft_offsets=3,
+    )
+
+
+def cmd_build_graph(args) -> int:
+    from codecspec.graphs import (
+        DepthDecoderWeights, build_depth_graph, count_nodes, qwen3_tts_0_6b, save_model,
+    )
+
+    config = qwen3_tts_0_6b() if args.preset == "qwen3-0.6b" else small_config()
+    weights = DepthDecoderWeights.random(config, seed=args.seed)
+    model = build_depth_graph(config, weights, variant=args.variant, heads=args.heads)
+    save_model(model, args.output)
+    print(f"wrote {args.output}: {count_nodes(model)} nodes, preset {args.preset}, "
+          f"variant {args.variant}, random weights (seed {args.seed})")
+    return 0
+
+
+def cmd_import_qwen3(args) -> int:
+    from codecspec.graphs import build_depth_graph, count_nodes, save_model
+    from codecspec.graphs.qwen3 import load_qwen3_tts_checkpoint
+
+    config, weights = load_qwen3_tts_checkpoint(args.checkpoint)
+    model = build_depth_graph(config, weights, variant=args.variant, heads="graph")
+    save_model(model, args.output, external_data=args.external_data)
+    print(f"wrote {args.output}: {count_nodes(model)} nodes from {args.checkpoint}")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from codecspec.train.calibrate import calibrate
+
+    result = calibrate(
+        args.model, args.output, frames=args.frames, budgets=tuple(args.budgets),
+        provider=args.provider, seed=args.seed, params=_params(args),
+        offsets=args.offsets,
+    )
+    print(result.summary() if hasattr(result, "summary") else result)
+    return 0
+
+
+def _demo_model(workdir: Path, seed: int) -> Path:
+    from codecspec.graphs import DepthDecoderWeights, build_depth_graph, save_model
+
+    config = small_config()
+    path = workdir / "depth.onnx"
+    save_model(build_depth_graph(config, DepthDecoderWeights.random(config, seed=seed)), path)
+    return path
+
+
+def cmd_demo(args) -> int:
+    """AR vs speculative depth decoding on a random-weight graph, in one run."""
+    import codecspec as cs
+    from codecspec.decode import DepthDecoder
+    from codecspec.fidelity import per_position_pvalues
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(args.model) if args.model else _demo_model(Path(tmp), args.seed)
+        tree = cs.DraftTree.from_json(Path(args.tree).read_text()) if args.tree else None
+        offsets = np.load(args.offsets) if args.offsets else None
+        dec = DepthDecoder(path, tree=tree, offsets=offsets, params=_params(args),
+                           provider=args.provider, threads=args.threads)
+        rng = np.random.default_rng(args.seed)
+        c = dec.config
+        hiddens = rng.standard_normal((args.frames, c.input_width)).astype(np.float32)
+        c0s = rng.integers(0, c.c0_vocab_size, args.frames)
+        result = {}
+        codes = {}
+        for mode in ("ar", "spec"):
+            dec.stats.reset()
+            g = cs.Generator(args.seed, stream=1 if mode == "ar" else 2)
+            t0 = time.perf_counter()
+            codes[mode] = dec.decode_frames(hiddens, c0s, g, mode, progress=not args.json)
+            ms = (time.perf_counter() - t0) * 1e3 / args.frames
+            result[f"{mode}_calls_per_frame"] = dec.stats.calls_per_frame
+            result[f"{mode}_ms_per_frame"] = ms
+            if mode == "spec":
+                result["tokens_per_call"] = dec.stats.tokens_per_call
+        result["speedup"] = result["ar_ms_per_frame"] / result["spec_ms_per_frame"]
+        result["fidelity_min_p"] = float(
+            per_position_pvalues(codes["ar"][:, 1:], codes["spec"][:, 1:], c.codebook_size).min()
+        )
+        result["tree_nodes"] = dec.tree.num_nodes
+        result["provider"] = dec.graph.provider
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:>22}: {v:.4g}" if isinstance(v, float) else f"{k:>22}: {v}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="codecspec", description=__doc__)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="AR vs speculative depth decoding on a random-weight graph")
+    p.add_argument("--frames", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", help="depth graph (.onnx); default: a fresh random small graph")
+    p.add_argument("--tree", help="tree JSON from `codecspec calibrate`")
+    p.add_argument("--offsets", help="offsets .npy ([K, H])")
+    p.add_argument("--provider", default="auto", choices=["auto", "cpu", "cuda", "coreml"])
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _sampling_args(p)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("build-graph", help="build a random-weight depth graph (.onnx)")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--preset", choices=["small", "qwen3-0.6b"], default="small")
+    p.add_argument("--variant", choices=["cpu", "plain"], default="cpu")
+    p.add_argument("--heads", choices=["graph", "hidden"], default="graph")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_build_graph)
+
+    p = sub.add_parser("import-qwen3", help="depth graph from a Qwen3-TTS checkpoint directory")
+    p.add_argument("checkpoint")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--variant", choices=["cpu", "plain"], default="cpu")
+    p.add_argument("--external-data", action="store_true")
+    p.set_defaults(func=cmd_import_qwen3)
+
+    p = sub.add_parser("calibrate", help="acceptance, latency profile and draft tree for a device")
+    p.add_argument("model")
+    p.add_argument("-o", "--output", required=True, help="output directory")
+    p.add_argument("--frames", type=int, default=300)
+    p.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24, 32])
+    p.add_argument("--offsets", help="trained offsets (default: train them)")
+    p.add_argument("--provider", default="cpu", choices=["auto", "cpu", "cuda", "coreml"])
+    p.add_argument("--seed", type=int, default=0)
+    _sampling_args(p)
+    p.set_defaults(func=cmd_calibrate)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"codecspec {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

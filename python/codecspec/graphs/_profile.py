@@ -1,0 +1,162 @@
+"""Node counts and ONNX Runtime CPU latency of the depth graphs (random weights).
+
+    python -m codecspec.graphs._profile                 # Qwen3-TTS-0.6B-size code predictor
+    python -m codecspec.graphs._profile --small         # 5 x 256 model
+    python -m codecspec.graphs._profile --queries 1,4,8,16 --past 8 --threads 2 --repeats 40
+
+Each (variant, heads) graph runs with `--threads` intra-op threads, one inter-op thread and
+full graph optimisation. Rounds visit every graph and every Q in turn (3 calls, the first one
+discarded) so that machine noise spreads evenly; the table reports median and minimum ms.
+For heads="hidden" the table also gives the time including the host-side head computation
+(`compute_head_logits`: verify logits + K draft logits in numpy), which is what a runtime
+using those graphs pays per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from .builder import build_depth_graph, count_nodes, cpu_variant_supported
+from .config import DepthDecoderConfig, qwen3_tts_0_6b
+from .reference import compute_head_logits, example_feeds
+from .weights import DepthDecoderWeights
+
+
+def _bushy_tree_parents(q: int) -> list[int]:
+    """A bushy tree of q nodes: root with up to 3 children per node, breadth first."""
+    return [-1] + [(i - 1) // 3 for i in range(1, q)]
+
+
+_BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def main(argv=None) -> int:
+    # numpy's BLAS threads fight ONNX Runtime's spinning threads on a 2-core machine (8 ms vs
+    # 0.3 ms for one head matrix-vector product): pin BLAS to one thread before numpy starts.
+    if argv is None and any(os.environ.get(k) != "1" for k in _BLAS_ENV):
+        env = dict(os.environ, **{k: "1" for k in _BLAS_ENV})
+        os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *sys.argv[1:]], env)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--small", action="store_true", help="5 layers x 256 hidden instead of Qwen")
+    ap.add_argument("--queries", default="1,4,8,16")
+    ap.add_argument("--past", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=15, help="rounds (2 timed calls each)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--variants", default="plain,cpu")
+    ap.add_argument("--heads", default="graph,hidden")
+    ap.add_argument("--no-spin", action="store_true", help="intra-op threads block, not spin")
+    args = ap.parse_args(argv)
+
+    import onnxruntime as ort
+
+    if args.small:
+        config = DepthDecoderConfig(
+            num_layers=5,
+            hidden_size=256,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=64,
+            intermediate_size=768,
+            num_codebooks=16,
+            codebook_size=2048,
+            c0_vocab_size=3072,
+        )
+    else:
+        config = qwen3_tts_0_6b()
+    queries = [int(q) for q in args.queries.split(",")]
+    variants = args.variants.split(",")
+    if "cpu" in variants and not cpu_variant_supported():
+        print("# onnxruntime here cannot run variant='cpu'; skipping it")
+        variants = [v for v in variants if v != "cpu"]
+
+    t0 = time.perf_counter()
+    weights = DepthDecoderWeights.random(config, args.seed)
+    print(f"# config: {config.to_json()}")
+    print(
+        f"# onnxruntime {ort.__version__}, {args.threads} intra-op threads, past={args.past}, "
+        f"{weights.num_parameters / 1e6:.1f}M parameters (random weights "
+        f"{time.perf_counter() - t0:.1f}s)"
+    )
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if args.no_spin:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+
+    sessions = {}
+    for variant in variants:
+        for heads in args.heads.split(","):
+            t0 = time.perf_counter()
+            model = build_depth_graph(config, weights, variant=variant, heads=heads)
+            t1 = time.perf_counter()
+            blob = model.SerializeToString()
+            sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+            t2 = time.perf_counter()
+            names = [i.name for i in sess.get_inputs()]
+            sessions[(variant, heads)] = (sess, names)
+            print(
+                f"# {variant:5s}/{heads:6s}: {count_nodes(model)} nodes, "
+                f"{len(blob) / 1e6:.0f} MB, build {t1 - t0:.1f}s, session {t2 - t1:.1f}s"
+            )
+            del model, blob
+
+    feeds = {
+        q: example_feeds(
+            config,
+            past_len=args.past,
+            parents=_bushy_tree_parents(q),
+            seed=q,
+            draft_offsets=weights["draft_offsets"],
+        )
+        for q in queries
+    }
+    heads_w = weights["heads"]
+    times: dict = {(k, q): [] for k in sessions for q in queries}
+    host: dict = {(k, q): [] for k in sessions for q in queries}
+    # Round-robin over graphs, a short burst per graph: the first call of a burst (discarded)
+    # absorbs the previous session's spinning worker threads; rounds spread machine noise.
+    for r in range(args.repeats):
+        for key, (sess, names) in sessions.items():
+            for q in queries:
+                f = feeds[q]
+                inp = {n: f[n] for n in names}
+                for k in range(3):
+                    t0 = time.perf_counter()
+                    out = sess.run(None, inp)
+                    t1 = time.perf_counter()
+                    if key[1] == "hidden":
+                        compute_head_logits(heads_w, out[0], f["head_ids"], f["draft_offsets"])
+                    t2 = time.perf_counter()
+                    if k > 0 and r > 0:
+                        times[(key, q)].append(t1 - t0)
+                        host[(key, q)].append(t2 - t0)
+
+    print()
+    print(f"median (min) ms over {2 * (args.repeats - 1)} calls")
+    print()
+    print("| variant | heads | " + " | ".join(f"Q={q}" for q in queries) + " |")
+    print("|---|---|" + "---|" * len(queries))
+    for key in sessions:
+        cells = []
+        for q in queries:
+            t = 1e3 * np.asarray(times[(key, q)])
+            cell = f"{np.median(t):.2f} ({t.min():.2f})"
+            if key[1] == "hidden":
+                h = 1e3 * np.asarray(host[(key, q)])
+                cell += f"; +host heads {np.median(h):.2f} ({h.min():.2f})"
+            cells.append(cell)
+        print(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,694 @@
+"""ONNX graphs of a depth decoder for one speculative round (whole draft tree as the query).
+
+Graph I/O contract (batch 1, Q query tokens, P past tokens, T = P + Q):
+
+inputs
+    input_ids       int64   [Q]            row of the concatenated input table (see config.py)
+    input_embeds    float32 [Q, H_in]      added to the gathered rows (zeros for code tokens)
+    position_ids    int64   [Q]            RoPE positions, each < config.max_positions
+    attention_bias  float32 [Q, T]         additive: 0 visible, -inf hidden; every row must see
+                                           at least one key
+    past_keys       float32 [L, KVH, P, hd]  keys after RoPE
+    past_values     float32 [L, KVH, P, hd]
+    head_ids        int64   [Q]            heads="graph" only: head j predicts c_{j+1}
+    draft_offsets   float32 [K, H]         heads="graph" only: b_1..b_K (zeros = head reuse)
+outputs
+    logits          float32 [Q, V]         heads="graph" only: heads[head_ids[i]] . z_i
+    draft_logits    float32 [Q, K, V]      heads="graph" only: heads[min(head_ids[i]+j, G-2)]
+                                           . (z_i + b_j), j = 1..K
+    hidden          float32 [Q, H]         z = final_norm(h)
+    new_keys        float32 [L, KVH, Q, hd]  this call's rows, after RoPE
+    new_values      float32 [L, KVH, Q, hd]
+
+variant="plain" uses standard ONNX ops only (opset 13..17): no contrib ops, static ranks.
+variant="cpu" uses ONNX Runtime com.microsoft contrib ops (GroupQueryAttention with causal=0 and
+an additive bias, RotaryEmbedding, BranchwiseRMSNorm, SkipSimplifiedLayerNormalization,
+QuickGelu) and needs onnxruntime >= 1.32; `cpu_variant_supported()` checks the installed one.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+from typing import Optional, Union
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .config import DepthDecoderConfig, table_layout
+from .weights import DepthDecoderWeights
+
+__all__ = [
+    "GRAPH_VERSION",
+    "INPUT_NAMES",
+    "OUTPUT_NAMES",
+    "build_depth_graph",
+    "save_model",
+    "load_model",
+    "read_graph_config",
+    "read_graph_metadata",
+    "graph_io_names",
+    "count_nodes",
+    "cpu_variant_supported",
+]
+
+GRAPH_VERSION = "1"
+INPUT_NAMES = (
+    "input_ids",
+    "input_embeds",
+    "position_ids",
+    "attention_bias",
+    "past_keys",
+    "past_values",
+    "head_ids",
+    "draft_offsets",
+)
+OUTPUT_NAMES = ("logits", "draft_logits", "hidden", "new_keys", "new_values")
+
+_META_VERSION = "codecspec.graph_version"
+_META_CONFIG = "codecspec.config"
+_META_LAYOUT = "codecspec.table_layout"
+_META_VARIANT = "codecspec.variant"
+_META_HEADS = "codecspec.heads"
+_META_IO = "codecspec.io"
+
+# Above this a serialized ModelProto risks protobuf's 2 GiB limit.
+_INLINE_LIMIT = 1_800_000_000
+
+
+def graph_io_names(heads: str = "graph") -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(input names, output names) of a graph built with this heads mode, in graph order."""
+    _check_choice("heads", heads, ("graph", "hidden"))
+    if heads == "graph":
+        return INPUT_NAMES, OUTPUT_NAMES
+    return INPUT_NAMES[:6], ("hidden", "new_keys", "new_values")
+
+
+# ---------------------------------------------------------------------- graph assembly helper
+class _Graph:
+    """Accumulates nodes and initializers; names every value uniquely."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self._used: set[str] = set()
+        self._consts: dict[tuple, str] = {}
+
+    def fresh(self, hint: str) -> str:
+        name, k = hint, 1
+        while name in self._used:
+            k += 1
+            name = f"{hint}_{k}"
+        self._used.add(name)
+        return name
+
+    def init(self, hint: str, array: np.ndarray) -> str:
+        name = self.fresh(hint)
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def i64(self, values, hint: str = "const") -> str:
+        """Shared int64 constant (shapes, axes, split sizes, indices)."""
+        arr = np.asarray(values, dtype=np.int64)
+        key = ("i64", arr.shape, tuple(arr.ravel().tolist()))
+        if key not in self._consts:
+            self._consts[key] = self.init(hint, arr)
+        return self._consts[key]
+
+    def f32(self, value, hint: str = "constf") -> str:
+        arr = np.asarray(value, dtype=np.float32)
+        key = ("f32", arr.shape, tuple(arr.ravel().tolist()))
+        if key not in self._consts:
+            self._consts[key] = self.init(hint, arr)
+        return self._consts[key]
+
+    def op(
+        self,
+        op_type: str,
+        inputs,
+        hint: Optional[str] = None,
+        n_out: int = 1,
+        domain: str = "",
+        outputs=None,
+        **attrs,
+    ):
+        if outputs is None:
+            base = hint or op_type.lower()
+            outputs = [self.fresh(base if n_out == 1 else f"{base}_{k}") for k in range(n_out)]
+        else:
+            for o in outputs:
+                self._used.add(o)
+        node = helper.make_node(
+            op_type,
+            list(inputs),
+            list(outputs),
+            name=self.fresh(f"n_{outputs[0]}"),
+            domain=domain,
+            **attrs,
+        )
+        self.nodes.append(node)
+        return outputs[0] if len(outputs) == 1 else list(outputs)
+
+
+def _check_choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+# ---------------------------------------------------------------------- weight preparation
+def _f64(w: DepthDecoderWeights, name: str) -> np.ndarray:
+    return w[name].astype(np.float64)
+
+
+def _input_table(c: DepthDecoderConfig, w: DepthDecoderWeights):
+    """(table, embeds_matrix or None). With an input projection the table is pre-projected.
+
+    proj(row + e) = (row @ W^T + b) + e @ W^T, so projecting the table once (bias folded into
+    every row, the zero row included) leaves only the external embeddings to project per call;
+    it also shrinks the table from H_in to H columns.
+    """
+    Hin = c.input_width
+    table = np.concatenate(
+        [
+            _f64(w, "c0_embedding"),
+            _f64(w, "code_embeddings").reshape(-1, Hin),
+            np.zeros((1, Hin)),
+        ]
+    )
+    if not c.has_input_proj:
+        return table.astype(np.float32), None
+    wp = _f64(w, "input_proj.weight")
+    bp = _f64(w, "input_proj.bias")
+    return (table @ wp.T + bp).astype(np.float32), wp.T.astype(np.float32)
+
+
+def _inv_freq(c: DepthDecoderConfig) -> np.ndarray:
+    return 1.0 / (c.rope_theta ** (np.arange(0, c.head_dim, 2, dtype=np.float64) / c.head_dim))
+
+
+def _rope_angles(c: DepthDecoderConfig) -> np.ndarray:
+    """[max_positions, head_dim/2] rotation angles."""
+    return np.arange(c.max_positions, dtype=np.float64)[:, None] * _inv_freq(c)[None, :]
+
+
+def _plain_rope_tables(c: DepthDecoderConfig, w: DepthDecoderWeights):
+    """Per-layer, per-head RoPE tables with the q/k norm weights folded in.
+
+    For n the RMS-normalised head vector and g the norm weight, RoPE(g * n) =
+    n * (g * cos) + swap(n) * (sign * g[swapped] * sin), where swap exchanges the two halves
+    and sign is -1 on the first half (HF rotate_half). Folding g, the 1/sqrt(hd) attention
+    scale (q only) and the sqrt(hd) of the sum-of-squares normalisation into the tables
+    leaves four nodes per layer for norm weight + RoPE + scaling.
+    Shapes: [L * (nh + kvh), max_positions, hd].
+    """
+    hd, h2 = c.head_dim, c.head_dim // 2
+    ang = _rope_angles(c)
+    cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=1)  # [P, hd]
+    sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=1)
+    sign = np.concatenate([-np.ones(h2), np.ones(h2)])
+    perm = np.concatenate([np.arange(h2, hd), np.arange(0, h2)])
+    cos_tabs, sin_tabs = [], []
+    for i in range(c.num_layers):
+        # q: norm sqrt(hd) times attention 1/sqrt(hd) cancel; k keeps the sqrt(hd).
+        gq = _f64(w, f"layers.{i}.q_norm")
+        gk = _f64(w, f"layers.{i}.k_norm") * np.sqrt(hd)
+        for g, n in ((gq, c.num_heads), (gk, c.num_kv_heads)):
+            ct = cos * g[None, :]
+            st = sin * (sign * g[perm])[None, :]
+            cos_tabs.append(np.broadcast_to(ct, (n,) + ct.shape))
+            sin_tabs.append(np.broadcast_to(st, (n,) + st.shape))
+    return (
+        np.concatenate(cos_tabs).astype(np.float32),
+        np.concatenate(sin_tabs).astype(np.float32),
+        perm.astype(np.int64),
+    )
+
+
+def _qkv_matrix(c: DepthDecoderConfig, w: DepthDecoderWeights, i: int, scale=None) -> np.ndarray:
+    m = np.concatenate(
+        [
+            _f64(w, f"layers.{i}.q_proj"),
+            _f64(w, f"layers.{i}.k_proj"),
+            _f64(w, f"layers.{i}.v_proj"),
+        ]
+    ).T
+    if scale is not None:
+        m = m * scale[:, None]
+    return m.astype(np.float32)
+
+
+def _gate_up_matrix(c: DepthDecoderConfig, w: DepthDecoderWeights, i: int, scale=None):
+    m = np.concatenate([_f64(w, f"layers.{i}.gate_proj"), _f64(w, f"layers.{i}.up_proj")]).T
+    if scale is not None:
+        m = m * scale[:, None]
+    return m.astype(np.float32)
+
+
+def _t32(w: DepthDecoderWeights, name: str) -> np.ndarray:
+    return np.ascontiguousarray(w[name].T, dtype=np.float32)
+
+
+# ---------------------------------------------------------------------- shared graph pieces
+def _split_layers(g: _Graph, tensor: str, num_layers: int, hint: str) -> list[str]:
+    """[L, ...] -> L tensors [1, ...]."""
+    if num_layers == 1:
+        return [tensor]
+    return g.op("Split", [tensor, g.i64([1] * num_layers)], hint=hint, n_out=num_layers, axis=0)
+
+
+def _heads_part(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, z: str) -> None:
+    """Verify and draft logits, one gathered head matrix per (node, offset) pair.
+
+    Row j = 0 is the verify head with no offset; rows 1..K the draft heads with b_j. Gathering
+    [Q, K+1, V, H] head weights is the costly part for large V*H (see docs/graphs.md).
+    """
+    K = c.num_draft_offsets
+    heads = g.init("heads", w["heads"])
+    hid = g.op("Unsqueeze", ["head_ids", g.i64([1])], hint="head_ids_col")
+    idx = g.op("Add", [hid, g.i64(np.arange(K + 1))], hint="head_idx")
+    idx = g.op("Min", [idx, g.i64(c.num_lm_heads - 1)], hint="head_idx_clamped")
+    offs = g.op(
+        "Concat", [g.f32(np.zeros((1, c.hidden_size))), "draft_offsets"], hint="offsets0", axis=0
+    )
+    zc = g.op("Unsqueeze", [z, g.i64([1])], hint="z_col")
+    vec = g.op("Add", [zc, offs], hint="head_inputs")
+    vec = g.op("Unsqueeze", [vec, g.i64([3])], hint="head_inputs_col")
+    hw = g.op("Gather", [heads, idx], hint="head_weights", axis=0)
+    lg = g.op("MatMul", [hw, vec], hint="all_logits4")
+    lg = g.op("Squeeze", [lg, g.i64([3])], hint="all_logits")
+    lv, _ = g.op(
+        "Split",
+        [lg, g.i64([1, K])],
+        hint="logit_split",
+        n_out=2,
+        axis=1,
+        outputs=[g.fresh("verify_logits3"), "draft_logits"],
+    )
+    g.op("Squeeze", [lv, g.i64([1])], outputs=["logits"])
+
+
+def _rms_plain(g: _Graph, x: str, n: float, eps: float, hint: str) -> str:
+    """x * sqrt(n) / sqrt(sum(x^2) + n * eps): the sqrt(n) is folded into the next weights."""
+    ss = g.op("ReduceSumSquare", [x], hint=f"{hint}_ss", axes=[-1], keepdims=1)
+    ss = g.op("Add", [ss, g.f32(n * eps)], hint=f"{hint}_sse")
+    r = g.op("Sqrt", [ss], hint=f"{hint}_rms")
+    return g.op("Div", [x, r], hint=hint)
+
+
+# ---------------------------------------------------------------------- plain variant
+def _build_plain(
+    g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights
+) -> tuple[str, list, list]:
+    L, H, hd = c.num_layers, c.hidden_size, c.head_dim
+    nh, kvh, grp = c.num_heads, c.num_kv_heads, c.kv_groups
+    nqk = nh + kvh
+    tot = nh + 2 * kvh
+    eps = c.rms_norm_eps
+    sqrt_h = np.sqrt(float(H))
+
+    table, embeds_w = _input_table(c, w)
+    e = g.op("Gather", [g.init("input_table", table), "input_ids"], hint="row_embeds", axis=0)
+    if embeds_w is None:
+        x = g.op("Add", [e, "input_embeds"], hint="x0")
+    else:
+        pe = g.op("MatMul", ["input_embeds", g.init("input_proj_t", embeds_w)], hint="embeds_proj")
+        x = g.op("Add", [e, pe], hint="x0")
+
+    cos_t, sin_t, perm = _plain_rope_tables(c, w)
+    cos_g = g.op("Gather", [g.init("rope_cos", cos_t), "position_ids"], hint="cos_q", axis=1)
+    sin_g = g.op("Gather", [g.init("rope_sin", sin_t), "position_ids"], hint="sin_q", axis=1)
+    if L > 1:
+        sizes = g.i64([nqk] * L)
+        cos_l = g.op("Split", [cos_g, sizes], hint="cos_l", n_out=L, axis=0)
+        sin_l = g.op("Split", [sin_g, sizes], hint="sin_l", n_out=L, axis=0)
+    else:
+        cos_l, sin_l = [cos_g], [sin_g]
+    swap_idx = g.i64(perm, hint="rope_swap")
+
+    # Query rows are grouped [kv head, group member, token]: tile the bias over the group.
+    bias = "attention_bias"
+    if grp > 1:
+        bias = g.op("Tile", [bias, g.i64([grp, 1])], hint="bias_tiled")
+    past_k = _split_layers(g, "past_keys", L, "past_k")
+    past_v = _split_layers(g, "past_values", L, "past_v")
+
+    new_k, new_v = [], []
+    for i in range(L):
+        p = f"l{i}_"
+        n = _rms_plain(g, x, H, eps, p + "in_norm")
+        wqkv = _qkv_matrix(c, w, i, _f64(w, f"layers.{i}.input_norm") * sqrt_h)
+        qkv = g.op("MatMul", [n, g.init(p + "wqkv", wqkv)], hint=p + "qkv")
+        qkv = g.op("Reshape", [qkv, g.i64([1, -1, tot, hd])], hint=p + "qkv4")
+        qkv = g.op("Transpose", [qkv], hint=p + "qkv_t", perm=[0, 2, 1, 3])  # [1, heads, Q, hd]
+        qk, v = g.op("Split", [qkv, g.i64([nqk, kvh])], hint=p + "qk_v", n_out=2, axis=1)
+        qk = _rms_plain(g, qk, hd, eps, p + "qk_norm")
+        sw = g.op("Gather", [qk, swap_idx], hint=p + "qk_swap", axis=3)
+        a = g.op("Mul", [qk, cos_l[i]], hint=p + "rope_a")
+        b = g.op("Mul", [sw, sin_l[i]], hint=p + "rope_b")
+        qk = g.op("Add", [a, b], hint=p + "qk_rope")
+        q, k = g.op("Split", [qk, g.i64([nh, kvh])], hint=p + "q_k", n_out=2, axis=1)
+        new_k.append(k)
+        new_v.append(v)
+        q = g.op("Reshape", [q, g.i64([1, kvh, -1, hd])], hint=p + "q_grouped")
+        kall = g.op("Concat", [past_k[i], k], hint=p + "k_all", axis=2)
+        vall = g.op("Concat", [past_v[i], v], hint=p + "v_all", axis=2)
+        kt = g.op("Transpose", [kall], hint=p + "k_t", perm=[0, 1, 3, 2])
+        s = g.op("MatMul", [q, kt], hint=p + "scores")
+        s = g.op("Add", [s, bias], hint=p + "scores_b")
+        pr = g.op("Softmax", [s], hint=p + "probs", axis=-1)
+        o = g.op("MatMul", [pr, vall], hint=p + "attn")  # [1, kvh, grp*Q, hd]
+        o = g.op("Reshape", [o, g.i64([nh, -1, hd])], hint=p + "attn_h")
+        o = g.op("Transpose", [o], hint=p + "attn_t", perm=[1, 0, 2])
+        o = g.op("Reshape", [o, g.i64([-1, nh * hd])], hint=p + "attn_flat")
+        o = g.op("MatMul", [o, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
+        x = g.op("Add", [x, o], hint=p + "x_attn")
+
+        n = _rms_plain(g, x, H, eps, p + "post_norm")
+        wgu = _gate_up_matrix(c, w, i, _f64(w, f"layers.{i}.post_norm") * sqrt_h)
+        gu = g.op("MatMul", [n, g.init(p + "wgu", wgu)], hint=p + "gate_up")
+        inter = c.intermediate_size
+        gate, up = g.op("Split", [gu, g.i64([inter, inter])], hint=p + "gu", n_out=2, axis=-1)
+        act = g.op("Mul", [gate, g.op("Sigmoid", [gate], hint=p + "sig")], hint=p + "silu")
+        act = g.op("Mul", [act, up], hint=p + "swiglu")
+        d = g.op(
+            "MatMul", [act, g.init(p + "wd", _t32(w, f"layers.{i}.down_proj"))], hint=p + "mlp"
+        )
+        x = g.op("Add", [x, d], hint=p + "x_out")
+
+    z = _rms_plain(g, x, H, eps, "final_norm")
+    final_w = (_f64(w, "final_norm") * sqrt_h).astype(np.float32)
+    z = g.op("Mul", [z, g.init("final_norm_w", final_w)], outputs=["hidden"])
+    return z, new_k, new_v
+
+
+# ---------------------------------------------------------------------- cpu variant
+_MS = "com.microsoft"
+
+
+def _build_cpu(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> tuple[str, list, list]:
+    L, hd = c.num_layers, c.head_dim
+    nh, kvh = c.num_heads, c.num_kv_heads
+    nqk = nh + kvh
+    eps = float(c.rms_norm_eps)
+
+    table, embeds_w = _input_table(c, w)
+    ids = g.op("Unsqueeze", ["input_ids", g.i64([0])], hint="ids_b")
+    e = g.op("Gather", [g.init("input_table", table), ids], hint="row_embeds", axis=0)
+    if embeds_w is None:
+        x = g.op("Add", [e, "input_embeds"], hint="x0")  # [1, Q, H]
+    else:
+        pe = g.op("MatMul", ["input_embeds", g.init("input_proj_t", embeds_w)], hint="embeds_proj")
+        x = g.op("Add", [e, pe], hint="x0")
+
+    pos = g.op("Unsqueeze", ["position_ids", g.i64([0])], hint="pos_b")
+    ang = _rope_angles(c)
+    cos = g.init("rope_cos", np.cos(ang).astype(np.float32))
+    sin = g.init("rope_sin", np.sin(ang).astype(np.float32))
+    bias = g.op("Unsqueeze", ["attention_bias", g.i64([0, 1])], hint="bias4")
+    total = g.op("Shape", ["attention_bias"], hint="bias_shape")
+    total = g.op("Gather", [total, g.i64([1])], hint="total_len64", axis=0)
+    total = g.op("Cast", [total], hint="total_len1", to=TensorProto.INT32)
+    seqlens = g.op("Sub", [total, g.init("one_i32", np.array([1], np.int32))], hint="seqlens_k")
+    total = g.op("Squeeze", [total], hint="total_len")
+    past_k = _split_layers(g, "past_keys", L, "past_k")
+    past_v = _split_layers(g, "past_values", L, "past_v")
+
+    n = g.op(
+        "SimplifiedLayerNormalization",
+        [x, g.init("l0_input_norm", w["layers.0.input_norm"])],
+        hint="l0_in_norm",
+        axis=-1,
+        epsilon=eps,
+    )
+    new_k, new_v = [], []
+    for i in range(L):
+        p = f"l{i}_"
+        qkv = g.op("MatMul", [n, g.init(p + "wqkv", _qkv_matrix(c, w, i))], hint=p + "qkv")
+        qk, v = g.op("Split", [qkv, g.i64([nqk * hd, kvh * hd])], hint=p + "qk_v", n_out=2, axis=-1)
+        qk_scale = np.concatenate(
+            [
+                np.broadcast_to(w[f"layers.{i}.q_norm"], (nh, hd)),
+                np.broadcast_to(w[f"layers.{i}.k_norm"], (kvh, hd)),
+            ]
+        )
+        qk = g.op(
+            "BranchwiseRMSNorm",
+            [qk, g.init(p + "qk_norm_w", qk_scale)],
+            hint=p + "qk_norm",
+            domain=_MS,
+            num_branches=nqk,
+            epsilon=eps,
+        )
+        qk = g.op(
+            "RotaryEmbedding", [qk, pos, cos, sin], hint=p + "qk_rope", domain=_MS, interleaved=0
+        )
+        q, k = g.op("Split", [qk, g.i64([nh * hd, kvh * hd])], hint=p + "q_k", n_out=2, axis=-1)
+        new_k.append(k)
+        new_v.append(v)
+        attn = g.op(
+            "GroupQueryAttention",
+            [q, k, v, past_k[i], past_v[i], seqlens, total, "", "", "", bias],
+            hint=p + "attn",
+            n_out=3,
+            domain=_MS,
+            num_heads=nh,
+            kv_num_heads=kvh,
+            causal=0,
+        )[0]
+        o = g.op("MatMul", [attn, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
+        outs = g.op(
+            "SkipSimplifiedLayerNormalization",
+            [o, x, g.init(p + "post_norm", w[f"layers.{i}.post_norm"])],
+            hint=p + "post_norm",
+            n_out=4,
+            domain=_MS,
+            epsilon=eps,
+        )
+        n, x = outs[0], outs[3]
+        gu = g.op("MatMul", [n, g.init(p + "wgu", _gate_up_matrix(c, w, i))], hint=p + "gate_up")
+        inter = c.intermediate_size
+        gate, up = g.op("Split", [gu, g.i64([inter, inter])], hint=p + "gu", n_out=2, axis=-1)
+        act = g.op("QuickGelu", [gate], hint=p + "silu", domain=_MS, alpha=1.0)
+        act = g.op("Mul", [act, up], hint=p + "swiglu")
+        d = g.op(
+            "MatMul", [act, g.init(p + "wd", _t32(w, f"layers.{i}.down_proj"))], hint=p + "mlp"
+        )
+        nxt = f"layers.{i + 1}.input_norm" if i + 1 < L else "final_norm"
+        outs = g.op(
+            "SkipSimplifiedLayerNormalization",
+            [d, x, g.init(f"l{i + 1}_input_norm" if i + 1 < L else "final_norm_w", w[nxt])],
+            hint=f"l{i + 1}_in_norm" if i + 1 < L else "z3",
+            n_out=4,
+            domain=_MS,
+            epsilon=eps,
+        )
+        n, x = outs[0], outs[3]
+    z = g.op("Squeeze", [n, g.i64([0])], outputs=["hidden"])
+
+    def stack(rows: list, name: str) -> str:
+        # L x [1, Q, kvh*hd] -> [L, kvh, Q, hd]
+        t = rows[0] if L == 1 else g.op("Concat", rows, hint=name + "_cat", axis=0)
+        t = g.op("Reshape", [t, g.i64([L, -1, kvh, hd])], hint=name + "_4d")
+        return g.op("Transpose", [t], outputs=[name], perm=[0, 2, 1, 3])
+
+    stack(new_k, "new_keys")
+    stack(new_v, "new_values")
+    return z, None, None
+
+
+# ---------------------------------------------------------------------- public builder
+def build_depth_graph(
+    config: DepthDecoderConfig,
+    weights: DepthDecoderWeights,
+    *,
+    variant: str = "cpu",
+    heads: str = "graph",
+    opset: int = 17,
+) -> onnx.ModelProto:
+    """Build the depth-decoder graph for `config` with `weights` baked in as initializers."""
+    _check_choice("variant", variant, ("cpu", "plain"))
+    _check_choice("heads", heads, ("graph", "hidden"))
+    if isinstance(opset, bool) or not isinstance(opset, int) or not 13 <= opset <= 17:
+        raise ValueError(f"opset must be an int in [13, 17], got {opset!r}")
+    if not isinstance(config, DepthDecoderConfig):
+        raise ValueError(f"config must be a DepthDecoderConfig, got {type(config).__name__}")
+    if not isinstance(weights, DepthDecoderWeights):
+        weights = DepthDecoderWeights(weights)
+    config.validate()
+    weights.validate(config)
+    c = config
+
+    g = _Graph()
+    for name in INPUT_NAMES + OUTPUT_NAMES:
+        g._used.add(name)
+    if variant == "plain":
+        z, new_k, new_v = _build_plain(g, c, weights)
+        for rows, name in ((new_k, "new_keys"), (new_v, "new_values")):
+            if len(rows) == 1:
+                g.op("Identity", rows, outputs=[name])
+            else:
+                g.op("Concat", rows, outputs=[name], axis=0)
+    else:
+        z, _, _ = _build_cpu(g, c, weights)
+    if heads == "graph":
+        _heads_part(g, c, weights, z)
+
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    L, KVH, hd = c.num_layers, c.num_kv_heads, c.head_dim
+    V, H, K = c.codebook_size, c.hidden_size, c.num_draft_offsets
+    Q, P, T = "num_query", "past_len", "total_len"
+    in_specs = {
+        "input_ids": (i64, [Q]),
+        "input_embeds": (f32, [Q, c.input_width]),
+        "position_ids": (i64, [Q]),
+        "attention_bias": (f32, [Q, T]),
+        "past_keys": (f32, [L, KVH, P, hd]),
+        "past_values": (f32, [L, KVH, P, hd]),
+        "head_ids": (i64, [Q]),
+        "draft_offsets": (f32, [K, H]),
+    }
+    out_specs = {
+        "logits": (f32, [Q, V]),
+        "draft_logits": (f32, [Q, K, V]),
+        "hidden": (f32, [Q, H]),
+        "new_keys": (f32, [L, KVH, Q, hd]),
+        "new_values": (f32, [L, KVH, Q, hd]),
+    }
+    in_names, out_names = graph_io_names(heads)
+    graph = helper.make_graph(
+        g.nodes,
+        f"codecspec_depth_{variant}_{heads}",
+        [helper.make_tensor_value_info(n, *in_specs[n]) for n in in_names],
+        [helper.make_tensor_value_info(n, *out_specs[n]) for n in out_names],
+        g.inits,
+    )
+    imports = [helper.make_opsetid("", opset)]
+    if variant == "cpu":
+        imports.append(helper.make_opsetid(_MS, 1))
+    model = helper.make_model(
+        graph, opset_imports=imports, producer_name="codecspec", producer_version=GRAPH_VERSION
+    )
+    # IR 8 keeps the file loadable by onnxruntime releases older than onnx's default IR.
+    model.ir_version = 8
+    meta = {
+        _META_VERSION: GRAPH_VERSION,
+        _META_CONFIG: c.to_json(),
+        _META_LAYOUT: json.dumps(table_layout(c), sort_keys=True),
+        _META_VARIANT: variant,
+        _META_HEADS: heads,
+        _META_IO: json.dumps({"inputs": list(in_names), "outputs": list(out_names)}),
+    }
+    helper.set_model_props(model, meta)
+    return model
+
+
+def count_nodes(model: onnx.ModelProto) -> int:
+    return len(model.graph.node)
+
+
+# ---------------------------------------------------------------------- persistence
+def save_model(
+    model: onnx.ModelProto,
+    path: Union[str, os.PathLike],
+    *,
+    external_data: Optional[bool] = None,
+) -> None:
+    """Write `model` to `path`.
+
+    external_data=None stores weights inline unless the model nears protobuf's 2 GiB limit;
+    True always writes them to `<file name>.data` next to the .onnx file.
+    """
+    path = os.fspath(path)
+    if external_data is None:
+        external_data = model.ByteSize() > _INLINE_LIMIT
+    if not external_data:
+        onnx.save_model(model, path)
+        return
+    # onnx rewrites tensors in place when externalising; keep the caller's model intact.
+    m = copy.deepcopy(model)
+    location = os.path.basename(path) + ".data"
+    data_path = os.path.join(os.path.dirname(path) or ".", location)
+    if os.path.exists(data_path):
+        os.remove(data_path)  # onnx appends to an existing data file
+    onnx.save_model(
+        m,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=location,
+        size_threshold=1024,
+    )
+
+
+def load_model(path: Union[str, os.PathLike], load_weights: bool = True) -> onnx.ModelProto:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such ONNX file: {path!r}")
+    return onnx.load(path, load_external_data=load_weights)
+
+
+def _as_model(path_or_model) -> onnx.ModelProto:
+    if isinstance(path_or_model, onnx.ModelProto):
+        return path_or_model
+    if isinstance(path_or_model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(path_or_model))
+    return load_model(path_or_model, load_weights=False)
+
+
+def read_graph_metadata(path_or_model) -> dict:
+    """codecspec metadata of a built graph: version, config (dict), table_layout, variant, heads."""
+    m = _as_model(path_or_model)
+    props = {p.key: p.value for p in m.metadata_props}
+    if _META_VERSION not in props or _META_CONFIG not in props:
+        raise ValueError("not a codecspec depth graph: codecspec metadata is missing")
+    return {
+        "graph_version": props[_META_VERSION],
+        "config": json.loads(props[_META_CONFIG]),
+        "table_layout": json.loads(props.get(_META_LAYOUT, "null")),
+        "variant": props.get(_META_VARIANT),
+        "heads": props.get(_META_HEADS),
+        "io": json.loads(props.get(_META_IO, "null")),
+    }
+
+
+def read_graph_config(path_or_model) -> DepthDecoderConfig:
+    """The DepthDecoderConfig a graph was built from (reads metadata only, not the weights)."""
+    meta = read_graph_metadata(path_or_model)
+    if meta["graph_version"] != GRAPH_VERSION:
+        raise ValueError(
+            f"unsupported codecspec graph version {meta['graph_version']!r} "
+            f"(this library reads {GRAPH_VERSION!r})"
+        )
+    return DepthDecoderConfig.from_dict(meta["config"])
+
+
+@functools.cache
+def cpu_variant_supported() -> bool:
+    """Whether the installed onnxruntime runs variant="cpu" graphs (builds and runs a tiny one)."""
+    try:
+        import onnxruntime as ort
+
+        from .reference import example_feeds
+
+        c = DepthDecoderConfig(
+            num_layers=1,
+            hidden_size=16,
+            num_heads=2,
+            num_kv_heads=1,
+            head_dim=8,
+            intermediate_size=16,
+            num_codebooks=3,
+            codebook_size=8,
+            c0_vocab_size=8,
+            num_draft_offsets=1,
+            max_positions=8,
+        )
+        m = build_depth_graph(c, DepthDecoderWeights.random(c, 0), variant="cpu")
+        s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        s.run(None, example_feeds(c, num_query=2, past_len=1))
+        return True
+    except Exception:
+        return False

@@ -1,0 +1,174 @@
+//! Frozen LM heads evaluated on the host, one row at a time.
+//!
+//! A verify walk reads the target rows of at most depth+1 nodes, and the next round needs
+//! draft rows of one node only. Computing just those rows here costs (2K+1) GEMVs per round,
+//! whereas an ONNX graph that selects a head per query node must copy Q·V·H weights per call
+//! (onnxruntime has no weight views), which on a CPU costs more than the transformer layers.
+
+use rayon::prelude::*;
+
+use crate::error::{ensure, Error, Result};
+use crate::warp::{top_k_tokens, Scratch};
+
+/// `num_heads` linear heads without bias, weights [num_heads, vocab, hidden] row-major.
+#[derive(Clone, Debug)]
+pub struct HeadBank {
+    weights: Vec<f32>,
+    num_heads: usize,
+    vocab: usize,
+    hidden: usize,
+}
+
+/// Rows this long are split across threads; below it a single core is faster.
+const PAR_MIN_MACS: usize = 1 << 21;
+
+impl HeadBank {
+    pub fn new(weights: Vec<f32>, num_heads: usize, vocab: usize, hidden: usize) -> Result<Self> {
+        ensure(num_heads > 0 && vocab > 0 && hidden > 0, "weights", || {
+            format!(
+                "expected a non-empty [heads, V, H] array, got [{num_heads}, {vocab}, {hidden}]"
+            )
+        })?;
+        ensure(
+            weights.len() == num_heads * vocab * hidden,
+            "weights",
+            || {
+                format!(
+                    "expected {} values, got {}",
+                    num_heads * vocab * hidden,
+                    weights.len()
+                )
+            },
+        )?;
+        ensure(weights.iter().all(|w| w.is_finite()), "weights", || {
+            "contains NaN or inf".into()
+        })?;
+        Ok(Self {
+            weights,
+            num_heads,
+            vocab,
+            hidden,
+        })
+    }
+
+    pub fn num_heads(&self) -> usize {
+        self.num_heads
+    }
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
+    pub fn check_head(&self, head: i64, arg: &'static str) -> Result<usize> {
+        ensure(head >= 0 && (head as usize) < self.num_heads, arg, || {
+            format!("head {head} outside [0, {})", self.num_heads)
+        })?;
+        Ok(head as usize)
+    }
+
+    /// out[v] = W[head, v, :] · (z + offset).
+    pub fn logits_into(&self, head: usize, z: &[f32], offset: Option<&[f32]>, out: &mut [f32]) {
+        let h = self.hidden;
+        let mut x = z.to_vec();
+        if let Some(b) = offset {
+            x.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+        }
+        let w = &self.weights[head * self.vocab * h..(head + 1) * self.vocab * h];
+        if self.vocab * h >= PAR_MIN_MACS {
+            out.par_chunks_mut(256)
+                .zip(w.par_chunks(256 * h))
+                .for_each(|(o, wc)| gemv(wc, &x, o));
+        } else {
+            gemv(w, &x, out);
+        }
+    }
+
+    /// Top-`m` candidate tokens per draft depth: row j uses head min(first_head + j, last)
+    /// on z + offsets[j]. out [K, m].
+    pub fn draft_candidates(
+        &self,
+        z: &[f32],
+        first_head: usize,
+        offsets: &[f32],
+        k: usize,
+        m: usize,
+        out: &mut [i32],
+    ) -> Result<()> {
+        ensure(z.len() == self.hidden, "z", || {
+            format!("expected {} values, got {}", self.hidden, z.len())
+        })?;
+        ensure(offsets.len() == k * self.hidden, "offsets", || {
+            format!(
+                "expected shape [{k}, {}], got {} values",
+                self.hidden,
+                offsets.len()
+            )
+        })?;
+        ensure(m >= 1 && m <= self.vocab, "m", || {
+            format!("must be in [1, {}], got {m}", self.vocab)
+        })?;
+        let mut row = vec![0.0f32; self.vocab];
+        let mut scratch = Scratch::default();
+        for j in 0..k {
+            let head = (first_head + j).min(self.num_heads - 1);
+            let b = &offsets[j * self.hidden..(j + 1) * self.hidden];
+            self.logits_into(head, z, Some(b), &mut row);
+            if row.iter().any(|v| !v.is_finite()) {
+                return Err(Error::new("z", "draft logits are not finite"));
+            }
+            top_k_tokens(&row, m, &mut scratch, &mut out[j * m..(j + 1) * m]);
+        }
+        Ok(())
+    }
+}
+
+/// out[r] = w[r, :] · x with eight independent accumulators so the loop vectorises.
+fn gemv(w: &[f32], x: &[f32], out: &mut [f32]) {
+    let h = x.len();
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(h)) {
+        let mut acc = [0.0f32; 8];
+        let (a, b) = (row.chunks_exact(8), x.chunks_exact(8));
+        let (ra, rb) = (a.remainder(), b.remainder());
+        for (ca, cb) in a.zip(b) {
+            for i in 0..8 {
+                acc[i] += ca[i] * cb[i];
+            }
+        }
+        let mut s: f32 = acc.iter().sum();
+        for (p, q) in ra.iter().zip(rb) {
+            s += p * q;
+        }
+        *o = s;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemv_matches_naive_and_candidates_are_sorted() {
+        let (n, v, h) = (2, 37, 19);
+        let w: Vec<f32> = (0..n * v * h)
+            .map(|i| ((i * 31 % 17) as f32 - 8.0) * 0.1)
+            .collect();
+        let bank = HeadBank::new(w.clone(), n, v, h).unwrap();
+        let z: Vec<f32> = (0..h).map(|i| i as f32 * 0.05 - 0.3).collect();
+        let mut out = vec![0.0; v];
+        bank.logits_into(1, &z, None, &mut out);
+        for r in 0..v {
+            let want: f32 = (0..h).map(|c| w[(v + r) * h + c] * z[c]).sum();
+            assert!((out[r] - want).abs() < 1e-4);
+        }
+        let offs = vec![0.0; 3 * h];
+        let mut cand = vec![0; 3 * 4];
+        bank.draft_candidates(&z, 0, &offs, 3, 4, &mut cand)
+            .unwrap();
+        assert_eq!(
+            out[cand[4] as usize],
+            out.iter().cloned().fold(f32::MIN, f32::max)
+        );
+    }
+}
