@@ -6,21 +6,22 @@ by LM head l, which predicts c_{l+1}.
 
 Speculative round (root = last sampled code c_m, not yet in the KV cache):
   tree nodes at depth d hold the top-ranked candidates for c_{m+d}, taken from the draft
-  logits that the previous call produced for its last accepted node; one graph call scores
-  root + tree; `verify_tree` accepts a path and samples one correction/bonus token from the
-  exact target; the root's and accepted nodes' K/V rows are committed. The target never sees
-  the draft offsets, so the output law is the model's own.
+  logits of the previous call's last accepted node (head_{l+j}(z_l + b_j)); one graph call
+  scores root + tree; `verify_tree` accepts a path and samples one correction/bonus token from
+  the exact target; the root's and accepted nodes' K/V rows are committed. The target never
+  sees the draft offsets, so the output law is the model's own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 import codecspec as cs
 from codecspec.graphs.config import embedding_row, zero_row
-from codecspec.runtime.depth_graph import DepthGraph
+from codecspec.runtime.depth_graph import DepthGraph, heads_sidecar
 from codecspec.runtime.kv import KVCache
 
 MODES = ("ar", "spec")
@@ -28,14 +29,13 @@ MODES = ("ar", "spec")
 
 @dataclass
 class DecodeStats:
-    """Counters over all frames decoded so far."""
+    """Counters over all frames decoded since the last reset."""
 
     frames: int = 0
     calls: int = 0
     codes: int = 0
     accepted: int = 0
     rounds: int = 0
-    accepted_hist: list = field(default_factory=list)
 
     @property
     def calls_per_frame(self) -> float:
@@ -46,20 +46,42 @@ class DecodeStats:
         """Codes produced by the depth loop per graph call (the prefill call included)."""
         return self.codes / max(self.calls, 1)
 
+    @property
+    def accepted_per_round(self) -> float:
+        return self.accepted / max(self.rounds, 1)
+
     def reset(self) -> None:
-        self.__init__()
+        self.frames = self.calls = self.codes = self.accepted = self.rounds = 0
 
 
 def _prune(tree: cs.DraftTree, depth: int) -> cs.DraftTree:
     return cs.DraftTree.from_paths([p for p in tree.paths if len(p) <= depth])
 
 
+def _load_heads(graph: DepthGraph, heads) -> cs.HeadBank:
+    if heads is None:
+        side = heads_sidecar(graph.path) if graph.path is not None else None
+        if side is None or not side.is_file():
+            raise ValueError(
+                "heads: this graph leaves the LM heads to the host (heads='hidden'); pass "
+                f"heads=[G-1, V, H] weights or put them in {side or '<model>.heads.npy'}"
+            )
+        heads = np.load(side)
+    c = graph.config
+    want = (c.num_codebooks - 1, c.codebook_size, c.hidden_size)
+    heads = np.asarray(heads, np.float32)
+    if heads.shape != want:
+        raise ValueError(f"heads: expected shape {want}, got {heads.shape}")
+    return cs.HeadBank(heads)
+
+
 class DepthDecoder:
     """Decodes c1..c_{G-1} for each frame, autoregressively or by tree speculation.
 
-    graph: a DepthGraph (or anything DepthGraph accepts). tree: the draft tree (e.g. from
-    `codecspec calibrate`); its depth is capped at the graph's number of draft offsets.
-    offsets: [K, H] learned position offsets (None = zeros, i.e. plain head reuse).
+    graph: a DepthGraph, an .onnx path, bytes or an onnx.ModelProto. tree: the draft tree
+    (e.g. from `codecspec calibrate`), depth <= the graph's number of draft offsets. offsets:
+    [K, H] learned position offsets (None = zeros, i.e. plain head reuse). heads: LM head
+    weights [G-1, V, H] for heads="hidden" graphs (default: the `.heads.npy` sidecar).
     """
 
     def __init__(
@@ -70,18 +92,33 @@ class DepthDecoder:
         params: cs.SamplingParams | None = None,
         provider: str = "auto",
         threads: int | None = None,
+        heads=None,
     ):
         self.graph = graph if isinstance(graph, DepthGraph) else DepthGraph(graph, provider, threads)
-        c = self.graph.config
-        self.config = c
+        c = self.config = self.graph.config
         self.G, self.V, self.K = c.num_codebooks, c.codebook_size, c.num_draft_offsets
+        self.bank = None if self.graph.heads_in_graph else _load_heads(self.graph, heads)
         self.params = params or cs.SamplingParams(0.9, 50, 1.0)
         self.offsets = self._check_offsets(offsets)
         self.zero_offsets = np.zeros_like(self.offsets)
         self.cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, self.G + 1)
         self.stats = DecodeStats()
-        self._zero_embeds = {}
+        self._zero_embeds: dict[int, np.ndarray] = {}
+        # Row of (level l >= 1, code x) in the graph's input table = base + l * V + x.
+        self._level_base = c.c0_vocab_size - c.codebook_size
         self.set_tree(tree if tree is not None else cs.DraftTree.chain(min(self.K, self.G - 2)))
+
+    @classmethod
+    def from_dir(cls, model_dir, **kw) -> DepthDecoder:
+        """Loads `depth.onnx`, and `offsets.npy` / `tree.json` when present, from a folder."""
+        d = Path(model_dir)
+        if not (d / "depth.onnx").is_file():
+            raise FileNotFoundError(f"model_dir: no depth.onnx in {d}")
+        if "offsets" not in kw and (d / "offsets.npy").is_file():
+            kw["offsets"] = np.load(d / "offsets.npy")
+        if "tree" not in kw and (d / "tree.json").is_file():
+            kw["tree"] = cs.DraftTree.from_json((d / "tree.json").read_text())
+        return cls(d / "depth.onnx", **kw)
 
     def _check_offsets(self, offsets) -> np.ndarray:
         want = (self.K, self.config.hidden_size)
@@ -95,23 +132,20 @@ class DepthDecoder:
         return offsets
 
     def set_tree(self, tree: cs.DraftTree) -> None:
+        """Switches the draft tree (precomputes its masks for every past length)."""
         if tree.max_depth > self.K:
-            raise ValueError(
-                f"tree: depth {tree.max_depth} exceeds the graph's {self.K} draft offsets"
-            )
+            raise ValueError(f"tree: depth {tree.max_depth} exceeds the graph's {self.K} offsets")
         if tree.num_nodes < 2:
             raise ValueError("tree: needs at least one draft node")
         self.tree = tree
         self.num_ranks = int(tree.ranks.max()) + 1
-        # Near the end of a frame fewer levels remain: tree truncated to each possible depth,
-        # with its per-depth rank lookups and masks precomputed (past length is m + 1).
+        # Near the end of a frame fewer levels remain: the tree pruned to each possible depth.
         self._trees = {}
         for d in range(1, min(tree.max_depth, self.G - 2) + 1):
             t = _prune(tree, d)
-            depths = t.depths.astype(np.int64)
             self._trees[d] = {
                 "tree": t,
-                "depths": depths,
+                "depths": t.depths.astype(np.int64),
                 "ranks": t.ranks.astype(np.int64),
                 "bias": {p: t.attention_bias(p) for p in range(2, self.G)},
                 "pos": {p: t.position_ids(p) for p in range(2, self.G)},
@@ -123,6 +157,32 @@ class DepthDecoder:
             z = self._zero_embeds[q] = np.zeros((q, self.config.input_width), np.float32)
         return z
 
+    # ------------------------------------------------------------------ graph + heads
+    def _call(self, ids, embeds, pos, bias, heads, offsets):
+        """One graph call; commits nothing. Returns (outputs, new_keys, new_values)."""
+        pk, pv = self.cache.past()
+        out = self.graph(ids, embeds, pos, bias, pk, pv, heads, offsets)
+        return out[:-2], out[-2], out[-1]
+
+    def _target_row(self, out, node: int, level: int) -> np.ndarray:
+        if self.bank is None:
+            return out[0][node]
+        return self.bank.logits(min(level, self.G - 2), out[0][node])
+
+    def _candidates(self, out, node: int, level: int, depth: int) -> np.ndarray:
+        """[depth, M] top-ranked drafts for levels level+2 .. level+1+depth from `node`."""
+        if self.bank is None:
+            return cs.topk(out[1][node][:depth], self.num_ranks)
+        return self.bank.draft_candidates(
+            out[0][node], min(level + 1, self.G - 2), self.offsets[:depth], self.num_ranks
+        )
+
+    def _verify(self, out, tree, tokens, levels, g):
+        heads = np.minimum(levels, self.G - 2)
+        if self.bank is None:
+            return cs.verify_tree(tree, tokens, out[0], self.params, g, draft_kind="topk")
+        return cs.verify_tree_hidden(tree, tokens, out[0], heads, self.bank, self.params, g)
+
     # ------------------------------------------------------------------ shared prefill
     def _prefill(self, hidden: np.ndarray, c0: int, offsets: np.ndarray):
         c = self.config
@@ -131,82 +191,64 @@ class DepthDecoder:
         embeds[0] = hidden
         bias = np.array([[0.0, -np.inf], [0.0, 0.0]], np.float32)
         self.cache.reset()
-        pk, pv = self.cache.past()
-        logits, drafts, nk, nv = self.graph(
-            ids, embeds, np.array([0, 1], np.int64), bias, pk, pv,
-            np.zeros(2, np.int64), offsets,
-        )
-        self.cache.commit(nk, nv, [0, 1])
-        return logits[1], drafts[1]
-
-    def _check_frame(self, hidden, c0) -> np.ndarray:
-        hidden = np.asarray(hidden, dtype=np.float32).reshape(-1)
-        if hidden.shape[0] != self.config.input_width:
-            raise ValueError(
-                f"hidden: expected {self.config.input_width} values, got {hidden.shape[0]}"
-            )
-        if not (0 <= int(c0) < self.config.c0_vocab_size):
-            raise ValueError(f"c0: must be in [0, {self.config.c0_vocab_size}), got {c0}")
-        return hidden
+        out, nk, nv = self._call(ids, embeds, np.array([0, 1], np.int64), bias,
+                                 np.zeros(2, np.int64), offsets)
+        self.cache.commit(nk, nv, np.array([0, 1], np.int32))
+        return out
 
     # ------------------------------------------------------------------ autoregressive
     def _frame_ar(self, hidden, c0, g: cs.Generator) -> np.ndarray:
-        c = self.config
         codes = np.empty(self.G, np.int64)
         codes[0] = c0
-        logits, _ = self._prefill(hidden, c0, self.zero_offsets)
-        codes[1] = cs.sample(logits, self.params, g)
-        calls = 1
-        embeds = self._embeds(1)
+        out = self._prefill(hidden, c0, self.zero_offsets)
+        codes[1] = cs.sample(self._target_row(out, 1, 0), self.params, g)
+        embeds, only_row = self._embeds(1), np.zeros(1, np.int32)
         for m in range(1, self.G - 1):
             past = m + 1
-            pk, pv = self.cache.past()
-            out = self.graph(
-                np.array([embedding_row(c, m, int(codes[m]))], np.int64), embeds,
-                np.array([past], np.int64), np.zeros((1, past + 1), np.float32), pk, pv,
+            out, nk, nv = self._call(
+                np.array([self._level_base + m * self.V + codes[m]], np.int64), embeds,
+                np.array([past], np.int64), np.zeros((1, past + 1), np.float32),
                 np.array([m], np.int64), self.zero_offsets,
             )
-            self.cache.commit(out[2], out[3], [0])
-            codes[m + 1] = cs.sample(out[0][0], self.params, g)
-            calls += 1
-        self._count(calls, self.G - 1)
+            self.cache.commit(nk, nv, only_row)
+            codes[m + 1] = cs.sample(self._target_row(out, 0, m), self.params, g)
+        self._count(self.G - 1, self.G - 1)
         return codes
 
     # ------------------------------------------------------------------ speculative
     def _frame_spec(self, hidden, c0, g: cs.Generator) -> np.ndarray:
-        c, G = self.config, self.G
+        G = self.G
         codes = np.empty(G, np.int64)
         codes[0] = c0
-        logits, draft = self._prefill(hidden, c0, self.offsets)
-        codes[1] = cs.sample(logits, self.params, g)
+        out = self._prefill(hidden, c0, self.offsets)
+        codes[1] = cs.sample(self._target_row(out, 1, 0), self.params, g)
         calls, m = 1, 1
-        level_base = c.c0_vocab_size - c.codebook_size  # row of (level l, code x) = base + l*V + x
+        cand = self._candidates(out, 1, 0, min(self.tree.max_depth, G - 2))
         while m < G - 1:
             spec = self._trees[min(self.tree.max_depth, G - 1 - m)]
             tree, depths = spec["tree"], spec["depths"]
-            d = int(depths[-1])
-            cand = cs.topk(draft[:d], self.num_ranks)  # [d, M] candidates per depth
             tokens = np.empty(tree.num_nodes, np.int32)
             tokens[0] = codes[m]
             tokens[1:] = cand[depths[1:] - 1, spec["ranks"][1:]]
             levels = m + depths
-            ids = level_base + levels * self.V + tokens
             past = m + 1
-            pk, pv = self.cache.past()
-            logits, drafts, nk, nv = self.graph(
-                ids, self._embeds(tree.num_nodes), spec["pos"][past], spec["bias"][past],
-                pk, pv, np.minimum(levels, G - 2), self.offsets,
+            out, nk, nv = self._call(
+                self._level_base + levels * self.V + tokens, self._embeds(tree.num_nodes),
+                spec["pos"][past], spec["bias"][past], np.minimum(levels, G - 2), self.offsets,
             )
-            r = cs.verify_tree(tree, tokens, logits, self.params, g, draft_kind="topk")
+            r = self._verify(out, tree, tokens, levels, g)
             nodes = r.nodes
             self.cache.commit(nk, nv, np.concatenate(([0], nodes)).astype(np.int32))
-            out = r.tokens[: G - 1 - m]  # a bonus past c_{G-1} does not exist: drop it
-            codes[m + 1 : m + 1 + len(out)] = out
+            emitted = r.tokens[: G - 1 - m]  # a bonus past c_{G-1} does not exist: drop it
+            codes[m + 1 : m + 1 + len(emitted)] = emitted
             self.stats.accepted += len(nodes)
             self.stats.rounds += 1
-            draft = drafts[nodes[-1] if len(nodes) else 0]
-            m += len(nodes) + 1
             calls += 1
+            last = int(nodes[-1]) if len(nodes) else 0
+            m += len(nodes) + 1
+            if m < G - 1:
+                cand = self._candidates(out, last, int(levels[last]),
+                                        min(self.tree.max_depth, G - 1 - m))
         self._count(calls, G - 1)
         return codes
 
@@ -216,6 +258,18 @@ class DepthDecoder:
         self.stats.codes += codes
 
     # ------------------------------------------------------------------ public
+    def _check_frame(self, hidden, c0) -> np.ndarray:
+        hidden = np.asarray(hidden, dtype=np.float32).reshape(-1)
+        if hidden.shape[0] != self.config.input_width:
+            raise ValueError(
+                f"hidden: expected {self.config.input_width} values, got {hidden.shape[0]}"
+            )
+        if not np.all(np.isfinite(hidden)):
+            raise ValueError("hidden: contains NaN or inf")
+        if not (0 <= int(c0) < self.config.c0_vocab_size):
+            raise ValueError(f"c0: must be in [0, {self.config.c0_vocab_size}), got {c0}")
+        return hidden
+
     def decode_frame(self, hidden, c0: int, generator: cs.Generator, mode: str = "spec"):
         """Codes c0..c_{G-1} (int64 [G]) for one frame."""
         if mode not in MODES:
@@ -225,11 +279,11 @@ class DepthDecoder:
         return step(hidden, int(c0), generator)
 
     def decode_frames(self, hiddens, c0s, generator: cs.Generator, mode: str = "spec",
-                      progress: bool = False):
+                      progress: bool = False) -> np.ndarray:
         """Codes int64 [N, G] for N frames (hiddens [N, H_in], c0s [N])."""
         hiddens = np.asarray(hiddens, np.float32)
         c0s = np.asarray(c0s)
-        if hiddens.ndim != 2 or len(hiddens) != len(c0s):
+        if hiddens.ndim != 2 or c0s.ndim != 1 or len(hiddens) != len(c0s):
             raise ValueError(
                 f"hiddens: expected [N, H] matching c0s [N], got {hiddens.shape} and {c0s.shape}"
             )
