@@ -666,3 +666,34 @@ def check_support(res, P, root):
         p = P[j, prev[m], y]
         assert (p > 0).all(), f"position {j}: emitted a token with zero target probability"
         prev[m] = y
+
+
+def complete_sequences(rng, res, P, root, length):
+    """Emitted tokens completed autoregressively from the target to ``length`` positions
+    (position j samples from P[j, previous token]); the completed sequence must follow the
+    target's autoregressive law exactly, whatever was accepted."""
+    out, lens = res["tokens"], res["lens"]
+    n = out.shape[0]
+    seq = np.empty((n, length), dtype=np.int64)
+    prev = np.full(n, root, dtype=np.int64)
+    for j in range(length):
+        have = lens > j
+        y = np.empty(n, dtype=np.int64)
+        y[have] = out[have, j]
+        if (~have).any():
+            y[~have] = sample_rows(rng, P[j, prev[~have]])
+        seq[:, j] = y
+        prev = y
+    return seq
+
+
+def pair_laws(P, root, length):
+    """Exact laws of consecutive pairs (y_{j-1}, y_j), j = 1..length-1, of the depth-bigram
+    target, flattened to [V * V]."""
+    m = P[0, root]
+    laws = []
+    for j in range(1, length):
+        joint = m[:, None] * P[j]
+        laws.append(joint.ravel())
+        m = joint.sum(axis=0)
+    return laws

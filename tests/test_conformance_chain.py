@@ -19,11 +19,13 @@ from stats import (
     chain_paths,
     check_result_invariants,
     check_support,
+    complete_sequences,
     counts_of,
     draft_tree_tokens,
     law_ok,
     np_verify_tree,
     np_warp,
+    pair_laws,
     run_chain_trials,
     sample_rows,
     two_token_law,
@@ -45,13 +47,24 @@ def sp(params):
     return cs.SamplingParams(temperature=t, top_k=k, top_p=p)
 
 
-def _outcomes(res, v, k):
+def _outcomes(res, v, k, P=None, rng=None):
     out, nacc = res["tokens"], res["nacc"]
-    return {
+    c = {
         "first token": counts_of(out[:, 0], v),
         "(y1, y2|STOP)": counts_of(two_token_outcomes(out, nacc, v), v * (v + 1)),
         "num_accepted": counts_of(nacc, k + 1),
     }
+    if P is not None:  # every position: completed sequences, consecutive pairs
+        seq = complete_sequences(rng, dict(res, lens=nacc + 1), P, ROOT, k + 1)
+        for j in range(1, k + 1):
+            c[f"completed (y{j}, y{j + 1})"] = counts_of(seq[:, j - 1] * v + seq[:, j], v * v)
+    return c
+
+
+def _with_pairs(laws, P, k):
+    for j, law in enumerate(pair_laws(P, ROOT, k + 1), start=1):
+        laws[f"completed (y{j}, y{j + 1})"] = law
+    return laws
 
 
 def _laws_ok(counts, laws, n):
@@ -90,18 +103,19 @@ def test_chain_law_with_draft_probs(cfg):
         "(y1, y2|STOP)": two_token_law(acc, p0 - acc, P[1]),
         "num_accepted": chain_nacc_law(P, Q, ROOT, k),
     }
-    _assert_laws(_outcomes(res, v, k), laws, n)
+    laws = _with_pairs(laws, P, k)
+    _assert_laws(_outcomes(res, v, k, P, rng), laws, n)
 
     # the expected laws are right: the numpy reference verifier satisfies them
     ref = _ref_res(rng, nt, tok, P, Q, "iid")
-    assert _laws_ok(_outcomes(ref, v, k), laws, n)
+    assert _laws_ok(_outcomes(ref, v, k, P, rng), laws, n)
     # power: accepting with p(x) instead of min(1, p(x)/q(x)) is caught
     bad = _ref_res(rng, nt, tok, P, Q, "iid", bug="accept_p")
-    assert not _laws_ok(_outcomes(bad, v, k), laws, n)
+    assert not _laws_ok(_outcomes(bad, v, k, P, rng), laws, n)
     # power, through codecspec: q passed with another temperature than the drafts were drawn at
     q_wrong = np_warp(Ql, 2.5).astype(np.float32)
     bad_cs = run_chain_trials(tok, L, sp(params), cs.Generator(seed=12), q_wrong)
-    assert not _laws_ok(_outcomes(bad_cs, v, k), laws, n)
+    assert not _laws_ok(_outcomes(bad_cs, v, k, P, rng), laws, n)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS[:2], ids=[c[0] for c in CONFIGS[:2]])
@@ -125,19 +139,20 @@ def test_chain_law_point_mass_drafts(cfg):
         "(y1, y2|STOP)": two_token_law(acc, p0 - acc, P[1]),
         "num_accepted": chain_nacc_law(P, Q, ROOT, k, point_mass_drafts=True),
     }
-    _assert_laws(_outcomes(res, v, k), laws, n)
+    laws = _with_pairs(laws, P, k)
+    _assert_laws(_outcomes(res, v, k, P, rng), laws, n)
 
     ref = _ref_res(rng, nt, tok, P, None, "topk")
-    assert _laws_ok(_outcomes(ref, v, k), laws, n)
+    assert _laws_ok(_outcomes(ref, v, k, P, rng), laws, n)
     # power: correction drawn from p instead of p with the rejected draft removed
     bad = _ref_res(rng, nt, tok, P, None, "topk", bug="no_residual")
-    assert not _laws_ok(_outcomes(bad, v, k), laws, n)
+    assert not _laws_ok(_outcomes(bad, v, k, P, rng), laws, n)
     # power, through codecspec: rows after the first selected by the wrong context
     perm = np.roll(np.arange(v), 1)
     L_bad = L.copy()
     L_bad[1:] = L[1:, perm]
     bad_cs = run_chain_trials(tok, L_bad, sp(params), cs.Generator(seed=22), None)
-    assert not _laws_ok(_outcomes(bad_cs, v, k), laws, n)
+    assert not _laws_ok(_outcomes(bad_cs, v, k, P, rng), laws, n)
 
 
 def test_chain_q_equals_p():

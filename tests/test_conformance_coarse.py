@@ -102,6 +102,8 @@ def test_coarse_group_law(cfg):
         assert (toks[m, j] == tok[m, j + 1]).all(), "accepted token differs from the draft"
 
     law1 = w @ P[0, ROOT]
+    lib_law = np.asarray(grp.coarse(cs.warp(L[0, ROOT], sp(params))), dtype=np.float64)
+    np.testing.assert_allclose(lib_law, law1, atol=1e-6)  # = grp.coarse(warp(root row))
     law2 = coarse_two_group_law(P[0, ROOT], Q[0, ROOT], P[1], w)
     assert_law(counts_of(grps[:, 0], ng), law1, n, what=f"{name}: first group")
     c2 = counts_of(_two_group_outcomes(grps, nacc, ng), ng * (ng + 1))

@@ -21,6 +21,7 @@ from stats import (
     bigram_tables,
     check_result_invariants,
     check_support,
+    complete_sequences,
     counts_of,
     draft_tree_tokens,
     exact_root_law,
@@ -28,6 +29,7 @@ from stats import (
     law_ok,
     np_verify_tree,
     np_warp,
+    pair_laws,
     run_tree_trials,
     two_token_law,
     two_token_outcomes,
@@ -52,12 +54,18 @@ def sp(params):
     return cs.SamplingParams(temperature=t, top_k=k, top_p=p)
 
 
-def _counts(res, nt, v, with_stop):
+def _counts(res, nt, v, with_stop, P=None, rng=None):
     out, nacc = res["tokens"], res["nacc"]
     c = {
         "first token": counts_of(out[:, 0], v),
         "(y1, y2|STOP)": counts_of(two_token_outcomes(out, nacc, v), v * (v + 1)),
     }
+    if P is not None:  # deeper positions: completed sequences, consecutive pairs
+        if "lens" not in res:
+            res = dict(res, lens=nacc + 1)
+        seq = complete_sequences(rng, res, P, ROOT, nt.max_depth + 1)
+        for j in range(1, nt.max_depth + 1):
+            c[f"completed (y{j}, y{j + 1})"] = counts_of(seq[:, j - 1] * v + seq[:, j], v * v)
     if with_stop:
         c["stop node"] = counts_of(res["stop"], nt.T)
         c["num_accepted"] = counts_of(nacc, nt.max_depth + 1)
@@ -97,27 +105,30 @@ def test_tree_law(cfg, kind):
     acc, stp = exact_root_law(P[0, ROOT], Q[0, ROOT], m, kind)
     np.testing.assert_allclose(acc + stp, P[0, ROOT], atol=1e-12)  # the rule is lossless
     laws = {"first token": P[0, ROOT], "(y1, y2|STOP)": two_token_law(acc, stp, P[1])}
+    for j, law in enumerate(pair_laws(P, ROOT, nt.max_depth + 1), start=1):
+        laws[f"completed (y{j}, y{j + 1})"] = law
     if kind == "topk":
         stop_law = exact_stop_node_law(nt, tok[0], P)
         laws["stop node"] = stop_law
         laws["num_accepted"] = np.bincount(nt.depths, weights=stop_law)
-    counts = _counts(res, nt, v, kind == "topk")
+    counts = _counts(res, nt, v, kind == "topk", P, rng)
     for what in laws:
         assert_law(counts[what], laws[what], n, what=f"{name} {kind}: {what}")
 
     # the expected laws are right: the numpy reference verifier satisfies them
     ref = _ref(rng, nt, tok, P, Q, kind)
-    assert _laws_ok(_counts(ref, nt, v, kind == "topk"), laws, n)
+    assert _laws_ok(_counts(ref, nt, v, kind == "topk", P, rng), laws, n)
     # power: broken numpy verifiers fail the same checks
     bugs = ["no_renorm", "no_residual"] if kind == "topk" else ["accept_p", "no_renorm"]
     for bug in bugs:
         bad = _ref(rng, nt, tok, P, Q, kind, bug)
-        assert not _laws_ok(_counts(bad, nt, v, kind == "topk"), laws, n), bug
+        assert not _laws_ok(_counts(bad, nt, v, kind == "topk", P, rng), laws, n), bug
     # power, through codecspec: q passed with another temperature than the drafts were drawn at
     if kind != "topk":
         q_wrong = np_warp(Ql, 2.5).astype(np.float32)
         bad = run_tree_trials(tree, nt, tok, L, sp(params), cs.Generator(seed=1), kind, q_wrong)
-        assert not _laws_ok(_counts(bad, nt, v, False), laws, n), "q at the wrong temperature"
+        bad_counts = _counts(bad, nt, v, False, P, rng)
+        assert not _laws_ok(bad_counts, laws, n), "q at the wrong temperature"
 
 
 def test_tree_iid_drafts_verified_as_swor_is_caught():

@@ -69,6 +69,7 @@ CASES = [
     ("warp-nan", lambda: cs.warp(rows(2, bad=NAN), sp()), "logits"),
     ("warp-posinf", lambda: cs.warp(rows(2, bad=INF), sp()), "logits"),
     ("warp-nan-greedy", lambda: cs.warp(rows(2, bad=NAN), sp(0.0)), "logits"),
+    ("warp-all-neginf-row", lambda: cs.warp(np.full((2, V), NINF, np.float32), sp()), "logits"),
     ("warp-0d", lambda: cs.warp(np.float32(1.0), sp()), "logits"),
     ("warp-empty-vocab", lambda: cs.warp(np.zeros((3, 0), np.float32), sp()), "logits"),
     ("warp-str-dtype", lambda: cs.warp(np.array([["a", "b"]]), sp()), "logits"),
@@ -86,6 +87,11 @@ CASES = [
     (
         "chain-nan-greedy",
         lambda: cs.verify_chain(rows(3, bad=NAN), i32(1, 2), sp(0.0), G()),
+        "target_logits",
+    ),
+    (
+        "chain-all-neginf-row",
+        lambda: cs.verify_chain(np.full((3, V), NINF, np.float32), i32(1, 2), sp(0.0), G()),
         "target_logits",
     ),
     ("chain-1d-logits", lambda: cs.verify_chain(rows(1)[0], i32(), sp(), G()), "target_logits"),
@@ -264,6 +270,10 @@ CASES = [
     ),
     ("expected-accept-small", lambda: tree().expected_tokens(np.array([[0.5, 0.5]])), "accept"),
     ("expected-accept-narrow", lambda: tree().expected_tokens(np.array([[0.5], [0.5]])), "accept"),
+    ("generator-neg-seed", lambda: cs.Generator(seed=-1), "seed"),
+    ("generator-neg-stream", lambda: cs.Generator(seed=1, stream=-1), "stream"),
+    ("fork-neg-stream", lambda: cs.Generator(seed=1).fork(-1), "stream"),
+    ("random-neg-n", lambda: cs.Generator(seed=1).random(-1), "n"),
     ("bias-neg-past", lambda: tree().attention_bias(-1), "past_len"),
     ("positions-neg-past", lambda: tree().position_ids(-1), "past_len"),
 ]
@@ -299,7 +309,7 @@ def grp():
 GROUP_CASES = [
     (
         "emb-nan",
-        lambda: cs.AcousticGroups.from_embeddings(np.where(EMB > 1.5, NAN, EMB), 0.5),
+        lambda: cs.AcousticGroups.from_embeddings(np.where(EMB == EMB[2, 1], NAN, EMB), 0.5),
         "emb",
     ),
     ("emb-1d", lambda: cs.AcousticGroups.from_embeddings(EMB[0], 0.5), "emb"),

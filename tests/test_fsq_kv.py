@@ -147,7 +147,7 @@ def test_sample_stop_law(temperature):
     assert s.dtype == np.bool_ and s.shape == x.shape
     assert g.step == 1
     for j, lg in enumerate(logits):
-        p = _sigmoid(lg / temperature)
+        p = _sigmoid(float(lg) / temperature)
         assert_law(counts_of(s[:, j].astype(np.int64), 2), [1 - p, p], n, what=f"logit {lg}")
     # power: a wrong temperature (ignoring T, or T off by 1.5x) is caught
     j = 3
@@ -236,3 +236,25 @@ def test_kv_commit_errors():
         cs.kv_commit(np.zeros((2, 4, 10), np.float32).transpose(0, 2, 1), 0, np.array([0]))
     # nothing was modified by the rejected calls
     assert (cache == 0).all()
+
+
+def test_layout_independent():
+    """A Fortran-ordered array must mean the same as its C-contiguous copy."""
+    rng = np.random.default_rng(12)
+    levels = [8, 7, 6, 6]
+    ch = np.stack([rng.integers(0, lv, size=6) for lv in levels], axis=-1)
+    np.testing.assert_array_equal(cs.fsq_pack(np.asfortranarray(ch), levels), np_pack(ch, levels))
+    x = make_logits(rng, (4, 8))
+    off = [0, 5, 8]
+    s = np.asarray(
+        cs.sample_factorized(np.asfortranarray(x), [5, 3], sp(0.0), cs.Generator(seed=0))
+    )
+    for c in range(2):
+        np.testing.assert_array_equal(s[:, c], np.argmax(x[:, off[c] : off[c + 1]], axis=-1))
+    sl = np.array([[60.0, -60.0, 60.0], [-60.0, -60.0, 60.0]], dtype=np.float32)
+    got = np.asarray(cs.sample_stop(np.asfortranarray(sl), cs.Generator(seed=0)))
+    np.testing.assert_array_equal(got, sl > 0)
+    cache = np.zeros((10, 4), np.float32)
+    rows = rng.standard_normal((5, 4)).astype(np.float32)
+    cs.kv_commit(cache, 2, np.array([0, 2, 3]), rows=np.asfortranarray(rows))
+    np.testing.assert_array_equal(cache[2:5], rows[[0, 2, 3]])

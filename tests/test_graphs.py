@@ -228,8 +228,15 @@ def test_random_weights_give_a_few_nats(model_setup):
 @pytest.mark.parametrize("heads", ["graph", "hidden"])
 @pytest.mark.parametrize(
     "past,parents",
-    [(0, [-1, 0]), (0, TREE), (3, TREE), (5, [-1]), (2, [-1, 0, 0, 0, 1, 2, 3])],
-    ids=["prefill2", "tree_p0", "tree_p3", "step_p5", "wide_p2"],
+    [
+        (0, [-1, 0]),
+        (0, TREE),
+        (3, TREE),
+        (5, [-1]),
+        (2, [-1, 0, 0, 0, 1, 2, 3]),
+        (1, [-1] + [0] * 20),  # more query tokens than max_positions (16)
+    ],
+    ids=["prefill2", "tree_p0", "tree_p3", "step_p5", "wide_p2", "star21_p1"],
 )
 def test_graph_matches_reference(model_setup, variant, heads, past, parents):
     cfg, w = model_setup
@@ -478,3 +485,13 @@ def test_build_argument_errors(model_setup):
     other = dataclasses.replace(cfg, num_layers=3)
     with pytest.raises(ValueError, match="layers.2"):
         build_depth_graph(other, w)
+
+
+def test_reference_float32_mode_stays_float32(model_setup):
+    cfg, w = model_setup
+    feeds = example_feeds(cfg, past_len=2, parents=TREE, seed=8, draft_offsets=w["draft_offsets"])
+    r32 = reference_run(cfg, w, feeds, dtype=np.float32)
+    r64 = reference_run(cfg, w, feeds)
+    for name, value in r64.items():
+        assert r32[name].dtype == np.float32, name
+        _close(r32[name], value, name)

@@ -140,3 +140,17 @@ def test_coarse_rejects_wrong_vocab():
         grp.coarse(np.array([0.5, np.nan, 0.5], dtype=np.float32))
     with pytest.raises(ValueError, match="probs"):
         grp.coarse(np.array([0.5, -0.1, 0.6], dtype=np.float32))
+
+
+def test_layout_independent():
+    """A Fortran-ordered array must mean the same as its C-contiguous copy."""
+    rng = np.random.default_rng(11)
+    grp = cs.AcousticGroups.from_members([[0, 1], [1, 2], [3], [4, 0]], 5)
+    p = rng.dirichlet(np.ones(5), size=7).astype(np.float32)
+    w = group_weights([[0, 1], [1, 2], [3], [4, 0]], 5)
+    np.testing.assert_allclose(np.asarray(grp.coarse(np.asfortranarray(p))), p @ w.T, atol=1e-6)
+    emb = rng.standard_normal((8, 3)).astype(np.float32)
+    _, cos = brute_groups(emb, 0.0)
+    thr = safe_threshold(cos, 0.3)
+    groups, _ = brute_groups(emb, thr)
+    check_against(cs.AcousticGroups.from_embeddings(np.asfortranarray(emb), thr), groups, 8)

@@ -474,3 +474,15 @@ def test_node_order_is_itertools_consistent():
     paths = [p for d in (1, 2) for p in itertools.product(range(3), repeat=d)]
     t = cs.DraftTree.from_paths(list(reversed(paths)))
     assert paths_of(t) == paths
+
+
+def test_accept_layout_independent():
+    """A Fortran-ordered accept matrix must mean the same as its C-contiguous copy."""
+    acc = np.array([[0.9, 0.5, 0.1], [0.8, 0.2, 0.1]])
+    accf = np.asfortranarray(acc)
+    t = cs.DraftTree.from_paths([(0,), (1,), (0, 0)])
+    assert t.expected_tokens(accf) == pytest.approx(1 + 0.9 + 0.5 + 0.9 * 0.8)
+    tf = cs.DraftTree.greedy(accf, 4)
+    assert sum(_value(acc, p) for p in paths_of(tf)) == pytest.approx(
+        brute_force_best(acc, 4, 2, 3)
+    )

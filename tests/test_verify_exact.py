@@ -367,3 +367,27 @@ def _greedy_chain(rows, x):
             return out
     out.append(int(np.argmax(rows[len(x)])))
     return out
+
+
+def test_batch_and_coarse_layout_independent():
+    rng = np.random.default_rng(23)
+    tr = cs.DraftTree.from_paths([(0,), (1,)])
+    tok = np.array([0, 1, 2], dtype=np.int32)
+    grp = cs.AcousticGroups.from_members([[0, 1], [1, 2], [3], [4, 0]], 5)
+    for trial in range(20):
+        rows = make_logits(rng, (3, 6))
+        want, _ = greedy_walk(NpTree([(0,), (1,)]), tok, rows)
+        r = cs.verify_tree_batch(
+            [tr], tok, np.asfortranarray(rows), sp(0.0), [cs.Generator(seed=0)]
+        )
+        np.testing.assert_array_equal(r[0].tokens, want, err_msg=f"trial {trial}")
+        L = make_logits(rng, (3, 5))
+        q = softmax(make_logits(rng, (2, 5))).astype(np.float32)
+        x = np.array([1, 2], dtype=np.int32)
+        g = cs.Generator(seed=trial)
+        a = cs.verify_chain_coarse(grp, L, x, q, sp(1.0), g.copy())
+        b = cs.verify_chain_coarse(
+            grp, np.asfortranarray(L), x, np.asfortranarray(q), sp(1.0), g.copy()
+        )
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        np.testing.assert_array_equal(a.groups, b.groups)

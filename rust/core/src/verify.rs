@@ -46,7 +46,7 @@ impl DraftKind {
 #[derive(Clone, Copy)]
 pub struct TreeProblem<'a> {
     pub tree: &'a Tree,
-    /// [T]; node 0 is the root and is not checked against the vocabulary.
+    /// [T]; node 0 is the root (the last committed token), also in [0, V).
     pub node_tokens: &'a [i32],
     /// [T, V]
     pub target_logits: &'a [f32],
@@ -95,7 +95,7 @@ impl<'a> TreeProblem<'a> {
                 self.node_tokens.len()
             )
         })?;
-        for (i, &x) in self.node_tokens.iter().enumerate().skip(1) {
+        for (i, &x) in self.node_tokens.iter().enumerate() {
             ensure(x >= 0 && (x as usize) < v, "node_tokens", || {
                 format!("node {i} holds token {x}, outside [0, {v})")
             })?;

@@ -45,14 +45,17 @@ pub struct ArrayView<'py, T: Element> {
 impl<'py, T: Element + Copy> ArrayView<'py, T> {
     /// Flat row-major data: borrowed when C-contiguous, copied otherwise.
     pub fn data(&self) -> PyResult<Cow<'_, [T]>> {
-        // Safety: the array is held for the view's lifetime and only read here; numpy arrays
-        // that the caller mutates concurrently from another thread are the caller's race.
-        unsafe {
-            match self.arr.as_slice() {
-                Ok(s) => Ok(Cow::Borrowed(s)),
-                Err(_) => Ok(Cow::Owned(self.arr.as_array().iter().copied().collect())),
+        // numpy's "contiguous" includes Fortran order, whose memory is not row-major: only a
+        // C-contiguous array may be borrowed; anything else is copied in logical order.
+        if self.arr.is_c_contiguous() {
+            // Safety: the array is held for the view's lifetime and only read here.
+            if let Ok(s) = unsafe { self.arr.as_slice() } {
+                return Ok(Cow::Borrowed(s));
             }
         }
+        Ok(Cow::Owned(
+            self.arr.to_owned_array().iter().copied().collect(),
+        ))
     }
 
     pub fn ndim(&self) -> usize {

@@ -65,11 +65,16 @@ pub struct PyGenerator {
 #[pymethods]
 impl PyGenerator {
     #[new]
-    #[pyo3(signature = (seed=0, stream=0))]
-    fn new(seed: u64, stream: u64) -> Self {
-        Self {
+    #[pyo3(signature = (seed=None, stream=None))]
+    fn new(seed: Option<&Bound<'_, PyAny>>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let seed = seed.map(|s| unsigned(s, "seed")).transpose()?.unwrap_or(0);
+        let stream = stream
+            .map(|s| unsigned(s, "stream"))
+            .transpose()?
+            .unwrap_or(0);
+        Ok(Self {
             inner: rng::Generator::new(seed, stream),
-        }
+        })
     }
 
     #[getter]
@@ -86,10 +91,10 @@ impl PyGenerator {
     }
 
     /// An independent generator for stream `stream_id` (its step starts at 0).
-    fn fork(&self, stream_id: u64) -> Self {
-        Self {
-            inner: self.inner.fork(stream_id),
-        }
+    fn fork(&self, stream_id: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Self {
+            inner: self.inner.fork(unsigned(stream_id, "stream_id")?),
+        })
     }
 
     /// A generator in the same state; drawing from it leaves this one untouched.
@@ -119,6 +124,12 @@ impl PyGenerator {
             self.inner.seed, self.inner.stream, self.inner.step
         )
     }
+}
+
+/// A Python int in [0, 2^64) (seeds and stream ids), else ValueError naming `arg`.
+fn unsigned(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<u64> {
+    obj.extract::<u64>()
+        .map_err(|_| arg_error(arg, format!("must be an integer in [0, 2**64), got {obj}")))
 }
 
 /// Warped probabilities: float32 with the shape of `logits` ([..., V]).
