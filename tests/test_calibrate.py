@@ -202,6 +202,9 @@ def test_latency_excludes_query_lengths_the_graph_rejects(model):
                 raise RuntimeError("query too long")
             return self.inner.run(names, feeds, *args)
 
+        def get_inputs(self):
+            return self.inner.get_inputs()
+
     class Stub:
         config = graph.config
         session = Capped(graph.session, 4)
@@ -325,3 +328,40 @@ def test_calibrate_with_given_offsets_skips_training(model, tmp_path):
             progress=False,
             end_to_end_frames=0,
         )
+
+
+def test_calibrate_hidden_heads_graph(model, tmp_path):
+    """heads="hidden" graphs: heads from the sidecar, host-side head work in the profile."""
+    from codecspec.runtime.depth_graph import heads_sidecar
+
+    w = drift_weights(CFG, seed=0)
+    path = tmp_path / "hid.onnx"
+    save_model(build_depth_graph(CFG, w, variant=VARIANT, heads="hidden"), path)
+    np.save(heads_sidecar(path), w["heads"])
+    np.testing.assert_array_equal(read_heads(path), w["heads"])
+    # Same hidden states as the heads="graph" build of the same weights.
+    hiddens, c0s = synthetic_inputs(CFG, 3, seed=4)
+    codes = collect_frames(model[1], hiddens, c0s, cs.Generator(0), progress=False)
+    z_graph = teacher_forced_hidden(model[1], hiddens, c0s, codes, progress=False)
+    z_hidden = teacher_forced_hidden(
+        DepthGraph(path, "cpu", 1), hiddens, c0s, codes, progress=False
+    )
+    np.testing.assert_allclose(z_hidden, z_graph, atol=1e-5)
+    res = calibrate(
+        path,
+        tmp_path / "out",
+        frames=40,
+        budgets=(1, 2, 4),
+        threads=1,
+        latency_repeats=3,
+        train_kwargs=dict(epochs=2),
+        end_to_end_frames=4,
+        overhead_frames=4,
+        plots=False,
+        progress=False,
+        save_beside_model=False,
+    )
+    assert res.profile["heads_in_graph"] is False
+    assert all(h > 0 for h in res.latency.host_ms)
+    assert res.end_to_end["speedup"] > 0
+    assert (tmp_path / "out" / "offsets.npy").is_file()

@@ -36,6 +36,16 @@ def small_config():
     )
 
 
+def _save_heads(args, weights) -> None:
+    """heads='hidden' graphs leave the LM heads to the host: store them beside the graph."""
+    if args.heads == "hidden":
+        from codecspec.runtime.depth_graph import heads_sidecar
+
+        side = heads_sidecar(args.output)
+        np.save(side, np.asarray(weights["heads"], np.float32))
+        print(f"wrote {side} (LM heads for host-side evaluation)")
+
+
 def cmd_build_graph(args) -> int:
     from codecspec.graphs import (
         DepthDecoderWeights, build_depth_graph, count_nodes, qwen3_tts_0_6b, save_model,
@@ -45,6 +55,7 @@ def cmd_build_graph(args) -> int:
     weights = DepthDecoderWeights.random(config, seed=args.seed)
     model = build_depth_graph(config, weights, variant=args.variant, heads=args.heads)
     save_model(model, args.output)
+    _save_heads(args, weights)
     print(f"wrote {args.output}: {count_nodes(model)} nodes, preset {args.preset}, "
           f"variant {args.variant}, random weights (seed {args.seed})")
     return 0
@@ -55,8 +66,9 @@ def cmd_import_qwen3(args) -> int:
     from codecspec.graphs.qwen3 import load_qwen3_tts_checkpoint
 
     config, weights = load_qwen3_tts_checkpoint(args.checkpoint)
-    model = build_depth_graph(config, weights, variant=args.variant, heads="graph")
+    model = build_depth_graph(config, weights, variant=args.variant, heads=args.heads)
     save_model(model, args.output, external_data=args.external_data)
+    _save_heads(args, weights)
     print(f"wrote {args.output}: {count_nodes(model)} nodes from {args.checkpoint}")
     return 0
 
@@ -67,7 +79,8 @@ def cmd_calibrate(args) -> int:
     result = calibrate(
         args.model, args.output, frames=args.frames, budgets=tuple(args.budgets),
         provider=args.provider, seed=args.seed, params=_params(args),
-        offsets=args.offsets,
+        offsets=args.offsets, threads=args.threads, medusa=args.medusa,
+        heads=np.load(args.heads) if args.heads else None,
     )
     print(result.summary() if hasattr(result, "summary") else result)
     return 0
@@ -77,9 +90,21 @@ def _demo_model(workdir: Path, seed: int) -> Path:
     from codecspec.graphs import DepthDecoderWeights, build_depth_graph, save_model
 
     config = small_config()
+    from codecspec.runtime.depth_graph import heads_sidecar
+
+    weights = DepthDecoderWeights.random(config, seed=seed)
     path = workdir / "depth.onnx"
-    save_model(build_depth_graph(config, DepthDecoderWeights.random(config, seed=seed)), path)
+    save_model(build_depth_graph(config, weights, heads="hidden"), path)
+    np.save(heads_sidecar(path), np.asarray(weights["heads"], np.float32))
     return path
+
+
+def _load_offsets(path):
+    if not path:
+        return None
+    from codecspec.train.offsets import load_offsets
+
+    return load_offsets(path)[0]
 
 
 def cmd_demo(args) -> int:
@@ -91,7 +116,7 @@ def cmd_demo(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.model) if args.model else _demo_model(Path(tmp), args.seed)
         tree = cs.DraftTree.from_json(Path(args.tree).read_text()) if args.tree else None
-        offsets = np.load(args.offsets) if args.offsets else None
+        offsets = _load_offsets(args.offsets)
         dec = DepthDecoder(path, tree=tree, offsets=offsets, params=_params(args),
                            provider=args.provider, threads=args.threads)
         rng = np.random.default_rng(args.seed)
@@ -134,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", help="depth graph (.onnx); default: a fresh random small graph")
     p.add_argument("--tree", help="tree JSON from `codecspec calibrate`")
-    p.add_argument("--offsets", help="offsets .npy ([K, H])")
+    p.add_argument("--offsets", help="offsets (.npz from calibrate, or .npy [K, H])")
     p.add_argument("--provider", default="auto", choices=["auto", "cpu", "cuda", "coreml"])
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -145,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--preset", choices=["small", "qwen3-0.6b"], default="small")
     p.add_argument("--variant", choices=["cpu", "plain"], default="cpu")
-    p.add_argument("--heads", choices=["graph", "hidden"], default="graph")
+    p.add_argument("--heads", choices=["graph", "hidden"], default="hidden",
+                   help="hidden (default): LM heads evaluated on the host, cheaper on CPUs")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_build_graph)
 
@@ -153,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--variant", choices=["cpu", "plain"], default="cpu")
+    p.add_argument("--heads", choices=["graph", "hidden"], default="hidden")
     p.add_argument("--external-data", action="store_true")
     p.set_defaults(func=cmd_import_qwen3)
 
@@ -162,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24, 32])
     p.add_argument("--offsets", help="trained offsets (default: train them)")
+    p.add_argument("--heads", help="LM heads .npy [G-1, V, H] for a heads='hidden' graph "
+                   "(default: the <model>.heads.npy sidecar)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--medusa", action="store_true", help="also train the Medusa-heads ablation")
     p.add_argument("--provider", default="cpu", choices=["auto", "cpu", "cuda", "coreml"])
     p.add_argument("--seed", type=int, default=0)
     _sampling_args(p)

@@ -114,8 +114,13 @@ class DepthDecoder:
         d = Path(model_dir)
         if not (d / "depth.onnx").is_file():
             raise FileNotFoundError(f"model_dir: no depth.onnx in {d}")
-        if "offsets" not in kw and (d / "offsets.npy").is_file():
-            kw["offsets"] = np.load(d / "offsets.npy")
+        if "offsets" not in kw:
+            from codecspec.train.offsets import load_offsets
+
+            for name in ("offsets.npz", "offsets.npy"):
+                if (d / name).is_file():
+                    kw["offsets"] = load_offsets(d / name)[0]
+                    break
         if "tree" not in kw and (d / "tree.json").is_file():
             kw["tree"] = cs.DraftTree.from_json((d / "tree.json").read_text())
         return cls(d / "depth.onnx", **kw)

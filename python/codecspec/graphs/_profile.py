@@ -3,6 +3,7 @@
     python -m codecspec.graphs._profile                 # Qwen3-TTS-0.6B-size code predictor
     python -m codecspec.graphs._profile --small         # 5 x 256 model
     python -m codecspec.graphs._profile --queries 1,4,8,16 --past 8 --threads 2 --repeats 40
+    python -m codecspec.graphs._profile --heads-only    # LM heads: in-graph gather vs host
 
 Each (variant, heads) graph runs with `--threads` intra-op threads, one inter-op thread and
 full graph optimisation. Rounds visit every graph and every Q in turn (3 calls, the first one
@@ -21,7 +22,7 @@ import time
 
 import numpy as np
 
-from .builder import build_depth_graph, count_nodes, cpu_variant_supported
+from .builder import _Graph, _heads_part, build_depth_graph, count_nodes, cpu_variant_supported
 from .config import DepthDecoderConfig, qwen3_tts_0_6b
 from .reference import compute_head_logits, example_feeds
 from .weights import DepthDecoderWeights
@@ -51,6 +52,11 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default="plain,cpu")
     ap.add_argument("--heads", default="graph,hidden")
     ap.add_argument("--no-spin", action="store_true", help="intra-op threads block, not spin")
+    ap.add_argument(
+        "--heads-only",
+        action="store_true",
+        help="time only the LM-head part: in-graph gather vs host compute_head_logits",
+    )
     args = ap.parse_args(argv)
 
     import onnxruntime as ort
@@ -91,6 +97,9 @@ def main(argv=None) -> int:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if args.no_spin:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+
+    if args.heads_only:
+        return _heads_only(config, weights, so, queries, args)
 
     sessions = {}
     for variant in variants:
@@ -155,6 +164,78 @@ def main(argv=None) -> int:
                 cell += f"; +host heads {np.median(h):.2f} ({h.min():.2f})"
             cells.append(cell)
         print(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    return 0
+
+
+def _heads_only(config, weights, so, queries, args) -> int:
+    """The heads part of a heads="graph" model alone vs the host path, on random hidden states."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    c = config
+    g = _Graph()
+    for n in ("hidden", "head_ids", "draft_offsets", "logits", "draft_logits"):
+        g._used.add(n)
+    _heads_part(g, c, weights, "hidden")
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    graph = helper.make_graph(
+        g.nodes,
+        "heads_only",
+        [
+            helper.make_tensor_value_info("hidden", f32, ["q", c.hidden_size]),
+            helper.make_tensor_value_info("head_ids", i64, ["q"]),
+            helper.make_tensor_value_info(
+                "draft_offsets", f32, [c.num_draft_offsets, c.hidden_size]
+            ),
+        ],
+        [
+            helper.make_tensor_value_info("logits", f32, ["q", c.codebook_size]),
+            helper.make_tensor_value_info(
+                "draft_logits", f32, ["q", c.num_draft_offsets, c.codebook_size]
+            ),
+        ],
+        g.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(args.seed)
+    heads_w = weights["heads"]
+    offs = weights["draft_offsets"]
+    res: dict = {(k, q): [] for k in ("graph", "host") for q in queries}
+    inputs = {}
+    for q in queries:
+        f = example_feeds(c, past_len=args.past, parents=_bushy_tree_parents(q), seed=q)
+        inputs[q] = {
+            "hidden": rng.standard_normal((q, c.hidden_size), dtype=np.float32),
+            "head_ids": f["head_ids"],
+            "draft_offsets": offs,
+        }
+    for r in range(args.repeats):
+        for q in queries:
+            inp = inputs[q]
+            for k in range(3):
+                t0 = time.perf_counter()
+                sess.run(None, inp)
+                t1 = time.perf_counter()
+                compute_head_logits(heads_w, inp["hidden"], inp["head_ids"], offs)
+                t2 = time.perf_counter()
+                if k > 0 and r > 0:
+                    res[("graph", q)].append(t1 - t0)
+                    res[("host", q)].append(t2 - t1)
+    print()
+    print("LM heads only (verify + draft logits), median (min) ms")
+    print()
+    print("| heads | " + " | ".join(f"Q={q}" for q in queries) + " |")
+    print("|---|" + "---|" * len(queries))
+    for k in ("graph", "host"):
+        cells = []
+        for q in queries:
+            t = 1e3 * np.asarray(res[(k, q)])
+            cells.append(f"{np.median(t):.2f} ({t.min():.2f})")
+        print(f"| {k} | " + " | ".join(cells) + " |")
     return 0
 
 

@@ -24,6 +24,7 @@ variant="plain" uses standard ONNX ops only (opset 13..17): no contrib ops, stat
 variant="cpu" uses ONNX Runtime com.microsoft contrib ops (GroupQueryAttention with causal=0 and
 an additive bias, RotaryEmbedding, BranchwiseRMSNorm, SkipSimplifiedLayerNormalization,
 QuickGelu) and needs onnxruntime >= 1.32; `cpu_variant_supported()` checks the installed one.
+Both need Q >= 1; variant="cpu" also Q <= 4096 (RotaryEmbedding cache rows).
 """
 
 from __future__ import annotations
@@ -299,9 +300,7 @@ def _rms_plain(g: _Graph, x: str, n: float, eps: float, hint: str) -> str:
 
 
 # ---------------------------------------------------------------------- plain variant
-def _build_plain(
-    g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights
-) -> tuple[str, list, list]:
+def _build_plain(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
     L, H, hd = c.num_layers, c.hidden_size, c.head_dim
     nh, kvh, grp = c.num_heads, c.num_kv_heads, c.kv_groups
     nqk = nh + kvh
@@ -381,14 +380,21 @@ def _build_plain(
     z = _rms_plain(g, x, H, eps, "final_norm")
     final_w = (_f64(w, "final_norm") * sqrt_h).astype(np.float32)
     z = g.op("Mul", [z, g.init("final_norm_w", final_w)], outputs=["hidden"])
-    return z, new_k, new_v
+    for rows, name in ((new_k, "new_keys"), (new_v, "new_values")):
+        # L x [1, kvh, Q, hd] -> [L, kvh, Q, hd]
+        if L == 1:
+            g.op("Identity", rows, outputs=[name])
+        else:
+            g.op("Concat", rows, outputs=[name], axis=0)
+    return z
 
 
 # ---------------------------------------------------------------------- cpu variant
 _MS = "com.microsoft"
+_CPU_ROPE_ROWS = 4096  # longest query a variant="cpu" graph accepts
 
 
-def _build_cpu(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> tuple[str, list, list]:
+def _build_cpu(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
     L, hd = c.num_layers, c.head_dim
     nh, kvh = c.num_heads, c.num_kv_heads
     nqk = nh + kvh
@@ -404,7 +410,10 @@ def _build_cpu(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> tupl
         x = g.op("Add", [e, pe], hint="x0")
 
     pos = g.op("Unsqueeze", ["position_ids", g.i64([0])], hint="pos_b")
-    ang = _rope_angles(c)
+    # The contrib RotaryEmbedding kernel refuses a query longer than its cache has rows, even
+    # when every position is in range, so the cache gets at least _CPU_ROPE_ROWS rows.
+    rows = max(c.max_positions, _CPU_ROPE_ROWS)
+    ang = np.arange(rows, dtype=np.float64)[:, None] * _inv_freq(c)[None, :]
     cos = g.init("rope_cos", np.cos(ang).astype(np.float32))
     sin = g.init("rope_sin", np.sin(ang).astype(np.float32))
     bias = g.op("Unsqueeze", ["attention_bias", g.i64([0, 1])], hint="bias4")
@@ -496,7 +505,7 @@ def _build_cpu(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> tupl
 
     stack(new_k, "new_keys")
     stack(new_v, "new_values")
-    return z, None, None
+    return z
 
 
 # ---------------------------------------------------------------------- public builder
@@ -524,15 +533,7 @@ def build_depth_graph(
     g = _Graph()
     for name in INPUT_NAMES + OUTPUT_NAMES:
         g._used.add(name)
-    if variant == "plain":
-        z, new_k, new_v = _build_plain(g, c, weights)
-        for rows, name in ((new_k, "new_keys"), (new_v, "new_values")):
-            if len(rows) == 1:
-                g.op("Identity", rows, outputs=[name])
-            else:
-                g.op("Concat", rows, outputs=[name], axis=0)
-    else:
-        z, _, _ = _build_cpu(g, c, weights)
+    z = (_build_plain if variant == "plain" else _build_cpu)(g, c, weights)
     if heads == "graph":
         _heads_part(g, c, weights, z)
 

@@ -58,6 +58,14 @@ class DepthDecoderConfig:
 
     def __post_init__(self) -> None:
         self.validate()
+        # Plain Python numbers, so that equality, hashing and JSON do not depend on how the
+        # values were given (numpy ints, ints for floats).
+        for name in _INT_FIELDS:
+            object.__setattr__(self, name, int(getattr(self, name)))
+        if self.input_hidden_size is not None:
+            object.__setattr__(self, "input_hidden_size", int(self.input_hidden_size))
+        for name in ("rms_norm_eps", "rope_theta"):
+            object.__setattr__(self, name, float(getattr(self, name)))
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:

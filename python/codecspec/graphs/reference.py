@@ -157,7 +157,7 @@ def forward_hidden(
         values = np.concatenate([past_values[i], new_values[i]], axis=1)
         keys = np.repeat(keys, c.kv_groups, axis=0)  # HF repeat_kv: head h uses kv head h // g
         values = np.repeat(values, c.kv_groups, axis=0)
-        scores = q.transpose(1, 0, 2) @ keys.transpose(0, 2, 1) / np.sqrt(hd) + bias[None]
+        scores = q.transpose(1, 0, 2) @ keys.transpose(0, 2, 1) / float(np.sqrt(hd)) + bias[None]
         attn = (_softmax(scores) @ values).transpose(1, 0, 2).reshape(Q, nh * hd)
         x = x + attn @ W(p + "o_proj").T
         h = _rms_norm(x, W(p + "post_norm"), eps)

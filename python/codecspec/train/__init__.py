@@ -16,6 +16,7 @@ from codecspec.train.calibrate import (
     measure_acceptance,
     measure_end_to_end,
     measure_latency,
+    measure_overhead,
     predict_tree,
     simulate_tree,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "measure_acceptance",
     "measure_end_to_end",
     "measure_latency",
+    "measure_overhead",
     "predict_tree",
     "read_heads",
     "save_offsets",

@@ -391,30 +391,45 @@ def _host_tree(q: int, K: int) -> cs.DraftTree:
     return cs.DraftTree.greedy(a, q - 1, max_depth=K)
 
 
-def _time_host(c, q: int, params, rng, reps: int) -> float:
-    V, K = c.codebook_size, c.num_draft_offsets
+def _time_host(c, q: int, params, rng, reps: int, bank=None) -> float:
+    """Median ms of the host work of one decoder call, as DepthDecoder does it.
+
+    With `bank` (heads="hidden" graphs) the head products are host work too: the target rows
+    the verify walk visits and the next round's draft candidates.
+    """
+    V, K, H = c.codebook_size, c.num_draft_offsets, c.hidden_size
     g = cs.Generator(0)
     times = []
     if q == 1:
         x = rng.standard_normal(V).astype(np.float32)
+        zq = rng.standard_normal(H).astype(np.float32)
         for _ in range(reps):
             t0 = time.perf_counter()
-            cs.sample(x, params, g)
+            cs.sample(x if bank is None else bank.logits(0, zq), params, g)
             times.append(time.perf_counter() - t0)
         return 1e3 * float(np.median(times))
     tree = _host_tree(q, K)
     M = int(tree.ranks.max()) + 1
     logits = rng.standard_normal((q, V)).astype(np.float32)
     draft = rng.standard_normal((K, V)).astype(np.float32)
+    hidden = rng.standard_normal((q, H)).astype(np.float32)
+    offsets = np.zeros((K, H), np.float32)
+    node_heads = np.minimum(1 + tree.depths, c.num_codebooks - 2).astype(np.int64)
     depths = tree.depths.astype(np.int64)
     ranks = tree.ranks.astype(np.int64)
     for _ in range(reps):
         t0 = time.perf_counter()
-        cand = cs.topk(draft[: tree.max_depth], M)
+        if bank is None:
+            cand = cs.topk(draft[: tree.max_depth], M)
+        else:
+            cand = bank.draft_candidates(hidden[0], 1, offsets[: tree.max_depth], M)
         tokens = np.empty(q, np.int32)
         tokens[0] = 0
         tokens[1:] = cand[depths[1:] - 1, ranks[1:]]
-        cs.verify_tree(tree, tokens, logits, params, g, draft_kind="topk")
+        if bank is None:
+            cs.verify_tree(tree, tokens, logits, params, g, draft_kind="topk")
+        else:
+            cs.verify_tree_hidden(tree, tokens, hidden, node_heads, bank, params, g)
         times.append(time.perf_counter() - t0)
     return 1e3 * float(np.median(times))
 
@@ -430,6 +445,7 @@ def measure_latency(
     provider: str = "cpu",
     threads: Optional[int] = None,
     host: bool = True,
+    heads: Optional[np.ndarray] = None,
     seed: int = 0,
     progress: bool = True,
 ) -> LatencyProfile:
@@ -438,7 +454,8 @@ def measure_latency(
     graph: a DepthGraph, DepthDecoder or ONNX path. Sweeps are interleaved (each repeat visits
     every q in a fresh random order) after `warmup` untimed sweeps, so drifting machine load
     spreads over all q; medians resist the outliers of a shared machine. Also times the
-    prefill shape (q=2, no past) and, with host=True, the host work per call.
+    prefill shape (q=2, no past) and, with host=True, the host work per call (for heads="hidden"
+    graphs including the host-side head products: `heads`, or the model's sidecar).
     """
     from codecspec.runtime.depth_graph import DepthGraph
 
@@ -455,7 +472,10 @@ def measure_latency(
     pre = _latency_feeds(c, 2, 0, rng)
     pre["position_ids"] = np.arange(2, dtype=np.int64)
     pre["attention_bias"] = np.array([[0.0, -np.inf], [0.0, 0.0]], np.float32)
-    names = ["logits", "draft_logits", "new_keys", "new_values"]
+    names = list(getattr(graph, "outputs", ("logits", "draft_logits", "new_keys", "new_values")))
+    accepted = {i.name for i in graph.session.get_inputs()}
+    feeds = {q: {k: v for k, v in f.items() if k in accepted} for q, f in feeds.items()}
+    pre = {k: v for k, v in pre.items() if k in accepted}
     run = graph.session.run
     # Some graphs cap the query length (the contrib RotaryEmbedding kernel refuses more query
     # tokens than its cos/sin cache has rows): probe once, drop what fails, report it.
@@ -490,7 +510,14 @@ def measure_latency(
                 samples[rep - warmup, i] = 1e3 * dt
     med = np.median(samples, axis=0)
     params = params or cs.SamplingParams(0.9, 50, 1.0)
-    host_ms = [_time_host(c, q, params, rng, max(5, repeats)) if host else 0.0 for q in qs]
+    bank = None
+    if host and not getattr(graph, "heads_in_graph", True):
+        if heads is None:
+            from codecspec.train.data import read_heads
+
+            heads = read_heads(graph.path)
+        bank = cs.HeadBank(np.ascontiguousarray(heads, np.float32))
+    host_ms = [_time_host(c, q, params, rng, max(5, repeats), bank) if host else 0.0 for q in qs]
     return LatencyProfile(
         qs=list(qs),
         graph_ms=med[:-1].tolist(),
@@ -589,7 +616,7 @@ def choose_budget(
 
 # ---------------------------------------------------------------------- decoder glue
 def measure_overhead(
-    graph, latency: LatencyProfile, hiddens, c0s, *, params=None, seed: int = 0
+    graph, latency: LatencyProfile, hiddens, c0s, *, params=None, heads=None, seed: int = 0
 ) -> float:
     """Per-call glue of the real decoder (ms), stored in `latency.overhead_ms` and returned.
 
@@ -600,7 +627,7 @@ def measure_overhead(
     """
     from codecspec.decode.depth import DepthDecoder
 
-    dec = DepthDecoder(graph, params=params)
+    dec = DepthDecoder(graph, params=params, heads=heads)
     hiddens = np.asarray(hiddens, np.float32)
     g = cs.Generator(seed).fork(3)
     dec.decode_frame(hiddens[0], int(c0s[0]), g.copy(), "ar")  # warm-up
@@ -618,7 +645,16 @@ def measure_overhead(
 
 # ---------------------------------------------------------------------- end to end check
 def measure_end_to_end(
-    graph, tree, offsets, hiddens, c0s, *, params=None, seed: int = 0, progress: bool = False
+    graph,
+    tree,
+    offsets,
+    hiddens,
+    c0s,
+    *,
+    params=None,
+    heads=None,
+    seed: int = 0,
+    progress: bool = False,
 ) -> dict:
     """Wall-clock ms per frame of the real DepthDecoder, AR vs speculative, interleaved.
 
@@ -627,7 +663,7 @@ def measure_end_to_end(
     """
     from codecspec.decode.depth import DepthDecoder
 
-    dec = DepthDecoder(graph, tree=tree, offsets=offsets, params=params)
+    dec = DepthDecoder(graph, tree=tree, offsets=offsets, params=params, heads=heads)
     hiddens = np.asarray(hiddens, np.float32)
     g_ar, g_sp = cs.Generator(seed).fork(1), cs.Generator(seed).fork(2)
     t_ar, t_sp = [], []
@@ -759,6 +795,7 @@ def calibrate(
     params: Optional[cs.SamplingParams] = None,
     threads: Optional[int] = None,
     inputs: Optional[tuple] = None,
+    heads: Optional[np.ndarray] = None,
     val_fraction: float = 0.25,
     train_kwargs: Optional[dict] = None,
     medusa: bool = False,
@@ -776,8 +813,11 @@ def calibrate(
 
     1. frames: `frames` free-generation frames of the exact model (AR, `params`, `seed`) on
        `inputs` = (hiddens [N, H_in], c0s [N]) or synthetic ones; teacher-forced hidden states.
+       `heads` [G-1, V, H]: the LM heads, needed only for a heads="hidden" graph without a
+       `<model>.heads.npy` sidecar.
     2. offsets: loaded (path) / given (array), or trained on a (1 - val_fraction) share of the
-       frames and written to out_dir/offsets.npz (and beside the model unless disabled).
+       frames and written to out_dir/offsets.npz (with metadata) and out_dir/offsets.npy (bare
+       array, what DepthDecoder.from_dir reads), and beside the model unless disabled.
     3. acceptance on the held-out frames (all frames when offsets were given), for the offsets
        and for zero offsets (and Medusa heads with medusa=True) as ablations.
     4. latency profile for q in {1, 2} ∪ {N + 1}; 5. best N; 6. optional end-to-end check with
@@ -795,7 +835,10 @@ def calibrate(
     graph = DepthGraph(model_path, provider, threads)
     c = graph.config
     H, K = c.hidden_size, c.num_draft_offsets
-    heads = read_heads(model_path)
+    heads = read_heads(model_path) if heads is None else np.ascontiguousarray(heads, np.float32)
+    want = (c.num_lm_heads, c.codebook_size, H)
+    if heads.shape != want:
+        raise ValueError(f"heads: expected shape {want}, got {heads.shape}")
     files: dict[str, str] = {}
 
     # 1. corpus
@@ -805,7 +848,9 @@ def calibrate(
         hiddens, c0s = (np.asarray(x) for x in inputs)
         hiddens, c0s = hiddens[:frames], c0s[:frames]
     gen = cs.Generator(seed)
-    codes = collect_frames(graph, hiddens, c0s, gen, "ar", params=params, progress=progress)
+    codes = collect_frames(
+        graph, hiddens, c0s, gen, "ar", params=params, heads=heads, progress=progress
+    )
     z = teacher_forced_hidden(graph, hiddens, c0s, codes, progress=progress)
     N = len(codes)
 
@@ -831,6 +876,8 @@ def calibrate(
             "seed": seed,
         }
         files["offsets"] = str(save_offsets(out / "offsets.npz", offs, meta))
+        np.save(out / "offsets.npy", offs)
+        files["offsets_npy"] = str(out / "offsets.npy")
         if save_beside_model:
             try:
                 files["offsets_beside_model"] = str(
@@ -878,13 +925,14 @@ def calibrate(
         past_len=past_len,
         repeats=latency_repeats,
         params=params,
+        heads=heads,
         seed=seed,
         progress=progress,
     )
 
     if overhead_frames:
         n = min(int(overhead_frames), N)
-        measure_overhead(graph, lat, hiddens[:n], c0s[:n], params=params, seed=seed)
+        measure_overhead(graph, lat, hiddens[:n], c0s[:n], params=params, heads=heads, seed=seed)
 
     # 5. choice
     budget, rows = choose_budget(acc, lat, budgets)
@@ -906,6 +954,7 @@ def calibrate(
             hiddens[:n],
             c0s[:n],
             params=params,
+            heads=heads,
             seed=seed + 7,
             progress=progress,
         )
@@ -919,6 +968,7 @@ def calibrate(
         "version": PROFILE_VERSION,
         "date": _now(),
         "provider": graph.provider,
+        "heads_in_graph": bool(getattr(graph, "heads_in_graph", True)),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "threads": int(sess_threads),

@@ -97,14 +97,16 @@ def drift_weights(
     return w
 
 
-def _as_decoder(decoder_or_graph, params, provider: str, threads: Optional[int]):
+def _as_decoder(decoder_or_graph, params, provider: str, threads: Optional[int], heads=None):
     from codecspec.decode.depth import DepthDecoder
 
     if isinstance(decoder_or_graph, DepthDecoder):
         if params is not None:
             decoder_or_graph.params = params
         return decoder_or_graph
-    return DepthDecoder(decoder_or_graph, params=params, provider=provider, threads=threads)
+    return DepthDecoder(
+        decoder_or_graph, params=params, provider=provider, threads=threads, heads=heads
+    )
 
 
 def collect_frames(
@@ -117,15 +119,17 @@ def collect_frames(
     params: Optional[cs.SamplingParams] = None,
     provider: str = "cpu",
     threads: Optional[int] = None,
+    heads: Optional[np.ndarray] = None,
     progress: bool = True,
 ) -> np.ndarray:
     """Codes int64 [N, G] by free generation with the exact model.
 
     decoder_or_graph: a DepthDecoder (its sampling params are used unless `params` is given),
-    a DepthGraph, an ONNX path or ModelProto (a CPU DepthDecoder is opened on it; default
-    params: temperature 0.9, top-k 50). mode "ar" is the reference; "spec" has the same law.
+    a DepthGraph, an ONNX path or ModelProto (a DepthDecoder is opened on it; default params:
+    temperature 0.9, top-k 50; `heads` for heads="hidden" graphs without a sidecar). mode "ar"
+    is the reference; "spec" has the same law.
     """
-    dec = _as_decoder(decoder_or_graph, params, provider, threads)
+    dec = _as_decoder(decoder_or_graph, params, provider, threads, heads)
     return dec.decode_frames(hiddens, c0s, generator, mode=mode, progress=progress)
 
 
@@ -216,6 +220,8 @@ def teacher_forced_hidden(
         raise ValueError(f"codes: c1.. must be in [0, {c.codebook_size})")
     if "hidden" not in {o.name for o in sess.get_outputs()}:
         raise ValueError("graph_session: the graph has no `hidden` output")
+    # heads="hidden" graphs take neither head_ids nor draft_offsets.
+    names = {i.name for i in sess.get_inputs()}
     z = np.empty((N, G, H), np.float32)
     it = range(N)
     if progress:
@@ -223,7 +229,8 @@ def teacher_forced_hidden(
 
         it = bar(it, desc="teacher-forced hidden", total=N)
     for n in it:
-        z[n] = sess.run(["hidden"], teacher_forced_feeds(c, hiddens[n], codes[n]))[0]
+        feeds = teacher_forced_feeds(c, hiddens[n], codes[n])
+        z[n] = sess.run(["hidden"], {k: v for k, v in feeds.items() if k in names})[0]
     return z
 
 
@@ -234,16 +241,20 @@ def node_hidden(z: np.ndarray, level: Union[int, np.ndarray]) -> np.ndarray:
 
 # ---------------------------------------------------------------------- model weights
 def read_heads(model: Union[str, os.PathLike, Any]) -> np.ndarray:
-    """The frozen LM heads float32 [G-1, V, H] stored in a codecspec depth graph.
+    """The frozen LM heads float32 [G-1, V, H] of a codecspec depth graph.
 
-    `model`: an ONNX path or ModelProto (the builder names the initializer `heads`), a
+    `model`: an ONNX path or ModelProto (heads="graph": the initializer the builder names
+    `heads`; heads="hidden" path: the `<model>.heads.npy` sidecar the decoder reads), a
     DepthDecoderWeights or a dict holding "heads".
     """
     import onnx
     from onnx import numpy_helper
 
+    from codecspec.runtime.depth_graph import heads_sidecar
+
     if isinstance(model, dict) or (hasattr(model, "keys") and "heads" in model.keys()):
         return np.ascontiguousarray(model["heads"], np.float32)
+    path = None
     if not isinstance(model, onnx.ModelProto):
         path = Path(model)
         if not path.is_file():
@@ -252,4 +263,8 @@ def read_heads(model: Union[str, os.PathLike, Any]) -> np.ndarray:
     for init in model.graph.initializer:
         if init.name == "heads":
             return np.ascontiguousarray(numpy_helper.to_array(init), np.float32)
-    raise ValueError("model: no `heads` initializer; build the graph with heads='graph'")
+    if path is not None and heads_sidecar(path).is_file():
+        return np.ascontiguousarray(np.load(heads_sidecar(path)), np.float32)
+    raise ValueError(
+        "model: no `heads` initializer and no <model>.heads.npy sidecar; pass the head weights"
+    )

@@ -70,6 +70,9 @@ def plot_latency(latency, path):
     g = np.asarray(latency.graph_ms)
     h = np.asarray(latency.host_ms)
     fig, ax = plt.subplots(figsize=(5, 3.5))
+    ov = float(getattr(latency, "overhead_ms", 0.0) or 0.0)
+    if ov > 0:
+        ax.plot(qs, g + h + ov, "^-", label=f"+ decoder glue ({ov:.3g} ms)")
     ax.plot(qs, g + h, "o-", label="graph + host")
     ax.plot(qs, g, "s--", label="graph call")
     ax.set_xlabel("query tokens q (tree nodes N + 1)")
