@@ -2,25 +2,36 @@
 
 from __future__ import annotations
 
+import codecspec as cs
 import numpy as np
 import pytest
-
-import codecspec as cs
 from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
-from codecspec.graphs import DepthDecoderConfig, DepthDecoderWeights, build_depth_graph
-from codecspec.graphs import embedding_row, reference_run, zero_row
+from codecspec.graphs import (
+    DepthDecoderConfig,
+    DepthDecoderWeights,
+    build_depth_graph,
+    embedding_row,
+    reference_run,
+    zero_row,
+)
 from codecspec.runtime import ProviderUnavailable
 
 CFG = DepthDecoderConfig(
-    num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=8,
-    intermediate_size=64, num_codebooks=6, codebook_size=32, c0_vocab_size=40,
-    num_draft_offsets=3, max_positions=16,
+    num_layers=2,
+    hidden_size=32,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    intermediate_size=64,
+    num_codebooks=6,
+    codebook_size=32,
+    c0_vocab_size=40,
+    num_draft_offsets=3,
+    max_positions=16,
 )
 # Wide at depth 1 so that drafts are accepted often even though random heads predict badly.
-TREE = cs.DraftTree.from_paths(
-    [(r,) for r in range(8)] + [(0, 0), (0, 1), (1, 0), (0, 0, 0)]
-)
+TREE = cs.DraftTree.from_paths([(r,) for r in range(8)] + [(0, 0), (0, 1), (1, 0), (0, 0, 0)])
 SAMPLED = cs.SamplingParams(0.9, 20, 1.0)
 
 
@@ -32,14 +43,17 @@ def weights():
 @pytest.fixture(scope="module", params=["hidden", "graph"])
 def decoder(request, weights):
     model = build_depth_graph(CFG, weights, heads=request.param)
-    return DepthDecoder(model, tree=TREE, params=SAMPLED, provider="cpu", threads=1,
-                        heads=weights["heads"])
+    return DepthDecoder(
+        model, tree=TREE, params=SAMPLED, provider="cpu", threads=1, heads=weights["heads"]
+    )
 
 
 def frames(n, seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((n, CFG.input_width)).astype(np.float32),
-            rng.integers(0, CFG.c0_vocab_size, n))
+    return (
+        rng.standard_normal((n, CFG.input_width)).astype(np.float32),
+        rng.integers(0, CFG.c0_vocab_size, n),
+    )
 
 
 def test_greedy_speculation_reproduces_autoregressive_codes(decoder):
@@ -60,16 +74,20 @@ def test_committed_cache_equals_a_teacher_forced_pass(decoder, weights):
     for i in range(3):
         codes = decoder.decode_frame(h[i], c0[i], cs.Generator(5).fork(i), "spec")
         G = CFG.num_codebooks
-        ids = np.concatenate(([zero_row(CFG)], [embedding_row(CFG, lv, int(codes[lv]))
-                                                for lv in range(G - 1)]))
+        ids = np.concatenate(
+            ([zero_row(CFG)], [embedding_row(CFG, lv, int(codes[lv])) for lv in range(G - 1)])
+        )
         embeds = np.zeros((G, CFG.input_width), np.float32)
         embeds[0] = h[i]
         feeds = {
-            "input_ids": ids.astype(np.int64), "input_embeds": embeds,
+            "input_ids": ids.astype(np.int64),
+            "input_embeds": embeds,
             "position_ids": np.arange(G, dtype=np.int64),
             "attention_bias": np.triu(np.full((G, G), -np.inf, np.float32), 1),
             "past_keys": np.zeros((CFG.num_layers, CFG.num_kv_heads, 0, CFG.head_dim), np.float32),
-            "past_values": np.zeros((CFG.num_layers, CFG.num_kv_heads, 0, CFG.head_dim), np.float32),
+            "past_values": np.zeros(
+                (CFG.num_layers, CFG.num_kv_heads, 0, CFG.head_dim), np.float32
+            ),
         }
         ref = reference_run(CFG, weights, feeds, heads="hidden")
         assert decoder.cache.length >= G
@@ -80,9 +98,9 @@ def test_committed_cache_equals_a_teacher_forced_pass(decoder, weights):
 class OffsetShiftedVerifier(DepthDecoder):
     """Deliberately broken: verifies against head(z + b_1), the draft stream's view."""
 
-    def _verify(self, out, tree, tokens, levels, g):
+    def _verify(self, call, tree, n, tokens, levels, g):
         heads = np.minimum(levels, self.G - 2)
-        shifted = out[0] + self.offsets[0]
+        shifted = call.hidden[:n] + self.offsets[0]
         return cs.verify_tree_hidden(tree, tokens, shifted, heads, self.bank, self.params, g)
 
 
@@ -98,14 +116,28 @@ def fidelity(dec, n, seed):
 def test_speculative_histograms_match_autoregressive(weights):
     model = build_depth_graph(CFG, weights, heads="hidden")
     offsets = np.random.default_rng(0).standard_normal((3, CFG.hidden_size)).astype(np.float32)
-    good = DepthDecoder(model, tree=TREE, params=SAMPLED, offsets=offsets, provider="cpu",
-                        threads=1, heads=weights["heads"])
+    good = DepthDecoder(
+        model,
+        tree=TREE,
+        params=SAMPLED,
+        offsets=offsets,
+        provider="cpu",
+        threads=1,
+        heads=weights["heads"],
+    )
     p, stats = fidelity(good, 20_000, seed=11)
     assert stats.accepted_per_round > 0.3, "the speculative path must actually be exercised"
     assert p.min() > 1e-4, f"per-position p-values {p}"
 
-    broken = OffsetShiftedVerifier(model, tree=TREE, params=SAMPLED, offsets=offsets * 4,
-                                   provider="cpu", threads=1, heads=weights["heads"])
+    broken = OffsetShiftedVerifier(
+        model,
+        tree=TREE,
+        params=SAMPLED,
+        offsets=offsets * 4,
+        provider="cpu",
+        threads=1,
+        heads=weights["heads"],
+    )
     p_bad, _ = fidelity(broken, 5_000, seed=12)
     assert p_bad.min() < 1e-4, "the broken verifier must be caught"
 

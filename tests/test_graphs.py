@@ -81,7 +81,7 @@ def _session(cfg, w, variant, heads, opset=17):
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        _SESSIONS[key] = (s, model)
+        _SESSIONS[key] = (s, w)  # holding w keeps its id from being reused
     return _SESSIONS[key][0]
 
 

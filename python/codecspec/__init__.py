@@ -7,8 +7,8 @@ Runtime graphs, decoders, training and calibration live in the Python subpackage
 from codecspec._core import (
     AcousticGroups,
     DraftTree,
-    HeadBank,
     Generator,
+    HeadBank,
     SamplingParams,
     VerifyResult,
     __version__,

@@ -79,7 +79,9 @@ class VerifyResult:
     def groups(self) -> Optional[npt.NDArray[np.int32]]: ...
 
 def warp(logits: ArrayLike, params: SamplingParams) -> npt.NDArray[np.float32]: ...
-def sample(logits: ArrayLike, params: SamplingParams, generator: Generator) -> npt.NDArray[np.int32]: ...
+def sample(
+    logits: ArrayLike, params: SamplingParams, generator: Generator
+) -> npt.NDArray[np.int32]: ...
 def topk(logits: ArrayLike, k: int) -> npt.NDArray[np.int32]: ...
 def verify_chain(
     target_logits: ArrayLike,
@@ -106,3 +108,86 @@ def verify_tree_batch(
     draft_probs: Optional[ArrayLike] = None,
     draft_kind: str = "topk",
 ) -> list[VerifyResult]: ...
+
+# Stubs for AcousticGroups / verify_chain_coarse / FSQ / kv_commit, to merge into _core.pyi.
+# Uses the names _core.pyi already imports: Sequence, Optional, Union, np, npt, ArrayLike,
+# SamplingParams, Generator, VerifyResult.
+
+class AcousticGroups:
+    """Overlapping acoustic similarity groups; w[k, t] = 1 / |groups_of(t)|."""
+
+    @staticmethod
+    def from_embeddings(
+        emb: ArrayLike, threshold: float, singletons: ArrayLike = ()
+    ) -> AcousticGroups:
+        """Group k = {t : cos(e_k, e_t) >= threshold} | {k}; emb [V, D] float32.
+
+        Tokens in `singletons` form their own group and join no other. Raises ValueError
+        naming `emb`, `threshold` or `singletons`.
+        """
+    @staticmethod
+    def from_members(members: Sequence[Sequence[int]], vocab_size: int) -> AcousticGroups:
+        """Explicit groups. Raises ValueError naming `members` or `vocab_size`."""
+    @property
+    def num_groups(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def nnz(self) -> int: ...
+    def members(self, k: int) -> npt.NDArray[np.int32]: ...
+    def groups_of(self, t: int) -> npt.NDArray[np.int32]: ...
+    def coarse(self, probs: ArrayLike) -> Union[npt.NDArray[np.float32], npt.NDArray[np.float64]]:
+        """[..., V] -> [..., num_groups]; float32 in -> float32 out, otherwise float64."""
+
+def verify_chain_coarse(
+    groups: AcousticGroups,
+    target_logits: ArrayLike,
+    draft_tokens: ArrayLike,
+    draft_probs: ArrayLike,
+    params: SamplingParams,
+    generator: Generator,
+) -> VerifyResult: ...
+def fsq_pack(channels: ArrayLike, levels: Sequence[int]) -> npt.NDArray[np.int64]: ...
+def fsq_unpack(packed: ArrayLike, levels: Sequence[int]) -> npt.NDArray[np.int64]: ...
+def sample_factorized(
+    logits: ArrayLike,
+    head_sizes: Sequence[int],
+    params: SamplingParams,
+    generator: Generator,
+) -> npt.NDArray[np.int32]: ...
+def sample_stop(
+    stop_logits: ArrayLike, generator: Generator, temperature: float = 1.0
+) -> npt.NDArray[np.bool_]: ...
+def kv_commit(
+    cache: Union[npt.NDArray[np.float32], npt.NDArray[np.float16]],
+    past_len: int,
+    nodes: ArrayLike,
+    rows: Optional[ArrayLike] = None,
+) -> int: ...
+
+class HeadBank:
+    def __init__(self, weights: ArrayLike) -> None: ...
+    @property
+    def num_heads(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    def logits(
+        self, head: int, z: ArrayLike, offset: Optional[ArrayLike] = None
+    ) -> npt.NDArray[np.float32]: ...
+    def draft_candidates(
+        self, z: ArrayLike, first_head: int, offsets: ArrayLike, m: int
+    ) -> npt.NDArray[np.int32]: ...
+
+def verify_tree_hidden(
+    tree: DraftTree,
+    node_tokens: ArrayLike,
+    hidden: ArrayLike,
+    node_heads: ArrayLike,
+    bank: HeadBank,
+    params: SamplingParams,
+    generator: Generator,
+    draft_probs: Optional[ArrayLike] = None,
+    draft_kind: str = "topk",
+) -> VerifyResult: ...

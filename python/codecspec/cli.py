@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 
-def _params(args) -> "cs.SamplingParams":  # noqa: F821
+def _params(args) -> cs.SamplingParams:  # noqa: F821
     import codecspec as cs
 
     return cs.SamplingParams(args.temperature, args.top_k, args.top_p)
@@ -30,8 +30,15 @@ def small_config():
     from codecspec.graphs.config import DepthDecoderConfig
 
     return DepthDecoderConfig(
-        num_layers=5, hidden_size=256, num_heads=4, num_kv_heads=2, head_dim=64,
-        intermediate_size=768, num_codebooks=16, codebook_size=512, c0_vocab_size=512,
+        num_layers=5,
+        hidden_size=256,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        intermediate_size=768,
+        num_codebooks=16,
+        codebook_size=512,
+        c0_vocab_size=512,
         num_draft_offsets=3,
     )
 
@@ -48,7 +55,11 @@ def _save_heads(args, weights) -> None:
 
 def cmd_build_graph(args) -> int:
     from codecspec.graphs import (
-        DepthDecoderWeights, build_depth_graph, count_nodes, qwen3_tts_0_6b, save_model,
+        DepthDecoderWeights,
+        build_depth_graph,
+        count_nodes,
+        qwen3_tts_0_6b,
+        save_model,
     )
 
     config = qwen3_tts_0_6b() if args.preset == "qwen3-0.6b" else small_config()
@@ -56,8 +67,10 @@ def cmd_build_graph(args) -> int:
     model = build_depth_graph(config, weights, variant=args.variant, heads=args.heads)
     save_model(model, args.output)
     _save_heads(args, weights)
-    print(f"wrote {args.output}: {count_nodes(model)} nodes, preset {args.preset}, "
-          f"variant {args.variant}, random weights (seed {args.seed})")
+    print(
+        f"wrote {args.output}: {count_nodes(model)} nodes, preset {args.preset}, "
+        f"variant {args.variant}, random weights (seed {args.seed})"
+    )
     return 0
 
 
@@ -77,9 +90,16 @@ def cmd_calibrate(args) -> int:
     from codecspec.train.calibrate import calibrate
 
     result = calibrate(
-        args.model, args.output, frames=args.frames, budgets=tuple(args.budgets),
-        provider=args.provider, seed=args.seed, params=_params(args),
-        offsets=args.offsets, threads=args.threads, medusa=args.medusa,
+        args.model,
+        args.output,
+        frames=args.frames,
+        budgets=tuple(args.budgets),
+        provider=args.provider,
+        seed=args.seed,
+        params=_params(args),
+        offsets=args.offsets,
+        threads=args.threads,
+        medusa=args.medusa,
         heads=np.load(args.heads) if args.heads else None,
     )
     print(result.summary() if hasattr(result, "summary") else result)
@@ -117,8 +137,14 @@ def cmd_demo(args) -> int:
         path = Path(args.model) if args.model else _demo_model(Path(tmp), args.seed)
         tree = cs.DraftTree.from_json(Path(args.tree).read_text()) if args.tree else None
         offsets = _load_offsets(args.offsets)
-        dec = DepthDecoder(path, tree=tree, offsets=offsets, params=_params(args),
-                           provider=args.provider, threads=args.threads)
+        dec = DepthDecoder(
+            path,
+            tree=tree,
+            offsets=offsets,
+            params=_params(args),
+            provider=args.provider,
+            threads=args.threads,
+        )
         rng = np.random.default_rng(args.seed)
         c = dec.config
         hiddens = rng.standard_normal((args.frames, c.input_width)).astype(np.float32)
@@ -170,8 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--preset", choices=["small", "qwen3-0.6b"], default="small")
     p.add_argument("--variant", choices=["cpu", "plain"], default="cpu")
-    p.add_argument("--heads", choices=["graph", "hidden"], default="hidden",
-                   help="hidden (default): LM heads evaluated on the host, cheaper on CPUs")
+    p.add_argument(
+        "--heads",
+        choices=["graph", "hidden"],
+        default="hidden",
+        help="hidden (default): LM heads evaluated on the host, cheaper on CPUs",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_build_graph)
 
@@ -189,8 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24, 32])
     p.add_argument("--offsets", help="trained offsets (default: train them)")
-    p.add_argument("--heads", help="LM heads .npy [G-1, V, H] for a heads='hidden' graph "
-                   "(default: the <model>.heads.npy sidecar)")
+    p.add_argument(
+        "--heads",
+        help="LM heads .npy [G-1, V, H] for a heads='hidden' graph "
+        "(default: the <model>.heads.npy sidecar)",
+    )
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--medusa", action="store_true", help="also train the Medusa-heads ablation")
     p.add_argument("--provider", default="cpu", choices=["auto", "cpu", "cuda", "coreml"])
@@ -202,8 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
+    )
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as e:

@@ -65,10 +65,10 @@ def homogeneity_pvalue(a: np.ndarray, b: np.ndarray) -> float:
     a, b, pooled = a[keep], b[keep], pooled[keep]
     # Pool the rarest cells until each expected count is >= 5 in both samples.
     order = np.argsort(pooled, kind="stable")
-    a, b, pooled = a[order], b[order], pooled[order]
+    a, b = a[order], b[order]
     frac = min(na, nb) / (na + nb)
     cells_a, cells_b, acc_a, acc_b = [], [], 0.0, 0.0
-    for x, y, s in zip(a, b, pooled):
+    for x, y in zip(a, b):
         acc_a, acc_b = acc_a + x, acc_b + y
         if (acc_a + acc_b) * frac >= 5:
             cells_a.append(acc_a)

@@ -94,18 +94,25 @@ class DepthDecoder:
         threads: int | None = None,
         heads=None,
     ):
-        self.graph = graph if isinstance(graph, DepthGraph) else DepthGraph(graph, provider, threads)
+        self.graph = (
+            graph if isinstance(graph, DepthGraph) else DepthGraph(graph, provider, threads)
+        )
         c = self.config = self.graph.config
         self.G, self.V, self.K = c.num_codebooks, c.codebook_size, c.num_draft_offsets
         self.bank = None if self.graph.heads_in_graph else _load_heads(self.graph, heads)
         self.params = params or cs.SamplingParams(0.9, 50, 1.0)
         self.offsets = self._check_offsets(offsets)
         self.zero_offsets = np.zeros_like(self.offsets)
-        self.cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, self.G + 1)
+        # Positions 0..G-1 of a frame plus one accepted leaf at c_{G-1}.
+        self.cap = self.G + 1
+        self.cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, self.cap)
         self.stats = DecodeStats()
-        self._zero_embeds: dict[int, np.ndarray] = {}
         # Row of (level l >= 1, code x) in the graph's input table = base + l * V + x.
         self._level_base = c.c0_vocab_size - c.codebook_size
+        self._zero_row = zero_row(c)
+        self._prefill_rows = np.array([0, 1], np.int32)
+        self._first_row = np.zeros(1, np.int32)
+        self._bind_fixed_calls()
         self.set_tree(tree if tree is not None else cs.DraftTree.chain(min(self.K, self.G - 2)))
 
     @classmethod
@@ -137,113 +144,137 @@ class DepthDecoder:
         return offsets
 
     def set_tree(self, tree: cs.DraftTree) -> None:
-        """Switches the draft tree (precomputes its masks for every past length)."""
+        """Switches the draft tree; binds its graph call and precomputes its masks."""
         if tree.max_depth > self.K:
             raise ValueError(f"tree: depth {tree.max_depth} exceeds the graph's {self.K} offsets")
         if tree.num_nodes < 2:
             raise ValueError("tree: needs at least one draft node")
         self.tree = tree
         self.num_ranks = int(tree.ranks.max()) + 1
+        t_full = tree.num_nodes
+        self._tree_call = self.graph.bind(t_full, self.cache.keys, self.cache.values)
+        self._tree_call.offsets[...] = self.offsets
         # Near the end of a frame fewer levels remain: the tree pruned to each possible depth.
+        # Canonical node order is depth-first-sorted, so a pruned tree is a prefix of the full
+        # one; the call keeps its full query length and the extra rows only see themselves.
         self._trees = {}
         for d in range(1, min(tree.max_depth, self.G - 2) + 1):
             t = _prune(tree, d)
+            n = t.num_nodes
+            bias, pos = {}, {}
+            for past in range(2, self.G):
+                b = np.full((t_full, self.cap + t_full), -np.inf, np.float32)
+                b[:n, :past] = 0.0
+                b[:n, self.cap : self.cap + n] = t.attention_bias(0)
+                b[np.arange(n, t_full), self.cap + np.arange(n, t_full)] = 0.0
+                bias[past] = b
+                p = np.full(t_full, past, np.int64)
+                p[:n] = t.position_ids(past)
+                pos[past] = p
             self._trees[d] = {
                 "tree": t,
+                "n": n,
+                "bias": bias,
+                "pos": pos,
                 "depths": t.depths.astype(np.int64),
                 "ranks": t.ranks.astype(np.int64),
-                "bias": {p: t.attention_bias(p) for p in range(2, self.G)},
-                "pos": {p: t.position_ids(p) for p in range(2, self.G)},
             }
 
-    def _embeds(self, q: int) -> np.ndarray:
-        z = self._zero_embeds.get(q)
-        if z is None:
-            z = self._zero_embeds[q] = np.zeros((q, self.config.input_width), np.float32)
-        return z
+    def _bind_fixed_calls(self) -> None:
+        c = self.config
+        self._prefill_call = self.graph.bind(2, self.cache.keys, self.cache.values)
+        pc = self._prefill_call
+        pc.ids[0] = zero_row(c)
+        pc.pos[:] = (0, 1)
+        pc.bias[:] = -np.inf
+        pc.bias[0, self.cap] = pc.bias[1, self.cap] = pc.bias[1, self.cap + 1] = 0.0
+        self._step_call = self.graph.bind(1, self.cache.keys, self.cache.values)
+        # Rows of the AR step's bias per past length: past columns visible, then itself.
+        self._step_bias = {}
+        for past in range(2, self.G):
+            b = np.full((1, self.cap + 1), -np.inf, np.float32)
+            b[0, :past] = 0.0
+            b[0, self.cap] = 0.0
+            self._step_bias[past] = b
 
     # ------------------------------------------------------------------ graph + heads
-    def _call(self, ids, embeds, pos, bias, heads, offsets):
-        """One graph call; commits nothing. Returns (outputs, new_keys, new_values)."""
-        pk, pv = self.cache.past()
-        out = self.graph(ids, embeds, pos, bias, pk, pv, heads, offsets)
-        return out[:-2], out[-2], out[-1]
-
-    def _target_row(self, out, node: int, level: int) -> np.ndarray:
+    def _target_row(self, call, node: int, level: int) -> np.ndarray:
         if self.bank is None:
-            return out[0][node]
-        return self.bank.logits(min(level, self.G - 2), out[0][node])
+            return call.logits[node]
+        return self.bank.logits(min(level, self.G - 2), call.hidden[node])
 
-    def _candidates(self, out, node: int, level: int, depth: int) -> np.ndarray:
+    def _candidates(self, call, node: int, level: int, depth: int) -> np.ndarray:
         """[depth, M] top-ranked drafts for levels level+2 .. level+1+depth from `node`."""
         if self.bank is None:
-            return cs.topk(out[1][node][:depth], self.num_ranks)
+            return cs.topk(call.draft_logits[node, :depth], self.num_ranks)
         return self.bank.draft_candidates(
-            out[0][node], min(level + 1, self.G - 2), self.offsets[:depth], self.num_ranks
+            call.hidden[node], min(level + 1, self.G - 2), self.offsets[:depth], self.num_ranks
         )
 
-    def _verify(self, out, tree, tokens, levels, g):
-        heads = np.minimum(levels, self.G - 2)
+    def _verify(self, call, tree, n, tokens, levels, g):
         if self.bank is None:
-            return cs.verify_tree(tree, tokens, out[0], self.params, g, draft_kind="topk")
-        return cs.verify_tree_hidden(tree, tokens, out[0], heads, self.bank, self.params, g)
+            return cs.verify_tree(tree, tokens, call.logits[:n], self.params, g)
+        heads = np.minimum(levels, self.G - 2)
+        return cs.verify_tree_hidden(
+            tree, tokens, call.hidden[:n], heads, self.bank, self.params, g
+        )
 
     # ------------------------------------------------------------------ shared prefill
     def _prefill(self, hidden: np.ndarray, c0: int, offsets: np.ndarray):
-        c = self.config
-        ids = np.array([zero_row(c), embedding_row(c, 0, int(c0))], np.int64)
-        embeds = np.zeros((2, c.input_width), np.float32)
-        embeds[0] = hidden
-        bias = np.array([[0.0, -np.inf], [0.0, 0.0]], np.float32)
+        pc = self._prefill_call
+        pc.ids[1] = embedding_row(self.config, 0, int(c0))
+        pc.embeds[0] = hidden
+        pc.offsets[...] = offsets
         self.cache.reset()
-        out, nk, nv = self._call(ids, embeds, np.array([0, 1], np.int64), bias,
-                                 np.zeros(2, np.int64), offsets)
-        self.cache.commit(nk, nv, np.array([0, 1], np.int32))
-        return out
+        pc.run()
+        self.cache.commit(pc.new_keys, pc.new_values, self._prefill_rows)
+        return pc
 
     # ------------------------------------------------------------------ autoregressive
     def _frame_ar(self, hidden, c0, g: cs.Generator) -> np.ndarray:
         codes = np.empty(self.G, np.int64)
         codes[0] = c0
-        out = self._prefill(hidden, c0, self.zero_offsets)
-        codes[1] = cs.sample(self._target_row(out, 1, 0), self.params, g)
-        embeds, only_row = self._embeds(1), np.zeros(1, np.int32)
+        pc = self._prefill(hidden, c0, self.zero_offsets)
+        codes[1] = cs.sample(self._target_row(pc, 1, 0), self.params, g)
+        sc = self._step_call
         for m in range(1, self.G - 1):
             past = m + 1
-            out, nk, nv = self._call(
-                np.array([self._level_base + m * self.V + codes[m]], np.int64), embeds,
-                np.array([past], np.int64), np.zeros((1, past + 1), np.float32),
-                np.array([m], np.int64), self.zero_offsets,
-            )
-            self.cache.commit(nk, nv, only_row)
-            codes[m + 1] = cs.sample(self._target_row(out, 0, m), self.params, g)
+            sc.ids[0] = self._level_base + m * self.V + codes[m]
+            sc.pos[0] = past
+            sc.bias[...] = self._step_bias[past]
+            sc.heads[0] = m
+            sc.run()
+            self.cache.commit(sc.new_keys, sc.new_values, self._first_row)
+            codes[m + 1] = cs.sample(self._target_row(sc, 0, m), self.params, g)
         self._count(self.G - 1, self.G - 1)
         return codes
 
     # ------------------------------------------------------------------ speculative
     def _frame_spec(self, hidden, c0, g: cs.Generator) -> np.ndarray:
-        G = self.G
+        G, tc = self.G, self._tree_call
         codes = np.empty(G, np.int64)
         codes[0] = c0
-        out = self._prefill(hidden, c0, self.offsets)
-        codes[1] = cs.sample(self._target_row(out, 1, 0), self.params, g)
+        pc = self._prefill(hidden, c0, self.offsets)
+        codes[1] = cs.sample(self._target_row(pc, 1, 0), self.params, g)
         calls, m = 1, 1
-        cand = self._candidates(out, 1, 0, min(self.tree.max_depth, G - 2))
+        cand = self._candidates(pc, 1, 0, min(self.tree.max_depth, G - 2))
         while m < G - 1:
             spec = self._trees[min(self.tree.max_depth, G - 1 - m)]
-            tree, depths = spec["tree"], spec["depths"]
-            tokens = np.empty(tree.num_nodes, np.int32)
+            tree, n, depths = spec["tree"], spec["n"], spec["depths"]
+            tokens = np.empty(n, np.int32)
             tokens[0] = codes[m]
             tokens[1:] = cand[depths[1:] - 1, spec["ranks"][1:]]
             levels = m + depths
             past = m + 1
-            out, nk, nv = self._call(
-                self._level_base + levels * self.V + tokens, self._embeds(tree.num_nodes),
-                spec["pos"][past], spec["bias"][past], np.minimum(levels, G - 2), self.offsets,
-            )
-            r = self._verify(out, tree, tokens, levels, g)
+            tc.ids[:n] = self._level_base + levels * self.V + tokens
+            tc.ids[n:] = self._zero_row
+            tc.pos[...] = spec["pos"][past]
+            tc.bias[...] = spec["bias"][past]
+            tc.heads[:n] = np.minimum(levels, G - 2)
+            tc.run()
+            r = self._verify(tc, tree, n, tokens, levels, g)
             nodes = r.nodes
-            self.cache.commit(nk, nv, np.concatenate(([0], nodes)).astype(np.int32))
+            self.cache.commit(tc.new_keys, tc.new_values, np.concatenate(([0], nodes)))
             emitted = r.tokens[: G - 1 - m]  # a bonus past c_{G-1} does not exist: drop it
             codes[m + 1 : m + 1 + len(emitted)] = emitted
             self.stats.accepted += len(nodes)
@@ -252,8 +283,9 @@ class DepthDecoder:
             last = int(nodes[-1]) if len(nodes) else 0
             m += len(nodes) + 1
             if m < G - 1:
-                cand = self._candidates(out, last, int(levels[last]),
-                                        min(self.tree.max_depth, G - 1 - m))
+                cand = self._candidates(
+                    tc, last, int(levels[last]), min(self.tree.max_depth, G - 1 - m)
+                )
         self._count(calls, G - 1)
         return codes
 
@@ -283,8 +315,9 @@ class DepthDecoder:
         step = self._frame_spec if mode == "spec" else self._frame_ar
         return step(hidden, int(c0), generator)
 
-    def decode_frames(self, hiddens, c0s, generator: cs.Generator, mode: str = "spec",
-                      progress: bool = False) -> np.ndarray:
+    def decode_frames(
+        self, hiddens, c0s, generator: cs.Generator, mode: str = "spec", progress: bool = False
+    ) -> np.ndarray:
         """Codes int64 [N, G] for N frames (hiddens [N, H_in], c0s [N])."""
         hiddens = np.asarray(hiddens, np.float32)
         c0s = np.asarray(c0s)

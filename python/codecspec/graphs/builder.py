@@ -23,7 +23,8 @@ outputs
 variant="plain" uses standard ONNX ops only (opset 13..17): no contrib ops, static ranks.
 variant="cpu" uses ONNX Runtime com.microsoft contrib ops (GroupQueryAttention with causal=0 and
 an additive bias, RotaryEmbedding, BranchwiseRMSNorm, SkipSimplifiedLayerNormalization,
-QuickGelu) and needs onnxruntime >= 1.32; `cpu_variant_supported()` checks the installed one.
+QuickGelu), developed against onnxruntime 1.32; `cpu_variant_supported()` checks the installed
+one.
 Both need Q >= 1; variant="cpu" also Q <= 4096 (RotaryEmbedding cache rows).
 """
 

@@ -15,8 +15,12 @@ class KVCache:
     """keys/values float32 [layers, kv_heads, capacity, head_dim]; `length` rows are valid."""
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int):
-        for name, v in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim),
-                        ("capacity", capacity)):
+        for name, v in (
+            ("layers", layers),
+            ("kv_heads", kv_heads),
+            ("head_dim", head_dim),
+            ("capacity", capacity),
+        ):
             if int(v) <= 0:
                 raise ValueError(f"{name}: must be > 0, got {v}")
         shape = (layers, kv_heads, capacity, head_dim)
@@ -25,8 +29,9 @@ class KVCache:
         self.capacity = capacity
         self.length = 0
         # Contiguous snapshots handed to the graph, one per past length, reused across frames.
-        self._past_k = [np.empty((layers, kv_heads, p, head_dim), np.float32)
-                        for p in range(capacity + 1)]
+        self._past_k = [
+            np.empty((layers, kv_heads, p, head_dim), np.float32) for p in range(capacity + 1)
+        ]
         self._past_v = [np.empty_like(a) for a in self._past_k]
 
     def reset(self) -> None:

@@ -52,6 +52,8 @@ def open_session(
             raise FileNotFoundError(f"model: no such ONNX file: {path}")
         model = str(path)
     try:
-        return ort.InferenceSession(model, sess_options=session_options(threads), providers=providers)
+        return ort.InferenceSession(
+            model, sess_options=session_options(threads), providers=providers
+        )
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
         raise ValueError(f"model: cannot load ONNX model ({type(e).__name__}: {e})") from e

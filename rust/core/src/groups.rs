@@ -1334,6 +1334,80 @@ mod tests {
         assert_eq!(gen.step, n as u64);
     }
 
+    /// Random overlapping groups over `v` tokens: group k = {k} plus a few random tokens.
+    fn random_groups(v: usize, s: &mut u64) -> AcousticGroups {
+        let members = (0..v as u32)
+            .map(|k| {
+                let mut m = vec![k];
+                for _ in 0..(lcg(s) * 4.0) as usize {
+                    m.push((lcg(s) * v as f64) as u32);
+                }
+                m.sort_unstable();
+                m.dedup();
+                m
+            })
+            .collect();
+        AcousticGroups::from_members(members, v).unwrap()
+    }
+
+    #[test]
+    fn sparse_residual_path_matches_law() {
+        // top-k keeps p's support small, so rejections take the sorted touched-groups path.
+        let v = 200;
+        let mut s = 21u64;
+        let groups = random_groups(v, &mut s);
+        let logits: Vec<f32> = (0..3 * v).map(|_| normal(&mut s)).collect();
+        let params = SamplingParams::new(1.0, 4, 1.0).unwrap();
+        let mut p = Dist::default();
+        warp_row(&logits[..v], &params, &mut Scratch::default(), &mut p);
+        let mut touched = Vec::new();
+        groups.touched_groups(&p, &mut touched);
+        assert!(touched.len() < v / 2, "sparse path");
+        let want: Vec<u32> = (0..v as u32)
+            .filter(|&k| groups.mass_p(k as usize, &p) > 0.0)
+            .collect();
+        assert_eq!(touched, want);
+        let mut law = vec![0.0f64; v];
+        let dense: Vec<f64> = (0..v as u32).map(|t| p.prob(t)).collect();
+        groups.coarse(&dense, &mut law).unwrap();
+        // Draft law: uniform over 10 tokens, two of them in p's top-4.
+        let mut q = vec![0.0f32; 2 * v];
+        let top: Vec<u32> = p.tokens.clone();
+        let picks: Vec<usize> = (0..8)
+            .map(|i| (i * 37 + 5) % v)
+            .chain(top[..2].iter().map(|&t| t as usize))
+            .collect();
+        for row in 0..2 {
+            for &t in &picks {
+                q[row * v + t] = 0.1;
+            }
+        }
+        let mut gen = Generator::new(5, 1);
+        let n = 100_000;
+        let mut counts = vec![0usize; v];
+        for i in 0..n {
+            let ds = StepRng::new(77, 0, i as u64);
+            let d: Vec<i32> = (0..2)
+                .map(|j| picks[pick(ds.uniform(j, 0), picks.len())] as i32)
+                .collect();
+            let (r, gids) =
+                verify_chain_coarse(&groups, &logits, &d, &q, &params, &mut gen).unwrap();
+            for (&t, &g) in r.tokens.iter().zip(&gids) {
+                assert!(groups.members(g as usize).contains(&(t as u32)));
+            }
+            counts[gids[0] as usize] += 1;
+        }
+        for k in 0..v {
+            let want = law[k] * n as f64;
+            let tol = 6.0 * (n as f64 * law[k] * (1.0 - law[k])).sqrt() + 5.0;
+            assert!(
+                (counts[k] as f64 - want).abs() <= tol,
+                "group {k}: {} vs {want}",
+                counts[k]
+            );
+        }
+    }
+
     #[test]
     fn greedy_accepts_shared_groups_without_drawing() {
         let groups =

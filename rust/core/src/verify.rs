@@ -8,6 +8,7 @@
 //!   so rejection just zeroes x_i;
 //! - i.i.d. draws from q (SpecInfer): q_i = q;
 //! - draws without replacement from q (Sequoia): q_i = q with earlier children removed.
+//!
 //! If no child is accepted one token is drawn from p_res; at a leaf one bonus token from p.
 //! The emitted sequence then has exactly the law of sampling autoregressively from p.
 
@@ -141,7 +142,7 @@ impl<'a> TreeProblem<'a> {
 pub fn check_prob_row(q: &[f32], row: usize, arg: &'static str) -> Result<()> {
     let mut sum = 0.0f64;
     for &x in q {
-        if !(x >= 0.0 && x < f32::INFINITY) {
+        if !(0.0..f32::INFINITY).contains(&x) {
             return Err(Error::new(
                 arg,
                 format!("row {row} holds {x}: probabilities must be finite and >= 0"),

@@ -143,7 +143,7 @@ pub fn row_check(row: &[f32]) -> (f32, bool) {
 /// Validates a [rows, vocab] logits block: no NaN, no +inf, a finite entry in every row.
 pub fn check_logits(logits: &[f32], vocab: usize, arg: &'static str) -> Result<()> {
     ensure(vocab > 0, arg, || "vocabulary size must be > 0".into())?;
-    ensure(logits.len() % vocab == 0, arg, || {
+    ensure(logits.len().checked_rem(vocab) == Some(0), arg, || {
         format!("length {} is not a multiple of V = {vocab}", logits.len())
     })?;
     for (r, row) in logits.chunks_exact(vocab).enumerate() {
