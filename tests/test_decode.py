@@ -9,13 +9,13 @@ from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import (
     DepthDecoderConfig,
-    DepthDecoderWeights,
     build_depth_graph,
     embedding_row,
     reference_run,
     zero_row,
 )
 from codecspec.runtime import ProviderUnavailable
+from codecspec.train.data import drift_weights
 
 CFG = DepthDecoderConfig(
     num_layers=2,
@@ -25,19 +25,20 @@ CFG = DepthDecoderConfig(
     head_dim=8,
     intermediate_size=64,
     num_codebooks=6,
-    codebook_size=32,
+    codebook_size=64,
     c0_vocab_size=40,
     num_draft_offsets=3,
     max_positions=16,
 )
-# Wide at depth 1 so that drafts are accepted often even though random heads predict badly.
 TREE = cs.DraftTree.from_paths([(r,) for r in range(8)] + [(0, 0), (0, 1), (1, 0), (0, 0, 0)])
-SAMPLED = cs.SamplingParams(0.9, 20, 1.0)
+SAMPLED = cs.SamplingParams(0.9, 50, 1.0)  # the Qwen3-TTS default
 
 
 @pytest.fixture(scope="module")
 def weights():
-    return DepthDecoderWeights.random(CFG, seed=3)
+    # Codes that drift smoothly across levels: drafts are accepted often, so the speculative
+    # path (acceptances, residual corrections, bonus tokens) is exercised, not just rejections.
+    return drift_weights(CFG, seed=3, sharpness=30.0, drift=0.6)
 
 
 @pytest.fixture(scope="module", params=["hidden", "graph"])
@@ -126,7 +127,7 @@ def test_speculative_histograms_match_autoregressive(weights):
         heads=weights["heads"],
     )
     p, stats = fidelity(good, 20_000, seed=11)
-    assert stats.accepted_per_round > 0.3, "the speculative path must actually be exercised"
+    assert stats.accepted_per_round > 0.8, "the speculative path must actually be exercised"
     assert p.min() > 1e-4, f"per-position p-values {p}"
 
     broken = OffsetShiftedVerifier(
