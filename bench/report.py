@@ -5,6 +5,7 @@ Usage (from the repository root):
     python bench/report.py                      # run everything (~2-3 min, incl. V=65536 groups)
     python bench/report.py --fast               # skip the slow V=65536 groups benchmarks
     python bench/report.py --from-json FILE     # report a saved pytest-benchmark JSON, no run
+    python bench/report.py --paired             # also: interleaved codecspec/numpy timing
     python bench/report.py -- -k verify         # extra arguments after -- go to pytest
 
 It runs ``pytest bench/test_bench_core.py --benchmark-enable --benchmark-only
@@ -12,6 +13,11 @@ It runs ``pytest bench/test_bench_core.py --benchmark-enable --benchmark-only
 ``bench/results/core.json`` (summary), ``bench/results/core.md`` (the table) and, when
 matplotlib is importable, ``bench/results/core.png`` (bar chart of medians, log scale).
 Exit status: 0 when every target with a measurement is met, 1 otherwise (2: the run failed).
+
+``--paired`` adds a second table measured outside pytest-benchmark: for every non-slow group
+the codecspec and numpy cases (the same ``case_*`` builders the tests use) run in alternating
+~10 ms blocks, 30 rounds, so both see the same background load; the ratio is the median of the
+per-round ratios. On a shared machine this is the more trustworthy ratio.
 """
 
 from __future__ import annotations
@@ -83,7 +89,7 @@ def summarise(raw: dict) -> list[dict]:
             if key not in ("impl", "target_s", "min_speedup"):
                 row.setdefault("extra", {})[f"{impl}.{key}"] = val
     rows = []
-    for name in sorted(groups):
+    for name in groups:  # benchmark (file) order
         row = groups[name]
         cs, npy = row.get("codecspec"), row.get("numpy")
         row["ratio"] = npy["median_s"] / cs["median_s"] if cs and npy else None
@@ -103,8 +109,9 @@ def summarise(raw: dict) -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     out = [
-        "| benchmark | codecspec median | numpy median | numpy / codecspec | target | met |",
-        "|---|---:|---:|---:|---|:---:|",
+        "| benchmark | codecspec median | numpy median | numpy / codecspec | target | met "
+        "| notes |",
+        "|---|---:|---:|---:|---|:---:|---|",
     ]
     for r in rows:
         cs, npy = r.get("codecspec"), r.get("numpy")
@@ -114,15 +121,101 @@ def markdown(rows: list[dict]) -> str:
         if "min_speedup" in r["targets"]:
             tgt.append(f"≥ {r['targets']['min_speedup']:g}× numpy")
         verdict = "**NO**" if r["status"] == "NO" else r["status"]
+        notes = "; ".join(
+            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in sorted(r.get("extra", {}).items())
+        )
         out.append(
-            "| {} | {} | {} | {} | {} | {} |".format(
+            "| {} | {} | {} | {} | {} | {} | {} |".format(
                 r["group"],
                 _fmt_time(cs and cs["median_s"]),
                 _fmt_time(npy and npy["median_s"]),
                 f"{r['ratio']:.1f}×" if r["ratio"] is not None else "—",
                 ", ".join(tgt) or "—",
                 verdict,
+                notes,
             )
+        )
+    return "\n".join(out)
+
+
+def paired(groups: list[str] | None = None, rounds: int = 30, block_s: float = 0.01) -> list[dict]:
+    """Interleaved timing of each group's codecspec / numpy cases (see module doc)."""
+    import time
+
+    import numpy as np
+
+    sys.path.insert(0, str(HERE))
+    import test_bench_core as tbc
+
+    rows = []
+    for name, build in tbc.CASES.items():
+        if name in tbc.SLOW or (groups and name not in groups):
+            continue
+        try:
+            cases = {impl: build(impl) for impl in ("codecspec", "numpy")}
+        except BaseException as e:  # pytest.skip when codecspec is missing, or a failure
+            print(f"paired: {name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
+            continue
+        times: dict[str, list[float]] = {"codecspec": [], "numpy": []}
+        ratios = []
+        n_rounds = rounds if name != tbc.G_GROUPS_SMALL else 3
+        for r in range(n_rounds):
+            order = ("codecspec", "numpy") if r % 2 == 0 else ("numpy", "codecspec")
+            block = {}
+            for impl in order:
+                run = cases[impl].run
+                ts = []
+                t_end = time.perf_counter() + block_s
+                while True:
+                    t0 = time.perf_counter_ns()
+                    run()
+                    ts.append((time.perf_counter_ns() - t0) * 1e-9)
+                    if time.perf_counter() >= t_end:
+                        break
+                block[impl] = float(np.median(ts))
+                times[impl].extend(ts)
+            ratios.append(block["numpy"] / block["codecspec"])
+        c = cases["codecspec"]
+        row = {
+            "group": name,
+            "codecspec_median_s": float(np.median(times["codecspec"])),
+            "numpy_median_s": float(np.median(times["numpy"])),
+            "paired_ratio": float(np.median(ratios)),
+            "ratio_q25_q75": [float(np.percentile(ratios, 25)), float(np.percentile(ratios, 75))],
+            "calls": {k: len(v) for k, v in times.items()},
+            "targets": {
+                k: v for k, v in (("target_s", c.target_s), ("min_speedup", c.min_speedup)) if v
+            },
+        }
+        checks = []
+        if c.target_s is not None:
+            checks.append(row["codecspec_median_s"] <= c.target_s)
+        if c.min_speedup is not None:
+            checks.append(row["paired_ratio"] >= c.min_speedup)
+        row["pass"] = None if not checks else all(checks)
+        rows.append(row)
+    return rows
+
+
+def paired_markdown(rows: list[dict]) -> str:
+    out = [
+        "| benchmark (interleaved) | codecspec median | numpy median | paired ratio "
+        "(IQR) | target | met |",
+        "|---|---:|---:|---:|---|:---:|",
+    ]
+    for r in rows:
+        tgt = []
+        if "target_s" in r["targets"]:
+            tgt.append(f"≤ {_fmt_time(r['targets']['target_s'])}")
+        if "min_speedup" in r["targets"]:
+            tgt.append(f"≥ {r['targets']['min_speedup']:g}× numpy")
+        q1, q3 = r["ratio_q25_q75"]
+        verdict = {None: "", True: "yes", False: "**NO**"}[r["pass"]]
+        out.append(
+            f"| {r['group']} | {_fmt_time(r['codecspec_median_s'])} | "
+            f"{_fmt_time(r['numpy_median_s'])} | {r['paired_ratio']:.1f}× ({q1:.1f}–{q3:.1f}) | "
+            f"{', '.join(tgt) or '—'} | {verdict} |"
         )
     return "\n".join(out)
 
@@ -156,6 +249,8 @@ def plot(rows: list[dict], path: Path) -> bool:
             )
     ax.plot([], [], color="red", lw=2, label="target")
     ax.set_xscale("log")
+    longest = max(max(r[i]["median_s"] for i in ("codecspec", "numpy") if r.get(i)) for r in rows)
+    ax.set_xlim(right=longest * 6)  # room for the ratio labels
     ax.set_yticks(list(y))
     ax.set_yticklabels(names, fontsize=8)
     ax.invert_yaxis()
@@ -200,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fast", action="store_true", help="deselect slow (V=65536) benchmarks")
     ap.add_argument("--from-json", type=Path, help="pytest-benchmark JSON to report; no run")
     ap.add_argument("--out", type=Path, default=RESULTS, help="output folder (bench/results)")
+    ap.add_argument("--paired", action="store_true", help="also run interleaved paired timing")
     args = ap.parse_args(argv)
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -216,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarise(raw)
     table = markdown(rows)
     print(table)
+    prows = None
+    if args.paired:
+        prows = paired()
+        ptable = paired_markdown(prows)
+        print("\n" + ptable)
+        table += "\n\n" + ptable
 
     summary = {
         "date": raw.get("datetime") or _dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -223,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": _machine(),
         "pytest_benchmark_machine_info": raw.get("machine_info", {}),
         "groups": rows,
+        "paired": prows,
     }
     (args.out / "core.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (args.out / "core.md").write_text(table + "\n")

@@ -401,18 +401,25 @@ pub fn verify_tree_batch(
             rngs.len()
         )
     })?;
-    problems.par_iter().try_for_each(|p| p.validate())?;
-    let steps: Vec<Option<StepRng>> = rngs
+    // Steps are taken from copies so that a failed batch leaves every generator untouched.
+    let mut next = rngs.to_vec();
+    let steps: Vec<Option<StepRng>> = next
         .iter_mut()
         .map(|g| (!params.is_greedy()).then(|| g.next_step()))
         .collect();
-    problems
+    // Validating a stream right before walking it keeps its rows in cache for the walk.
+    let results: Vec<Result<Verified>> = problems
         .par_iter()
         .zip(steps.par_iter())
         .map_init(Work::default, |w, (p, s)| {
+            p.validate()?;
             walk(p, &Rows::Dense(p.target_logits), params, s.as_ref(), w)
         })
-        .collect()
+        .collect();
+    // The first invalid stream in batch order names the error, whatever the thread timing.
+    let out = results.into_iter().collect::<Result<Vec<_>>>()?;
+    rngs.copy_from_slice(&next);
+    Ok(out)
 }
 
 /// A chain is the one-child-per-node tree: target row j follows draft j (row K = bonus).
