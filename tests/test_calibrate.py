@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-import codecspec as cs
 import numpy as np
 import pytest
+
+import codecspec as cs
 from codecspec.decode.depth import DepthDecoder
 from codecspec.graphs import (
     DepthDecoderConfig,

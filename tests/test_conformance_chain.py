@@ -7,7 +7,6 @@ verifiers, which must fail it (so the check has power), and against a numpy refe
 which must pass it (so the expected law itself is right).
 """
 
-import codecspec as cs
 import numpy as np
 import pytest
 from stats import (
@@ -31,6 +30,8 @@ from stats import (
     two_token_law,
     two_token_outcomes,
 )
+
+import codecspec as cs
 
 ROOT = 1
 

@@ -7,7 +7,6 @@ AcousticGroups.from_members). With all-singleton groups the method is exact spec
 sampling: r.tokens must equal verify_chain's for identical Generator states.
 """
 
-import codecspec as cs
 import numpy as np
 import pytest
 from stats import (
@@ -25,6 +24,8 @@ from stats import (
     np_coarse_two_groups,
     np_warp,
 )
+
+import codecspec as cs
 
 ROOT = 3
 

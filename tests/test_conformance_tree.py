@@ -11,7 +11,6 @@ exact law of the node where verification stops and of num_accepted. Each check i
 deliberately broken verifiers, which must fail it, and on a numpy reference, which must pass.
 """
 
-import codecspec as cs
 import numpy as np
 import pytest
 from stats import (
@@ -34,6 +33,8 @@ from stats import (
     two_token_law,
     two_token_outcomes,
 )
+
+import codecspec as cs
 
 ROOT = 2
 

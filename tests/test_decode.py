@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import codecspec as cs
 import numpy as np
 import pytest
+
+import codecspec as cs
 from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import (

@@ -2,10 +2,11 @@
 (DESIGN.md section 4); a Rust panic (pyo3 PanicException, a BaseException) or an OverflowError /
 TypeError from argument conversion is a failure here."""
 
-import codecspec as cs
 import numpy as np
 import pytest
 from stats import N_DRAWS, counts_of, law_ok, np_warp
+
+import codecspec as cs
 
 NAN, INF, NINF = np.nan, np.inf, -np.inf
 V = 6

@@ -4,10 +4,11 @@ docs/api-extensions.md."""
 
 import itertools
 
-import codecspec as cs
 import numpy as np
 import pytest
 from stats import N_DRAWS, assert_law, counts_of, law_ok, make_logits, np_warp
+
+import codecspec as cs
 
 
 def sp(t, k=0, p=1.0):

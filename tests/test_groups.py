@@ -2,10 +2,11 @@
 group k = {t : cos(e_k, e_t) >= threshold} (always containing k), singleton tokens only in their
 own group, w[k, t] = 1/|groups(t)|, coarse(p)[k] = sum_t w[k, t] p(t)."""
 
-import codecspec as cs
 import numpy as np
 import pytest
 from stats import group_weights
+
+import codecspec as cs
 
 
 def brute_groups(emb, thr, singletons=()):

@@ -1,10 +1,11 @@
 """cs.Generator (counter-based, keyed by (seed, stream); `step` counts drawing calls) and batch
 independence of verify_tree_batch (docs/api-extensions.md)."""
 
-import codecspec as cs
 import numpy as np
 import pytest
 from stats import assert_law, counts_of, law_ok, make_logits, random_tree_paths, softmax
+
+import codecspec as cs
 
 KINDS = ["topk", "iid", "swor"]
 

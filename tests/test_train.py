@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-import codecspec as cs
 import numpy as np
 import pytest
+
+import codecspec as cs
 from codecspec.graphs import DepthDecoderConfig, build_depth_graph, cpu_variant_supported
 from codecspec.graphs.reference import reference_run
 from codecspec.runtime.depth_graph import DepthGraph

@@ -6,11 +6,12 @@ import functools
 import itertools
 import json
 
-import codecspec as cs
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+import codecspec as cs
 
 NINF = -np.inf
 

@@ -2,7 +2,6 @@
 greedy vs brute force, degenerate shapes, structural invariants on random inputs, and one call
 each at V = 151,936 (Qwen-size vocabulary)."""
 
-import codecspec as cs
 import numpy as np
 import pytest
 from stats import (
@@ -14,6 +13,8 @@ from stats import (
     random_tree_paths,
     softmax,
 )
+
+import codecspec as cs
 
 NINF = -np.inf
 KINDS = ["topk", "iid", "swor"]

@@ -1,10 +1,11 @@
 """cs.warp against the numpy float64 reference (temperature, top-k with lowest-index ties, top-p
 keeping boundary ties, temperature 0 = argmax point mass), and the law of cs.sample."""
 
-import codecspec as cs
 import numpy as np
 import pytest
 from stats import N_DRAWS, assert_law, counts_of, law_ok, make_logits, np_warp
+
+import codecspec as cs
 
 NINF = -np.inf
 
