@@ -101,15 +101,11 @@ pub fn array<'py, T: Element>(
     Ok(ArrayView { arr, shape })
 }
 
-/// Integer input as int32: int32 arrays are borrowed; other integer dtypes are converted with
-/// a range check; floats and other kinds are rejected rather than silently truncated.
-pub fn int32_array<'py>(obj: &Bound<'py, PyAny>, arg: &str) -> PyResult<ArrayView<'py, i32>> {
-    if let Ok(a) = obj.cast::<PyArrayDyn<i32>>() {
-        let shape = a.shape().to_vec();
-        return Ok(ArrayView {
-            arr: a.clone(),
-            shape,
-        });
+/// Integer input as int64: int64 arrays are borrowed; other integer (or bool) arrays and
+/// sequences are converted; floats and other kinds are rejected rather than truncated.
+pub fn int64_array<'py>(obj: &Bound<'py, PyAny>, arg: &str) -> PyResult<ArrayView<'py, i64>> {
+    if obj.cast::<PyArrayDyn<i64>>().is_ok() {
+        return array::<i64>(obj, arg, "int64");
     }
     let np = obj.py().import("numpy")?;
     let raw = np
@@ -123,7 +119,29 @@ pub fn int32_array<'py>(obj: &Bound<'py, PyAny>, arg: &str) -> PyResult<ArrayVie
             format!("expected integers, got an array of dtype kind {kind:?}"),
         ));
     }
-    let wide = array::<i64>(&raw, arg, "int64")?;
+    if kind == "u" && size > 0 {
+        let too_big: bool = raw
+            .call_method0("max")?
+            .gt(i64::MAX as u64)
+            .map_err(|e| arg_error(arg, e))?;
+        if too_big {
+            return Err(arg_error(arg, "values must fit in int64"));
+        }
+    }
+    array::<i64>(&raw, arg, "int64")
+}
+
+/// Integer input as int32: int32 arrays are borrowed; other integer input goes through
+/// `int64_array` and is narrowed with a range check.
+pub fn int32_array<'py>(obj: &Bound<'py, PyAny>, arg: &str) -> PyResult<ArrayView<'py, i32>> {
+    if let Ok(a) = obj.cast::<PyArrayDyn<i32>>() {
+        let shape = a.shape().to_vec();
+        return Ok(ArrayView {
+            arr: a.clone(),
+            shape,
+        });
+    }
+    let wide = int64_array(obj, arg)?;
     let narrowed: Vec<i32> = to_i32(&wide.data()?, arg)?;
     let out = numpy::PyArray1::from_vec(obj.py(), narrowed)
         .reshape(wide.shape.clone())?

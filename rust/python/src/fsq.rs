@@ -4,38 +4,8 @@ use codecspec_core::fsq as core_fsq;
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods};
 use pyo3::prelude::*;
 
-use crate::convert::{arg_error, array, run, ArrayView};
+use crate::convert::{arg_error, array, int64_array, run};
 use crate::sampling::{PyGenerator, PySamplingParams};
-
-/// Integer input as int64: int64 arrays are borrowed; other integer (or bool) arrays and
-/// sequences are converted; floats and other kinds are rejected rather than truncated.
-fn int64_array<'py>(obj: &Bound<'py, PyAny>, arg: &str) -> PyResult<ArrayView<'py, i64>> {
-    if obj.cast::<PyArrayDyn<i64>>().is_ok() {
-        return array::<i64>(obj, arg, "int64");
-    }
-    let np = obj.py().import("numpy")?;
-    let raw = np
-        .call_method1("asarray", (obj,))
-        .map_err(|e| arg_error(arg, format!("cannot convert to an integer array: {e}")))?;
-    let kind: String = raw.getattr("dtype")?.getattr("kind")?.extract()?;
-    let size: usize = raw.getattr("size")?.extract()?;
-    if size > 0 && !matches!(kind.as_str(), "i" | "u" | "b") {
-        return Err(arg_error(
-            arg,
-            format!("expected integers, got an array of dtype kind {kind:?}"),
-        ));
-    }
-    if kind == "u" && size > 0 {
-        let too_big: bool = raw
-            .call_method0("max")?
-            .gt(i64::MAX as u64)
-            .map_err(|e| arg_error(arg, e))?;
-        if too_big {
-            return Err(arg_error(arg, "values must fit in int64"));
-        }
-    }
-    array::<i64>(&raw, arg, "int64")
-}
 
 /// FSQ levels: any sequence of ints, each converted with a range check naming `levels`.
 fn levels_u32(levels: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
