@@ -100,8 +100,7 @@ def test_committed_cache_equals_a_teacher_forced_pass(decoder, weights):
 class OffsetShiftedVerifier(DepthDecoder):
     """Deliberately broken: verifies against head(z + b_1), the draft stream's view."""
 
-    def _verify(self, call, tree, n, tokens, levels, g):
-        heads = np.minimum(levels, self.G - 2)
+    def _verify(self, call, tree, n, tokens, heads, g):
         shifted = call.hidden[:n] + self.offsets[0]
         return cs.verify_tree_hidden(tree, tokens, shifted, heads, self.bank, self.params, g)
 

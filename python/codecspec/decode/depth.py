@@ -211,10 +211,9 @@ class DepthDecoder:
             call.hidden[node], min(level + 1, self.G - 2), self.offsets[:depth], self.num_ranks
         )
 
-    def _verify(self, call, tree, n, tokens, levels, g):
+    def _verify(self, call, tree, n, tokens, heads, g):
         if self.bank is None:
             return cs.verify_tree(tree, tokens, call.logits[:n], self.params, g)
-        heads = np.minimum(levels, self.G - 2)
         return cs.verify_tree_hidden(
             tree, tokens, call.hidden[:n], heads, self.bank, self.params, g
         )
@@ -270,9 +269,10 @@ class DepthDecoder:
             tc.ids[n:] = self._zero_row
             tc.pos[...] = spec["pos"][past]
             tc.bias[...] = spec["bias"][past]
-            tc.heads[:n] = np.minimum(levels, G - 2)
+            heads = np.minimum(levels, G - 2)
+            tc.heads[:n] = heads
             tc.run()
-            r = self._verify(tc, tree, n, tokens, levels, g)
+            r = self._verify(tc, tree, n, tokens, heads, g)
             nodes = r.nodes
             self.cache.commit(tc.new_keys, tc.new_values, np.concatenate(([0], nodes)))
             emitted = r.tokens[: G - 1 - m]  # a bonus past c_{G-1} does not exist: drop it
