@@ -2,6 +2,8 @@
 
 The verify graph returns only this call's K/V rows; the accepted path's rows are copied into
 place by the Rust commit helper, so the cache never grows or reallocates during decoding.
+The graph reads `keys` / `values` directly at full capacity (bound by pointer, see
+`runtime.depth_graph.BoundCall`); the attention bias hides rows past `length`.
 """
 
 from __future__ import annotations
@@ -28,22 +30,9 @@ class KVCache:
         self.values = np.zeros(shape, np.float32)
         self.capacity = capacity
         self.length = 0
-        # Contiguous snapshots handed to the graph, one per past length, reused across frames.
-        self._past_k = [
-            np.empty((layers, kv_heads, p, head_dim), np.float32) for p in range(capacity + 1)
-        ]
-        self._past_v = [np.empty_like(a) for a in self._past_k]
 
     def reset(self) -> None:
         self.length = 0
-
-    def past(self) -> tuple[np.ndarray, np.ndarray]:
-        """Contiguous [L, KVH, length, hd] copies of the valid rows (the graph's past input)."""
-        n = self.length
-        k, v = self._past_k[n], self._past_v[n]
-        k[...] = self.keys[:, :, :n]
-        v[...] = self.values[:, :, :n]
-        return k, v
 
     def commit(self, new_keys: np.ndarray, new_values: np.ndarray, nodes) -> None:
         """Append rows `nodes` (query indices, increasing) of this call's new K/V."""
