@@ -14,6 +14,10 @@ use crate::warp::{top_k_tokens, Scratch};
 #[derive(Clone, Debug)]
 pub struct HeadBank {
     weights: Vec<f32>,
+    /// bf16 copy for the draft rows: drafts need not be exact (verification never sees them),
+    /// and half the bytes halve both their cost and how much of the graph's weights they
+    /// evict from cache between calls.
+    drafts_bf16: Vec<u16>,
     num_heads: usize,
     vocab: usize,
     hidden: usize,
@@ -43,8 +47,10 @@ impl HeadBank {
         ensure(weights.iter().all(|w| w.is_finite()), "weights", || {
             "contains NaN or inf".into()
         })?;
+        let drafts_bf16 = weights.iter().map(|&w| to_bf16(w)).collect();
         Ok(Self {
             weights,
+            drafts_bf16,
             num_heads,
             vocab,
             hidden,
@@ -85,6 +91,14 @@ impl HeadBank {
         }
     }
 
+    /// Draft logits W_bf16[head] · (z + offset): bf16 weights, f32 arithmetic.
+    pub fn draft_logits_into(&self, head: usize, z: &[f32], offset: &[f32], out: &mut [f32]) {
+        let h = self.hidden;
+        let x: Vec<f32> = z.iter().zip(offset).map(|(a, b)| a + b).collect();
+        let w = &self.drafts_bf16[head * self.vocab * h..(head + 1) * self.vocab * h];
+        gemv_bf16(w, &x, out);
+    }
+
     /// Top-`m` candidate tokens per draft depth: row j uses head min(first_head + j, last)
     /// on z + offsets[j]. out [K, m].
     pub fn draft_candidates(
@@ -114,13 +128,62 @@ impl HeadBank {
         for j in 0..k {
             let head = (first_head + j).min(self.num_heads - 1);
             let b = &offsets[j * self.hidden..(j + 1) * self.hidden];
-            self.logits_into(head, z, Some(b), &mut row);
+            self.draft_logits_into(head, z, b, &mut row);
             if row.iter().any(|v| !v.is_finite()) {
                 return Err(Error::new("z", "draft logits are not finite"));
             }
             top_k_tokens(&row, m, &mut scratch, &mut out[j * m..(j + 1) * m]);
         }
         Ok(())
+    }
+}
+
+/// Round to nearest even; NaN cannot occur (weights are validated finite).
+fn to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
+}
+
+fn gemv_bf16(w: &[u16], x: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // Safety: both features were detected just above.
+            return unsafe { gemv_bf16_avx2(w, x, out) };
+        }
+    }
+    gemv_bf16_body::<false>(w, x, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemv_bf16_avx2(w: &[u16], x: &[f32], out: &mut [f32]) {
+    gemv_bf16_body::<true>(w, x, out)
+}
+
+#[inline(always)]
+fn gemv_bf16_body<const FMA: bool>(w: &[u16], x: &[f32], out: &mut [f32]) {
+    let h = x.len();
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(h)) {
+        let mut acc = [0.0f32; 16];
+        let (a, b) = (row.chunks_exact(16), x.chunks_exact(16));
+        let (ra, rb) = (a.remainder(), b.remainder());
+        for (ca, cb) in a.zip(b) {
+            for i in 0..16 {
+                let wi = f32::from_bits((ca[i] as u32) << 16);
+                acc[i] = if FMA {
+                    wi.mul_add(cb[i], acc[i])
+                } else {
+                    acc[i] + wi * cb[i]
+                };
+            }
+        }
+        let mut s: f32 = acc.iter().sum();
+        for (p, q) in ra.iter().zip(rb) {
+            s += f32::from_bits((*p as u32) << 16) * q;
+        }
+        *o = s;
     }
 }
 
