@@ -47,8 +47,7 @@ def main() -> None:
     calib = calibrate(path, workdir / "calib", frames=192, budgets=(2, 4, 8), params=params)
     print(calib.summary())
 
-    dec = DepthDecoder(path, tree=calib.tree, offsets=calib.offsets, params=params,
-                       provider="auto")
+    dec = DepthDecoder(path, tree=calib.tree, offsets=calib.offsets, params=params, provider="auto")
     rng = np.random.default_rng(0)
     hiddens = rng.standard_normal((args.frames, dec.config.input_width)).astype(np.float32)
     c0s = rng.integers(0, dec.config.c0_vocab_size, args.frames)
@@ -58,8 +57,10 @@ def main() -> None:
         t0 = time.perf_counter()
         codes[mode] = dec.decode_frames(hiddens, c0s, cs.Generator(7).fork(len(mode)), mode)
         ms = (time.perf_counter() - t0) * 1e3 / args.frames
-        print(f"{mode:>4}: {ms:6.2f} ms/frame, {dec.stats.calls_per_frame:5.2f} calls/frame, "
-              f"{dec.stats.tokens_per_call:4.2f} codes/call")
+        print(
+            f"{mode:>4}: {ms:6.2f} ms/frame, {dec.stats.calls_per_frame:5.2f} calls/frame, "
+            f"{dec.stats.tokens_per_call:4.2f} codes/call"
+        )
     p = per_position_pvalues(codes["ar"][:, 1:], codes["spec"][:, 1:], dec.config.codebook_size)
     print(f"smallest per-position p-value (AR vs speculative code histograms): {p.min():.3g}")
 
