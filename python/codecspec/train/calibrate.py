@@ -493,6 +493,14 @@ def measure_latency(
     qs = [q for q in qs if q not in unsupported]
     if not qs or qs[0] != 1:
         raise ValueError("graph: a single-token call fails; cannot profile latency")
+    params = params or cs.SamplingParams(0.9, 50, 1.0)
+    bank = None
+    if host and not getattr(graph, "heads_in_graph", True):
+        if heads is None:
+            from codecspec.train.data import read_heads
+
+            heads = read_heads(graph.path)
+        bank = cs.HeadBank(np.ascontiguousarray(heads, np.float32))
     keys = list(qs) + ["prefill"]
     samples = np.zeros((repeats, len(keys)))
     it = range(warmup + repeats)
@@ -503,20 +511,16 @@ def measure_latency(
     for rep in it:
         for i in rng.permutation(len(keys)):
             f = pre if keys[i] == "prefill" else feeds[keys[i]]
+            if host:
+                # The decoder's host work (head GEMVs, verify) runs right before each call and
+                # evicts part of the graph's weights from cache: time the call after it.
+                _time_host(c, 2 if keys[i] == "prefill" else keys[i], params, rng, 1, bank)
             t0 = time.perf_counter()
             run(names, f)
             dt = time.perf_counter() - t0
             if rep >= warmup:
                 samples[rep - warmup, i] = 1e3 * dt
     med = np.median(samples, axis=0)
-    params = params or cs.SamplingParams(0.9, 50, 1.0)
-    bank = None
-    if host and not getattr(graph, "heads_in_graph", True):
-        if heads is None:
-            from codecspec.train.data import read_heads
-
-            heads = read_heads(graph.path)
-        bank = cs.HeadBank(np.ascontiguousarray(heads, np.float32))
     host_ms = [_time_host(c, q, params, rng, max(5, repeats), bank) if host else 0.0 for q in qs]
     return LatencyProfile(
         qs=list(qs),
