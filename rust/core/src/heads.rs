@@ -96,7 +96,7 @@ impl HeadBank {
         let h = self.hidden;
         let x: Vec<f32> = z.iter().zip(offset).map(|(a, b)| a + b).collect();
         let w = &self.drafts_bf16[head * self.vocab * h..(head + 1) * self.vocab * h];
-        gemv_bf16(w, &x, out);
+        gemv(w, &x, out);
     }
 
     /// Top-`m` candidate tokens per draft depth: row j uses head min(first_head + j, last)
@@ -144,26 +144,50 @@ fn to_bf16(x: f32) -> u16 {
     ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
 }
 
-fn gemv_bf16(w: &[u16], x: &[f32], out: &mut [f32]) {
+/// A stored weight: f32 as is, or bf16 bits widened by a shift (exact, and vectorisable).
+trait Weight: Copy {
+    fn widen(self) -> f32;
+}
+
+impl Weight for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Weight for u16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f32::from_bits((self as u32) << 16)
+    }
+}
+
+/// out[r] = w[r, :] · x.
+fn gemv<W: Weight>(w: &[W], x: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             // Safety: both features were detected just above.
-            return unsafe { gemv_bf16_avx2(w, x, out) };
+            return unsafe { gemv_avx2(w, x, out) };
         }
     }
-    gemv_bf16_body::<false>(w, x, out)
+    gemv_body::<W, false>(w, x, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn gemv_bf16_avx2(w: &[u16], x: &[f32], out: &mut [f32]) {
-    gemv_bf16_body::<true>(w, x, out)
+unsafe fn gemv_avx2<W: Weight>(w: &[W], x: &[f32], out: &mut [f32]) {
+    // The same loop compiled for 8-wide FMA: a head row is read once per round, so the GEMV
+    // is the host's largest cost per speculative round.
+    gemv_body::<W, true>(w, x, out)
 }
 
+/// Sixteen independent accumulators so the loop vectorises and hides FMA latency. `FMA` only
+/// where the CPU has it: elsewhere `mul_add` would be a slow library call.
 #[inline(always)]
-fn gemv_bf16_body<const FMA: bool>(w: &[u16], x: &[f32], out: &mut [f32]) {
+fn gemv_body<W: Weight, const FMA: bool>(w: &[W], x: &[f32], out: &mut [f32]) {
     let h = x.len();
     for (o, row) in out.iter_mut().zip(w.chunks_exact(h)) {
         let mut acc = [0.0f32; 16];
@@ -171,7 +195,7 @@ fn gemv_bf16_body<const FMA: bool>(w: &[u16], x: &[f32], out: &mut [f32]) {
         let (ra, rb) = (a.remainder(), b.remainder());
         for (ca, cb) in a.zip(b) {
             for i in 0..16 {
-                let wi = f32::from_bits((ca[i] as u32) << 16);
+                let wi = ca[i].widen();
                 acc[i] = if FMA {
                     wi.mul_add(cb[i], acc[i])
                 } else {
@@ -181,54 +205,7 @@ fn gemv_bf16_body<const FMA: bool>(w: &[u16], x: &[f32], out: &mut [f32]) {
         }
         let mut s: f32 = acc.iter().sum();
         for (p, q) in ra.iter().zip(rb) {
-            s += f32::from_bits((*p as u32) << 16) * q;
-        }
-        *o = s;
-    }
-}
-
-/// out[r] = w[r, :] · x.
-fn gemv(w: &[f32], x: &[f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // Safety: both features were detected just above.
-            return unsafe { gemv_avx2(w, x, out) };
-        }
-    }
-    gemv_body::<false>(w, x, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn gemv_avx2(w: &[f32], x: &[f32], out: &mut [f32]) {
-    // The same loop compiled for 8-wide FMA: a head row is read once per round, so the GEMV
-    // is the host's largest cost per speculative round.
-    gemv_body::<true>(w, x, out)
-}
-
-/// Sixteen independent accumulators so the loop vectorises and hides FMA latency. `FMA` only
-/// where the CPU has it: elsewhere `mul_add` would be a slow library call.
-#[inline(always)]
-fn gemv_body<const FMA: bool>(w: &[f32], x: &[f32], out: &mut [f32]) {
-    let h = x.len();
-    for (o, row) in out.iter_mut().zip(w.chunks_exact(h)) {
-        let mut acc = [0.0f32; 16];
-        let (a, b) = (row.chunks_exact(16), x.chunks_exact(16));
-        let (ra, rb) = (a.remainder(), b.remainder());
-        for (ca, cb) in a.zip(b) {
-            for i in 0..16 {
-                acc[i] = if FMA {
-                    ca[i].mul_add(cb[i], acc[i])
-                } else {
-                    acc[i] + ca[i] * cb[i]
-                };
-            }
-        }
-        let mut s: f32 = acc.iter().sum();
-        for (p, q) in ra.iter().zip(rb) {
-            s += p * q;
+            s += p.widen() * q;
         }
         *o = s;
     }
