@@ -10,7 +10,6 @@ tokens-per-call are measured from teacher-forced hidden states, no graph change 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Optional
 
 import numpy as np
@@ -19,9 +18,10 @@ from codecspec.train.offsets import (
     Adam,
     TrainHistory,
     _check,
+    adam_loop,
     cross_entropy,
     lookahead_pairs,
-    split_frames,
+    train_val_split,
 )
 
 log = logging.getLogger("codecspec.train")
@@ -139,37 +139,15 @@ def train_medusa(
     The loss is the mean CE over all (frame, pair) examples of the batch, as for the offsets,
     so the two loss curves are directly comparable.
     """
-    t0 = time.monotonic()
     z, codes, heads = _check(z, codes, heads, K)
-    N = len(codes)
-    if val_frames is not None:
-        val_idx = np.unique(np.asarray(val_frames, np.int64))
-        train_idx = np.setdiff1d(np.arange(N), val_idx)
-    else:
-        train_idx, val_idx = split_frames(N, val_fraction, seed)
+    train_idx, val_idx = train_val_split(len(codes), val_frames, val_fraction, seed)
     m = MedusaHeads.from_heads(heads, K)
     P = len(m.pairs)
     opt = Adam([m.weights, m.bias], lr=lr, betas=betas)
-    B = max(1, min(int(batch_size), len(train_idx)))
-    per_epoch = -(-len(train_idx) // B)
-    total = int(steps) if steps is not None else int(epochs) * per_epoch
-    every = int(eval_every) if eval_every else per_epoch
-    hist = TrainHistory(num_train=len(train_idx), num_val=len(val_idx))
-    if len(val_idx):
-        hist.baseline = _metrics(m, z, codes, val_idx)
-    rng = np.random.default_rng(seed + 1)
-    order = np.empty(0, np.int64)
     gw = np.zeros_like(m.weights)
     gb = np.zeros_like(m.bias)
-    it = range(total)
-    if progress:
-        from codecspec.progress import bar
 
-        it = bar(it, desc="train medusa", total=total)
-    for step in it:
-        if len(order) < B:
-            order = np.concatenate([order, rng.permutation(train_idx)])
-        batch, order = order[:B], order[B:]
+    def step(batch):
         loss = 0.0
         for p in range(P):
             x, t = _pair_data(z, codes, m.pairs, batch, p)
@@ -179,11 +157,24 @@ def train_medusa(
             gw[p] = (d.T @ x) / P
             gb[p] = d.sum(axis=0) / P
         opt.step([gw, gb])
-        hist.steps.append(step + 1)
-        hist.train_loss.append(loss)
-        if len(val_idx) and ((step + 1) % every == 0 or step + 1 == total):
-            hist.eval_steps.append(step + 1)
-            hist.val.append(_metrics(m, z, codes, val_idx))
-    hist.seconds = time.monotonic() - t0
+        return loss
+
+    def evaluate(idx):
+        return _metrics(m, z, codes, idx)
+
+    hist = adam_loop(
+        train_idx,
+        val_idx,
+        step,
+        evaluate,
+        baseline=evaluate,
+        batch_size=batch_size,
+        epochs=epochs,
+        steps=steps,
+        eval_every=eval_every,
+        seed=seed,
+        desc="train medusa",
+        progress=progress,
+    )
     log.info("medusa: %d heads, %d parameters, %.1fs", P, m.num_parameters, hist.seconds)
     return m, hist

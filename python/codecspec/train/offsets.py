@@ -336,6 +336,66 @@ class TrainHistory:
         }
 
 
+def train_val_split(n: int, val_frames, val_fraction: float, seed: int):
+    """(train, held-out) frame indices: `val_frames` if given, else a `val_fraction` split."""
+    if val_frames is not None:
+        val_idx = np.unique(np.asarray(val_frames, np.int64))
+        train_idx = np.setdiff1d(np.arange(n), val_idx)
+    else:
+        train_idx, val_idx = split_frames(n, val_fraction, seed)
+    if len(train_idx) == 0:
+        raise ValueError("no training frames left after the held-out split")
+    return train_idx, val_idx
+
+
+def adam_loop(
+    train_idx,
+    val_idx,
+    step,
+    evaluate,
+    *,
+    baseline=None,
+    batch_size=32,
+    epochs=20,
+    steps=None,
+    eval_every=None,
+    seed=0,
+    desc="train",
+    progress=True,
+) -> TrainHistory:
+    """Shuffled mini-batches of frames: `step(batch) -> loss` updates the parameters,
+    `evaluate(val_idx) -> metrics` runs every `eval_every` steps (default once per epoch) and
+    at the end; `baseline(val_idx)` is evaluated once before training."""
+    import time
+
+    t0 = time.monotonic()
+    B = max(1, min(int(batch_size), len(train_idx)))
+    per_epoch = -(-len(train_idx) // B)
+    total = int(steps) if steps is not None else int(epochs) * per_epoch
+    every = int(eval_every) if eval_every else per_epoch
+    hist = TrainHistory(num_train=len(train_idx), num_val=len(val_idx))
+    if len(val_idx) and baseline is not None:
+        hist.baseline = baseline(val_idx)
+    rng = np.random.default_rng(seed + 1)
+    order = np.empty(0, np.int64)
+    it = range(total)
+    if progress:
+        from codecspec.progress import bar
+
+        it = bar(it, desc=desc, total=total)
+    for i in it:
+        if len(order) < B:
+            order = np.concatenate([order, rng.permutation(train_idx)])
+        batch, order = order[:B], order[B:]
+        hist.steps.append(i + 1)
+        hist.train_loss.append(step(batch))
+        if len(val_idx) and ((i + 1) % every == 0 or i + 1 == total):
+            hist.eval_steps.append(i + 1)
+            hist.val.append(evaluate(val_idx))
+    hist.seconds = time.monotonic() - t0
+    return hist
+
+
 def train_offsets(
     z,
     codes,
@@ -363,50 +423,35 @@ def train_offsets(
     trained on; their per-lookahead CE / top-1 / top-5 are logged every `eval_every` steps
     (default: once per epoch) and at the end, with zero offsets as the baseline.
     """
-    import time
-
-    t0 = time.monotonic()
     z, codes, heads = _check(z, codes, heads, K)
     K = int(K)
     N, _, H = z.shape
-    if val_frames is not None:
-        val_idx = np.unique(np.asarray(val_frames, np.int64))
-        train_idx = np.setdiff1d(np.arange(N), val_idx)
-    else:
-        train_idx, val_idx = split_frames(N, val_fraction, seed)
-    if len(train_idx) == 0:
-        raise ValueError("no training frames left after the held-out split")
+    train_idx, val_idx = train_val_split(N, val_frames, val_fraction, seed)
     ex = _Examples(z, codes, heads, K)
     offsets = np.zeros((K, H), np.float32) if init is None else np.array(init, np.float32)
     if offsets.shape != (K, H):
         raise ValueError(f"init: expected shape ({K}, {H}), got {offsets.shape}")
     opt = Adam([offsets], lr=lr, betas=betas, eps=eps)
-    B = max(1, min(int(batch_size), len(train_idx)))
-    per_epoch = -(-len(train_idx) // B)
-    total = int(steps) if steps is not None else int(epochs) * per_epoch
-    every = int(eval_every) if eval_every else per_epoch
-    hist = TrainHistory(num_train=len(train_idx), num_val=len(val_idx))
-    if len(val_idx):
-        hist.baseline = ex.metrics(np.zeros((K, H), np.float32), val_idx)
-    rng = np.random.default_rng(seed + 1)
-    order = np.empty(0, np.int64)
-    it = range(total)
-    if progress:
-        from codecspec.progress import bar
 
-        it = bar(it, desc="train offsets", total=total)
-    for step in it:
-        if len(order) < B:
-            order = np.concatenate([order, rng.permutation(train_idx)])
-        batch, order = order[:B], order[B:]
+    def step(batch):
         loss, grad = ex.loss_grad(offsets, batch)
         opt.step([grad])
-        hist.steps.append(step + 1)
-        hist.train_loss.append(loss)
-        if len(val_idx) and ((step + 1) % every == 0 or step + 1 == total):
-            hist.eval_steps.append(step + 1)
-            hist.val.append(ex.metrics(offsets, val_idx))
-    hist.seconds = time.monotonic() - t0
+        return loss
+
+    hist = adam_loop(
+        train_idx,
+        val_idx,
+        step,
+        lambda idx: ex.metrics(offsets, idx),
+        baseline=lambda idx: ex.metrics(np.zeros((K, H), np.float32), idx),
+        batch_size=batch_size,
+        epochs=epochs,
+        steps=steps,
+        eval_every=eval_every,
+        seed=seed,
+        desc="train offsets",
+        progress=progress,
+    )
     if hist.final is not None and hist.baseline is not None:
         log.info(
             "offsets: held-out CE %.4f -> %.4f, top-1 %s -> %s",
