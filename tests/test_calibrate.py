@@ -6,13 +6,12 @@ import json
 
 import numpy as np
 import pytest
+from tiny_models import TINY, VARIANT
 
 import codecspec as cs
 from codecspec.decode.depth import DepthDecoder
 from codecspec.graphs import (
-    DepthDecoderConfig,
     build_depth_graph,
-    cpu_variant_supported,
     save_model,
 )
 from codecspec.runtime.depth_graph import DepthGraph
@@ -36,20 +35,7 @@ from codecspec.train.data import (
 from codecspec.train.medusa import MedusaHeads
 from codecspec.train.offsets import load_offsets, train_offsets
 
-CFG = DepthDecoderConfig(
-    num_layers=2,
-    hidden_size=64,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
-    intermediate_size=128,
-    num_codebooks=8,
-    codebook_size=128,
-    c0_vocab_size=128,
-    num_draft_offsets=3,
-    max_positions=16,
-)
-VARIANT = "cpu" if cpu_variant_supported() else "plain"
+CFG = TINY
 GREEDY = cs.SamplingParams(0.0, 0, 1.0)
 
 

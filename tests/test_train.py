@@ -6,9 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from tiny_models import TINY, VARIANT
 
 import codecspec as cs
-from codecspec.graphs import DepthDecoderConfig, build_depth_graph, cpu_variant_supported
+from codecspec.graphs import DepthDecoderConfig, build_depth_graph
 from codecspec.graphs.reference import reference_run
 from codecspec.runtime.depth_graph import DepthGraph
 from codecspec.train.data import (
@@ -36,20 +37,7 @@ from codecspec.train.offsets import (
     train_offsets,
 )
 
-CFG = DepthDecoderConfig(
-    num_layers=2,
-    hidden_size=64,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
-    intermediate_size=128,
-    num_codebooks=8,
-    codebook_size=128,
-    c0_vocab_size=128,
-    num_draft_offsets=3,
-    max_positions=16,
-)
-VARIANT = "cpu" if cpu_variant_supported() else "plain"
+CFG = TINY
 
 
 @pytest.fixture(scope="module")
