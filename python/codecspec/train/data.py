@@ -261,7 +261,7 @@ def read_heads(model: Union[str, os.PathLike, Any]) -> np.ndarray:
             raise FileNotFoundError(f"model: no such ONNX file: {path}")
         model = onnx.load(str(path), load_external_data=True)
     for init in model.graph.initializer:
-        if init.name == "heads":
+        if init.name in ("heads", "heads_f16"):
             return np.ascontiguousarray(numpy_helper.to_array(init), np.float32)
     if path is not None and heads_sidecar(path).is_file():
         return np.ascontiguousarray(np.load(heads_sidecar(path)), np.float32)
