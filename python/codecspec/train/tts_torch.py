@@ -1,0 +1,474 @@
+"""The reference codec-LM TTS in PyTorch: definition, training step, ONNX export ([train] extra).
+
+Three networks are trained together on the encoded corpus (docs/reference_model.md):
+
+* **temporal model** — a phoneme encoder (non-causal, with language and speaker) and a causal
+  frame decoder that cross-attends to it. Frame t's input is the codec latent of frame t-1
+  (the sum of its 16 RVQ code vectors, 128 values) plus Fourier features of its progress
+  t / T through the utterance; its output is a hidden state h_t and the logits of c0_t.
+  Progress features on both sides (phoneme p / P, frame t / T) make the monotonic text-to-audio
+  alignment easy to learn from three hours of speech; T comes from the text at synthesis time
+  (frames per phoneme, learned from the corpus), so the model needs no stop token.
+* **depth decoder** — the Qwen3-TTS code-predictor layout codecspec's graph builder exports
+  (`codecspec.graphs.weights`): position 0 holds h_t, position 1 the embedding of c0, position
+  k+1 that of c_k; head j reads position j+1 and predicts c_{j+1}.
+* **draft temporal model** — the same encoder memory with a one-layer decoder of its own.
+
+Inference never needs PyTorch: `export_onnx` writes the temporal graphs and
+`depth_weights` hands the depth decoder to `codecspec.graphs.build_depth_graph`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from codecspec.graphs.config import DepthDecoderConfig
+from codecspec.graphs.weights import DepthDecoderWeights
+
+__all__ = [
+    "TemporalConfig",
+    "TemporalModel",
+    "DepthModel",
+    "TTSModel",
+    "fourier",
+    "depth_weights",
+    "export_onnx",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class TemporalConfig:
+    vocab_size: int
+    num_languages: int
+    num_speakers: int
+    latent_dim: int = 128
+    d_model: int = 256
+    num_heads: int = 4
+    ff_size: int = 768
+    encoder_layers: int = 2
+    decoder_layers: int = 3
+    draft_layers: int = 1
+    fourier_bands: int = 16
+    c0_vocab_size: int = 1024
+    dropout: float = 0.1
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def fourier(x: torch.Tensor, bands: int) -> torch.Tensor:
+    """[..., 2 * bands] sines and cosines of pi * f * x, f geometric from 0.5 to 64."""
+    freqs = 2.0 ** torch.linspace(-1.0, 6.0, bands, device=x.device, dtype=x.dtype)
+    ang = math.pi * x.unsqueeze(-1) * freqs
+    return torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.h, self.hd = heads, d // heads
+        self.q = nn.Linear(d, d, bias=False)
+        self.k = nn.Linear(d, d, bias=False)
+        self.v = nn.Linear(d, d, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.h, self.hd).transpose(1, 2)
+
+    def kv(self, mem: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.split(self.k(mem)), self.split(self.v(mem))
+
+    def attend(self, x, k, v, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        q = self.split(self.q(x))
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.hd)
+        if bias is not None:
+            s = s + bias
+        a = torch.softmax(s, dim=-1) @ v
+        b, _, t, _ = a.shape
+        return self.o(a.transpose(1, 2).reshape(b, t, self.h * self.hd))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d: int, ff: int):
+        super().__init__()
+        self.up = nn.Linear(d, ff)
+        self.down = nn.Linear(ff, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: TemporalConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = Attention(d, cfg.num_heads)
+        self.ff = FeedForward(d, cfg.ff_size)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, bias):
+        h = self.n1(x)
+        k, v = self.attn.kv(h)
+        x = x + self.drop(self.attn.attend(h, k, v, bias))
+        return x + self.drop(self.ff(self.n2(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TemporalConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.n1, self.n2, self.n3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.self_attn = Attention(d, cfg.num_heads)
+        self.cross_attn = Attention(d, cfg.num_heads)
+        self.ff = FeedForward(d, cfg.ff_size)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, self_k, self_v, self_bias, cross_k, cross_v, cross_bias):
+        x = x + self.drop(self.self_attn.attend(self.n1(x), self_k, self_v, self_bias))
+        x = x + self.drop(self.cross_attn.attend(self.n2(x), cross_k, cross_v, cross_bias))
+        return x + self.drop(self.ff(self.n3(x)))
+
+
+class FrameDecoder(nn.Module):
+    """A stack of decoder layers with its own final norm and c0 head (main model or draft)."""
+
+    def __init__(self, cfg: TemporalConfig, layers: int):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(layers))
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.c0_head = nn.Linear(cfg.d_model, cfg.c0_vocab_size)
+
+    def cross_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [layer.cross_attn.kv(memory) for layer in self.layers]
+
+    def forward(self, x, cross, cross_bias):
+        """Teacher-forced pass over whole sequences x [B, T, D] (causal self-attention)."""
+        t = x.shape[1]
+        causal = torch.full((t, t), float("-inf"), device=x.device).triu(1)
+        for layer, (ck, cv) in zip(self.layers, cross):
+            k, v = layer.self_attn.kv(layer.n1(x))
+            x = layer(x, k, v, causal, ck, cv, cross_bias)
+        h = self.norm(x)
+        return h, self.c0_head(h)
+
+    def step(self, x, past_k, past_v, cross_k, cross_v):
+        """One frame x [1, 1, D] with the cache of earlier frames past_* [L, 1, heads, t, hd];
+        cross_* [L, 1, heads, P, hd]. Returns hidden, c0 logits and this frame's K/V."""
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            k, v = layer.self_attn.kv(layer.n1(x))
+            new_k.append(k)
+            new_v.append(v)
+            k = torch.cat([past_k[i], k], dim=2)
+            v = torch.cat([past_v[i], v], dim=2)
+            x = layer(x, k, v, None, cross_k[i], cross_v[i], None)
+        h = self.norm(x)
+        return h, self.c0_head(h), torch.stack(new_k), torch.stack(new_v)
+
+
+class TemporalModel(nn.Module):
+    def __init__(self, cfg: TemporalConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, f2 = cfg.d_model, 2 * cfg.fourier_bands
+        self.phoneme = nn.Embedding(cfg.vocab_size, d)
+        self.language = nn.Embedding(cfg.num_languages, d)
+        self.speaker = nn.Embedding(cfg.num_speakers, d)
+        self.text_pos = nn.Linear(f2, d)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.enc_norm = nn.LayerNorm(d)
+        self.latent_in = nn.Linear(cfg.latent_dim, d)
+        self.bos = nn.Parameter(torch.zeros(d))
+        self.frame_pos = nn.Linear(f2, d)
+        self.frame_speaker = nn.Embedding(cfg.num_speakers, d)
+        self.decoder = FrameDecoder(cfg, cfg.decoder_layers)
+        self.draft = FrameDecoder(cfg, cfg.draft_layers)
+
+    def encode(self, phonemes, lengths, language, speaker):
+        """Encoder memory [B, P, D] and the additive key mask [B, 1, 1, P] of padding."""
+        b, p = phonemes.shape
+        idx = torch.arange(p, device=phonemes.device)
+        valid = idx[None, :] < lengths[:, None]
+        rel = (idx[None, :].float() + 0.5) / lengths[:, None].float()
+        x = self.phoneme(phonemes) + self.text_pos(fourier(rel, self.cfg.fourier_bands))
+        x = x + (self.language(language) + self.speaker(speaker))[:, None, :]
+        bias = torch.zeros(b, 1, 1, p, device=x.device).masked_fill(
+            ~valid[:, None, None, :], float("-inf")
+        )
+        for layer in self.encoder:
+            x = layer(x, bias)
+        return self.enc_norm(x), bias
+
+    def frame_inputs(self, prev_latent, progress, speaker):
+        """Decoder inputs: previous frame's latent (zeros row -> BOS), progress, speaker."""
+        x = self.latent_in(prev_latent) + self.frame_pos(fourier(progress, self.cfg.fourier_bands))
+        return x + self.frame_speaker(speaker)[:, None, :]
+
+    def forward(self, phonemes, ph_lengths, language, speaker, latents, frame_lengths):
+        """Teacher-forced: latents [B, T, 128] of the target frames. Returns (hidden [B,T,D],
+        c0 logits [B,T,V], draft c0 logits [B,T,V])."""
+        memory, cross_bias = self.encode(phonemes, ph_lengths, language, speaker)
+        b, t, _ = latents.shape
+        prev = torch.cat([torch.zeros_like(latents[:, :1]), latents[:, :-1]], dim=1)
+        idx = torch.arange(t, device=latents.device)
+        progress = (idx[None, :].float() + 0.5) / frame_lengths[:, None].float()
+        x = self.frame_inputs(prev, progress, speaker)
+        x[:, 0] = x[:, 0] + self.bos
+        h, logits = self.decoder(x, self.decoder.cross_kv(memory), cross_bias)
+        _, draft_logits = self.draft(x, self.draft.cross_kv(memory), cross_bias)
+        return h, logits, draft_logits
+
+
+# ---------------------------------------------------------------------- depth decoder (Qwen3)
+class RMSNorm(nn.Module):
+    def __init__(self, n: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+class DepthLayer(nn.Module):
+    def __init__(self, c: DepthDecoderConfig):
+        super().__init__()
+        H, hd = c.hidden_size, c.head_dim
+        self.c = c
+        self.input_norm = RMSNorm(H, c.rms_norm_eps)
+        self.q_proj = nn.Linear(H, c.num_heads * hd, bias=False)
+        self.k_proj = nn.Linear(H, c.num_kv_heads * hd, bias=False)
+        self.v_proj = nn.Linear(H, c.num_kv_heads * hd, bias=False)
+        self.o_proj = nn.Linear(c.num_heads * hd, H, bias=False)
+        self.q_norm = RMSNorm(hd, c.rms_norm_eps)
+        self.k_norm = RMSNorm(hd, c.rms_norm_eps)
+        self.post_norm = RMSNorm(H, c.rms_norm_eps)
+        self.gate_proj = nn.Linear(H, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(H, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, H, bias=False)
+
+    def forward(self, x, cos, sin):
+        c = self.c
+        n, t, _ = x.shape
+        h = self.input_norm(x)
+        q = self.q_norm(self.q_proj(h).view(n, t, c.num_heads, c.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(h).view(n, t, c.num_kv_heads, c.head_dim)).transpose(1, 2)
+        v = self.v_proj(h).view(n, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        k = k.repeat_interleave(c.kv_groups, dim=1)
+        v = v.repeat_interleave(c.kv_groups, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o_proj(a.transpose(1, 2).reshape(n, t, -1))
+        h = self.post_norm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class DepthModel(nn.Module):
+    """Qwen3-TTS-shaped code predictor with the tensor names of DepthDecoderWeights."""
+
+    def __init__(self, c: DepthDecoderConfig):
+        super().__init__()
+        if c.has_input_proj:
+            raise ValueError("config: the reference model feeds h_t directly (no input_proj)")
+        self.c = c
+        H, V, G = c.hidden_size, c.codebook_size, c.num_codebooks
+        self.c0_embedding = nn.Embedding(c.c0_vocab_size, H)
+        self.code_embeddings = nn.Parameter(torch.randn(G - 1, V, H) * 0.02)
+        self.layers = nn.ModuleList(DepthLayer(c) for _ in range(c.num_layers))
+        self.final_norm = RMSNorm(H, c.rms_norm_eps)
+        self.heads = nn.Parameter(torch.randn(G - 1, V, H) * 0.02)
+        inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2).double() / c.head_dim))
+        ang = torch.arange(G).double()[:, None] * inv[None, :]
+        emb = torch.cat([ang, ang], dim=-1)
+        self.register_buffer("cos", emb.cos().float(), persistent=False)
+        self.register_buffer("sin", emb.sin().float(), persistent=False)
+
+    def forward(self, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """Logits [N, G-1, V] of c1..c_{G-1} given h_t [N, H] and teacher codes [N, G]."""
+        G = self.c.num_codebooks
+        levels = torch.arange(G - 2, device=codes.device)
+        rows = self.code_embeddings[levels[None, :], codes[:, 1 : G - 1]]  # [N, G-2, H]
+        x = torch.cat([hidden[:, None], self.c0_embedding(codes[:, 0])[:, None], rows], dim=1)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin)
+        z = self.final_norm(x)[:, 1:]  # [N, G-1, H]: node of c_j feeds head j
+        return torch.einsum("njh,jvh->njv", z, self.heads)
+
+
+class TTSModel(nn.Module):
+    def __init__(self, tcfg: TemporalConfig, dcfg: DepthDecoderConfig):
+        super().__init__()
+        if dcfg.input_width != tcfg.d_model:
+            raise ValueError(
+                f"depth config: input width {dcfg.input_width} != temporal d_model {tcfg.d_model}"
+            )
+        self.temporal = TemporalModel(tcfg)
+        self.depth = DepthModel(dcfg)
+
+    def losses(self, batch: dict, depth_frames: int, gen: torch.Generator) -> dict:
+        """Mean cross-entropies: c0 (main and draft) over all real frames; c1.. over a random
+        subset of `depth_frames` real frames (the depth decoder dominates the cost)."""
+        h, logits, draft_logits = self.temporal(
+            batch["phonemes"],
+            batch["phoneme_lengths"],
+            batch["language"],
+            batch["speaker"],
+            batch["latents"],
+            batch["frame_lengths"],
+        )
+        mask = batch["frame_mask"]
+        codes = batch["codes"]
+        c0 = codes[..., 0][mask]
+        out = {
+            "c0": F.cross_entropy(logits[mask], c0),
+            "draft_c0": F.cross_entropy(draft_logits[mask], c0),
+        }
+        hv, cv = h[mask], codes[mask]
+        if depth_frames and depth_frames < len(hv):
+            pick = torch.randperm(len(hv), generator=gen)[:depth_frames]
+            hv, cv = hv[pick], cv[pick]
+        dl = self.depth(hv, cv)
+        per_level = F.cross_entropy(
+            dl.reshape(-1, dl.shape[-1]), cv[:, 1:].reshape(-1), reduction="none"
+        ).view(len(cv), -1)
+        out["depth"] = per_level.mean()
+        out["depth_levels"] = per_level.detach().mean(0)
+        return out
+
+
+# ---------------------------------------------------------------------- export
+def depth_weights(model: DepthModel, offsets: Optional[np.ndarray] = None) -> DepthDecoderWeights:
+    """The depth decoder's tensors under codecspec's names (zero draft offsets by default)."""
+    c = model.c
+
+    def t(x: torch.Tensor) -> np.ndarray:
+        return x.detach().cpu().float().numpy()
+
+    w = DepthDecoderWeights()
+    w["c0_embedding"] = t(model.c0_embedding.weight)
+    w["code_embeddings"] = t(model.code_embeddings)
+    for i, layer in enumerate(model.layers):
+        p = f"layers.{i}."
+        w[p + "input_norm"] = t(layer.input_norm.weight)
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+            w[p + name] = t(getattr(layer, name).weight)
+        w[p + "q_norm"] = t(layer.q_norm.weight)
+        w[p + "k_norm"] = t(layer.k_norm.weight)
+        w[p + "post_norm"] = t(layer.post_norm.weight)
+    w["final_norm"] = t(model.final_norm.weight)
+    w["heads"] = t(model.heads)
+    w["draft_offsets"] = (
+        np.zeros((c.num_draft_offsets, c.hidden_size), np.float32) if offsets is None else offsets
+    )
+    w.validate(c)
+    return w
+
+
+class _EncoderExport(nn.Module):
+    """phonemes [1, P], language [1], speaker [1] -> cross K/V of the main and draft decoders."""
+
+    def __init__(self, tm: TemporalModel):
+        super().__init__()
+        self.tm = tm
+
+    def forward(self, phonemes, language, speaker):
+        lengths = torch.ones_like(phonemes).sum(dim=1)  # tensor ops keep P dynamic in the trace
+        memory, _ = self.tm.encode(phonemes, lengths, language, speaker)
+        out = []
+        for dec in (self.tm.decoder, self.tm.draft):
+            kv = dec.cross_kv(memory)
+            out += [torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv])]
+        return tuple(out)
+
+
+class _StepExport(nn.Module):
+    """One decoder step: prev_latent [1, 128] (zeros = start), progress [1], speaker [1],
+    is_first [1] (1.0 on the first frame), cross K/V, past K/V [L, 1, heads, t, hd]."""
+
+    def __init__(self, tm: TemporalModel, decoder: FrameDecoder):
+        super().__init__()
+        self.tm, self.dec = tm, decoder
+
+    def forward(self, prev_latent, progress, speaker, is_first, cross_k, cross_v, past_k, past_v):
+        x = self.tm.frame_inputs(prev_latent[:, None, :], progress[:, None], speaker)
+        x = x + is_first[:, None, None] * self.tm.bos
+        h, logits, nk, nv = self.dec.step(x, past_k, past_v, cross_k, cross_v)
+        return h[:, 0], logits[:, 0], nk, nv
+
+
+STEP_INPUTS = (
+    "prev_latent",
+    "progress",
+    "speaker",
+    "is_first",
+    "cross_keys",
+    "cross_values",
+    "past_keys",
+    "past_values",
+)
+STEP_OUTPUTS = ("hidden", "c0_logits", "new_keys", "new_values")
+ENCODER_OUTPUTS = ("cross_keys", "cross_values", "draft_cross_keys", "draft_cross_values")
+
+
+def export_onnx(tm: TemporalModel, out_dir) -> dict:
+    """Write encoder.onnx (both decoders' cross K/V), temporal.onnx and draft_temporal.onnx."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    tm = tm.eval()
+    cfg = tm.cfg
+    ph = torch.ones(1, 7, dtype=torch.long)
+    one = torch.zeros(1, dtype=torch.long)
+    kw = dict(opset_version=17, dynamo=False, do_constant_folding=True)
+    paths = {"encoder": out / "encoder.onnx"}
+    axes = {n: {3: "P"} for n in ENCODER_OUTPUTS}
+    axes["phonemes"] = {1: "P"}
+    torch.onnx.export(
+        _EncoderExport(tm).eval(),  # eval wrappers: export restores their mode afterwards
+        (ph, one, one),
+        str(paths["encoder"]),
+        input_names=["phonemes", "language", "speaker"],
+        output_names=list(ENCODER_OUTPUTS),
+        dynamic_axes=axes,
+        **kw,
+    )
+    for name, dec in (("temporal", tm.decoder), ("draft_temporal", tm.draft)):
+        L = len(dec.layers)
+        cross = torch.zeros(L, 1, cfg.num_heads, 7, cfg.head_dim)
+        past = torch.zeros(L, 1, cfg.num_heads, 3, cfg.head_dim)
+        args = (torch.zeros(1, cfg.latent_dim), torch.full((1,), 0.5), one, torch.zeros(1))
+        paths[name] = out / f"{name}.onnx"
+        torch.onnx.export(
+            _StepExport(tm, dec).eval(),
+            args + (cross, cross, past, past),
+            str(paths[name]),
+            input_names=list(STEP_INPUTS),
+            output_names=list(STEP_OUTPUTS),
+            dynamic_axes={
+                "cross_keys": {3: "P"},
+                "cross_values": {3: "P"},
+                "past_keys": {3: "T"},
+                "past_values": {3: "T"},
+            },
+            **kw,
+        )
+    return paths

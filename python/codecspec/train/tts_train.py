@@ -1,0 +1,196 @@
+"""Training loop of the reference codec-LM TTS ([train] extra: needs PyTorch).
+
+`train_tts` runs AdamW on the encoded corpus for a wall-clock budget (the recipe's is 55 min on
+two cores), with a learning rate that warms up and then follows a cosine over the budget, and
+records train / held-out curves for the model card.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from codecspec.codec.codec import Codec
+from codecspec.graphs.config import DepthDecoderConfig
+from codecspec.train.tts_torch import TemporalConfig, TTSModel
+from codecspec.tts.dataset import Batch, TTSDataset
+
+__all__ = ["reference_depth_config", "TrainLog", "to_tensors", "train_tts", "frame_latents"]
+
+
+def reference_depth_config(codebook_size: int = 1024, **overrides) -> DepthDecoderConfig:
+    """The shipped depth decoder: Qwen3-TTS layout (5 layers, GQA 4/2, q/k norm, RoPE) at
+    hidden 256, fed the temporal hidden state directly."""
+    base = dict(
+        num_layers=5,
+        hidden_size=256,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        intermediate_size=512,
+        num_codebooks=16,
+        codebook_size=codebook_size,
+        c0_vocab_size=codebook_size,
+        num_draft_offsets=4,
+        max_positions=32,
+    )
+    base.update(overrides)
+    return DepthDecoderConfig(**base)
+
+
+def frame_latents(codec: Codec, codes: np.ndarray, scale: float) -> np.ndarray:
+    """The temporal model's frame input: sum of the RVQ code vectors, divided by `scale`."""
+    books = codec._books
+    out = np.zeros(codes.shape[:-1] + (books.shape[2],), np.float32)
+    for lvl in range(codes.shape[-1]):
+        out += books[lvl][codes[..., lvl]]
+    return out / scale
+
+
+def to_tensors(b: Batch, codec: Codec, scale: float) -> dict:
+    codes = b.codes.astype(np.int64)
+    return {
+        "phonemes": torch.from_numpy(b.phonemes.astype(np.int64)),
+        "phoneme_lengths": torch.from_numpy(b.phoneme_lengths.astype(np.int64)),
+        "language": torch.from_numpy(b.language.astype(np.int64)),
+        "speaker": torch.from_numpy(b.speaker.astype(np.int64)),
+        "latents": torch.from_numpy(frame_latents(codec, codes, scale)),
+        "frame_lengths": torch.from_numpy(b.frame_lengths.astype(np.int64)),
+        "frame_mask": torch.from_numpy(b.frame_mask),
+        "codes": torch.from_numpy(codes),
+    }
+
+
+@dataclass
+class TrainLog:
+    steps: list = field(default_factory=list)
+    seconds: list = field(default_factory=list)
+    train: list = field(default_factory=list)  # dicts of the three losses
+    val_steps: list = field(default_factory=list)
+    val: list = field(default_factory=list)
+    val_levels: list = field(default_factory=list)  # per-level depth CE on held-out frames
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    def save(self, path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict()))
+
+
+def _lr(step_frac: float, warm_frac: float, peak: float) -> float:
+    if step_frac < warm_frac:
+        return peak * step_frac / warm_frac
+    t = (step_frac - warm_frac) / max(1e-9, 1.0 - warm_frac)
+    return peak * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * min(t, 1.0))))
+
+
+def _report(step, epoch, elapsed, budget, out, log) -> None:
+    val = log.val[-1] if log.val else {}
+    sys.stderr.write(
+        f"train tts: step {step} epoch {epoch} {elapsed / 60:.1f}/{budget / 60:.0f} min "
+        f"c0 {float(out['c0']):.3f} draft {float(out['draft_c0']):.3f} "
+        f"depth {float(out['depth']):.3f} | held-out {val}\n"
+    )
+    sys.stderr.flush()
+
+
+@torch.no_grad()
+def evaluate(model: TTSModel, batches: list, gen_seed: int = 0) -> tuple[dict, list]:
+    model.eval()
+    gen = torch.Generator().manual_seed(gen_seed)
+    sums: dict = {}
+    levels = None
+    for b in batches:
+        out = model.losses(b, depth_frames=0, gen=gen)
+        for k in ("c0", "draft_c0", "depth"):
+            sums[k] = sums.get(k, 0.0) + float(out[k])
+        lv = out["depth_levels"].numpy()
+        levels = lv if levels is None else levels + lv
+    model.train()
+    n = max(len(batches), 1)
+    return {k: v / n for k, v in sums.items()}, (levels / n).tolist()
+
+
+def train_tts(
+    train_set: TTSDataset,
+    val_set: TTSDataset,
+    codec: Codec,
+    tcfg: TemporalConfig,
+    dcfg: DepthDecoderConfig,
+    *,
+    minutes: float = 55.0,
+    max_frames: int = 1536,
+    depth_frames: int = 384,
+    lr: float = 1.5e-3,
+    seed: int = 0,
+    eval_every: int = 50,
+    val_batches: int = 6,
+    max_steps: Optional[int] = None,
+    progress: bool = True,
+) -> tuple[TTSModel, TrainLog, float]:
+    """Train for `minutes` of wall clock (or `max_steps`); returns model, curves, latent scale."""
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model = TTSModel(tcfg, dcfg)
+    sample = np.concatenate([u.codes for u in list(train_set)[:200]]).astype(np.int64)
+    scale = float(frame_latents(codec, sample, 1.0).std())
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.98),
+    )
+    val = [
+        to_tensors(b, codec, scale)
+        for _, b in zip(range(val_batches), val_set.batches(16, seed=1, max_frames=max_frames))
+    ]
+    log = TrainLog()
+    budget = minutes * 60.0
+    t0 = time.monotonic()
+    step, epoch = 0, 0
+    last_report = -1e9
+    done = False
+    while not done:
+        for b in train_set.batches(32, seed=seed + epoch, max_frames=max_frames):
+            elapsed = time.monotonic() - t0
+            frac = step / max_steps if max_steps else elapsed / budget
+            if frac >= 1.0:
+                done = True
+                break
+            for g in opt.param_groups:
+                g["lr"] = _lr(frac, 0.04, lr)
+            out = model.losses(to_tensors(b, codec, scale), depth_frames, gen)
+            loss = out["c0"] + out["draft_c0"] + out["depth"]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            log.steps.append(step)
+            log.seconds.append(round(elapsed, 2))
+            log.train.append({k: round(out[k].item(), 4) for k in ("c0", "draft_c0", "depth")})
+            if step % eval_every == 0:
+                v, lv = evaluate(model, val)
+                log.val_steps.append(step)
+                log.val.append({k: round(x, 4) for k, x in v.items()})
+                log.val_levels.append([round(x, 4) for x in lv])
+            if progress and elapsed - last_report > 15.0:
+                last_report = elapsed
+                _report(step, epoch, elapsed, budget, out, log)
+        epoch += 1
+    v, lv = evaluate(model, val)
+    log.val_steps.append(step)
+    log.val.append({k: round(x, 4) for k, x in v.items()})
+    log.val_levels.append([round(x, 4) for x in lv])
+    model.eval()
+    return model, log, scale
