@@ -132,12 +132,15 @@ def train_medusa(
     val_frames: Optional[np.ndarray] = None,
     eval_every: Optional[int] = None,
     seed: int = 0,
+    keep_best: bool = False,
     progress: bool = True,
 ) -> tuple[MedusaHeads, TrainHistory]:
     """Train per-(level, lookahead) heads; same batches, optimiser and split as `train_offsets`.
 
     The loss is the mean CE over all (frame, pair) examples of the batch, as for the offsets,
-    so the two loss curves are directly comparable.
+    so the two loss curves are directly comparable. With `keep_best`, the heads end at the
+    evaluation with the lowest held-out CE (early stopping: millions of parameters overfit a
+    few thousand frames, so the held-out frames must then not be those later measured on).
     """
     z, codes, heads = _check(z, codes, heads, K)
     train_idx, val_idx = train_val_split(len(codes), val_frames, val_fraction, seed)
@@ -159,8 +162,13 @@ def train_medusa(
         opt.step([gw, gb])
         return loss
 
+    best = {"ce": np.inf, "weights": None, "bias": None}
+
     def evaluate(idx):
-        return _metrics(m, z, codes, idx)
+        out = _metrics(m, z, codes, idx)
+        if keep_best and out["mean_ce"] < best["ce"]:
+            best.update(ce=out["mean_ce"], weights=m.weights.copy(), bias=m.bias.copy())
+        return out
 
     hist = adam_loop(
         train_idx,
@@ -176,5 +184,8 @@ def train_medusa(
         desc="train medusa",
         progress=progress,
     )
+    if keep_best and best["weights"] is not None:
+        m.weights[...] = best["weights"]
+        m.bias[...] = best["bias"]
     log.info("medusa: %d heads, %d parameters, %.1fs", P, m.num_parameters, hist.seconds)
     return m, hist
