@@ -56,3 +56,19 @@ def test_bad_input():
         store_float16(_graph(), min_elements=0)
     with pytest.raises(ValueError, match="weights"):
         round_float16(np.array([1e6], np.float32), "weights")
+
+
+def test_bf16_exact_heads_share_one_array():
+    import codecspec as cs
+    from codecspec.graphs.storage import round_bf16_exact
+
+    w = np.random.default_rng(0).standard_normal((3, 96, 40)).astype(np.float32) * 0.05
+    r = round_bf16_exact(w, "heads")
+    assert np.array_equal(r.astype(np.float16).astype(np.float32), r)  # saved as f16 exactly
+    assert np.abs(r - w).max() <= 2.0**-8 * np.abs(w).max()
+    assert not cs.HeadBank(w).targets_bf16 and cs.HeadBank(r).targets_bf16
+    z = np.random.default_rng(1).standard_normal(40).astype(np.float32)
+    bank = cs.HeadBank(r.astype(np.float16))  # as loaded from the shipped sidecar
+    for h in range(3):
+        want = r[h].astype(np.float64) @ z.astype(np.float64)
+        np.testing.assert_allclose(bank.logits(h, z), want, rtol=1e-5, atol=1e-5)

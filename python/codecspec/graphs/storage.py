@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["store_float16", "round_float16"]
+__all__ = ["store_float16", "round_float16", "round_bf16_exact"]
 
 _F16_MAX = float(np.finfo(np.float16).max)
 
@@ -25,6 +25,20 @@ def round_float16(array, name: str = "array") -> np.ndarray:
     if np.any(np.abs(a[np.isfinite(a)]) > _F16_MAX):
         raise ValueError(f"{name}: values beyond float16 range ({_F16_MAX:g})")
     return a.astype(np.float16).astype(np.float32)
+
+
+def round_bf16_exact(array, name: str = "array") -> np.ndarray:
+    """float32 values exactly representable in float16 *and* bfloat16 (rounded to float16,
+    then to bfloat16, nearest-even): saved as float16 without loss, and a `HeadBank` given
+    them keeps one bf16 array for targets and drafts (half the bytes, identical logits)."""
+    a = round_float16(array, name)
+    bits = a.view(np.uint32)
+    bits = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(
+        0xFFFF0000
+    )
+    out = bits.view(np.float32)
+    assert np.array_equal(out.astype(np.float16).astype(np.float32), out)
+    return out
 
 
 def store_float16(model: onnx.ModelProto, min_elements: int = 1024) -> onnx.ModelProto:

@@ -13,7 +13,9 @@ use crate::warp::{top_k_tokens, Scratch};
 /// `num_heads` linear heads without bias, weights [num_heads, vocab, hidden] row-major.
 #[derive(Clone, Debug)]
 pub struct HeadBank {
-    weights: Vec<f32>,
+    /// f32 target weights, or None when every weight is exactly a bf16 value: then the bf16
+    /// array below serves the targets too, bit-identical results from half the bytes.
+    weights: Option<Vec<f32>>,
     /// bf16 copy for the draft rows: drafts need not be exact (verification never sees them),
     /// and half the bytes halve both their cost and how much of the graph's weights they
     /// evict from cache between calls.
@@ -47,9 +49,13 @@ impl HeadBank {
         ensure(weights.iter().all(|w| w.is_finite()), "weights", || {
             "contains NaN or inf".into()
         })?;
-        let drafts_bf16 = weights.iter().map(|&w| to_bf16(w)).collect();
+        let drafts_bf16: Vec<u16> = weights.iter().map(|&w| to_bf16(w)).collect();
+        let exact = weights
+            .iter()
+            .zip(&drafts_bf16)
+            .all(|(&w, &b)| b.widen().to_bits() == w.to_bits());
         Ok(Self {
-            weights,
+            weights: if exact { None } else { Some(weights) },
             drafts_bf16,
             num_heads,
             vocab,
@@ -66,6 +72,10 @@ impl HeadBank {
     pub fn hidden(&self) -> usize {
         self.hidden
     }
+    /// Whether the targets are read from the bf16 array (all weights exactly bf16).
+    pub fn targets_bf16(&self) -> bool {
+        self.weights.is_none()
+    }
 
     pub fn check_head(&self, head: i64, arg: &'static str) -> Result<usize> {
         ensure(head >= 0 && (head as usize) < self.num_heads, arg, || {
@@ -81,13 +91,21 @@ impl HeadBank {
         if let Some(b) = offset {
             x.iter_mut().zip(b).for_each(|(a, b)| *a += b);
         }
-        let w = &self.weights[head * self.vocab * h..(head + 1) * self.vocab * h];
+        let range = head * self.vocab * h..(head + 1) * self.vocab * h;
+        match &self.weights {
+            Some(w) => self.rows(&w[range], &x, out),
+            None => self.rows(&self.drafts_bf16[range], &x, out),
+        }
+    }
+
+    fn rows<W: Weight + Sync>(&self, w: &[W], x: &[f32], out: &mut [f32]) {
+        let h = self.hidden;
         if self.vocab * h >= PAR_MIN_MACS {
             out.par_chunks_mut(256)
                 .zip(w.par_chunks(256 * h))
-                .for_each(|(o, wc)| gemv(wc, &x, o));
+                .for_each(|(o, wc)| gemv(wc, x, o));
         } else {
-            gemv(w, &x, out);
+            gemv(w, x, out);
         }
     }
 
@@ -237,5 +255,25 @@ mod tests {
             out[cand[4] as usize],
             out.iter().cloned().fold(f32::MIN, f32::max)
         );
+        assert!(!bank.targets_bf16());
+    }
+
+    #[test]
+    fn bf16_exact_weights_share_one_array_and_give_identical_rows() {
+        let (n, v, h) = (3, 41, 35);
+        let w: Vec<f32> = (0..n * v * h)
+            .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 64.0) // at most 8 significant bits
+            .collect();
+        let bank = HeadBank::new(w.clone(), n, v, h).unwrap();
+        assert!(bank.targets_bf16());
+        let mut f32_bank = bank.clone();
+        f32_bank.weights = Some(w);
+        let z: Vec<f32> = (0..h).map(|i| (i as f32 * 0.37).sin()).collect();
+        let (mut a, mut b) = (vec![0.0; v], vec![0.0; v]);
+        for head in 0..n {
+            bank.logits_into(head, &z, None, &mut a);
+            f32_bank.logits_into(head, &z, None, &mut b);
+            assert_eq!(a, b);
+        }
     }
 }

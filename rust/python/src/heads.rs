@@ -47,6 +47,11 @@ impl PyHeadBank {
     fn hidden_size(&self) -> usize {
         self.inner.hidden()
     }
+    /// True when every weight is exactly a bf16 value, so targets read the half-size array.
+    #[getter]
+    fn targets_bf16(&self) -> bool {
+        self.inner.targets_bf16()
+    }
 
     /// float32 [V] logits of head `head` on z (+ offset).
     #[pyo3(signature = (head, z, offset=None))]
