@@ -1,0 +1,96 @@
+"""The main-job subcommands of `codecspec`: `synth` and `bench` on the reference model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
+
+
+def cmd_synth(args) -> int:
+    from codecspec.codec.audio import write_wav
+    from codecspec.tts.model import ReferenceTTS
+
+    tts = ReferenceTTS(args.model, provider=args.provider, threads=args.threads)
+    s = tts.generate(
+        args.text,
+        phonemes=args.phonemes,
+        language=args.language,
+        speaker=args.speaker,
+        mode=args.mode,
+        seed=args.seed,
+        rate=args.rate,
+        progress=not args.quiet,
+    )
+    write_wav(args.output, s.wav, s.sample_rate)
+    lines = {
+        "wrote": f"{args.output} ({s.sample_rate} Hz)",
+        "audio seconds": f"{s.audio_seconds:.2f}",
+        "frames": f"{len(s.codes)} x {s.codes.shape[1]} codes",
+        "mode": s.mode,
+        "inner calls / audio s": f"{s.calls_per_audio_second:.1f}",
+        "tokens per call": f"{s.tokens_per_call:.2f}",
+        "depth loop ms / frame": f"{1e3 * s.depth_seconds / len(s.codes):.2f}",
+        "real-time factor": f"{s.real_time_factor:.3f} (temporal {s.temporal_seconds:.2f} s, "
+        f"depth {s.depth_seconds:.2f} s, vocoder {s.decode_seconds:.2f} s)",
+    }
+    for k, v in lines.items():
+        print(f"{k:>22}: {v}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from codecspec.tts.bench import bench_depth_loop
+    from codecspec.tts.model import default_model_dir
+
+    res = bench_depth_loop(
+        args.model or default_model_dir(),
+        args.frames,
+        seed=args.seed,
+        provider=args.provider,
+        threads=args.threads,
+        progress=not args.json,
+    )
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    for k, v in res.items():
+        if k == "fidelity_pvalues":
+            continue
+        print(f"{k:>24}: {v:.4g}" if isinstance(v, float) else f"{k:>24}: {v}")
+    verdict = "pass" if res["fidelity_min_p"] > 1e-4 else "FAIL"
+    print(f"{'fidelity (min p > 1e-4)':>24}: {verdict}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("synth", help="text to speech with the shipped reference model")
+    p.add_argument("text", help='text to speak (use "" with --phonemes)')
+    p.add_argument("--phonemes", default=None, help="espeak-ng IPA instead of text")
+    p.add_argument("-o", "--output", type=Path, default=Path("out.wav"))
+    p.add_argument("--mode", choices=["ar", "spec"], default="spec")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--language", default="en", help="en, de, es or it (default en)")
+    p.add_argument("--speaker", default=None, help="espeak-ng voice variant, e.g. f3 or m1")
+    p.add_argument("--rate", type=float, default=1.0, help="speaking rate (default 1.0)")
+    p.add_argument("--provider", default="auto", choices=PROVIDERS)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--model", default=None, help="model folder (default: the shipped one)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
+    p.add_argument("--frames", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--provider", default="auto", choices=PROVIDERS)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--model", default=None, help="model folder (default: the shipped one)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_bench)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: codecspec synth|bench")

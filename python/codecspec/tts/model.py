@@ -1,0 +1,279 @@
+"""The shipped reference codec-LM TTS on ONNX Runtime: text -> codes -> waveform.
+
+Per utterance: espeak-ng turns text into IPA; the encoder graph turns phonemes into the
+decoders' cross-attention keys/values; per frame the temporal step graph gives the hidden
+state h_t and c0 logits (c0 sampled on the host), the depth decoder (`DepthDecoder`, AR or
+tree-speculative) gives c1..c15, and the frame's codec latent is fed back. The frame count
+comes from the phoneme count (frames per phoneme of the language, from the corpus) divided by
+the speaking rate. The codec turns codes into audio (Griffin-Lim).
+
+No PyTorch: every network is an ONNX graph, every sampling step codecspec's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+import codecspec as cs
+from codecspec.codec.codec import Codec
+from codecspec.decode.depth import MODES, DepthDecoder
+from codecspec.runtime.session import open_session
+from codecspec.tts.text import BOS, EOS, Frontend
+
+__all__ = [
+    "default_model_dir",
+    "phonemize",
+    "PhonemizerError",
+    "ReferenceTTS",
+    "Synthesis",
+    "MODEL_FILES",
+]
+
+
+class PhonemizerError(RuntimeError):
+    """espeak-ng is missing or failed: text cannot be turned into phonemes here."""
+
+
+MODEL_FILES = (
+    "model.json",
+    "encoder.onnx",
+    "temporal.onnx",
+    "draft_temporal.onnx",
+    "depth.onnx",
+    "depth.heads.npy",
+    "offsets.npy",
+    "tree.json",
+    "codec.npz",
+)
+
+
+def default_model_dir() -> Path:
+    """The reference model shipped inside the package (`CODECSPEC_MODEL_DIR` overrides)."""
+    env = os.environ.get("CODECSPEC_MODEL_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "models" / "reference"
+
+
+def phonemize(text: str, voice: str) -> str:
+    """IPA of `text` by espeak-ng (clauses joined with " | ", as in the training corpus)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text: expected a non-empty string")
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise PhonemizerError(
+            "espeak-ng is needed to phonemize text: apt-get install espeak-ng "
+            "(or pass IPA with --phonemes)"
+        )
+    r = subprocess.run(
+        [exe, "-q", "-x", "--ipa", "-v", voice, "--stdin"],
+        input=text.encode("utf-8"),
+        capture_output=True,
+        env=dict(os.environ, LC_ALL="C.UTF-8"),
+        check=False,
+    )
+    if r.returncode != 0:
+        raise PhonemizerError(f"espeak-ng failed: {r.stderr.decode(errors='replace')[-300:]}")
+    clauses = [c.strip() for c in r.stdout.decode("utf-8").splitlines() if c.strip()]
+    if not clauses:
+        raise ValueError(f"text: espeak-ng found nothing to say in {text!r}")
+    return " | ".join(clauses)
+
+
+@dataclass
+class Synthesis:
+    """One utterance: codes, audio and what the depth loop cost."""
+
+    codes: np.ndarray  # int64 [T, 16]
+    wav: Optional[np.ndarray]
+    sample_rate: int
+    phonemes: str
+    mode: str
+    depth_calls: int
+    depth_codes: int
+    depth_seconds: float  # inner loop only (depth graph calls + their host work)
+    temporal_seconds: float
+    decode_seconds: float
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def audio_seconds(self) -> float:
+        return len(self.codes) * 0.08 if self.wav is None else len(self.wav) / self.sample_rate
+
+    @property
+    def tokens_per_call(self) -> float:
+        return self.depth_codes / max(self.depth_calls, 1)
+
+    @property
+    def calls_per_audio_second(self) -> float:
+        return self.depth_calls / max(self.audio_seconds, 1e-9)
+
+    @property
+    def real_time_factor(self) -> float:
+        total = self.depth_seconds + self.temporal_seconds + self.decode_seconds
+        return total / max(self.audio_seconds, 1e-9)
+
+
+class ReferenceTTS:
+    """Loads a model folder (see MODEL_FILES; default: the shipped one)."""
+
+    def __init__(
+        self,
+        model_dir=None,
+        provider: str = "auto",
+        threads: Optional[int] = None,
+        params: Optional[cs.SamplingParams] = None,
+    ):
+        d = Path(model_dir) if model_dir is not None else default_model_dir()
+        missing = [f for f in MODEL_FILES if not (d / f).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"model_dir: {d} lacks {missing}; rebuild it with models/recipe/build.sh"
+            )
+        self.dir = d
+        self.meta = json.loads((d / "model.json").read_text())
+        self.frontend = Frontend.from_dict(self.meta["frontend"])
+        self.scale = float(self.meta["latent_scale"])
+        self.params = params or cs.SamplingParams(**self.meta["sampling"])
+        self.codec = Codec.load(d / "codec.npz")
+        self._books = self.codec.codebooks.astype(np.float32) / self.scale
+        self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
+        self.temporal = open_session(str(d / "temporal.onnx"), provider=provider, threads=threads)
+        self.depth = DepthDecoder.from_dir(
+            d, params=self.params, provider=provider, threads=threads
+        )
+        t = self.meta["temporal_config"]
+        self._kv_shape = (t["decoder_layers"], 1, t["num_heads"], 0, t["d_model"] // t["num_heads"])
+
+    # ------------------------------------------------------------------ text
+    @property
+    def languages(self) -> list:
+        return list(self.frontend.languages.names)
+
+    @property
+    def speakers(self) -> list:
+        return list(self.frontend.speakers.names)
+
+    def _ids(self, language: str, speaker: str) -> tuple[int, int]:
+        if language not in self.frontend.languages:
+            raise ValueError(f"language: expected one of {self.languages}, got {language!r}")
+        if speaker not in self.frontend.speakers:
+            raise ValueError(f"speaker: expected one of {self.speakers}, got {speaker!r}")
+        return self.frontend.languages.id(language), self.frontend.speakers.id(speaker)
+
+    def num_frames(self, num_phonemes: int, language: str, rate: float = 1.0) -> int:
+        """Frames for an utterance: phonemes x the language's frames per phoneme / rate."""
+        if not (isinstance(rate, (int, float)) and 0.25 <= rate <= 4.0):
+            raise ValueError(f"rate: expected a number in [0.25, 4], got {rate!r}")
+        per = self.meta["frames_per_phoneme"][language]
+        return max(2, int(round(num_phonemes * per / rate)))
+
+    # ------------------------------------------------------------------ generation
+    def generate(
+        self,
+        text: str,
+        *,
+        language: str = "en",
+        speaker: Optional[str] = None,
+        mode: str = "spec",
+        seed: int = 0,
+        rate: float = 1.0,
+        phonemes: Optional[str] = None,
+        max_frames: int = 1000,
+        progress: bool = False,
+        decode_audio: bool = True,
+        record: Optional[list] = None,
+    ) -> Synthesis:
+        """Synthesise `text` (or given IPA `phonemes`); mode "ar" or "spec" (same law).
+
+        `record`: a list that receives (h_t, c0) of every frame (the depth loop's inputs)."""
+        if mode not in MODES:
+            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
+        speaker = speaker or self.meta["default_speaker"]
+        lang_id, spk_id = self._ids(language, speaker)
+        if phonemes is None:
+            phonemes = phonemize(text, self.meta["voices"][language])
+        ids = self.frontend.vocab.encode(phonemes)
+        frames = self.num_frames(len(ids), language, rate)
+        if frames > max_frames:
+            raise ValueError(f"text: needs {frames} frames, more than max_frames={max_frames}")
+        ids = np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)[None]
+        t0 = time.perf_counter()
+        ck, cv = self.encoder.run(
+            ["cross_keys", "cross_values"],
+            {
+                "phonemes": ids,
+                "language": np.array([lang_id], np.int64),
+                "speaker": np.array([spk_id], np.int64),
+            },
+        )
+        codes, depth_s, calls = self._frames(ck, cv, spk_id, frames, mode, seed, progress, record)
+        temporal_s = time.perf_counter() - t0 - depth_s
+        t1 = time.perf_counter()
+        wav = self.codec.decode(codes, seed=seed) if decode_audio else None
+        return Synthesis(
+            codes=codes,
+            wav=wav,
+            sample_rate=self.codec.cfg.sample_rate,
+            phonemes=phonemes,
+            mode=mode,
+            depth_calls=calls,
+            depth_codes=frames * (codes.shape[1] - 1),
+            depth_seconds=depth_s,
+            temporal_seconds=temporal_s,
+            decode_seconds=time.perf_counter() - t1,
+        )
+
+    def _frames(self, ck, cv, spk_id, frames, mode, seed, progress, record):
+        g = cs.Generator(seed)
+        past_k = np.zeros(self._kv_shape, np.float32)
+        past_v = np.zeros(self._kv_shape, np.float32)
+        feeds = {
+            "prev_latent": np.zeros((1, self._books.shape[2]), np.float32),
+            "progress": np.zeros(1, np.float32),
+            "speaker": np.array([spk_id], np.int64),
+            "is_first": np.ones(1, np.float32),
+            "cross_keys": ck,
+            "cross_values": cv,
+        }
+        codes = np.zeros((frames, self.depth.G), np.int64)
+        depth_s = 0.0
+        calls0 = self.depth.stats.calls
+        it = range(frames)
+        if progress:
+            from codecspec.progress import bar
+
+            it = bar(it, desc=f"synth {mode}", total=frames)
+        for t in it:
+            feeds["progress"][0] = (t + 0.5) / frames
+            feeds["past_keys"], feeds["past_values"] = past_k, past_v
+            h, logits, nk, nv = self.temporal.run(None, feeds)
+            past_k = np.concatenate([past_k, nk], axis=3)
+            past_v = np.concatenate([past_v, nv], axis=3)
+            c0 = cs.sample(logits[0], self.params, g)
+            if record is not None:
+                record.append((h[0].copy(), int(c0)))
+            s = time.perf_counter()
+            codes[t] = self.depth.decode_frame(h[0], c0, g, mode)
+            depth_s += time.perf_counter() - s
+            feeds["prev_latent"][0] = self._latent(codes[t])
+            feeds["is_first"][0] = 0.0
+        return codes, depth_s, self.depth.stats.calls - calls0
+
+    def _latent(self, frame_codes: np.ndarray) -> np.ndarray:
+        return self._books[np.arange(len(frame_codes)), frame_codes].sum(axis=0)
+
+    def hidden_states(self, text: str = "", **kw) -> tuple[np.ndarray, np.ndarray]:
+        """(h_t float32 [T, H], c0 int64 [T]) of one utterance: the depth loop's inputs.
+        Keywords as for `generate` (the depth loop runs autoregressively, no audio)."""
+        rec: list = []
+        kw.update(mode="ar", decode_audio=False, record=rec)
+        self.generate(text, **kw)
+        return np.stack([h for h, _ in rec]), np.array([c for _, c in rec], np.int64)
