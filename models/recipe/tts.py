@@ -52,6 +52,13 @@ def cmd_train(args) -> int:
         c0_vocab_size=codec.cfg.codebook_size,
     )
     dcfg = reference_depth_config(codec.cfg.codebook_size)
+    resume = None
+    if args.resume:
+        resume = torch.load(Path(args.resume).expanduser(), map_location="cpu", weights_only=False)
+        prev = Path(args.resume).expanduser().with_name("train.json")
+        if prev.is_file():
+            resume["curves"] = json.loads(prev.read_text())["curves"]
+        log(f"resuming from {args.resume} at step {len(resume.get('curves', {}).get('steps', []))}")
     log(f"train {train.stats()['frames']} frames, held-out {val.stats()['frames']} frames")
     t0 = time.monotonic()
     model, curves, scale = train_tts(
@@ -62,9 +69,13 @@ def cmd_train(args) -> int:
         dcfg,
         minutes=args.minutes,
         max_steps=args.max_steps,
-        seed=args.seed,
+        seed=args.seed + (1 if resume else 0),
+        depth_frames=args.depth_frames,
+        lr=args.lr,
+        resume=resume,
     )
-    seconds = time.monotonic() - t0
+    # training seconds over all phases (curves carry the clock across a resume)
+    seconds = curves.seconds[-1] if curves.seconds else time.monotonic() - t0
     torch.save(
         {
             "state_dict": model.state_dict(),
@@ -111,6 +122,9 @@ def main(argv=None) -> int:
     t.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--depth-frames", type=int, default=384, help="depth-loss frames per step")
+    t.add_argument("--lr", type=float, default=1.5e-3, help="peak learning rate")
+    t.add_argument("--resume", default=None, help="model.pt to continue from (warm restart)")
     t.set_defaults(fn=cmd_train)
     args = ap.parse_args(argv)
     return args.fn(args)

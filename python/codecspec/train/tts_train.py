@@ -134,14 +134,23 @@ def train_tts(
     eval_every: int = 50,
     val_batches: int = 6,
     max_steps: Optional[int] = None,
+    resume: Optional[dict] = None,
     progress: bool = True,
 ) -> tuple[TTSModel, TrainLog, float]:
-    """Train for `minutes` of wall clock (or `max_steps`); returns model, curves, latent scale."""
+    """Train for `minutes` of wall clock (or `max_steps`); returns model, curves, latent scale.
+
+    `resume`: a checkpoint dict (state_dict, latent_scale, curves) to continue from, with a
+    fresh warm-up and cosine over the new budget (a warm restart); curves continue its steps.
+    """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = TTSModel(tcfg, dcfg)
-    sample = np.concatenate([u.codes for u in list(train_set)[:200]]).astype(np.int64)
-    scale = float(frame_latents(codec, sample, 1.0).std())
+    if resume is not None:
+        model.load_state_dict(resume["state_dict"])
+        scale = float(resume["latent_scale"])
+    else:
+        sample = np.concatenate([u.codes for u in list(train_set)[:200]]).astype(np.int64)
+        scale = float(frame_latents(codec, sample, 1.0).std())
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
@@ -154,16 +163,19 @@ def train_tts(
         to_tensors(b, codec, scale)
         for _, b in zip(range(val_batches), val_set.batches(16, seed=1, max_frames=max_frames))
     ]
-    log = TrainLog()
+    log = TrainLog(**resume["curves"]) if resume and resume.get("curves") else TrainLog()
+    first = log.steps[-1] if log.steps else 0
     budget = minutes * 60.0
-    t0 = time.monotonic()
-    step, epoch = 0, 0
+    t0 = time.monotonic() - (log.seconds[-1] if log.seconds else 0.0)
+    t_phase = time.monotonic()
+    step, epoch = first, 0
     last_report = -1e9
     done = False
     while not done:
         for b in train_set.batches(32, seed=seed + epoch, max_frames=max_frames):
             elapsed = time.monotonic() - t0
-            frac = step / max_steps if max_steps else elapsed / budget
+            phase = time.monotonic() - t_phase
+            frac = (step - first) / max_steps if max_steps else phase / budget
             if frac >= 1.0:
                 done = True
                 break

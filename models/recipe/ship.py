@@ -1,0 +1,335 @@
+"""Export, calibrate and document the trained reference TTS: the files codecspec ships.
+
+    python models/recipe/ship.py --out python/codecspec/models/reference
+
+Reads tts.py's model.pt / train.json and codec.py's outputs; writes to --out:
+    encoder.onnx, temporal.onnx, draft_temporal.onnx   temporal model graphs (float16 storage)
+    depth.onnx, depth.heads.npy                         depth decoder (heads on the host)
+    offsets.npy, tree.json, device_profile.json         from `codecspec.train.calibrate`
+    frames.npz       depth-loop inputs (h_t, c0) of held-out utterances, for bench and ablate
+    codec.npz, model.json, MODEL_CARD.md, *.png, ablation.{md,json,png}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+try:
+    import codecspec  # noqa: F401
+except ImportError:  # running from a checkout whose package is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+
+VOICES = {"en": "en-us", "de": "de", "es": "es", "it": "it"}
+SAMPLING = {"temperature": 0.9, "top_k": 50, "top_p": 1.0}  # Qwen3-TTS defaults
+
+
+def log(msg: str) -> None:
+    print(f"[ship] {msg}", file=sys.stderr, flush=True)
+
+
+def load_trained(path: Path):
+    import torch
+
+    from codecspec.graphs.config import DepthDecoderConfig
+    from codecspec.train.tts_torch import TemporalConfig, TTSModel
+
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    tcfg = TemporalConfig(**ck["temporal_config"])
+    dcfg = DepthDecoderConfig.from_dict(ck["depth_config"])
+    model = TTSModel(tcfg, dcfg)
+    model.load_state_dict(ck["state_dict"])
+    return model.eval(), ck
+
+
+def export_graphs(model, out: Path) -> dict:
+    import onnx
+
+    from codecspec.graphs import build_depth_graph, save_model
+    from codecspec.graphs.storage import round_bf16_exact, store_float16
+    from codecspec.train.tts_torch import depth_weights, export_onnx
+
+    sizes = {}
+    for path in export_onnx(model.temporal, out).values():
+        onnx.save(store_float16(onnx.load(str(path))), str(path))
+        sizes[path.name] = path.stat().st_size
+    w = depth_weights(model.depth)
+    w["heads"] = round_bf16_exact(w["heads"], "heads")
+    graph = store_float16(build_depth_graph(model.depth.c, w, variant="cpu", heads="hidden"))
+    save_model(graph, out / "depth.onnx")
+    np.save(out / "depth.heads.npy", w["heads"].astype(np.float16))
+    for f in ("depth.onnx", "depth.heads.npy"):
+        sizes[f] = (out / f).stat().st_size
+    return sizes
+
+
+def frames_per_phoneme(ds) -> dict:
+    """Per language: total frames / total phoneme tokens (bos/eos excluded) on the train split."""
+    num, den = {}, {}
+    names = ds.frontend.languages.names
+    for u in ds:
+        lang = names[u.language]
+        num[lang] = num.get(lang, 0) + u.frames
+        den[lang] = den.get(lang, 0) + len(u.phonemes) - 2
+    return {k: round(num[k] / den[k], 5) for k in sorted(num)}
+
+
+def teacher_forced_inputs(model, ds, codec, scale: float, max_frames: int, seed: int):
+    """(h_t, c0) of held-out utterances with their real previous frames as input."""
+    import torch
+
+    from codecspec.train.tts_train import to_tensors
+
+    model.eval()
+    hs, c0s = [], []
+    total = 0
+    with torch.no_grad():
+        for b in ds.batches(8, seed=seed, max_frames=1200):
+            t = to_tensors(b, codec, scale)
+            h, _, _ = model.temporal(
+                t["phonemes"],
+                t["phoneme_lengths"],
+                t["language"],
+                t["speaker"],
+                t["latents"],
+                t["frame_lengths"],
+            )
+            mask = t["frame_mask"]
+            hs.append(h[mask].numpy())
+            c0s.append(t["codes"][..., 0][mask].numpy())
+            total += int(mask.sum())
+            if total >= max_frames:
+                break
+    return np.concatenate(hs)[:max_frames], np.concatenate(c0s)[:max_frames]
+
+
+def onnx_parity(out: Path, model, ds, codec, scale) -> float:
+    """Max |ORT - torch| of c0 logits over one held-out utterance, step by step."""
+    import torch
+
+    from codecspec.runtime.session import open_session
+    from codecspec.train.tts_train import to_tensors
+
+    model.eval()
+    b = ds.collate([0])
+    t = to_tensors(b, codec, scale)
+    with torch.no_grad():
+        _, ref, _ = model.temporal(
+            t["phonemes"],
+            t["phoneme_lengths"],
+            t["language"],
+            t["speaker"],
+            t["latents"],
+            t["frame_lengths"],
+        )
+    enc = open_session(str(out / "encoder.onnx"), provider="cpu")
+    step = open_session(str(out / "temporal.onnx"), provider="cpu")
+    spk = t["speaker"].numpy()
+    ck, cv = enc.run(
+        ["cross_keys", "cross_values"],
+        {"phonemes": t["phonemes"].numpy(), "language": t["language"].numpy(), "speaker": spk},
+    )
+    cfg = model.temporal.cfg
+    shape = (cfg.decoder_layers, 1, cfg.num_heads, 0, cfg.head_dim)
+    pk, pv = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+    lat = t["latents"].numpy()[0]
+    T = int(b.frame_lengths[0])
+    worst = 0.0
+    for i in range(T):
+        feeds = {
+            "prev_latent": (lat[i - 1] if i else np.zeros_like(lat[0]))[None],
+            "progress": np.array([(i + 0.5) / T], np.float32),
+            "speaker": spk,
+            "is_first": np.array([1.0 if i == 0 else 0.0], np.float32),
+            "cross_keys": ck,
+            "cross_values": cv,
+            "past_keys": pk,
+            "past_values": pv,
+        }
+        _, logits, nk, nv = step.run(None, feeds)
+        pk, pv = np.concatenate([pk, nk], 3), np.concatenate([pv, nv], 3)
+        worst = max(worst, float(np.abs(logits[0] - ref[0, i].numpy()).max()))
+    return worst
+
+
+def depth_entropy(out: Path, hiddens, c0s, codes_real) -> dict:
+    """Per-level entropy (nats) of the depth decoder's target distributions, teacher-forced on
+    real codes: raw softmax (T=1) and after the shipped sampling warp (T=0.9, top-k 50)."""
+    from codecspec.runtime.depth_graph import DepthGraph
+    from codecspec.train.data import read_heads, teacher_forced_hidden
+
+    graph = DepthGraph(out / "depth.onnx", "cpu")
+    heads = read_heads(out / "depth.onnx")
+    z = teacher_forced_hidden(graph, hiddens, c0s, codes_real, progress=True)
+    raw, warped = [], []
+    for lvl in range(heads.shape[0]):
+        logits = z[:, lvl + 1] @ heads[lvl].T
+        raw.append(_entropy(logits))
+        k = SAMPLING["top_k"]
+        w = logits / SAMPLING["temperature"]
+        kth = np.sort(w, axis=1)[:, -k][:, None]
+        warped.append(_entropy(np.where(w >= kth, w, -np.inf)))
+    return {"raw": raw, "warped": warped}
+
+
+def _entropy(logits: np.ndarray) -> float:
+    m = logits.max(axis=1, keepdims=True)
+    p = np.exp(logits - m)
+    p /= p.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.where(p > 0, p * np.log(p), 0.0).sum(axis=1)
+    return round(float(h.mean()), 4)
+
+
+def qwen_prediction(calib, threads) -> dict:
+    """Acceptance measured on this model x verify latency of a Qwen3-TTS-size depth graph."""
+    import tempfile
+
+    from codecspec.graphs import DepthDecoderWeights, build_depth_graph, qwen3_tts_0_6b, save_model
+    from codecspec.train.calibrate import choose_budget, measure_latency
+
+    c = qwen3_tts_0_6b(num_draft_offsets=calib.config.num_draft_offsets)
+    w = DepthDecoderWeights.random(c, seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "qwen_depth.onnx"
+        save_model(build_depth_graph(c, w, heads="hidden"), path)
+        qs = [1, 2] + [r.budget + 1 for r in calib.rows]
+        lat = measure_latency(path, qs, repeats=15, threads=threads, heads=w["heads"])
+    budget, rows = choose_budget(calib.acceptance, lat, [r.budget for r in calib.rows])
+    best = next(r for r in rows if r.budget == budget)
+    return {
+        "label": "prediction, not a measurement of Qwen3-TTS",
+        "latency_ms": dict(zip(map(str, lat.qs), [round(x, 3) for x in lat.graph_ms])),
+        "budget": budget,
+        "tokens_per_call": round(best.simulated_tokens_per_call, 3),
+        "speedup": round(best.speedup_simulated, 3),
+        "rows": [{"budget": r.budget, "speedup": round(r.speedup_simulated, 3)} for r in rows],
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trained", default="~/.cache/codecspec/tts")
+    ap.add_argument("--corpus", default="~/.cache/codecspec/corpus")
+    ap.add_argument("--codec", default="~/.cache/codecspec/codec")
+    ap.add_argument(
+        "--out",
+        default=str(Path(__file__).resolve().parents[2] / "python/codecspec/models/reference"),
+    )
+    ap.add_argument("--frames", type=int, default=1536, help="held-out frames for calibration")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-qwen", action="store_true", help="skip the Qwen3-size prediction")
+    args = ap.parse_args(argv)
+
+    import codecspec as cs
+    from codecspec.codec.codec import Codec
+    from codecspec.train.ablate import ablate
+    from codecspec.train.calibrate import calibrate
+    from codecspec.tts.bench import bench_depth_loop
+    from codecspec.tts.dataset import TTSDataset
+
+    t0 = time.monotonic()
+    trained, corpus = Path(args.trained).expanduser(), Path(args.corpus).expanduser()
+    codec_dir, out = Path(args.codec).expanduser(), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, ck = load_trained(trained / "model.pt")
+    train_log = json.loads((trained / "train.json").read_text())
+    codec = Codec.load(codec_dir / "codec.npz")
+    shutil.copy(codec_dir / "codec.npz", out / "codec.npz")
+    train = TTSDataset(corpus, codec_dir / "codes.npz", "train")
+    held = TTSDataset(corpus, codec_dir / "codes.npz", "test", frontend=train.frontend)
+    scale = float(ck["latent_scale"])
+
+    log("exporting graphs")
+    sizes = export_graphs(model, out)
+    parity = onnx_parity(out, model, held, codec, scale)
+    log(f"ORT vs torch c0 logits, max |diff| {parity:.2e}")
+
+    hiddens, c0s = teacher_forced_inputs(model, held, codec, scale, args.frames, args.seed)
+    np.savez_compressed(out / "frames.npz", hiddens=hiddens.astype(np.float16), c0s=c0s)
+    hiddens = np.load(out / "frames.npz")["hiddens"].astype(np.float32)
+    meta = {
+        "format": "codecspec-reference-tts/1",
+        "frontend": train.frontend.to_dict(),
+        "latent_scale": scale,
+        "sampling": SAMPLING,
+        "voices": VOICES,
+        "default_speaker": train.frontend.speakers.names[0],
+        "frames_per_phoneme": frames_per_phoneme(train),
+        "temporal_config": ck["temporal_config"],
+        "depth_config": ck["depth_config"],
+        "parameters": train_log["parameters"],
+        "onnx_parity_max_abs": parity,
+    }
+    (out / "model.json").write_text(json.dumps(meta, indent=1))
+
+    log("calibrating (offsets, acceptance, latency, tree)")
+    params = cs.SamplingParams(**SAMPLING)
+    calib = calibrate(
+        out / "depth.onnx",
+        out / "calibration",
+        inputs=(hiddens, c0s),
+        frames=len(c0s),
+        budgets=(4, 8, 16, 32),
+        params=params,
+        threads=args.threads,
+        seed=args.seed,
+        medusa=True,
+        save_beside_model=False,
+    )
+    for f in ("offsets.npy", "tree.json", "device_profile.json"):
+        shutil.copy(out / "calibration" / f, out / f)
+
+    log("ablation: head reuse vs offsets vs Medusa heads")
+    abl = ablate(
+        out / "depth.onnx",
+        out / "ablation",
+        inputs=(hiddens, c0s),
+        frames=len(c0s),
+        params=params,
+        seed=args.seed,
+        threads=args.threads,
+    )
+
+    log("per-level entropy of the depth decoder")
+    real = teacher_forced_codes(held, len(c0s), args.seed)
+    entropy = depth_entropy(out, hiddens, c0s, real)
+    qwen = None if args.skip_qwen else qwen_prediction(calib, args.threads)
+    log("bench: AR vs speculative depth loop on the shipped frames")
+    bench = bench_depth_loop(out, 300, seed=args.seed, provider="cpu", threads=args.threads)
+    report = {
+        "sizes": sizes,
+        "train": train_log,
+        "entropy": entropy,
+        "calibration": calib.profile,
+        "ablation": json.loads((out / "ablation" / "ablation.json").read_text()),
+        "qwen3_prediction": qwen,
+        "bench": bench,
+        "codec_recon": json.loads((codec_dir / "recon.json").read_text()),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    (out / "report.json").write_text(json.dumps(report))
+    log(f"done in {report['seconds'] / 60:.1f} min; {abl.summary() if abl else ''}")
+    return 0
+
+
+def teacher_forced_codes(ds, n: int, seed: int) -> np.ndarray:
+    """Real codes [n, 16] of the same frames teacher_forced_inputs used (same batch order)."""
+    out, total = [], 0
+    for b in ds.batches(8, seed=seed, max_frames=1200):
+        out.append(b.codes[b.frame_mask])
+        total += int(b.frame_mask.sum())
+        if total >= n:
+            break
+    return np.concatenate(out)[:n].astype(np.int64)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
