@@ -3,12 +3,14 @@
 Both modes decode the same frames (h_t, c0 of held-out utterances, shipped as frames.npz) in
 one run, interleaved frame by frame so that load drifting on a shared machine hits both alike;
 per-frame wall times are summarised by their medians. The same run also times bare graph calls
-(q = 1, the prefill, q = tree size) and predicts the ideal speed-up from them and the measured
-rounds per frame: the gap between ideal and measured is what host work costs.
+(the prefill, the AR step and the tree shape, through the decoder's own bound calls) and
+predicts the ideal speed-up from them and the measured rounds per frame: the gap between ideal
+and measured is what host work (and onnxruntime switching between call shapes) costs.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Optional
@@ -34,6 +36,13 @@ def load_frames(model_dir) -> tuple[np.ndarray, np.ndarray]:
         return z["hiddens"].astype(np.float32), z["c0s"].astype(np.int64)
 
 
+def _model_params(model_dir) -> cs.SamplingParams:
+    meta = Path(model_dir) / "model.json"
+    if meta.is_file():
+        return cs.SamplingParams(**json.loads(meta.read_text())["sampling"])
+    return cs.SamplingParams(0.9, 50, 1.0)
+
+
 def _interleaved(dec: DepthDecoder, hiddens, c0s, frames: int, seed: int, progress: bool):
     g = {"ar": cs.Generator(seed).fork(1), "spec": cs.Generator(seed).fork(2)}
     codes = {m: np.empty((frames, dec.G), np.int64) for m in g}
@@ -57,18 +66,34 @@ def _interleaved(dec: DepthDecoder, hiddens, c0s, frames: int, seed: int, progre
     return codes, times, calls
 
 
-def _ideal_speedup(dec: DepthDecoder, spec_calls_per_frame: float, seed: int) -> dict:
-    from codecspec.train.calibrate import measure_latency
+def _bare_call_ms(call, reps: int = 5) -> float:
+    """Median ms of `reps` back-to-back runs of one bound call (the shape repeats, as the
+    decode loop repeats it; inputs are whatever the last frame left in the buffers)."""
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call.run()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
 
-    n = dec.tree.num_nodes
-    lat = measure_latency(dec, [1, 2, n], repeats=20, host=False, seed=seed, progress=False)
-    g1, gn = lat.graph(1), lat.graph(n)
-    ar = lat.prefill_ms + (dec.G - 2) * g1
-    spec = lat.prefill_ms + (spec_calls_per_frame - 1.0) * gn
+
+def _ideal_speedup(dec: DepthDecoder, spec_calls_per_frame: float, blocks: int = 20) -> dict:
+    """Speed-up if host work cost nothing: bare graph calls of the decoder's own bound shapes
+    (prefill, AR step, tree), timed in interleaved blocks, times the measured calls."""
+    calls = {"prefill": dec._prefill_call, "step": dec._step_call, "tree": dec._tree_call}
+    ms: dict = {k: [] for k in calls}
+    for _ in range(blocks):
+        for k, call in calls.items():
+            ms[k].append(_bare_call_ms(call))
+    pre, g1, gn = (float(np.median(ms[k])) for k in ("prefill", "step", "tree"))
+    ar = pre + (dec.G - 2) * g1
+    spec = pre + (spec_calls_per_frame - 1.0) * gn
     return {
         "graph_ms_q1": g1,
-        f"graph_ms_q{n}": gn,
-        "graph_ms_prefill": lat.prefill_ms,
+        "graph_ms_tree": gn,
+        "graph_ms_prefill": pre,
+        "ideal_ar_ms_per_frame": ar,
+        "ideal_spec_ms_per_frame": spec,
         "ideal_speedup": ar / spec,
     }
 
@@ -80,13 +105,16 @@ def bench_depth_loop(
     seed: int = 0,
     provider: str = "auto",
     threads: Optional[int] = None,
+    params: Optional[cs.SamplingParams] = None,
     progress: bool = True,
 ) -> dict:
-    """AR vs speculative on the same frames; keys as documented for `codecspec bench`."""
+    """AR vs speculative on the same frames; keys as documented for `codecspec bench`.
+    `params`: sampling (default: the model folder's model.json, else T 0.9, top-k 50)."""
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 2:
         raise ValueError(f"frames: expected an int >= 2, got {frames!r}")
     hiddens, c0s = load_frames(model_dir)
-    dec = DepthDecoder.from_dir(model_dir, provider=provider, threads=threads)
+    params = params or _model_params(model_dir)
+    dec = DepthDecoder.from_dir(model_dir, provider=provider, threads=threads, params=params)
     codes, times, calls = _interleaved(dec, hiddens, c0s, frames, seed, progress)
     ar_ms, spec_ms = (float(np.median(times[m])) for m in ("ar", "spec"))
     spec_cpf = calls["spec"] / frames
@@ -104,8 +132,13 @@ def bench_depth_loop(
         "spec_ms_per_frame_mean": float(np.mean(times["spec"])),
         "speedup": ar_ms / spec_ms,
         "fidelity_min_p": float(p.min()),
+        "sampling": {
+            "temperature": round(float(params.temperature), 6),
+            "top_k": int(params.top_k),
+            "top_p": round(float(params.top_p), 6),
+        },
         "fidelity_pvalues": [round(float(x), 4) for x in p],
     }
-    out.update(_ideal_speedup(dec, spec_cpf, seed))
+    out.update(_ideal_speedup(dec, spec_cpf))
     out["efficiency"] = out["speedup"] / out["ideal_speedup"]
     return out

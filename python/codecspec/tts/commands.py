@@ -10,11 +10,35 @@ from pathlib import Path
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
 
 
+def _params(args):
+    """SamplingParams from --temperature/--top-k/--top-p over the model's own defaults."""
+    import codecspec as cs
+    from codecspec.tts.model import default_model_dir
+
+    if args.temperature is None and args.top_k is None and args.top_p is None:
+        return None
+    d = json.loads((Path(args.model or default_model_dir()) / "model.json").read_text())
+    base = d["sampling"]
+    return cs.SamplingParams(
+        base["temperature"] if args.temperature is None else args.temperature,
+        base["top_k"] if args.top_k is None else args.top_k,
+        base["top_p"] if args.top_p is None else args.top_p,
+    )
+
+
+def _sampling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temperature", type=float, default=None, help="default: the model's 0.9")
+    p.add_argument("--top-k", type=int, default=None, help="default: the model's 50")
+    p.add_argument("--top-p", type=float, default=None, help="default: the model's 1.0")
+
+
 def cmd_synth(args) -> int:
     from codecspec.codec.audio import write_wav
     from codecspec.tts.model import ReferenceTTS
 
-    tts = ReferenceTTS(args.model, provider=args.provider, threads=args.threads)
+    tts = ReferenceTTS(
+        args.model, provider=args.provider, threads=args.threads, params=_params(args)
+    )
     s = tts.generate(
         args.text,
         phonemes=args.phonemes,
@@ -52,6 +76,7 @@ def cmd_bench(args) -> int:
         seed=args.seed,
         provider=args.provider,
         threads=args.threads,
+        params=_params(args),
         progress=not args.json,
     )
     if args.json:
@@ -80,6 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--model", default=None, help="model folder (default: the shipped one)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _sampling(p)
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
@@ -89,6 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--model", default=None, help="model folder (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _sampling(p)
     p.set_defaults(func=cmd_bench)
 
 
