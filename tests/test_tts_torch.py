@@ -102,14 +102,7 @@ def test_exported_temporal_graphs_match_torch_step_by_step(tmp_path):
     b["phoneme_lengths"] = torch.tensor([9])
     b["frame_lengths"] = torch.tensor([6])
     with torch.no_grad():
-        h_ref, logits_ref, draft_ref = model.temporal(
-            b["phonemes"],
-            b["phoneme_lengths"],
-            b["language"],
-            b["speaker"],
-            b["latents"],
-            b["frame_lengths"],
-        )
+        h_ref, logits_ref, draft_ref = model.temporal.run_batch(b)
     paths = export_onnx(model.temporal, tmp_path)
     enc = open_session(str(paths["encoder"]), "cpu")
     kv = enc.run(None, {k: b[k].numpy() for k in ("phonemes", "language", "speaker")})

@@ -92,14 +92,7 @@ def teacher_forced_inputs(model, ds, codec, scale: float, max_frames: int, seed:
     with torch.no_grad():
         for b in ds.batches(8, seed=seed, max_frames=1200):
             t = to_tensors(b, codec, scale)
-            h, _, _ = model.temporal(
-                t["phonemes"],
-                t["phoneme_lengths"],
-                t["language"],
-                t["speaker"],
-                t["latents"],
-                t["frame_lengths"],
-            )
+            h, _, _ = model.temporal.run_batch(t)
             mask = t["frame_mask"]
             hs.append(h[mask].numpy())
             c0s.append(t["codes"][..., 0][mask].numpy())
@@ -120,14 +113,7 @@ def onnx_parity(out: Path, model, ds, codec, scale) -> float:
     b = ds.collate([0])
     t = to_tensors(b, codec, scale)
     with torch.no_grad():
-        _, ref, _ = model.temporal(
-            t["phonemes"],
-            t["phoneme_lengths"],
-            t["language"],
-            t["speaker"],
-            t["latents"],
-            t["frame_lengths"],
-        )
+        _, ref, _ = model.temporal.run_batch(t)
     enc = open_session(str(out / "encoder.onnx"), provider="cpu")
     step = open_session(str(out / "temporal.onnx"), provider="cpu")
     spk = t["speaker"].numpy()

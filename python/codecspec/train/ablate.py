@@ -273,7 +273,7 @@ def _write(result: AblationResult, plots: bool) -> None:
 
 def plot_ablation(result: AblationResult, path):
     """Tokens per call vs N (log2 axis), one line per drafter; dashed: independence model."""
-    from codecspec.train.plots import _plt
+    from codecspec.train.plots import _plt, save
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -288,12 +288,7 @@ def plot_ablation(result: AblationResult, path):
     ax.set_xlabel("tree budget N (draft nodes)")
     ax.set_ylabel("tokens per verify call")
     ax.set_title("drafter ablation (dashed: predicted)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save(fig, ax, path, legend_size=8)
 
 
 # ---------------------------------------------------------------------- end to end

@@ -37,6 +37,17 @@ def _plt():
     return plt
 
 
+def save(fig, ax, path, legend_size=None) -> Path:
+    """Grid, legend, tight layout, PNG at 120 dpi; closes the figure."""
+    plt = _plt()
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
 def plot_acceptance(matrix, path, title: str = "acceptance a[d][r]", max_ranks: int = 16):
     plt = _plt()
     a = np.asarray(matrix)[:, :max_ranks]
@@ -78,12 +89,7 @@ def plot_latency(latency, path):
     ax.set_xlabel("query tokens q (tree nodes N + 1)")
     ax.set_ylabel("median ms per call")
     ax.set_title(f"verify-call latency (past {latency.past_len})")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save(fig, ax, path)
 
 
 def plot_speedup(rows, path, chosen=None):
@@ -98,12 +104,7 @@ def plot_speedup(rows, path, chosen=None):
         ax.axvline(chosen, color="r", lw=0.8, ls="--", label=f"chosen N={chosen}")
     ax.set_xlabel("tree budget N")
     ax.set_ylabel("speed-up vs AR")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save(fig, ax, path, legend_size=8)
 
 
 def plot_training(history, path):
@@ -116,12 +117,7 @@ def plot_training(history, path):
         ax.axhline(history.baseline["mean_ce"], color="k", ls="--", lw=0.8, label="zero offsets")
     ax.set_xlabel("step")
     ax.set_ylabel("draft cross-entropy")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save(fig, ax, path)
 
 
 def write_plots(result, out_dir) -> dict:

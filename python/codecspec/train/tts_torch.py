@@ -179,6 +179,9 @@ class FrameDecoder(nn.Module):
         return h, self.c0_head(h), torch.stack(new_k), torch.stack(new_v)
 
 
+BATCH_KEYS = ("phonemes", "phoneme_lengths", "language", "speaker", "latents", "frame_lengths")
+
+
 class TemporalModel(nn.Module):
     def __init__(self, cfg: TemporalConfig):
         super().__init__()
@@ -216,6 +219,10 @@ class TemporalModel(nn.Module):
         """Decoder inputs: previous frame's latent (zeros row -> BOS), progress, speaker."""
         x = self.latent_in(prev_latent) + self.frame_pos(fourier(progress, self.cfg.fourier_bands))
         return x + self.frame_speaker(speaker)[:, None, :]
+
+    def run_batch(self, batch: dict):
+        """forward() on a batch dict (`codecspec.train.tts_train.to_tensors`)."""
+        return self(*(batch[k] for k in BATCH_KEYS))
 
     def forward(self, phonemes, ph_lengths, language, speaker, latents, frame_lengths):
         """Teacher-forced: latents [B, T, 128] of the target frames. Returns (hidden [B,T,D],
@@ -327,14 +334,7 @@ class TTSModel(nn.Module):
     def losses(self, batch: dict, depth_frames: int, gen: torch.Generator) -> dict:
         """Mean cross-entropies: c0 (main and draft) over all real frames; c1.. over a random
         subset of `depth_frames` real frames (the depth decoder dominates the cost)."""
-        h, logits, draft_logits = self.temporal(
-            batch["phonemes"],
-            batch["phoneme_lengths"],
-            batch["language"],
-            batch["speaker"],
-            batch["latents"],
-            batch["frame_lengths"],
-        )
+        h, logits, draft_logits = self.temporal.run_batch(batch)
         mask = batch["frame_mask"]
         codes = batch["codes"]
         c0 = codes[..., 0][mask]
