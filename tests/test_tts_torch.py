@@ -21,6 +21,7 @@ from codecspec.train.tts_torch import (  # noqa: E402
     depth_weights,
     export_onnx,
 )
+from codecspec.tts.model import TemporalStepper  # noqa: E402
 
 TCFG = TemporalConfig(
     vocab_size=12,
@@ -110,28 +111,15 @@ def test_exported_temporal_graphs_match_torch_step_by_step(tmp_path):
         ("temporal", kv[:2], logits_ref),
         ("draft_temporal", kv[2:], draft_ref),
     ):
-        step = open_session(str(paths[name]), "cpu")
-        L = TCFG.decoder_layers if name == "temporal" else TCFG.draft_layers
-        pk = pv = np.zeros((L, 1, TCFG.num_heads, 0, TCFG.head_dim), np.float32)
+        step = TemporalStepper(
+            open_session(str(paths[name]), "cpu"), cross[0], cross[1], int(b["speaker"][0]), 6
+        )
         lat = b["latents"].numpy()[0]
         for t in range(6):
-            h, logits, nk, nv = step.run(
-                None,
-                {
-                    "prev_latent": (lat[t - 1] if t else np.zeros(8, np.float32))[None],
-                    "progress": np.array([(t + 0.5) / 6], np.float32),
-                    "speaker": b["speaker"].numpy(),
-                    "is_first": np.array([float(t == 0)], np.float32),
-                    "cross_keys": cross[0],
-                    "cross_values": cross[1],
-                    "past_keys": pk,
-                    "past_values": pv,
-                },
-            )
-            pk, pv = np.concatenate([pk, nk], 3), np.concatenate([pv, nv], 3)
-            np.testing.assert_allclose(logits[0], ref[0, t].numpy(), atol=1e-4)
+            h, logits = step.step(lat[t - 1] if t else None)
+            np.testing.assert_allclose(logits, ref[0, t].numpy(), atol=1e-4)
             if name == "temporal":
-                np.testing.assert_allclose(h[0], h_ref[0, t].numpy(), atol=1e-4)
+                np.testing.assert_allclose(h, h_ref[0, t].numpy(), atol=1e-4)
 
 
 def test_depth_model_rejects_an_input_projection():

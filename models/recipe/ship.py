@@ -108,6 +108,7 @@ def onnx_parity(out: Path, model, ds, codec, scale) -> float:
 
     from codecspec.runtime.session import open_session
     from codecspec.train.tts_train import to_tensors
+    from codecspec.tts.model import TemporalStepper
 
     model.eval()
     b = ds.collate([0])
@@ -121,26 +122,13 @@ def onnx_parity(out: Path, model, ds, codec, scale) -> float:
         ["cross_keys", "cross_values"],
         {"phonemes": t["phonemes"].numpy(), "language": t["language"].numpy(), "speaker": spk},
     )
-    cfg = model.temporal.cfg
-    shape = (cfg.decoder_layers, 1, cfg.num_heads, 0, cfg.head_dim)
-    pk, pv = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
     lat = t["latents"].numpy()[0]
     T = int(b.frame_lengths[0])
+    stepper = TemporalStepper(step, ck, cv, int(spk[0]), T)
     worst = 0.0
     for i in range(T):
-        feeds = {
-            "prev_latent": (lat[i - 1] if i else np.zeros_like(lat[0]))[None],
-            "progress": np.array([(i + 0.5) / T], np.float32),
-            "speaker": spk,
-            "is_first": np.array([1.0 if i == 0 else 0.0], np.float32),
-            "cross_keys": ck,
-            "cross_values": cv,
-            "past_keys": pk,
-            "past_values": pv,
-        }
-        _, logits, nk, nv = step.run(None, feeds)
-        pk, pv = np.concatenate([pk, nk], 3), np.concatenate([pv, nv], 3)
-        worst = max(worst, float(np.abs(logits[0] - ref[0, i].numpy()).max()))
+        _, logits = stepper.step(lat[i - 1] if i else None)
+        worst = max(worst, float(np.abs(logits - ref[0, i].numpy()).max()))
     return worst
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "PhonemizerError",
     "ReferenceTTS",
     "Synthesis",
+    "TemporalStepper",
     "MODEL_FILES",
 ]
 
@@ -121,6 +122,40 @@ class Synthesis:
         return total / max(self.audio_seconds, 1e-9)
 
 
+class TemporalStepper:
+    """Runs a temporal step graph (temporal.onnx or draft_temporal.onnx) one frame at a time
+    over an utterance of `frames` frames, keeping its self-attention KV cache on the host."""
+
+    def __init__(self, session, cross_keys, cross_values, speaker: int, frames: int):
+        L, _, heads, _, hd = cross_keys.shape
+        latent = session.get_inputs()[0].shape[1]
+        empty = np.zeros((L, 1, heads, 0, hd), np.float32)
+        self.session, self.frames, self.t = session, int(frames), 0
+        self.feeds = {
+            "prev_latent": np.zeros((1, latent), np.float32),
+            "progress": np.zeros(1, np.float32),
+            "speaker": np.array([speaker], np.int64),
+            "is_first": np.ones(1, np.float32),
+            "cross_keys": cross_keys,
+            "cross_values": cross_values,
+            "past_keys": empty,
+            "past_values": empty,
+        }
+
+    def step(self, prev_latent=None) -> tuple[np.ndarray, np.ndarray]:
+        """(h_t [D], c0 logits [V]) of the next frame; `prev_latent`: the previous frame's
+        scaled codec latent (None on the first frame)."""
+        f = self.feeds
+        f["progress"][0] = (self.t + 0.5) / self.frames
+        f["is_first"][0] = 1.0 if self.t == 0 else 0.0
+        f["prev_latent"][0] = 0.0 if prev_latent is None else prev_latent
+        h, logits, nk, nv = self.session.run(None, f)
+        f["past_keys"] = np.concatenate([f["past_keys"], nk], axis=3)
+        f["past_values"] = np.concatenate([f["past_values"], nv], axis=3)
+        self.t += 1
+        return h[0], logits[0]
+
+
 class ReferenceTTS:
     """Loads a model folder (see MODEL_FILES; default: the shipped one)."""
 
@@ -149,8 +184,6 @@ class ReferenceTTS:
         self.depth = DepthDecoder.from_dir(
             d, params=self.params, provider=provider, threads=threads
         )
-        t = self.meta["temporal_config"]
-        self._kv_shape = (t["decoder_layers"], 1, t["num_heads"], 0, t["d_model"] // t["num_heads"])
 
     # ------------------------------------------------------------------ text
     @property
@@ -233,16 +266,7 @@ class ReferenceTTS:
 
     def _frames(self, ck, cv, spk_id, frames, mode, seed, progress, record):
         g = cs.Generator(seed)
-        past_k = np.zeros(self._kv_shape, np.float32)
-        past_v = np.zeros(self._kv_shape, np.float32)
-        feeds = {
-            "prev_latent": np.zeros((1, self._books.shape[2]), np.float32),
-            "progress": np.zeros(1, np.float32),
-            "speaker": np.array([spk_id], np.int64),
-            "is_first": np.ones(1, np.float32),
-            "cross_keys": ck,
-            "cross_values": cv,
-        }
+        stepper = TemporalStepper(self.temporal, ck, cv, spk_id, frames)
         codes = np.zeros((frames, self.depth.G), np.int64)
         depth_s = 0.0
         calls0 = self.depth.stats.calls
@@ -251,20 +275,16 @@ class ReferenceTTS:
             from codecspec.progress import bar
 
             it = bar(it, desc=f"synth {mode}", total=frames)
+        latent = None
         for t in it:
-            feeds["progress"][0] = (t + 0.5) / frames
-            feeds["past_keys"], feeds["past_values"] = past_k, past_v
-            h, logits, nk, nv = self.temporal.run(None, feeds)
-            past_k = np.concatenate([past_k, nk], axis=3)
-            past_v = np.concatenate([past_v, nv], axis=3)
-            c0 = cs.sample(logits[0], self.params, g)
+            h, logits = stepper.step(latent)
+            c0 = cs.sample(logits, self.params, g)
             if record is not None:
-                record.append((h[0].copy(), int(c0)))
+                record.append((h.copy(), int(c0)))
             s = time.perf_counter()
-            codes[t] = self.depth.decode_frame(h[0], c0, g, mode)
+            codes[t] = self.depth.decode_frame(h, c0, g, mode)
             depth_s += time.perf_counter() - s
-            feeds["prev_latent"][0] = self._latent(codes[t])
-            feeds["is_first"][0] = 0.0
+            latent = self._latent(codes[t])
         return codes, depth_s, self.depth.stats.calls - calls0
 
     def _latent(self, frame_codes: np.ndarray) -> np.ndarray:
