@@ -256,7 +256,7 @@ def main(argv=None) -> int:
         out / "calibration",
         inputs=(hiddens, c0s),
         frames=len(c0s),
-        budgets=(4, 8, 16, 32),
+        budgets=(1, 2, 4, 8, 16, 32),
         params=params,
         threads=args.threads,
         seed=args.seed,
