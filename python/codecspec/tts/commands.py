@@ -96,7 +96,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("text", help='text to speak (use "" with --phonemes)')
     p.add_argument("--phonemes", default=None, help="espeak-ng IPA instead of text")
     p.add_argument("-o", "--output", type=Path, default=Path("out.wav"))
-    p.add_argument("--mode", choices=["ar", "spec"], default="spec")
+    p.add_argument(
+        "--mode",
+        choices=["auto", "ar", "spec"],
+        default="auto",
+        help="auto (default): spec where calibration found it pays, else ar; same output law",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--language", default="en", help="en, de, es or it (default en)")
     p.add_argument("--speaker", default=None, help="espeak-ng voice variant, e.g. f3 or m1")

@@ -185,6 +185,14 @@ class ReferenceTTS:
             d, params=self.params, provider=provider, threads=threads
         )
 
+    @property
+    def speculation_pays(self) -> bool:
+        """What calibration measured (device_profile.json): did the best tree beat AR?"""
+        prof = self.dir / "device_profile.json"
+        if not prof.is_file():
+            return True
+        return bool(json.loads(prof.read_text()).get("speculation_pays", True))
+
     # ------------------------------------------------------------------ text
     @property
     def languages(self) -> list:
@@ -215,7 +223,7 @@ class ReferenceTTS:
         *,
         language: str = "en",
         speaker: Optional[str] = None,
-        mode: str = "spec",
+        mode: str = "auto",
         seed: int = 0,
         rate: float = 1.0,
         phonemes: Optional[str] = None,
@@ -224,11 +232,15 @@ class ReferenceTTS:
         decode_audio: bool = True,
         record: Optional[list] = None,
     ) -> Synthesis:
-        """Synthesise `text` (or given IPA `phonemes`); mode "ar" or "spec" (same law).
+        """Synthesise `text` (or given IPA `phonemes`). mode "ar" or "spec" (the same output
+        law); "auto" = spec where the folder's device_profile.json found that speculation pays
+        on the calibrating machine, else ar (see `speculation_pays`).
 
         `record`: a list that receives (h_t, c0) of every frame (the depth loop's inputs)."""
+        if mode == "auto":
+            mode = "spec" if self.speculation_pays else "ar"
         if mode not in MODES:
-            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
+            raise ValueError(f"mode: must be one of {MODES + ('auto',)}, got {mode!r}")
         speaker = speaker or self.meta["default_speaker"]
         lang_id, spk_id = self._ids(language, speaker)
         if phonemes is None:
