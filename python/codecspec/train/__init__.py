@@ -4,8 +4,12 @@ data       free-generation frames of the exact model, teacher-forced hidden stat
 offsets    learned draft offsets b_1..b_K (heads frozen), Adam / cross-entropy in numpy
 medusa     per-(level, lookahead) linear heads: the ablation baseline
 calibrate  acceptance a[d][r], latency profile, tree-budget choice, tree.json
+ablate     head reuse vs offsets vs Medusa heads, tokens per call per tree budget
 plots      PNG figures (matplotlib optional)
+tts_torch, tts_train   the reference TTS in PyTorch (the [train] extra; not imported here)
 """
+
+from codecspec.train.ablate import AblationResult, ablate
 
 from codecspec.train.calibrate import (
     Acceptance,
@@ -38,9 +42,11 @@ from codecspec.train.offsets import (
 )
 
 __all__ = [
+    "AblationResult",
     "Acceptance",
     "Adam",
     "CalibrationResult",
+    "ablate",
     "LatencyProfile",
     "MedusaHeads",
     "OffsetDrafter",
