@@ -10,7 +10,6 @@ tts_torch, tts_train   the reference TTS in PyTorch (the [train] extra; not impo
 """
 
 from codecspec.train.ablate import AblationResult, ablate
-
 from codecspec.train.calibrate import (
     Acceptance,
     CalibrationResult,
