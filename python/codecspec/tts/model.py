@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -102,11 +102,13 @@ class Synthesis:
     depth_seconds: float  # inner loop only (depth graph calls + their host work)
     temporal_seconds: float
     decode_seconds: float
-    timings: dict = field(default_factory=dict)
+    frame_rate: float = 12.5
 
     @property
     def audio_seconds(self) -> float:
-        return len(self.codes) * 0.08 if self.wav is None else len(self.wav) / self.sample_rate
+        if self.wav is None:
+            return len(self.codes) / self.frame_rate
+        return len(self.wav) / self.sample_rate
 
     @property
     def tokens_per_call(self) -> float:
@@ -274,6 +276,7 @@ class ReferenceTTS:
             depth_seconds=depth_s,
             temporal_seconds=temporal_s,
             decode_seconds=time.perf_counter() - t1,
+            frame_rate=self.codec.cfg.frame_rate,
         )
 
     def _frames(self, ck, cv, spk_id, frames, mode, seed, progress, record):
