@@ -27,20 +27,9 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
 
 def small_config():
     """The demo's random-weight depth decoder: Qwen3-TTS layout at a size this CPU runs fast."""
-    from codecspec.graphs.config import DepthDecoderConfig
+    from codecspec.graphs.config import small_depth
 
-    return DepthDecoderConfig(
-        num_layers=5,
-        hidden_size=256,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=64,
-        intermediate_size=768,
-        num_codebooks=16,
-        codebook_size=512,
-        c0_vocab_size=512,
-        num_draft_offsets=3,
-    )
+    return small_depth()
 
 
 def _save_heads(args, weights) -> None:

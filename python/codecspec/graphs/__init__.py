@@ -20,7 +20,14 @@ from .builder import (
     read_graph_metadata,
     save_model,
 )
-from .config import DepthDecoderConfig, embedding_row, qwen3_tts_0_6b, table_layout, zero_row
+from .config import (
+    DepthDecoderConfig,
+    embedding_row,
+    qwen3_tts_0_6b,
+    small_depth,
+    table_layout,
+    zero_row,
+)
 from .qwen3 import (
     config_from_qwen3_tts,
     load_qwen3_tts_checkpoint,
@@ -67,6 +74,7 @@ __all__ = [
     "read_graph_metadata",
     "reference_run",
     "save_model",
+    "small_depth",
     "table_layout",
     "tree_attention_bias",
     "write_safetensors",

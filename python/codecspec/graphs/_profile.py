@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from .builder import _Graph, _heads_part, build_depth_graph, count_nodes, cpu_variant_supported
-from .config import DepthDecoderConfig, qwen3_tts_0_6b
+from .config import qwen3_tts_0_6b, small_depth
 from .reference import compute_head_logits, example_feeds
 from .weights import DepthDecoderWeights
 
@@ -62,17 +62,7 @@ def main(argv=None) -> int:
     import onnxruntime as ort
 
     if args.small:
-        config = DepthDecoderConfig(
-            num_layers=5,
-            hidden_size=256,
-            num_heads=4,
-            num_kv_heads=2,
-            head_dim=64,
-            intermediate_size=768,
-            num_codebooks=16,
-            codebook_size=2048,
-            c0_vocab_size=3072,
-        )
+        config = small_depth(codebook_size=2048, c0_vocab_size=3072)
     else:
         config = qwen3_tts_0_6b()
     queries = [int(q) for q in args.queries.split(",")]

@@ -12,6 +12,7 @@ import numpy as np
 __all__ = [
     "DepthDecoderConfig",
     "qwen3_tts_0_6b",
+    "small_depth",
     "embedding_row",
     "zero_row",
     "table_layout",
@@ -174,6 +175,26 @@ def qwen3_tts_0_6b(**overrides: Any) -> DepthDecoderConfig:
         input_hidden_size=None,
         num_draft_offsets=3,
         max_positions=32,
+    )
+    base.update(overrides)
+    return DepthDecoderConfig(**base)
+
+
+def small_depth(**overrides: Any) -> DepthDecoderConfig:
+    """The Qwen3-TTS code-predictor layout at a size a 2-core CPU runs fast: 5 layers, hidden
+    256, GQA 4/2 heads of 64. The demo's synthetic model (these defaults) and the shipped
+    reference TTS (intermediate 512, 1024 codes, 4 offsets) are both this shape."""
+    base = dict(
+        num_layers=5,
+        hidden_size=256,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        intermediate_size=768,
+        num_codebooks=16,
+        codebook_size=512,
+        c0_vocab_size=512,
+        num_draft_offsets=3,
     )
     base.update(overrides)
     return DepthDecoderConfig(**base)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from codecspec.codec.codec import Codec
-from codecspec.graphs.config import DepthDecoderConfig
+from codecspec.graphs.config import DepthDecoderConfig, small_depth
 from codecspec.train.tts_torch import TemporalConfig, TTSModel
 from codecspec.tts.dataset import Batch, TTSDataset
 
@@ -27,23 +27,17 @@ __all__ = ["reference_depth_config", "TrainLog", "to_tensors", "train_tts", "fra
 
 
 def reference_depth_config(codebook_size: int = 1024, **overrides) -> DepthDecoderConfig:
-    """The shipped depth decoder: Qwen3-TTS layout (5 layers, GQA 4/2, q/k norm, RoPE) at
-    hidden 256, fed the temporal hidden state directly."""
+    """The shipped depth decoder: `small_depth` with intermediate 512, `codebook_size` codes
+    (c0 included) and 4 draft offsets, fed the temporal hidden state directly."""
     base = dict(
-        num_layers=5,
-        hidden_size=256,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=64,
         intermediate_size=512,
-        num_codebooks=16,
         codebook_size=codebook_size,
         c0_vocab_size=codebook_size,
         num_draft_offsets=4,
         max_positions=32,
     )
     base.update(overrides)
-    return DepthDecoderConfig(**base)
+    return small_depth(**base)
 
 
 def frame_latents(codec: Codec, codes: np.ndarray, scale: float) -> np.ndarray:
