@@ -72,3 +72,12 @@ def test_bf16_exact_heads_share_one_array():
     for h in range(3):
         want = r[h].astype(np.float64) @ z.astype(np.float64)
         np.testing.assert_allclose(bank.logits(h, z), want, rtol=1e-5, atol=1e-5)
+
+
+def test_heads_are_read_through_the_float16_cast():
+    from codecspec.train.data import read_heads
+
+    model = _graph()
+    want = read_heads(model)
+    got = read_heads(store_float16(model, min_elements=256))
+    np.testing.assert_array_equal(got, round_float16(want))

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["store_float16", "round_float16", "round_bf16_exact"]
+__all__ = ["store_float16", "round_float16", "round_bf16_exact", "read_initializer"]
 
 _F16_MAX = float(np.finfo(np.float16).max)
 
@@ -67,3 +67,18 @@ def store_float16(model: onnx.ModelProto, min_elements: int = 1024) -> onnx.Mode
     del g.node[:]
     g.node.extend(nodes)
     return out
+
+
+def read_initializer(model: onnx.ModelProto, name: str):
+    """The float32 value of weight `name`, whether stored as is or as float16 behind the Cast
+    `store_float16` adds; None when the graph has no such weight."""
+    inits = {i.name: i for i in model.graph.initializer}
+    if name not in inits:
+        cast = next(
+            (n for n in model.graph.node if n.op_type == "Cast" and list(n.output) == [name]),
+            None,
+        )
+        if cast is None or cast.input[0] not in inits:
+            return None
+        name = cast.input[0]
+    return numpy_helper.to_array(inits[name]).astype(np.float32)

@@ -248,8 +248,8 @@ def read_heads(model: Union[str, os.PathLike, Any]) -> np.ndarray:
     DepthDecoderWeights or a dict holding "heads".
     """
     import onnx
-    from onnx import numpy_helper
 
+    from codecspec.graphs.storage import read_initializer
     from codecspec.runtime.depth_graph import heads_sidecar
 
     if isinstance(model, dict) or (hasattr(model, "keys") and "heads" in model.keys()):
@@ -260,9 +260,9 @@ def read_heads(model: Union[str, os.PathLike, Any]) -> np.ndarray:
         if not path.is_file():
             raise FileNotFoundError(f"model: no such ONNX file: {path}")
         model = onnx.load(str(path), load_external_data=True)
-    for init in model.graph.initializer:
-        if init.name in ("heads", "heads_f16"):
-            return np.ascontiguousarray(numpy_helper.to_array(init), np.float32)
+    heads = read_initializer(model, "heads")
+    if heads is not None:
+        return np.ascontiguousarray(heads)
     if path is not None and heads_sidecar(path).is_file():
         return np.ascontiguousarray(np.load(heads_sidecar(path)), np.float32)
     raise ValueError(
