@@ -171,14 +171,22 @@ class DepthDecoder:
                 p = np.full(t_full, past, np.int64)
                 p[:n] = t.position_ids(past)
                 pos[past] = p
+            depths = t.depths.astype(np.int64)
+            # Per root level m: the level of every node, its head and its input-table base
+            # row, so that a round only adds the drafted tokens.
+            levels = {m: m + depths for m in range(1, self.G - 1)}
             self._trees[d] = {
                 "tree": t,
                 "n": n,
                 "bias": bias,
                 "pos": pos,
-                "depths": t.depths.astype(np.int64),
-                "ranks": t.ranks.astype(np.int64),
+                "levels": levels,
+                "heads": {m: np.minimum(lv, self.G - 2) for m, lv in levels.items()},
+                "id_base": {m: self._level_base + lv * self.V for m, lv in levels.items()},
+                "draft_at": (depths[1:] - 1, t.ranks[1:].astype(np.int64)),
+                "tokens": np.empty(n, np.int32),
             }
+        self._rows = np.zeros(t_full + 1, np.int32)  # committed rows: root, accepted nodes
 
     def _bind_fixed_calls(self) -> None:
         c = self.config
@@ -259,22 +267,22 @@ class DepthDecoder:
         cand = self._candidates(pc, 1, 0, min(self.tree.max_depth, G - 2))
         while m < G - 1:
             spec = self._trees[min(self.tree.max_depth, G - 1 - m)]
-            tree, n, depths = spec["tree"], spec["n"], spec["depths"]
-            tokens = np.empty(n, np.int32)
+            tree, n, tokens = spec["tree"], spec["n"], spec["tokens"]
             tokens[0] = codes[m]
-            tokens[1:] = cand[depths[1:] - 1, spec["ranks"][1:]]
-            levels = m + depths
+            tokens[1:] = cand[spec["draft_at"]]
+            levels, heads = spec["levels"][m], spec["heads"][m]
             past = m + 1
-            tc.ids[:n] = self._level_base + levels * self.V + tokens
+            np.add(spec["id_base"][m], tokens, out=tc.ids[:n])
             tc.ids[n:] = self._zero_row
             tc.pos[...] = spec["pos"][past]
             tc.bias[...] = spec["bias"][past]
-            heads = np.minimum(levels, G - 2)
             tc.heads[:n] = heads
             tc.run()
             r = self._verify(tc, tree, n, tokens, heads, g)
             nodes = r.nodes
-            self.cache.commit(tc.new_keys, tc.new_values, np.concatenate(([0], nodes)))
+            rows = self._rows[: len(nodes) + 1]
+            rows[1:] = nodes  # rows[0] = 0: the root
+            self.cache.commit(tc.new_keys, tc.new_values, rows)
             emitted = r.tokens[: G - 1 - m]  # a bonus past c_{G-1} does not exist: drop it
             codes[m + 1 : m + 1 + len(emitted)] = emitted
             self.stats.accepted += len(nodes)
