@@ -40,3 +40,27 @@ def test_reference_frames(benchmark, reference, mode):
     benchmark(dec.decode_frames, h, c0, g, mode)
     benchmark.extra_info["calls_per_frame"] = dec.stats.calls_per_frame
     benchmark.extra_info["tokens_per_call"] = dec.stats.tokens_per_call
+
+
+@pytest.fixture(scope="module")
+def head_banks():
+    """The reference depth decoder's head shape, raw float32 vs rounded to bf16-exact values."""
+    import numpy as np
+
+    from codecspec.graphs.storage import round_bf16_exact
+
+    w = np.random.default_rng(0).standard_normal((15, 1024, 256)).astype(np.float32) * 0.05
+    z = np.random.default_rng(1).standard_normal(256).astype(np.float32)
+    return {"f32": cs.HeadBank(w), "bf16_exact": cs.HeadBank(round_bf16_exact(w))}, z
+
+
+@pytest.mark.parametrize("kind", ["f32", "bf16_exact"])
+def test_target_head_row(benchmark, head_banks, kind):
+    banks, z = head_banks
+    bank = banks[kind]
+    assert bank.targets_bf16 == (kind == "bf16_exact")
+    benchmark.group = "target head row, 1024 x 256"
+    heads = iter(range(10**9))
+
+    # cycle the 15 heads, as a frame does, so no row is served from L1 twice in a row
+    benchmark(lambda: bank.logits(next(heads) % 15, z))
