@@ -81,13 +81,14 @@ def frames_per_phoneme(ds) -> dict:
 
 
 def teacher_forced_inputs(model, ds, codec, scale: float, max_frames: int, seed: int):
-    """(h_t, c0) of held-out utterances with their real previous frames as input."""
+    """(h_t [N, D], real codes [N, 16]) of held-out utterances, the temporal model fed their
+    real previous frames."""
     import torch
 
     from codecspec.train.tts_train import to_tensors
 
     model.eval()
-    hs, c0s = [], []
+    hs, codes = [], []
     total = 0
     with torch.no_grad():
         for b in ds.batches(8, seed=seed, max_frames=1200):
@@ -95,11 +96,11 @@ def teacher_forced_inputs(model, ds, codec, scale: float, max_frames: int, seed:
             h, _, _ = model.temporal.run_batch(t)
             mask = t["frame_mask"]
             hs.append(h[mask].numpy())
-            c0s.append(t["codes"][..., 0][mask].numpy())
+            codes.append(t["codes"][mask].numpy())
             total += int(mask.sum())
             if total >= max_frames:
                 break
-    return np.concatenate(hs)[:max_frames], np.concatenate(c0s)[:max_frames]
+    return np.concatenate(hs)[:max_frames], np.concatenate(codes)[:max_frames]
 
 
 def onnx_parity(out: Path, model, ds, codec, scale) -> float:
@@ -227,7 +228,8 @@ def main(argv=None) -> int:
     parity = onnx_parity(out, model, held, codec, scale)
     log(f"ORT vs torch c0 logits, max |diff| {parity:.2e}")
 
-    hiddens, c0s = teacher_forced_inputs(model, held, codec, scale, args.frames, args.seed)
+    hiddens, real = teacher_forced_inputs(model, held, codec, scale, args.frames, args.seed)
+    c0s = real[:, 0]
     # the shipped frames (bench, ablate) are float16-rounded: calibrate on the same values
     hiddens = hiddens.astype(np.float16).astype(np.float32)
     n_ship = min(args.ship_frames, len(c0s))
@@ -277,7 +279,6 @@ def main(argv=None) -> int:
     )
 
     log("per-level entropy of the depth decoder")
-    real = teacher_forced_codes(held, len(c0s), args.seed)
     entropy = depth_entropy(out, hiddens, c0s, real)
     qwen = None if args.skip_qwen else qwen_prediction(calib, args.threads)
     log("bench: AR vs speculative depth loop on the shipped frames")
@@ -296,17 +297,6 @@ def main(argv=None) -> int:
     (out / "report.json").write_text(json.dumps(report))
     log(f"done in {report['seconds'] / 60:.1f} min; {abl.summary() if abl else ''}")
     return 0
-
-
-def teacher_forced_codes(ds, n: int, seed: int) -> np.ndarray:
-    """Real codes [n, 16] of the same frames teacher_forced_inputs used (same batch order)."""
-    out, total = [], 0
-    for b in ds.batches(8, seed=seed, max_frames=1200):
-        out.append(b.codes[b.frame_mask])
-        total += int(b.frame_mask.sum())
-        if total >= n:
-            break
-    return np.concatenate(out)[:n].astype(np.int64)
 
 
 if __name__ == "__main__":

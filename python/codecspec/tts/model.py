@@ -176,6 +176,12 @@ class ReferenceTTS:
             )
         self.dir = d
         self.meta = json.loads((d / "model.json").read_text())
+        prof = d / "device_profile.json"
+        self._speculation_pays = (
+            bool(json.loads(prof.read_text()).get("speculation_pays", True))
+            if prof.is_file()
+            else True
+        )
         self.frontend = Frontend.from_dict(self.meta["frontend"])
         self.scale = float(self.meta["latent_scale"])
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
@@ -190,10 +196,7 @@ class ReferenceTTS:
     @property
     def speculation_pays(self) -> bool:
         """What calibration measured (device_profile.json): did the best tree beat AR?"""
-        prof = self.dir / "device_profile.json"
-        if not prof.is_file():
-            return True
-        return bool(json.loads(prof.read_text()).get("speculation_pays", True))
+        return self._speculation_pays
 
     # ------------------------------------------------------------------ text
     @property
@@ -232,7 +235,6 @@ class ReferenceTTS:
         max_frames: int = 1000,
         progress: bool = False,
         decode_audio: bool = True,
-        record: Optional[list] = None,
     ) -> Synthesis:
         """Synthesise `text` (or given IPA `phonemes`). mode "ar" or "spec" (the same output
         law); "auto" = spec where the folder's device_profile.json found that speculation pays
@@ -261,7 +263,7 @@ class ReferenceTTS:
                 "speaker": np.array([spk_id], np.int64),
             },
         )
-        codes, depth_s, calls = self._frames(ck, cv, spk_id, frames, mode, seed, progress, record)
+        codes, depth_s, calls = self._frames(ck, cv, spk_id, frames, mode, seed, progress)
         temporal_s = time.perf_counter() - t0 - depth_s
         t1 = time.perf_counter()
         wav = self.codec.decode(codes, seed=seed) if decode_audio else None
@@ -279,7 +281,7 @@ class ReferenceTTS:
             frame_rate=self.codec.cfg.frame_rate,
         )
 
-    def _frames(self, ck, cv, spk_id, frames, mode, seed, progress, record):
+    def _frames(self, ck, cv, spk_id, frames, mode, seed, progress):
         g = cs.Generator(seed)
         stepper = TemporalStepper(self.temporal, ck, cv, spk_id, frames)
         codes = np.zeros((frames, self.depth.G), np.int64)
@@ -294,8 +296,6 @@ class ReferenceTTS:
         for t in it:
             h, logits = stepper.step(latent)
             c0 = cs.sample(logits, self.params, g)
-            if record is not None:
-                record.append((h.copy(), int(c0)))
             s = time.perf_counter()
             codes[t] = self.depth.decode_frame(h, c0, g, mode)
             depth_s += time.perf_counter() - s
@@ -304,11 +304,3 @@ class ReferenceTTS:
 
     def _latent(self, frame_codes: np.ndarray) -> np.ndarray:
         return self._books[np.arange(len(frame_codes)), frame_codes].sum(axis=0)
-
-    def hidden_states(self, text: str = "", **kw) -> tuple[np.ndarray, np.ndarray]:
-        """(h_t float32 [T, H], c0 int64 [T]) of one utterance: the depth loop's inputs.
-        Keywords as for `generate` (the depth loop runs autoregressively, no audio)."""
-        rec: list = []
-        kw.update(mode="ar", decode_audio=False, record=rec)
-        self.generate(text, **kw)
-        return np.stack([h for h, _ in rec]), np.array([c for _, c in rec], np.int64)
