@@ -4,7 +4,19 @@ use codecspec_core::{rng, warp as core_warp, SamplingParams as CoreParams};
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods};
 use pyo3::prelude::*;
 
-use crate::convert::{arg_error, array, run, value_error};
+use crate::convert::{arg_error, array, run, value_error, ArrayView};
+
+/// `logits` as float32 rows [..., V] with V > 0.
+fn logit_rows<'py>(logits: &Bound<'py, PyAny>) -> PyResult<ArrayView<'py, f32>> {
+    let l = array::<f32>(logits, "logits", "float32")?;
+    if l.ndim() == 0 || l.last() == 0 {
+        return Err(arg_error(
+            "logits",
+            format!("expected shape [..., V] with V > 0, got {:?}", l.shape),
+        ));
+    }
+    Ok(l)
+}
 
 /// Sampling parameters, applied in the order temperature, top-k, top-p.
 ///
@@ -141,13 +153,7 @@ pub fn warp<'py>(
     logits: &Bound<'py, PyAny>,
     params: &PySamplingParams,
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-    let l = array::<f32>(logits, "logits", "float32")?;
-    if l.ndim() == 0 || l.last() == 0 {
-        return Err(arg_error(
-            "logits",
-            format!("expected shape [..., V] with V > 0, got {:?}", l.shape),
-        ));
-    }
+    let l = logit_rows(logits)?;
     let data = l.data()?;
     let out = PyArrayDyn::<f32>::zeros(py, l.shape.clone(), false);
     {
@@ -168,13 +174,7 @@ pub fn sample<'py>(
     params: &PySamplingParams,
     generator: &mut PyGenerator,
 ) -> PyResult<Bound<'py, PyArrayDyn<i32>>> {
-    let l = array::<f32>(logits, "logits", "float32")?;
-    if l.ndim() == 0 || l.last() == 0 {
-        return Err(arg_error(
-            "logits",
-            format!("expected shape [..., V] with V > 0, got {:?}", l.shape),
-        ));
-    }
+    let l = logit_rows(logits)?;
     let data = l.data()?;
     let lead = l.shape[..l.ndim() - 1].to_vec();
     let out = PyArrayDyn::<i32>::zeros(py, lead, false);
@@ -197,13 +197,7 @@ pub fn topk<'py>(
     logits: &Bound<'py, PyAny>,
     k: i64,
 ) -> PyResult<Bound<'py, PyArrayDyn<i32>>> {
-    let l = array::<f32>(logits, "logits", "float32")?;
-    if l.ndim() == 0 || l.last() == 0 {
-        return Err(arg_error(
-            "logits",
-            format!("expected shape [..., V] with V > 0, got {:?}", l.shape),
-        ));
-    }
+    let l = logit_rows(logits)?;
     if k < 1 || k as usize > l.last() {
         return Err(arg_error(
             "k",
