@@ -187,6 +187,7 @@ class ReferenceTTS:
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
         self.codec = Codec.load(d / "codec.npz")
         self._books = self.codec.codebooks.astype(np.float32) / self.scale
+        self._levels = np.arange(self._books.shape[0])
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
         self.temporal = open_session(str(d / "temporal.onnx"), provider=provider, threads=threads)
         self.depth = DepthDecoder.from_dir(
@@ -303,4 +304,4 @@ class ReferenceTTS:
         return codes, depth_s, self.depth.stats.calls - calls0
 
     def _latent(self, frame_codes: np.ndarray) -> np.ndarray:
-        return self._books[np.arange(len(frame_codes)), frame_codes].sum(axis=0)
+        return self._books[self._levels, frame_codes].sum(axis=0)
