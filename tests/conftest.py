@@ -23,3 +23,10 @@ try:
     settings.load_profile("codecspec")
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     pass
+
+# Every test in this process shares one onnxruntime thread pool (codecspec.runtime.threads);
+# one thread keeps the suite's timings stable on a shared 2-core machine. Tests of the pool
+# itself run in fresh subprocesses.
+from codecspec.runtime.threads import configure  # noqa: E402
+
+configure(1)

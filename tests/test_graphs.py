@@ -35,6 +35,7 @@ from codecspec.graphs import (  # noqa: E402
     zero_row,
 )
 from codecspec.graphs.reference import forward_hidden, input_hidden  # noqa: E402
+from codecspec.runtime.session import open_session  # noqa: E402
 
 ATOL = 1e-4
 RTOL = 1e-4
@@ -78,9 +79,7 @@ def _session(cfg, w, variant, heads, opset=17):
     key = (cfg, id(w), variant, heads, opset)
     if key not in _SESSIONS:
         model = build_depth_graph(cfg, w, variant=variant, heads=heads, opset=opset)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        s = open_session(model.SerializeToString(), provider="cpu")
         _SESSIONS[key] = (s, w)  # holding w keeps its id from being reused
     return _SESSIONS[key][0]
 
@@ -458,7 +457,7 @@ def test_metadata_and_save_load(tmp_path, model_setup):
         save_model(model, path, external_data=external)
         assert (tmp_path / f"depth_{external}.onnx.data").exists() == external
         assert read_graph_config(path) == cfg
-        s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        s = open_session(path, provider="cpu")
         got = _run(s, feeds)
         for name in OUTPUT_NAMES:
             np.testing.assert_array_equal(got[name], expect[name])

@@ -27,6 +27,7 @@ from codecspec.graphs import (  # noqa: E402
     write_synthetic_qwen3_checkpoint,
     zero_row,
 )
+from codecspec.runtime.session import open_session  # noqa: E402
 
 SMALL = dict(
     num_layers=2,
@@ -81,9 +82,7 @@ def _variants():
 
 def _run_graph(cfg, w, variant, feeds):
     model = build_depth_graph(cfg, w, variant=variant, heads="graph")
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    s = open_session(model.SerializeToString(), provider="cpu")
     names = [i.name for i in s.get_inputs()]
     return dict(zip([o.name for o in s.get_outputs()], s.run(None, {n: feeds[n] for n in names})))
 

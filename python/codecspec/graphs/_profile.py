@@ -22,6 +22,9 @@ import time
 
 import numpy as np
 
+from codecspec.runtime.session import session_options
+from codecspec.runtime.threads import configure
+
 from .builder import _Graph, _heads_part, build_depth_graph, count_nodes, cpu_variant_supported
 from .config import qwen3_tts_0_6b, small_depth
 from .reference import compute_head_logits, example_feeds
@@ -67,6 +70,7 @@ def main(argv=None) -> int:
         config = qwen3_tts_0_6b()
     queries = [int(q) for q in args.queries.split(",")]
     variants = args.variants.split(",")
+    configure(args.threads)  # before any session: the shared pool gets the asked size
     if "cpu" in variants and not cpu_variant_supported():
         print("# onnxruntime here cannot run variant='cpu'; skipping it")
         variants = [v for v in variants if v != "cpu"]
@@ -80,13 +84,8 @@ def main(argv=None) -> int:
         f"{time.perf_counter() - t0:.1f}s)"
     )
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if args.no_spin:
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # --no-spin only matters with CODECSPEC_THREAD_POOL=session (the shared pool spins).
+    so = session_options(args.threads, spinning=not args.no_spin)
 
     if args.heads_only:
         return _heads_only(config, weights, so, queries, args)

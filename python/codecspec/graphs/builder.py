@@ -671,7 +671,7 @@ def read_graph_config(path_or_model) -> DepthDecoderConfig:
 def cpu_variant_supported() -> bool:
     """Whether the installed onnxruntime runs variant="cpu" graphs (builds and runs a tiny one)."""
     try:
-        import onnxruntime as ort
+        from codecspec.runtime.session import open_session
 
         from .reference import example_feeds
 
@@ -689,7 +689,7 @@ def cpu_variant_supported() -> bool:
             max_positions=8,
         )
         m = build_depth_graph(c, DepthDecoderWeights.random(c, 0), variant="cpu")
-        s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        s = open_session(m.SerializeToString(), provider="cpu")
         s.run(None, example_feeds(c, num_query=2, past_len=1))
         return True
     except Exception:

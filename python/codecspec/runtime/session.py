@@ -9,33 +9,44 @@ from typing import Union
 import onnxruntime as ort
 
 from codecspec.runtime.providers import resolve
+from codecspec.runtime.threads import (
+    check_threads,
+    configure,
+    per_session_pools,
+    physical_cores,
+    pool_size,
+)
 
 ModelSource = Union[str, os.PathLike, bytes]
 
 
-def physical_cores() -> int:
-    # Hyper-threads do not help a memory-bound decode step; os.cpu_count counts them.
-    n = os.cpu_count() or 1
-    try:
-        import psutil  # optional
-
-        n = psutil.cpu_count(logical=False) or n
-    except ImportError:
-        pass
-    return max(1, n)
-
-
 def session_options(threads: int | None = None, spinning: bool = True) -> ort.SessionOptions:
+    """Options of every codecspec session: full graph optimisation, sequential execution, and
+    the process's shared thread pool (`codecspec.runtime.threads`), created with `threads`
+    on first use. With CODECSPEC_THREAD_POOL=session the session gets its own pool instead."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.intra_op_num_threads = threads or physical_cores()
-    so.inter_op_num_threads = 1
-    # Worker threads keep spinning between the back-to-back calls of a decode loop; letting
-    # them sleep doubled the latency of a small depth graph here (0.72 -> 1.37 ms at q=1).
-    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     so.log_severity_level = 3
+    if per_session_pools():
+        so.intra_op_num_threads = check_threads(threads) or physical_cores()
+        so.inter_op_num_threads = 1
+        # Worker threads keep spinning between the back-to-back calls of a decode loop;
+        # letting them sleep doubled the latency of a small depth graph here (0.72 -> 1.37
+        # ms at q=1). (The shared pool always spins; there is only one of it.)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    else:
+        configure(threads)
+        so.use_per_session_threads = False
     return so
+
+
+def session_threads(session: ort.InferenceSession) -> int:
+    """Intra-op threads a session created by `open_session` runs with."""
+    so = session.get_session_options()
+    if so.use_per_session_threads:
+        return int(so.intra_op_num_threads)
+    return int(pool_size() or 1)
 
 
 def open_session(
@@ -44,17 +55,18 @@ def open_session(
     """An InferenceSession for `model` (a path or serialized bytes).
 
     Raises FileNotFoundError for a missing file, ValueError naming `model` for a file that is
-    not a loadable ONNX model, and ProviderUnavailable (a ValueError) for a missing provider.
+    not a loadable ONNX model, ProviderUnavailable (a ValueError) for a missing provider, and
+    ThreadBudgetError (a ValueError naming `threads`) when the process's shared pool has
+    another size.
     """
     providers = resolve(provider)
+    so = session_options(threads)
     if not isinstance(model, (bytes, bytearray)):
         path = Path(model)
         if not path.is_file():
             raise FileNotFoundError(f"model: no such ONNX file: {path}")
         model = str(path)
     try:
-        return ort.InferenceSession(
-            model, sess_options=session_options(threads), providers=providers
-        )
+        return ort.InferenceSession(model, sess_options=so, providers=providers)
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
         raise ValueError(f"model: cannot load ONNX model ({type(e).__name__}: {e})") from e

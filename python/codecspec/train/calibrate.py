@@ -35,6 +35,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 import codecspec as cs
+from codecspec.runtime.session import session_threads
 from codecspec.train.data import (
     collect_frames,
     read_heads,
@@ -966,7 +967,7 @@ def calibrate(
     # 7. files
     (out / "tree.json").write_text(tree.to_json())
     files["tree"] = str(out / "tree.json")
-    sess_threads = graph.session.get_session_options().intra_op_num_threads
+    sess_threads = session_threads(graph.session)
     profile = {
         "format": PROFILE_FORMAT,
         "version": PROFILE_VERSION,
