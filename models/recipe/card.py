@@ -148,6 +148,30 @@ def _table(header: list, rows: list) -> str:
     return "\n".join(out)
 
 
+def vocoder_section(v: dict) -> str:
+    """The card's "Vocoder" section from report.json["vocoder"] (models/recipe/vocoder.py)."""
+    lsd, ms = v["lsd_db"], v["ms_per_audio_second"]
+    return "\n".join(
+        [
+            "## Vocoder\n",
+            f"Griffin-Lim with momentum, {v['iterations']} iterations, on {v['utterances']} "
+            f"held-out utterances ({v['audio_seconds']:.0f} s), the two vocoders interleaved "
+            "(`python models/recipe/vocoder.py`): v1 ran in float64 with momentum "
+            "0.99; the current one runs on a precomputed float32 overlap-add plan with "
+            "momentum 0.9.\n",
+            _table(
+                ["vocoder", "LSD after the codec (dB)", "ms per audio second"],
+                [
+                    ["v1 (float64, momentum 0.99)", f"{lsd['v1']:.3f}", f"{ms['v1']:.1f}"],
+                    ["current (float32 plan, 0.9)", f"{lsd['new']:.3f}", f"{ms['new']:.1f}"],
+                ],
+            ),
+            f"\n{v['speedup']:.2f}x faster; lower LSD on {v['lsd_better_count']} of "
+            f"{v['utterances']} utterances (largest increase {v['lsd_db_diff_max']:+.4f} dB).\n",
+        ]
+    )
+
+
 def card(model: Path, corpus_json: Path, codec_md: Path) -> str:
     rep = json.loads((model / "report.json").read_text())
     meta = json.loads((model / "model.json").read_text())
@@ -221,6 +245,8 @@ def card(model: Path, corpus_json: Path, codec_md: Path) -> str:
     s.append("## Codec reconstruction (held-out)\n")
     if codec_md.is_file():
         s.append(codec_md.read_text().strip() + "\n")
+    if rep.get("vocoder"):
+        s.append(vocoder_section(rep["vocoder"]))
     s.append("## Training\n")
     s.append(
         f"{tr['steps']} AdamW steps in {tr['seconds'] / 60:.0f} min on {tr['threads']} CPU "

@@ -17,6 +17,7 @@ __all__ = [
     "mel_filterbank",
     "mel_pinv",
     "griffin_lim",
+    "griffin_lim_reference",
     "log_spectral_distance",
 ]
 
@@ -103,7 +104,91 @@ def mel_pinv(fb: np.ndarray, ridge: float = 1e-3) -> np.ndarray:
     return fb.T @ np.linalg.inv(g)
 
 
+class _Resynthesis:
+    """STFT and weighted overlap-add for one signal length, in float32, with everything that
+    does not depend on the spectrum (window, frame view, 1 / sum of squared windows) computed
+    once: Griffin-Lim runs the pair 32 times on the same shapes.
+
+    Numerically the same transform as `stft` / `istft` (float64) up to float32 rounding."""
+
+    def __init__(self, n_fft: int, hop: int, win_length: int, n_frames: int, length: int):
+        self.n_fft, self.hop, self.n_frames, self.length = n_fft, hop, n_frames, length
+        self.win = _window(n_fft, win_length).astype(np.float32)
+        self.total = (n_frames - 1) * hop + n_fft
+        # A frame spans `span` hops; padded to span * hop samples, frame i's j-th hop-sized
+        # block lands on output block i + j, so overlap-add is `span` strided slice-adds.
+        self.span = -(-n_fft // hop)
+        w2 = np.zeros(self.span * hop, np.float64)
+        w2[:n_fft] = self.win.astype(np.float64) ** 2
+        norm = np.zeros((n_frames + self.span, hop))
+        for j, block in enumerate(w2.reshape(self.span, hop)):
+            norm[j : j + n_frames] += block
+        self.inv_norm = (1.0 / np.maximum(norm.reshape(-1)[: self.total], 1e-8)).astype(np.float32)
+        self._padded = np.zeros(self.total, np.float32)
+        self._blocks = np.zeros((n_frames, self.span * hop), np.float32)
+
+    def stft(self, x: np.ndarray) -> np.ndarray:
+        xp, half = self._padded, self.n_fft // 2
+        seg = x[: max(0, self.total - half)]
+        xp[half : half + seg.size] = seg
+        frames = np.lib.stride_tricks.sliding_window_view(xp, self.n_fft)[:: self.hop]
+        return np.fft.rfft(frames[: self.n_frames] * self.win, axis=1)
+
+    def istft(self, spec: np.ndarray) -> np.ndarray:
+        n_fft, hop, span = self.n_fft, self.hop, self.span
+        blocks = self._blocks
+        blocks[:, :n_fft] = np.fft.irfft(spec, n=n_fft, axis=1)
+        blocks[:, :n_fft] *= self.win
+        out = np.zeros((self.n_frames + span, hop), np.float32)
+        for j in range(span):
+            out[j : j + self.n_frames] += blocks[:, j * hop : (j + 1) * hop]
+        out = out.reshape(-1)[: self.total] * self.inv_norm
+        return out[n_fft // 2 : n_fft // 2 + self.length]
+
+
 def griffin_lim(
+    mag: np.ndarray,
+    n_fft: int,
+    hop: int,
+    win_length: int,
+    length: int,
+    n_iter: int = 32,
+    momentum: float = 0.9,
+    seed: int = 0,
+) -> np.ndarray:
+    """Fast Griffin-Lim (Perraudin et al. 2013): phase retrieval for an STFT magnitude.
+
+    The momentum term reaches in ~32 iterations the consistency plain Griffin-Lim needs ~100+
+    for; the initial phase is drawn from a seeded generator so decoding is deterministic.
+    Runs in float32 on a precomputed overlap-add plan (`_Resynthesis`), about 2-2.5x faster
+    than `griffin_lim_reference`. Momentum 0.9 (v1 used 0.99) gives a lower log-spectral
+    distance on every one of 24 held-out utterances at 32 iterations (models/recipe/vocoder.py);
+    coherent initial phases (zero, bin-centre linear, phase-gradient integration) converged to
+    a worse distance than a random start on this codec's spectra."""
+    mag = np.asarray(mag, dtype=np.float32)
+    _check_gl(n_iter, momentum)
+    plan = _Resynthesis(n_fft, hop, win_length, mag.shape[0], length)
+    rng = np.random.default_rng(seed)
+    angles = np.exp(2j * np.pi * rng.random(mag.shape)).astype(np.complex64)
+    prev = np.zeros_like(angles)
+    x = plan.istft(mag * angles)
+    for _ in range(n_iter):
+        proj = plan.stft(x)
+        acc = proj + momentum * (proj - prev)
+        prev = proj
+        acc *= mag / np.maximum(np.abs(acc), 1e-12)
+        x = plan.istft(acc)
+    return x.astype(np.float64)
+
+
+def _check_gl(n_iter, momentum) -> None:
+    if isinstance(n_iter, bool) or not isinstance(n_iter, (int, np.integer)) or n_iter < 0:
+        raise ValueError(f"n_iter: expected an integer >= 0, got {n_iter!r}")
+    if not (isinstance(momentum, (int, float)) and 0.0 <= momentum < 2.0):
+        raise ValueError(f"momentum: expected a number in [0, 2), got {momentum!r}")
+
+
+def griffin_lim_reference(
     mag: np.ndarray,
     n_fft: int,
     hop: int,
@@ -113,10 +198,9 @@ def griffin_lim(
     momentum: float = 0.99,
     seed: int = 0,
 ) -> np.ndarray:
-    """Fast Griffin-Lim (Perraudin et al. 2013): phase retrieval for an STFT magnitude.
-
-    The momentum term reaches in ~32 iterations the consistency plain Griffin-Lim needs ~100+
-    for; the initial phase is drawn from a seeded generator so decoding is deterministic."""
+    """The v1 vocoder: the same fast Griffin-Lim on the float64 `stft` / `istft` pair, with
+    v1's momentum 0.99. Kept as the reference `griffin_lim` is tested and measured against."""
+    _check_gl(n_iter, momentum)
     rng = np.random.default_rng(seed)
     angles = np.exp(2j * np.pi * rng.random(mag.shape))
     prev = np.zeros_like(angles)
