@@ -1,6 +1,7 @@
 """The shipped reference TTS: synth, bench and the speculative law on the real model."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -70,10 +71,102 @@ def test_synth_cli_writes_a_wav(tmp_path, capsys):
     assert np.sqrt(np.mean(wav.astype(np.float64) ** 2)) > 1e-3
 
 
+SYNTH_KEYS = {
+    "audio_seconds",
+    "frames",
+    "mode",
+    "tokens_per_call",
+    "inner_calls_per_audio_second",
+    "temporal_ms_per_frame",
+    "depth_ms_per_frame",
+    "vocoder_ms",
+    "rtf",
+    "peak_rss_mb",
+    "output",
+}
+PIPELINE_KEYS = {
+    "pipeline_ar_ms_per_frame",
+    "pipeline_spec_ms_per_frame",
+    "pipeline_depth_ms_per_frame",
+    "pipeline_rtf",
+    "vocoder_ms_per_audio_second",
+    "depth_in_pipeline_ratio",
+}
+
+
+def _synth_json(argv, capsys) -> dict:
+    assert main(["synth", *argv, "--provider", "cpu", "--json"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1, "--json prints exactly one line"
+    return json.loads(out[0])
+
+
+def test_synth_json_keys_and_values(tmp_path, capsys):
+    wav_path = tmp_path / "hello.wav"
+    res = _synth_json(["", "--phonemes", HELLO, "-o", str(wav_path), "--mode", "spec"], capsys)
+    assert SYNTH_KEYS <= set(res)
+    wav, sr = read_wav(wav_path)
+    assert res["output"] == str(wav_path)
+    assert res["audio_seconds"] == pytest.approx(len(wav) / sr)
+    assert res["frames"] * 1280 == len(wav)
+    assert res["mode"] == "spec" and 1.0 < res["tokens_per_call"] <= 15.0
+    calls = res["inner_calls_per_audio_second"] * res["audio_seconds"]
+    assert calls == pytest.approx(round(calls)) and calls < 15 * res["frames"]
+    stage_s = (res["temporal_ms_per_frame"] + res["depth_ms_per_frame"]) * res["frames"] / 1e3
+    total_s = stage_s + (res["vocoder_ms"] + res["frontend_ms"]) / 1e3
+    assert res["rtf"] == pytest.approx(total_s / res["audio_seconds"], rel=1e-6)
+    assert 10 < res["peak_rss_mb"] < 4096 and res["threads"] >= 1
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
+def test_synth_text_file_is_read_whole(tmp_path, capsys):
+    f = tmp_path / "long.txt"
+    f.write_text("Hello world.\nThis is a test,\nwrapped over lines.\n", encoding="utf-8")
+    res = _synth_json(
+        ["--text-file", str(f), "-o", str(tmp_path / "a.wav"), "--mode", "ar"], capsys
+    )
+    one = _synth_json(["Hello world.", "-o", str(tmp_path / "b.wav"), "--mode", "ar"], capsys)
+    assert res["frames"] > 2 * one["frames"], "every line of the file is spoken"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--text-file", "{tmp}/missing.txt"], "--text-file: no such file"),
+        (["--text-file", "{tmp}/empty.txt"], "--text-file: .* is empty"),
+        (["--text-file", "{tmp}/latin1.txt"], "--text-file: .* is not UTF-8"),
+        (["Hi", "--text-file", "{tmp}/latin1.txt"], "not both"),
+        ([], "text: give the text"),
+        (["Hi", "-o", "{tmp}"], "--output: .* is a directory"),
+        (["Hi", "-o", "/proc/no/such.wav"], "--output: cannot write"),
+    ],
+)
+def test_synth_bad_arguments_fail_in_one_line(tmp_path, capsys, argv, message):
+    (tmp_path / "empty.txt").write_text(" \n\n", encoding="utf-8")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(["synth", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(message, err[0]), err
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_thread_count_below_one_is_refused(capsys, value):
+    with pytest.raises(SystemExit) as e:
+        main(["synth", "Hi", "--threads", value])
+    assert e.value.code == 2
+    assert "--threads" in capsys.readouterr().err
+
+
 def test_bench_json_keys(capsys):
-    assert main(["bench", "--json", "--frames", "50", "--provider", "cpu"]) == 0
+    argv = ["bench", "--json", "--frames", "50", "--texts", "1", "--provider", "cpu"]
+    assert main(argv) == 0
     res = json.loads(capsys.readouterr().out)
-    assert BENCH_KEYS <= set(res)
+    assert BENCH_KEYS <= set(res) and PIPELINE_KEYS <= set(res)
+    assert res["pipeline_texts"] == 1 and res["pipeline_frames"] > 10
+    assert res["pipeline_ar_ms_per_frame"] > res["pipeline_depth_ms_per_frame"] > 0
+    assert res["pipeline_spec_tokens_per_call"] > 1.0 == res["pipeline_ar_tokens_per_call"]
+    assert res["pipeline_rtf"] > 0 and res["vocoder_ms_per_audio_second"] > 0
     assert res["ar_calls_per_frame"] == 15.0
     assert res["spec_calls_per_frame"] < 15.0
     assert res["tree_nodes"] >= 2 and res["speedup"] > 0
@@ -121,10 +214,13 @@ def test_bad_input(tts, tmp_path):
         tts.generate("", phonemes=HELLO * 20, max_frames=10)
     with pytest.raises(FileNotFoundError, match="model_dir"):
         ReferenceTTS(tmp_path)
-    with pytest.raises(ValueError, match="frames"):
-        from codecspec.tts.bench import bench_depth_loop
+    from codecspec.tts.bench import bench_depth_loop, load_bench_texts
 
+    with pytest.raises(ValueError, match="frames"):
         bench_depth_loop(MODEL, frames=1)
+    for bad in (0, 99, True, "2"):
+        with pytest.raises(ValueError, match="texts"):
+            load_bench_texts(bad)
     if shutil.which("espeak-ng"):
         with pytest.raises(ValueError, match="text"):
             tts.generate("   ")

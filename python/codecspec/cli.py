@@ -92,7 +92,50 @@ def cmd_calibrate(args) -> int:
         heads=np.load(args.heads) if args.heads else None,
     )
     print(result.summary() if hasattr(result, "summary") else result)
+    print(_where_on_the_map(result))
     return 0
+
+
+def cmd_speedup_map(args) -> int:
+    from codecspec.train.speedup_map import DEFAULT_SHARPNESS, build_speedup_map, map_table
+
+    doc = build_speedup_map(
+        args.out,
+        sharpness=args.sharpness or DEFAULT_SHARPNESS,
+        frames=args.frames,
+        calib_frames=args.calib_frames,
+        provider=args.provider,
+        threads=args.threads,
+        seed=args.seed,
+        progress=not args.json,
+    )
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(map_table(doc))
+        print(f"wrote {args.out}/speedup_map.json, .md, .png ({doc['seconds']:.0f} s)")
+    return 0
+
+
+def _where_on_the_map(result) -> str:
+    """One line: the calibrated model's tokens per call placed on this device's speed-up map
+    (the shipped one, measured on the project's CPU, unless --map names another)."""
+    from codecspec.train.speedup_map import locate, shipped_map_path
+
+    path = shipped_map_path()
+    if not path.is_file():
+        return "speed-up map: none shipped; build one with `codecspec speedup-map`"
+    doc = json.loads(path.read_text())
+    tpc = result.best.simulated_tokens_per_call
+    loc = locate(doc, tpc)
+    where = "inside" if loc["inside"] else "outside (clamped to)"
+    be = loc["break_even_tokens_per_call"]
+    return (
+        f"speed-up map ({doc.get('cpu_model', '?')}, {doc.get('threads', '?')} threads): "
+        f"{tpc:.2f} tokens/call is {where} the measured range -> {loc['speedup']:.2f}x measured "
+        f"there (ideal {loc['ideal_speedup']:.2f}x); speculation pays from "
+        f"{'n/a' if be is None else f'{be:.2f}'} tokens/call on that device"
+    )
 
 
 def _demo_model(workdir: Path, seed: int) -> Path:
@@ -270,6 +313,8 @@ def cmd_ablate(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from codecspec.tts.commands import register, threads_arg
+
     ap = argparse.ArgumentParser(prog="codecspec", description=__doc__)
     ap.add_argument("-v", "--verbose", action="store_true")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -285,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tree", help="tree JSON from `codecspec calibrate`")
     p.add_argument("--offsets", help="offsets (.npz from calibrate, or .npy [K, H])")
     p.add_argument("--provider", default="auto", choices=["auto", "cpu", "cuda", "coreml"])
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=threads_arg, default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _sampling_args(p)
     p.set_defaults(func=cmd_demo)
@@ -322,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="LM heads .npy [G-1, V, H] for a heads='hidden' graph "
         "(default: the <model>.heads.npy sidecar)",
     )
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=threads_arg, default=None)
     p.add_argument("--medusa", action="store_true", help="also train the Medusa-heads ablation")
     p.add_argument("--provider", default="cpu", choices=["auto", "cpu", "cuda", "coreml"])
     p.add_argument("--seed", type=int, default=0)
@@ -341,13 +386,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="ablation", help="output directory (default ./ablation)")
     p.add_argument("--epochs", type=int, default=20, help="training epochs of both drafters")
     p.add_argument("--provider", default="cpu", choices=["auto", "cpu", "cuda", "coreml"])
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=threads_arg, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the JSON instead of the table")
     _sampling_args(p)
     p.set_defaults(func=cmd_ablate)
 
-    from codecspec.tts.commands import register
+    p = sub.add_parser(
+        "speedup-map", help="measured vs ideal depth speculation speed-up vs acceptance, here"
+    )
+    p.add_argument("--out", default="speedup_map", help="output directory (default ./speedup_map)")
+    p.add_argument(
+        "--sharpness",
+        type=float,
+        nargs="+",
+        default=None,
+        help="drift-family head sharpness values (default: 9 points, a ~0.1-0.95)",
+    )
+    p.add_argument("--frames", type=int, default=160, help="AR+spec frames per point")
+    p.add_argument("--calib-frames", type=int, default=256)
+    p.add_argument("--provider", default="cpu", choices=["auto", "cpu", "cuda", "coreml"])
+    p.add_argument("--threads", type=threads_arg, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    p.set_defaults(func=cmd_speedup_map)
 
     register(sub)
     return ap

@@ -1,4 +1,7 @@
-"""`codecspec bench`: the depth loop of the reference model, autoregressive vs speculative.
+"""`codecspec bench`: the reference model, autoregressive vs speculative, two ways.
+
+The depth loop alone (`bench_depth_loop`) and the whole pipeline users run
+(`bench_pipeline`: text -> codes -> waveform on fixed held-out sentences, every stage timed).
 
 Both modes decode the same frames (h_t, c0 of held-out utterances, shipped as frames.npz) in
 one run, interleaved frame by frame so that load drifting on a shared machine hits both alike;
@@ -21,7 +24,9 @@ import codecspec as cs
 from codecspec.decode.depth import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 
-__all__ = ["load_frames", "bench_depth_loop"]
+__all__ = ["load_frames", "load_bench_texts", "bench_depth_loop", "bench_pipeline"]
+
+BENCH_TEXTS = Path(__file__).with_name("bench_texts.json")
 
 
 def load_frames(model_dir) -> tuple[np.ndarray, np.ndarray]:
@@ -43,7 +48,7 @@ def _model_params(model_dir) -> cs.SamplingParams:
     return cs.SamplingParams(0.9, 50, 1.0)
 
 
-def _interleaved(dec: DepthDecoder, hiddens, c0s, frames: int, seed: int, progress: bool):
+def interleaved_ar_spec(dec: DepthDecoder, hiddens, c0s, frames: int, seed: int, progress: bool):
     g = {"ar": cs.Generator(seed).fork(1), "spec": cs.Generator(seed).fork(2)}
     codes = {m: np.empty((frames, dec.G), np.int64) for m in g}
     times: dict = {m: [] for m in g}
@@ -77,7 +82,7 @@ def _bare_call_ms(call, reps: int = 5) -> float:
     return 1e3 * float(np.median(times))
 
 
-def _ideal_speedup(dec: DepthDecoder, spec_calls_per_frame: float, blocks: int = 20) -> dict:
+def ideal_speedup(dec: DepthDecoder, spec_calls_per_frame: float, blocks: int = 20) -> dict:
     """Speed-up if host work cost nothing: bare graph calls of the decoder's own bound shapes
     (prefill, AR step, tree), timed in interleaved blocks, times the measured calls."""
     calls = {"prefill": dec._prefill_call, "step": dec._step_call, "tree": dec._tree_call}
@@ -115,7 +120,7 @@ def bench_depth_loop(
     hiddens, c0s = load_frames(model_dir)
     params = params or _model_params(model_dir)
     dec = DepthDecoder.from_dir(model_dir, provider=provider, threads=threads, params=params)
-    codes, times, calls = _interleaved(dec, hiddens, c0s, frames, seed, progress)
+    codes, times, calls = interleaved_ar_spec(dec, hiddens, c0s, frames, seed, progress)
     ar_ms, spec_ms = (float(np.median(times[m])) for m in ("ar", "spec"))
     spec_cpf = calls["spec"] / frames
     p = per_position_pvalues(codes["ar"][:, 1:], codes["spec"][:, 1:], dec.V)
@@ -139,6 +144,80 @@ def bench_depth_loop(
         },
         "fidelity_pvalues": [round(float(x), 4) for x in p],
     }
-    out.update(_ideal_speedup(dec, spec_cpf))
+    out.update(ideal_speedup(dec, spec_cpf))
     out["efficiency"] = out["speedup"] / out["ideal_speedup"]
+    return out
+
+
+# ---------------------------------------------------------------------- whole pipeline
+def load_bench_texts(count: Optional[int] = None) -> list:
+    """The held-out sentences of the pipeline benchmark (text, language, espeak-ng IPA)."""
+    texts = json.loads(BENCH_TEXTS.read_text(encoding="utf-8"))["texts"]
+    if count is None:
+        return texts
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(texts):
+        raise ValueError(f"texts: expected an int in [1, {len(texts)}], got {count!r}")
+    return texts[:count]
+
+
+def _median_of(rows: list, key) -> float:
+    return float(np.median([key(r) for r in rows]))
+
+
+def bench_pipeline(
+    model_dir=None,
+    *,
+    texts: Optional[int] = None,
+    seed: int = 0,
+    provider: str = "auto",
+    threads: Optional[int] = None,
+    params: Optional[cs.SamplingParams] = None,
+    progress: bool = True,
+) -> dict:
+    """Text -> codes -> waveform for each held-out sentence, AR and speculative alternating
+    (the order flips every sentence so that drifting load hits both), each stage timed
+    (frontend, temporal, depth, vocoder). Per-frame figures are medians over sentences of
+    each sentence's mean; the real-time factor is total time over audio time."""
+    from codecspec.runtime import session_threads
+    from codecspec.tts.model import ReferenceTTS
+
+    tts = ReferenceTTS(model_dir, provider=provider, threads=threads, params=params)
+    sentences = load_bench_texts(texts)
+    tts.generate("", phonemes=sentences[0]["phonemes"], mode="ar", decode_audio=False)  # warm
+    runs: dict = {"ar": [], "spec": []}
+    it = range(len(sentences))
+    if progress:
+        from codecspec.progress import bar
+
+        it = bar(it, desc="bench pipeline", total=len(sentences))
+    for i in it:
+        t = sentences[i]
+        for m in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
+            runs[m].append(
+                tts.generate("", phonemes=t["phonemes"], language=t["language"], mode=m, seed=i)
+            )
+    out = {"pipeline_texts": len(sentences), "threads": session_threads(tts.temporal)}
+    for m, rows in runs.items():
+        ms = [r.stage_ms_per_frame() for r in rows]
+        out[f"pipeline_{m}_ms_per_frame"] = _median_of(
+            rows, lambda r: 1e3 * r.total_seconds / r.frames
+        )
+        out[f"pipeline_{m}_stage_ms_per_frame"] = {
+            k: float(np.median([x[k] for x in ms])) for k in ms[0]
+        }
+        out[f"pipeline_{m}_rtf"] = sum(r.total_seconds for r in rows) / sum(
+            r.audio_seconds for r in rows
+        )
+        out[f"pipeline_{m}_tokens_per_call"] = sum(r.depth_codes for r in rows) / sum(
+            r.depth_calls for r in rows
+        )
+    ar = runs["ar"]
+    out["pipeline_frames"] = sum(r.frames for r in ar)
+    out["pipeline_audio_seconds"] = sum(r.audio_seconds for r in ar)
+    out["pipeline_depth_ms_per_frame"] = out["pipeline_ar_stage_ms_per_frame"]["depth"]
+    out["pipeline_rtf"] = out["pipeline_ar_rtf"]
+    out["pipeline_speedup"] = out["pipeline_ar_ms_per_frame"] / out["pipeline_spec_ms_per_frame"]
+    out["vocoder_ms_per_audio_second"] = (
+        1e3 * sum(r.decode_seconds for r in ar) / sum(r.audio_seconds for r in ar)
+    )
     return out

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
+
+
+def threads_arg(value: str) -> int:
+    """argparse type of --threads: an integer >= 1 (the process's shared pool size)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {n}")
+    return n
 
 
 def _params(args):
@@ -32,34 +44,117 @@ def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=None, help="default: the model's 1.0")
 
 
+def read_text_file(path) -> str:
+    """The text of a UTF-8 file for --text-file; one-line errors naming the option."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--text-file: no such file: {p}")
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"--text-file: {p} is not UTF-8 text ({e.reason} at byte {e.start})"
+        ) from None
+    except OSError as e:
+        raise ValueError(f"--text-file: cannot read {p} ({e.strerror})") from None
+    if not text.strip():
+        raise ValueError(f"--text-file: {p} is empty")
+    return " ".join(text.split())  # line breaks of a wrapped file are not pauses
+
+
+def _synth_text(args) -> str:
+    if args.text_file is not None:
+        if args.text:
+            raise ValueError("text: give the text or --text-file, not both")
+        return read_text_file(args.text_file)
+    if args.text is None:
+        raise ValueError("text: give the text to speak, or --text-file FILE")
+    return args.text
+
+
+def check_output(path) -> None:
+    """Fails before synthesis, not after it, when the WAV cannot be written to `path`."""
+    import tempfile
+
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"--output: {p} is a directory")
+    parent = p.parent
+    while not parent.exists():  # write_wav creates missing folders: probe the first that exists
+        parent = parent.parent
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"--output: {p} is not writable")
+    try:  # os.access says yes to root everywhere, even on /proc: create a file to be sure
+        tempfile.TemporaryFile(dir=parent).close()
+    except OSError as e:
+        raise ValueError(f"--output: cannot write into {parent} ({e.strerror})") from None
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (ru_maxrss is KiB on Linux)."""
+    import resource
+
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / (1024.0 * 1024.0) if sys.platform == "darwin" else kb / 1024.0
+
+
+def synthesis_report(s, output, threads: int) -> dict:
+    """The `synth --json` object: what was made and what each stage cost."""
+    ms = s.stage_ms_per_frame()
+    return {
+        "output": str(output),
+        "audio_seconds": s.audio_seconds,
+        "frames": s.frames,
+        "mode": s.mode,
+        "tokens_per_call": s.tokens_per_call,
+        "inner_calls_per_audio_second": s.calls_per_audio_second,
+        "frontend_ms": 1e3 * s.frontend_seconds,
+        "temporal_ms_per_frame": ms["temporal"],
+        "depth_ms_per_frame": ms["depth"],
+        "vocoder_ms": 1e3 * s.decode_seconds,
+        "rtf": s.real_time_factor,
+        "peak_rss_mb": peak_rss_mb(),
+        "threads": threads,
+        "sample_rate": s.sample_rate,
+    }
+
+
 def cmd_synth(args) -> int:
     from codecspec.codec.audio import write_wav
+    from codecspec.runtime import session_threads
     from codecspec.tts.model import ReferenceTTS
 
+    text = _synth_text(args) if args.phonemes is None else (args.text or "")
+    check_output(args.output)
     tts = ReferenceTTS(
         args.model, provider=args.provider, threads=args.threads, params=_params(args)
     )
     s = tts.generate(
-        args.text,
+        text,
         phonemes=args.phonemes,
         language=args.language,
         speaker=args.speaker,
         mode=args.mode,
         seed=args.seed,
         rate=args.rate,
-        progress=not args.quiet,
+        max_frames=args.max_frames,
+        progress=not (args.quiet or args.json),
     )
     write_wav(args.output, s.wav, s.sample_rate)
+    report = synthesis_report(s, args.output, session_threads(tts.temporal))
+    if args.json:
+        print(json.dumps(report))
+        return 0
     lines = {
         "wrote": f"{args.output} ({s.sample_rate} Hz)",
         "audio seconds": f"{s.audio_seconds:.2f}",
-        "frames": f"{len(s.codes)} x {s.codes.shape[1]} codes",
+        "frames": f"{s.frames} x {s.codes.shape[1]} codes",
         "mode": s.mode,
         "inner calls / audio s": f"{s.calls_per_audio_second:.1f}",
         "tokens per call": f"{s.tokens_per_call:.2f}",
-        "depth loop ms / frame": f"{1e3 * s.depth_seconds / len(s.codes):.2f}",
-        "real-time factor": f"{s.real_time_factor:.3f} (temporal {s.temporal_seconds:.2f} s, "
-        f"depth {s.depth_seconds:.2f} s, vocoder {s.decode_seconds:.2f} s)",
+        "ms / frame": "  ".join(f"{k} {v:.2f}" for k, v in s.stage_ms_per_frame().items()),
+        "real-time factor": f"{s.real_time_factor:.3f} ({report['threads']} threads)",
+        "peak RSS": f"{report['peak_rss_mb']:.0f} MiB",
     }
     for k, v in lines.items():
         print(f"{k:>22}: {v}")
@@ -67,34 +162,43 @@ def cmd_synth(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from codecspec.tts.bench import bench_depth_loop
+    from codecspec.tts.bench import bench_depth_loop, bench_pipeline
     from codecspec.tts.model import default_model_dir
 
-    res = bench_depth_loop(
-        args.model or default_model_dir(),
-        args.frames,
+    model = args.model or default_model_dir()
+    common = dict(
         seed=args.seed,
         provider=args.provider,
         threads=args.threads,
         params=_params(args),
         progress=not args.json,
     )
+    res = bench_depth_loop(model, args.frames, **common)
+    if not args.no_pipeline:
+        res.update(bench_pipeline(model, texts=args.texts, **common))
+        # The issue this answers: the depth loop inside synthesis vs alone, same run.
+        res["depth_in_pipeline_ratio"] = res["pipeline_depth_ms_per_frame"] / res["ar_ms_per_frame"]
     if args.json:
         print(json.dumps(res))
         return 0
     for k, v in res.items():
         if k == "fidelity_pvalues":
             continue
-        print(f"{k:>24}: {v:.4g}" if isinstance(v, float) else f"{k:>24}: {v}")
+        if isinstance(v, dict):
+            v = "  ".join(f"{a} {b:.2f}" for a, b in v.items())
+        print(f"{k:>32}: {v:.4g}" if isinstance(v, float) else f"{k:>32}: {v}")
     verdict = "pass" if res["fidelity_min_p"] > 1e-4 else "FAIL"
-    print(f"{'fidelity (min p > 1e-4)':>24}: {verdict}")
+    print(f"{'fidelity (min p > 1e-4)':>32}: {verdict}")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synth", help="text to speech with the shipped reference model")
-    p.add_argument("text", help='text to speak (use "" with --phonemes)')
+    p.add_argument("text", nargs="?", default=None, help="text to speak (or --text-file)")
+    p.add_argument("--text-file", type=Path, default=None, help="read the text from a UTF-8 file")
     p.add_argument("--phonemes", default=None, help="espeak-ng IPA instead of text")
+    p.add_argument("--max-frames", type=int, default=1000, help="longest utterance (frames)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-o", "--output", type=Path, default=Path("out.wav"))
     p.add_argument(
         "--mode",
@@ -107,7 +211,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--speaker", default=None, help="espeak-ng voice variant, e.g. f3 or m1")
     p.add_argument("--rate", type=float, default=1.0, help="speaking rate (default 1.0)")
     p.add_argument("--provider", default="auto", choices=PROVIDERS)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")
     p.add_argument("--model", default=None, help="model folder (default: the shipped one)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _sampling(p)
@@ -117,9 +221,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--provider", default="auto", choices=PROVIDERS)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")
     p.add_argument("--model", default=None, help="model folder (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--texts", type=int, default=None, help="held-out sentences for the pipeline (default 8)"
+    )
+    p.add_argument(
+        "--no-pipeline", action="store_true", help="only the depth loop, not text -> waveform"
+    )
     _sampling(p)
     p.set_defaults(func=cmd_bench)
 

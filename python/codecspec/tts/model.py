@@ -100,9 +100,14 @@ class Synthesis:
     depth_calls: int
     depth_codes: int
     depth_seconds: float  # inner loop only (depth graph calls + their host work)
-    temporal_seconds: float
-    decode_seconds: float
+    temporal_seconds: float  # temporal step graph calls, c0 sampling, latent feedback
+    decode_seconds: float  # vocoder: codes -> waveform
     frame_rate: float = 12.5
+    frontend_seconds: float = 0.0  # phonemes -> ids -> encoder graph
+
+    @property
+    def frames(self) -> int:
+        return len(self.codes)
 
     @property
     def audio_seconds(self) -> float:
@@ -119,9 +124,27 @@ class Synthesis:
         return self.depth_calls / max(self.audio_seconds, 1e-9)
 
     @property
+    def total_seconds(self) -> float:
+        return (
+            self.frontend_seconds
+            + self.temporal_seconds
+            + self.depth_seconds
+            + (self.decode_seconds)
+        )
+
+    @property
     def real_time_factor(self) -> float:
-        total = self.depth_seconds + self.temporal_seconds + self.decode_seconds
-        return total / max(self.audio_seconds, 1e-9)
+        return self.total_seconds / max(self.audio_seconds, 1e-9)
+
+    def stage_ms_per_frame(self) -> dict:
+        """Milliseconds per frame of each pipeline stage (frontend, temporal, depth, vocoder)."""
+        n = max(self.frames, 1)
+        return {
+            "frontend": 1e3 * self.frontend_seconds / n,
+            "temporal": 1e3 * self.temporal_seconds / n,
+            "depth": 1e3 * self.depth_seconds / n,
+            "vocoder": 1e3 * self.decode_seconds / n,
+        }
 
 
 class TemporalStepper:
@@ -239,15 +262,15 @@ class ReferenceTTS:
     ) -> Synthesis:
         """Synthesise `text` (or given IPA `phonemes`). mode "ar" or "spec" (the same output
         law); "auto" = spec where the folder's device_profile.json found that speculation pays
-        on the calibrating machine, else ar (see `speculation_pays`).
-
-        `record`: a list that receives (h_t, c0) of every frame (the depth loop's inputs)."""
+        on the calibrating machine, else ar (see `speculation_pays`). The result times each
+        stage: frontend (phonemes, encoder graph), temporal, depth loop, vocoder."""
         if mode == "auto":
             mode = "spec" if self.speculation_pays else "ar"
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES + ('auto',)}, got {mode!r}")
         speaker = speaker or self.meta["default_speaker"]
         lang_id, spk_id = self._ids(language, speaker)
+        t0 = time.perf_counter()
         if phonemes is None:
             phonemes = phonemize(text, self.meta["voices"][language])
         ids = self.frontend.vocab.encode(phonemes)
@@ -255,7 +278,6 @@ class ReferenceTTS:
         if frames > max_frames:
             raise ValueError(f"text: needs {frames} frames, more than max_frames={max_frames}")
         ids = np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)[None]
-        t0 = time.perf_counter()
         ck, cv = self.encoder.run(
             ["cross_keys", "cross_values"],
             {
@@ -264,9 +286,9 @@ class ReferenceTTS:
                 "speaker": np.array([spk_id], np.int64),
             },
         )
-        codes, depth_s, calls = self._frames(ck, cv, spk_id, frames, mode, seed, progress)
-        temporal_s = time.perf_counter() - t0 - depth_s
         t1 = time.perf_counter()
+        codes, depth_s, calls = self._frames(ck, cv, spk_id, frames, mode, seed, progress)
+        t2 = time.perf_counter()
         wav = self.codec.decode(codes, seed=seed) if decode_audio else None
         return Synthesis(
             codes=codes,
@@ -277,9 +299,10 @@ class ReferenceTTS:
             depth_calls=calls,
             depth_codes=frames * (codes.shape[1] - 1),
             depth_seconds=depth_s,
-            temporal_seconds=temporal_s,
-            decode_seconds=time.perf_counter() - t1,
+            temporal_seconds=t2 - t1 - depth_s,
+            decode_seconds=time.perf_counter() - t2,
             frame_rate=self.codec.cfg.frame_rate,
+            frontend_seconds=t1 - t0,
         )
 
     def _frames(self, ck, cv, spk_id, frames, mode, seed, progress):
