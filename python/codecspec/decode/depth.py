@@ -14,6 +14,7 @@ Speculative round (root = last sampled code c_m, not yet in the KV cache):
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ class DecodeStats:
     codes: int = 0
     accepted: int = 0
     rounds: int = 0
+    graph_seconds: float = 0.0  # inside the graph calls (the rest of a frame is host work)
 
     @property
     def calls_per_frame(self) -> float:
@@ -52,6 +54,7 @@ class DecodeStats:
 
     def reset(self) -> None:
         self.frames = self.calls = self.codes = self.accepted = self.rounds = 0
+        self.graph_seconds = 0.0
 
 
 def _prune(tree: cs.DraftTree, depth: int) -> cs.DraftTree:
@@ -206,6 +209,12 @@ class DepthDecoder:
             self._step_bias[past] = b
 
     # ------------------------------------------------------------------ graph + heads
+    def _run(self, call) -> None:
+        # Graph time inside the loop, apart from host work: how much of a frame the host costs.
+        t0 = time.perf_counter()
+        call.run()
+        self.stats.graph_seconds += time.perf_counter() - t0
+
     def _target_row(self, call, node: int, level: int) -> np.ndarray:
         if self.bank is None:
             return call.logits[node]
@@ -233,7 +242,7 @@ class DepthDecoder:
         pc.embeds[0] = hidden
         pc.offsets[...] = offsets
         self.cache.reset()
-        pc.run()
+        self._run(pc)
         self.cache.commit(pc.new_keys, pc.new_values, self._prefill_rows)
         return pc
 
@@ -250,7 +259,7 @@ class DepthDecoder:
             sc.pos[0] = past
             sc.bias[...] = self._step_bias[past]
             sc.heads[0] = m
-            sc.run()
+            self._run(sc)
             self.cache.commit(sc.new_keys, sc.new_values, self._first_row)
             codes[m + 1] = cs.sample(self._target_row(sc, 0, m), self.params, g)
         self._count(self.G - 1, self.G - 1)
@@ -277,7 +286,7 @@ class DepthDecoder:
             tc.pos[...] = spec["pos"][past]
             tc.bias[...] = spec["bias"][past]
             tc.heads[:n] = heads
-            tc.run()
+            self._run(tc)
             r = self._verify(tc, tree, n, tokens, heads, g)
             nodes = r.nodes
             rows = self._rows[: len(nodes) + 1]

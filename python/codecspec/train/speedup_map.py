@@ -52,6 +52,7 @@ def shipped_map_path() -> Path:
 def _family_member(workdir: Path, sharpness: float, seed: int) -> Path:
     from codecspec.graphs import build_depth_graph, save_model
     from codecspec.graphs.config import small_depth
+    from codecspec.graphs.storage import round_bf16_exact
     from codecspec.runtime.depth_graph import heads_sidecar
     from codecspec.train.data import drift_weights
 
@@ -59,6 +60,9 @@ def _family_member(workdir: Path, sharpness: float, seed: int) -> Path:
         intermediate_size=512, codebook_size=1024, c0_vocab_size=1024, num_draft_offsets=4
     )
     weights = drift_weights(config, seed=seed, sharpness=float(sharpness), drift=0.6)
+    # As shipped: bf16-exact heads, so HeadBank keeps one half-size array for targets and
+    # drafts (the host work between calls then evicts as little as the real model's does).
+    weights["heads"] = round_bf16_exact(weights["heads"], "heads")
     path = workdir / f"drift_{sharpness:g}" / "depth.onnx"
     path.parent.mkdir(parents=True, exist_ok=True)
     save_model(build_depth_graph(config, weights, heads="hidden"), path)
@@ -110,9 +114,9 @@ def map_point(
         threads=threads,
     )
     hiddens, c0s = synthetic_inputs(dec.config, frames, seed + 101)
-    _, times, calls = interleaved_ar_spec(dec, hiddens, c0s, frames, seed, False)
-    ar_ms, spec_ms = (float(np.median(times[m])) for m in ("ar", "spec"))
-    spec_cpf = calls["spec"] / frames
+    run = interleaved_ar_spec(dec, hiddens, c0s, frames, seed, False)
+    ar_ms, spec_ms = run.median_ms("ar"), run.median_ms("spec")
+    spec_cpf = run.calls["spec"] / frames
     ideal = ideal_speedup(dec, spec_cpf)
     top1 = res.acceptance.top(1)
     return {
@@ -130,6 +134,8 @@ def map_point(
         "cost_ratio": ideal["graph_ms_tree"] / ideal["graph_ms_q1"],
         "graph_ms_q1": ideal["graph_ms_q1"],
         "graph_ms_tree": ideal["graph_ms_tree"],
+        "ar_host_share": run.host_share("ar"),
+        "spec_host_share": run.host_share("spec"),
         "speculation_pays": bool(res.profile.get("speculation_pays", res.predicted_speedup > 1)),
     }
 

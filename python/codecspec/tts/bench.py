@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -48,11 +49,34 @@ def _model_params(model_dir) -> cs.SamplingParams:
     return cs.SamplingParams(0.9, 50, 1.0)
 
 
-def interleaved_ar_spec(dec: DepthDecoder, hiddens, c0s, frames: int, seed: int, progress: bool):
+@dataclass
+class Interleaved:
+    """AR and speculative decoding of the same frames, per mode: codes, per-frame wall ms,
+    graph calls, and the ms spent inside graph calls (the rest is host work)."""
+
+    codes: dict
+    times: dict
+    calls: dict
+    graph_ms: dict
+
+    def median_ms(self, mode: str) -> float:
+        return float(np.median(self.times[mode]))
+
+    def host_share(self, mode: str) -> float:
+        """Fraction of the frame time outside graph calls (sampling, heads, verify, commit)."""
+        return 1.0 - float(np.sum(self.graph_ms[mode])) / float(np.sum(self.times[mode]))
+
+
+def interleaved_ar_spec(
+    dec: DepthDecoder, hiddens, c0s, frames: int, seed: int, progress: bool
+) -> Interleaved:
     g = {"ar": cs.Generator(seed).fork(1), "spec": cs.Generator(seed).fork(2)}
-    codes = {m: np.empty((frames, dec.G), np.int64) for m in g}
-    times: dict = {m: [] for m in g}
-    calls = {m: 0 for m in g}
+    run = Interleaved(
+        {m: np.empty((frames, dec.G), np.int64) for m in g},
+        {m: [] for m in g},
+        {m: 0 for m in g},
+        {m: [] for m in g},
+    )
     for m in g:  # warm-up outside the counts
         dec.decode_frame(hiddens[0], int(c0s[0]), g[m].copy(), m)
     it = range(frames)
@@ -60,15 +84,17 @@ def interleaved_ar_spec(dec: DepthDecoder, hiddens, c0s, frames: int, seed: int,
         from codecspec.progress import bar
 
         it = bar(it, desc="bench ar+spec", total=frames)
+    st = dec.stats
     for i in it:
         j = i % len(c0s)
         for m in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
-            before = dec.stats.calls
+            calls, graph_s = st.calls, st.graph_seconds
             t0 = time.perf_counter()
-            codes[m][i] = dec.decode_frame(hiddens[j], int(c0s[j]), g[m], m)
-            times[m].append(1e3 * (time.perf_counter() - t0))
-            calls[m] += dec.stats.calls - before
-    return codes, times, calls
+            run.codes[m][i] = dec.decode_frame(hiddens[j], int(c0s[j]), g[m], m)
+            run.times[m].append(1e3 * (time.perf_counter() - t0))
+            run.calls[m] += st.calls - calls
+            run.graph_ms[m].append(1e3 * (st.graph_seconds - graph_s))
+    return run
 
 
 def _bare_call_ms(call, reps: int = 5) -> float:
@@ -120,14 +146,17 @@ def bench_depth_loop(
     hiddens, c0s = load_frames(model_dir)
     params = params or _model_params(model_dir)
     dec = DepthDecoder.from_dir(model_dir, provider=provider, threads=threads, params=params)
-    codes, times, calls = interleaved_ar_spec(dec, hiddens, c0s, frames, seed, progress)
-    ar_ms, spec_ms = (float(np.median(times[m])) for m in ("ar", "spec"))
+    run = interleaved_ar_spec(dec, hiddens, c0s, frames, seed, progress)
+    times, calls = run.times, run.calls
+    ar_ms, spec_ms = run.median_ms("ar"), run.median_ms("spec")
     spec_cpf = calls["spec"] / frames
-    p = per_position_pvalues(codes["ar"][:, 1:], codes["spec"][:, 1:], dec.V)
+    p = per_position_pvalues(run.codes["ar"][:, 1:], run.codes["spec"][:, 1:], dec.V)
     out = {
         "frames": frames,
         "provider": dec.graph.provider,
         "tree_nodes": dec.tree.num_nodes,
+        "ar_host_share": run.host_share("ar"),
+        "spec_host_share": run.host_share("spec"),
         "ar_calls_per_frame": calls["ar"] / frames,
         "spec_calls_per_frame": spec_cpf,
         "tokens_per_call": (dec.G - 1) / spec_cpf,
