@@ -1,0 +1,270 @@
+"""The FSQ model family's recipe: GroupFSQ codec -> temporal LM with 32 channel heads + stop
+head (and the AR-over-groups comparison head) -> ONNX export, measurements, model card.
+
+    python models/recipe/fsq.py all            # everything; resumable, ~45 min on 2 cores
+    python models/recipe/fsq.py codec          # ~/.cache/codecspec/fsq/codec
+    python models/recipe/fsq.py train --minutes 30   # ~/.cache/codecspec/fsq/train (ckpt.pt)
+    python models/recipe/fsq.py ship           # python/codecspec/models/fsq
+
+Reads corpus.py's corpus (~/.cache/codecspec/corpus). Checkpoints live outside the repo;
+`train` resumes from ckpt.pt when it exists (the wall-clock budget counts across resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+try:
+    import codecspec  # noqa: F401
+except ImportError:  # running from a checkout whose package is not installed
+    sys.path.insert(0, str(HERE.parents[1] / "python"))
+
+from codecspec.codec import CodecConfig, write_wav  # noqa: E402
+from codecspec.codec.data import load_manifest, save_codes  # noqa: E402
+from codecspec.codec.features import log_spectral_distance  # noqa: E402
+from codecspec.codec.fsq import FSQCodec, FSQConfig  # noqa: E402
+from codecspec.progress import bar  # noqa: E402
+
+
+def _v1_recipe():
+    """The v1 codec recipe module (feature extraction job, mel distortion, wav loading)."""
+    spec = importlib.util.spec_from_file_location("recipe_codec", HERE / "codec.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["recipe_codec"] = mod  # worker processes unpickle its functions by this name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+V1 = _v1_recipe()
+CACHE = Path(os.environ.get("CODECSPEC_CACHE", "~/.cache/codecspec")).expanduser()
+GROUPS_SHOWN = (1, 2, 4, 8)
+
+
+def log(msg: str) -> None:
+    print(f"[fsq] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- codec stage
+def _eval_job(a):
+    """LSD (dB) after Griffin-Lim of one held-out utterance: PCA only, and FSQ-coded."""
+    path, codec_path, n_iter = a
+    codec = FSQCodec.load(codec_path)
+    x = V1._load(path, codec.sample_rate)
+    f = codec.features(x)
+    pca = codec.pca.features_to_wav(codec.pca.unproject(codec.pca.project(f)), n_iter)
+    y = codec.decode(codec.encode_features(f), n_iter=n_iter)
+    return {"pca": log_spectral_distance(x, pca), "fsq": log_spectral_distance(x, y)}, y
+
+
+def channel_usage(codec: FSQCodec, train_channels: np.ndarray) -> list:
+    """Per channel: levels, levels used, entropy (bits) on the training frames vs log2 levels."""
+    rows = []
+    for c, n in enumerate(codec.cfg.channel_levels):
+        p = np.bincount(train_channels[:, c], minlength=n) / len(train_channels)
+        h = float(-np.sum(p[p > 0] * np.log2(p[p > 0])))
+        rows.append(
+            dict(
+                channel=c,
+                levels=n,
+                used=int((p > 0).sum()),
+                entropy_bits=round(h, 4),
+                ceiling_bits=round(float(np.log2(n)), 4),
+            )
+        )
+    return rows
+
+
+def _feature_row(name, ft, f_hat, n_mels, var_t, feature_dim) -> dict:
+    d, _ = V1.mel_distortion(ft, f_hat, n_mels)
+    mse = float(np.mean((ft.astype(np.float64) - f_hat) ** 2))
+    return dict(
+        name=name, feature_mse=mse, unexplained=mse * feature_dim / var_t, mel_db=float(d.mean())
+    )
+
+
+def recon_table(codec: FSQCodec, ft: np.ndarray, ct: np.ndarray) -> list:
+    """Held-out feature-domain reconstruction: PCA only, then the first k groups."""
+    s = codec.spectral
+    var_t = float(np.var(ft.astype(np.float64), axis=0).sum())
+    z = codec.pca.project(ft)
+    rows = [
+        _feature_row(
+            "PCA-32 only (no quantiser)", ft, codec.pca.unproject(z), s.n_mels, var_t, s.feature_dim
+        )
+    ]
+    per = len(codec.cfg.levels)
+    for k in GROUPS_SHOWN:
+        if k <= codec.cfg.groups:
+            f_hat = codec.decode_features(ct[:, : k * per])
+            rows.append(
+                _feature_row(f"{k} group{'s' * (k > 1)}", ft, f_hat, s.n_mels, var_t, s.feature_dim)
+            )
+    return rows
+
+
+def _features(rows, corpus: Path, spectral: CodecConfig, pmap) -> list:
+    jobs = [(str(corpus / r["path"]), spectral) for r in rows]
+    return list(bar(pmap(V1._features_job, jobs), desc="features", total=len(jobs)))
+
+
+def cmd_codec(args) -> int:
+    corpus, out = Path(args.corpus).expanduser(), Path(args.out).expanduser() / "codec"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = load_manifest(corpus)
+    cfg = FSQConfig(groups=args.groups, levels=tuple(args.levels))
+    spectral = CodecConfig(pca_dim=cfg.channels)
+    pool = ProcessPoolExecutor(args.workers) if args.workers > 1 else None
+    pmap = (lambda f, xs: pool.map(f, xs, chunksize=8)) if pool else map
+    t0 = time.monotonic()
+    feats = _features(rows, corpus, spectral, pmap)
+    timings = {"features_s": round(time.monotonic() - t0, 1)}
+    is_train = np.array([r["split"] == "train" for r in rows])
+    train = np.concatenate([f for f, t in zip(feats, is_train) if t])
+    t0 = time.monotonic()
+    codec = FSQCodec.fit(train, cfg, spectral)
+    timings["fit_s"] = round(time.monotonic() - t0, 1)
+    size = codec.save(out / "fsqcodec.npz")
+    codec = FSQCodec.load(out / "fsqcodec.npz")  # measure what ships (float16 PCA basis)
+    codes = [codec.encode_features(f) for f in bar(feats, desc="encode")]
+    save_codes(
+        out / "codes.npz",
+        [r["id"] for r in rows],
+        [r["split"] for r in rows],
+        codes,
+        codec.frame_rate,
+    )
+    test_idx = [i for i, r in enumerate(rows) if r["split"] == "test"]
+    ft = np.concatenate([feats[i] for i in test_idx])
+    ct = np.concatenate([codes[i] for i in test_idx])
+    table = recon_table(codec, ft, ct)
+    lsd = _lsd(rows, test_idx[: args.eval_wavs], corpus, out, pmap, args.gl_iters)
+    table[0]["lsd_db"] = lsd["pca"]
+    table[-1]["lsd_db"] = lsd["fsq"]
+    if pool:
+        pool.shutdown()
+    usage = channel_usage(codec, np.concatenate([c for c, t in zip(codes, is_train) if t]))
+    report = _codec_report(codec, size, table, usage, lsd, timings, len(test_idx), len(ft))
+    (out / "codec.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "codec.md").write_text(codec_markdown(report))
+    plot_usage(usage, out / "channel_usage.png")
+    print(codec_markdown(report))
+    return 0
+
+
+def _lsd(rows, sub, corpus, out, pmap, n_iter) -> dict:
+    jobs = [(str(corpus / rows[i]["path"]), str(out / "fsqcodec.npz"), n_iter) for i in sub]
+    acc = {"pca": [], "fsq": []}
+    ex = out / "examples"
+    ex.mkdir(exist_ok=True)
+    for j, (res, y) in enumerate(bar(pmap(_eval_job, jobs), desc="griffin-lim", total=len(jobs))):
+        for k, v in res.items():
+            acc[k].append(v)
+        if j < 3:
+            write_wav(
+                ex / f"{rows[sub[j]]['id']}_fsq.wav", 0.9 * y / max(1e-9, np.abs(y).max()), 16000
+            )
+    return {k: float(np.mean(v)) for k, v in acc.items()} | {"utterances": len(sub)}
+
+
+def _codec_report(codec, size, table, usage, lsd, timings, n_test, n_frames) -> dict:
+    ent = sum(u["entropy_bits"] for u in usage)
+    return dict(
+        groups=codec.cfg.groups,
+        levels=list(codec.cfg.levels),
+        channels=codec.cfg.channels,
+        packed_range=codec.cfg.packed_range,
+        frame_rate=codec.frame_rate,
+        bits_per_frame=round(codec.cfg.bits_per_frame, 3),
+        bits_per_second=round(codec.bits_per_second, 1),
+        entropy_bits_per_frame=round(ent, 3),
+        entropy_bits_per_second=round(ent * codec.frame_rate, 1),
+        codec_npz_bytes=size,
+        test_utterances=n_test,
+        test_frames=n_frames,
+        lsd_utterances=lsd["utterances"],
+        table=table,
+        channel_usage=usage,
+        timings=timings,
+    )
+
+
+def codec_markdown(rep: dict) -> str:
+    lines = [
+        f"GroupFSQ codec: {rep['groups']} groups x levels {rep['levels']} = {rep['channels']} "
+        f"channels over PCA-{rep['channels']} of 8 x 80 log-mel, {rep['frame_rate']} frames/s; "
+        f"{rep['bits_per_second']} bit/s nominal ({rep['groups']} x log2 "
+        f"{rep['packed_range']} per frame), {rep['entropy_bits_per_second']} bit/s by the "
+        f"channels' entropy on the training frames. Held-out: {rep['test_utterances']} "
+        f"utterances, {rep['test_frames']} frames (LSD on {rep['lsd_utterances']}).",
+        "",
+        "| code | feature MSE | unexplained var. | mel distortion (dB) | LSD after GL (dB) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rep["table"]:
+        lsd = f"{r['lsd_db']:.2f}" if "lsd_db" in r else "—"
+        lines.append(
+            f"| {r['name']} | {r['feature_mse']:.4f} | {100 * r['unexplained']:.1f}% | "
+            f"{r['mel_db']:.2f} | {lsd} |"
+        )
+    u = rep["channel_usage"]
+    lines += [
+        "",
+        "Per-channel entropy on the training frames (bits; ceiling log2 levels): "
+        + ", ".join(f"{r['entropy_bits']:.2f}/{r['ceiling_bits']:.2f}" for r in u),
+        f"Mean usage {np.mean([r['entropy_bits'] / r['ceiling_bits'] for r in u]):.1%} of the "
+        f"ceiling; every level used: {all(r['used'] == r['levels'] for r in u)}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot_usage(usage: list, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    c = [r["channel"] for r in usage]
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    ax.bar(c, [r["ceiling_bits"] for r in usage], color="#ddd", label="ceiling log2(levels)")
+    ax.bar(c, [r["entropy_bits"] for r in usage], color="#3a7", label="entropy (train)")
+    ax.set_xlabel("channel (= PCA component; group = channel // 4)")
+    ax.set_ylabel("bits")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------- CLI
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("codec", help="fit the GroupFSQ codec, encode the corpus, measure it")
+    c.add_argument("--groups", type=int, default=8)
+    c.add_argument("--levels", type=int, nargs="+", default=[8, 7, 6, 6])
+    c.add_argument("--eval-wavs", type=int, default=16)
+    c.add_argument("--gl-iters", type=int, default=32)
+    c.add_argument("--workers", type=int, default=2)
+    c.set_defaults(fn=cmd_codec)
+    for p in (c,):
+        p.add_argument("--corpus", default=str(CACHE / "corpus"))
+        p.add_argument("--out", default=str(CACHE / "fsq"))
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
