@@ -8,16 +8,17 @@ import sys
 from pathlib import Path
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
+MODEL_HELP = "model name (reference, fsq) or folder (default: the shipped reference)"
 
 
 def _params(args):
     """SamplingParams from --temperature/--top-k/--top-p over the model's own defaults."""
     import codecspec as cs
-    from codecspec.tts.model import default_model_dir
+    from codecspec.tts.registry import resolve_model_dir
 
     if args.temperature is None and args.top_k is None and args.top_p is None:
         return None
-    d = json.loads((Path(args.model or default_model_dir()) / "model.json").read_text())
+    d = json.loads((resolve_model_dir(args.model) / "model.json").read_text())
     base = d["sampling"]
     return cs.SamplingParams(
         base["temperature"] if args.temperature is None else args.temperature,
@@ -34,11 +35,9 @@ def _sampling(p: argparse.ArgumentParser) -> None:
 
 def cmd_synth(args) -> int:
     from codecspec.codec.audio import write_wav
-    from codecspec.tts.model import ReferenceTTS
+    from codecspec.tts.registry import load_model
 
-    tts = ReferenceTTS(
-        args.model, provider=args.provider, threads=args.threads, params=_params(args)
-    )
+    tts = load_model(args.model, provider=args.provider, threads=args.threads, params=_params(args))
     s = tts.generate(
         args.text,
         phonemes=args.phonemes,
@@ -50,6 +49,12 @@ def cmd_synth(args) -> int:
         progress=not args.quiet,
     )
     write_wav(args.output, s.wav, s.sample_rate)
+    if s.mode == "fsq":  # the FSQ family: no depth loop, a stop head
+        from codecspec.tts.fsq_bench import synth_lines
+
+        for k, v in synth_lines(s, args.output).items():
+            print(f"{k:>22}: {v}")
+        return 0
     lines = {
         "wrote": f"{args.output} ({s.sample_rate} Hz)",
         "audio seconds": f"{s.audio_seconds:.2f}",
@@ -68,10 +73,24 @@ def cmd_synth(args) -> int:
 
 def cmd_bench(args) -> int:
     from codecspec.tts.bench import bench_depth_loop
-    from codecspec.tts.model import default_model_dir
+    from codecspec.tts.registry import model_family, resolve_model_dir
 
+    if model_family(args.model) == "fsq":
+        from codecspec.tts.fsq_bench import bench_fsq, print_bench
+
+        res = bench_fsq(
+            resolve_model_dir(args.model),
+            args.utterances,
+            batch=args.batch,
+            seed=args.seed,
+            provider=args.provider,
+            threads=args.threads,
+            params=_params(args),
+            progress=not args.json,
+        )
+        return print_bench(res, args.json)
     res = bench_depth_loop(
-        args.model or default_model_dir(),
+        resolve_model_dir(args.model),
         args.frames,
         seed=args.seed,
         provider=args.provider,
@@ -108,7 +127,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=float, default=1.0, help="speaking rate (default 1.0)")
     p.add_argument("--provider", default="auto", choices=PROVIDERS)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--model", default=None, help="model folder (default: the shipped one)")
+    p.add_argument("--model", default=None, help=MODEL_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _sampling(p)
     p.set_defaults(func=cmd_synth)
@@ -118,7 +137,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--provider", default="auto", choices=PROVIDERS)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--model", default=None, help="model folder (default: the shipped one)")
+    p.add_argument("--model", default=None, help=MODEL_HELP)
+    p.add_argument("--utterances", type=int, default=8, help="fsq: bench.json utterances")
+    p.add_argument("--batch", type=int, default=1, help="fsq: also run this many as a batch")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _sampling(p)
     p.set_defaults(func=cmd_bench)
