@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # fsq_ship.py, beside this file
 try:
     import codecspec  # noqa: F401
 except ImportError:  # running from a checkout whose package is not installed
@@ -248,20 +249,166 @@ def plot_usage(usage: list, path: Path) -> None:
     plt.close(fig)
 
 
+# ---------------------------------------------------------------------------- train stage
+def datasets(corpus: Path, out: Path):
+    from codecspec.tts.dataset import TTSDataset
+
+    codes = out / "codec" / "codes.npz"
+    if not codes.is_file():
+        raise SystemExit(f"no {codes}: run `fsq.py codec` first")
+    codec = FSQCodec.load(out / "codec" / "fsqcodec.npz")
+    train = TTSDataset(corpus, codes, "train", levels=codec.cfg.channels)
+    val = TTSDataset(corpus, codes, "test", frontend=train.frontend, levels=codec.cfg.channels)
+    return codec, train, val
+
+
+def model_config(codec: FSQCodec, train, **overrides):
+    from codecspec.train.fsq_torch import FSQModelConfig
+    from codecspec.train.fsq_train import frames_per_phoneme_token
+
+    f = train.frontend
+    return FSQModelConfig(
+        vocab_size=len(f.vocab),
+        num_languages=len(f.languages),
+        num_speakers=len(f.speakers),
+        levels=codec.cfg.levels,
+        groups=codec.cfg.groups,
+        frames_per_phoneme=round(frames_per_phoneme_token(train), 5),
+        **overrides,
+    )
+
+
+def cmd_train(args) -> int:
+    import torch
+
+    from codecspec.train.fsq_train import train_fsq
+
+    torch.set_num_threads(args.threads)
+    corpus, out = Path(args.corpus).expanduser(), Path(args.out).expanduser()
+    codec, train, val = datasets(corpus, out)
+    cfg = model_config(codec, train)
+    tdir = out / "train"
+    tdir.mkdir(parents=True, exist_ok=True)
+    log(f"train {train.stats()['frames']} frames, held-out {val.stats()['frames']} frames")
+    model, curves = train_fsq(
+        train,
+        val,
+        cfg,
+        minutes=args.minutes,
+        max_steps=args.max_steps,
+        lr=args.lr,
+        ar_frames=args.ar_frames,
+        seed=args.seed,
+        ckpt=tdir / "ckpt.pt",
+    )
+    summary = {
+        "config": cfg.to_dict(),
+        "frontend": train.frontend.to_dict(),
+        "threads": args.threads,
+        "steps": curves.steps[-1] if curves.steps else 0,
+        "seconds": curves.seconds[-1] if curves.seconds else 0.0,
+        "parameters": {
+            "temporal": sum(p.numel() for p in model.temporal.parameters()),
+            "ar_head": sum(p.numel() for p in model.ar.parameters()),
+        },
+        "curves": curves.to_dict(),
+        "train_stats": train.stats(),
+        "heldout_stats": val.stats(),
+    }
+    (tdir / "train.json").write_text(json.dumps(summary))
+    log(f"done: {summary['steps']} steps in {summary['seconds'] / 60:.1f} min; {curves.val[-1]}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- ship stage
+def cmd_ship(args) -> int:
+    import fsq_ship as sh
+
+    from codecspec.tts.fsq_bench import bench_fsq
+
+    corpus, cache = Path(args.corpus).expanduser(), Path(args.out).expanduser()
+    dest = Path(args.model)
+    dest.mkdir(parents=True, exist_ok=True)
+    codec, train, val = datasets(corpus, cache)
+    model, ck = sh.load_trained(cache / "train" / "ckpt.pt")
+    t0 = time.monotonic()
+    rep = {"sizes": sh.export(model, dest)}
+    sh.copy_codec(cache / "codec", dest)
+    texts = sh.bench_texts(val, load_manifest(corpus))
+    (dest / "bench.json").write_text(json.dumps({"utterances": texts}, indent=1) + "\n")
+    (dest / "model.json").write_text(
+        json.dumps(sh.model_json(ck, codec, train.frontend), indent=1) + "\n"
+    )
+    log("exported; measuring")
+    rep["onnx_parity"] = sh.onnx_parity(dest, model, val)
+    rep["nll"] = sh.heldout_nll(model, val)
+    tr = np.concatenate([u.codes for u in train]).astype(np.int64)
+    rep["marginal_multi_information"] = sh.marginal_multi_information(codec, tr)
+    rep["ar_head_cost"] = sh.ar_head_cost(model, dest)
+    rep["stop_teacher_forced"] = sh.stop_teacher_forced(model, val)
+    rep["bench"] = bench_fsq(dest, args.bench_utterances, batch=8, provider="cpu")
+    rep["rtf_vs_reference"] = sh.compare_rtf(dest, texts[: args.bench_utterances])
+    rep["sample"] = sh.write_sample(dest, texts[0])
+    summary = json.loads((cache / "train" / "train.json").read_text())
+    sh.plot_curves(summary["curves"], dest / "training_curves.png")
+    rep["training"] = {k: summary[k] for k in ("steps", "seconds", "threads", "parameters")}
+    rep["training"]["final_heldout"] = summary["curves"]["val"][-1]
+    rep["codec"] = json.loads((cache / "codec" / "codec.json").read_text())
+    rep["shipped_bytes"] = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
+    rep["ship_seconds"] = round(time.monotonic() - t0, 1)
+    (dest / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    (dest / "MODEL_CARD.md").write_text(sh.card(rep))
+    rep["shipped_bytes"] = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
+    (dest / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    log(f"shipped {rep['shipped_bytes'] / 1e6:.2f} MB to {dest}")
+    return 0
+
+
+def cmd_all(args) -> int:
+    if not (Path(args.out).expanduser() / "codec" / "codes.npz").is_file():
+        cmd_codec(args)
+    cmd_train(args)
+    return cmd_ship(args)
+
+
 # ---------------------------------------------------------------------------- CLI
+CODEC_OPTS = [
+    ("--groups", dict(type=int, default=8)),
+    ("--levels", dict(type=int, nargs="+", default=[8, 7, 6, 6])),
+    ("--eval-wavs", dict(type=int, default=16, help="held-out utterances for LSD")),
+    ("--gl-iters", dict(type=int, default=32)),
+    ("--workers", dict(type=int, default=2)),
+]
+TRAIN_OPTS = [
+    ("--minutes", dict(type=float, default=32.0, help="wall-clock budget, resumes included")),
+    ("--max-steps", dict(type=int, default=None)),
+    ("--threads", dict(type=int, default=1)),
+    ("--lr", dict(type=float, default=1.5e-3)),
+    ("--ar-frames", dict(type=int, default=512, help="AR-head frames per step")),
+    ("--seed", dict(type=int, default=0)),
+]
+SHIP_OPTS = [("--bench-utterances", dict(type=int, default=8))]
+COMMON_OPTS = [
+    ("--corpus", dict(default=str(CACHE / "corpus"))),
+    ("--out", dict(default=str(CACHE / "fsq"), help="cache: codec/, train/ckpt.pt")),
+    ("--model", dict(default=str(HERE.parents[1] / "python/codecspec/models/fsq"))),
+]
+STAGES = {
+    "codec": (cmd_codec, CODEC_OPTS, "fit the GroupFSQ codec, encode the corpus, measure it"),
+    "train": (cmd_train, TRAIN_OPTS, "train the model (+ AR head); resumes from ckpt.pt"),
+    "ship": (cmd_ship, SHIP_OPTS, "export, measure, write the model folder and card"),
+    "all": (cmd_all, CODEC_OPTS + TRAIN_OPTS + SHIP_OPTS, "codec (unless done), train, ship"),
+}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("codec", help="fit the GroupFSQ codec, encode the corpus, measure it")
-    c.add_argument("--groups", type=int, default=8)
-    c.add_argument("--levels", type=int, nargs="+", default=[8, 7, 6, 6])
-    c.add_argument("--eval-wavs", type=int, default=16)
-    c.add_argument("--gl-iters", type=int, default=32)
-    c.add_argument("--workers", type=int, default=2)
-    c.set_defaults(fn=cmd_codec)
-    for p in (c,):
-        p.add_argument("--corpus", default=str(CACHE / "corpus"))
-        p.add_argument("--out", default=str(CACHE / "fsq"))
+    for name, (fn, opts, help_) in STAGES.items():
+        p = sub.add_parser(name, help=help_)
+        for flag, kw in opts + COMMON_OPTS:
+            p.add_argument(flag, **kw)
+        p.set_defaults(fn=fn)
     args = ap.parse_args(argv)
     return args.fn(args)
 
