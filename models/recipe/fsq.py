@@ -30,6 +30,8 @@ try:
 except ImportError:  # running from a checkout whose package is not installed
     sys.path.insert(0, str(HERE.parents[1] / "python"))
 
+from card import _plt  # noqa: E402  (the v1 recipe's matplotlib setup)
+
 from codecspec.codec import CodecConfig, write_wav  # noqa: E402
 from codecspec.codec.data import load_manifest, save_codes  # noqa: E402
 from codecspec.codec.features import log_spectral_distance  # noqa: E402
@@ -137,13 +139,8 @@ def cmd_codec(args) -> int:
     size = codec.save(out / "fsqcodec.npz")
     codec = FSQCodec.load(out / "fsqcodec.npz")  # measure what ships (float16 PCA basis)
     codes = [codec.encode_features(f) for f in bar(feats, desc="encode")]
-    save_codes(
-        out / "codes.npz",
-        [r["id"] for r in rows],
-        [r["split"] for r in rows],
-        codes,
-        codec.frame_rate,
-    )
+    ids, splits = zip(*((r["id"], r["split"]) for r in rows))
+    save_codes(out / "codes.npz", ids, splits, codes, codec.frame_rate)
     test_idx = [i for i, r in enumerate(rows) if r["split"] == "test"]
     ft = np.concatenate([feats[i] for i in test_idx])
     ct = np.concatenate([codes[i] for i in test_idx])
@@ -231,11 +228,8 @@ def codec_markdown(rep: dict) -> str:
 
 def plot_usage(usage: list, path: Path) -> None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        plt = _plt()
+    except ImportError:  # matplotlib is optional: no plot
         return
     c = [r["channel"] for r in usage]
     fig, ax = plt.subplots(figsize=(9, 3.2))

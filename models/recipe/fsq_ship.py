@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from card import _plt
 
 from codecspec.runtime.session import open_session
 
@@ -302,11 +303,8 @@ def write_sample(model_dir: Path, text: dict) -> dict:
 
 def plot_curves(curves: dict, path: Path) -> None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        plt = _plt()
+    except ImportError:  # matplotlib is optional: no plot
         return
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
     for key, label in (("fact", "factorised heads"), ("ar", "AR over groups")):

@@ -18,14 +18,13 @@ import dataclasses
 import io
 import json
 import math
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 import codecspec as cs
-from codecspec.codec.codec import Codec, CodecConfig
+from codecspec.codec.codec import Codec, CodecConfig, open_table
 
 __all__ = ["FSQConfig", "FSQCodec", "check_levels", "lloyd_max"]
 
@@ -241,15 +240,7 @@ class FSQCodec:
 
     @classmethod
     def load(cls, path) -> FSQCodec:
-        try:
-            z = np.load(str(path), allow_pickle=False)
-        except (OSError, ValueError, zipfile.BadZipFile) as e:
-            raise ValueError(f"path: cannot read {path} as an FSQ codec table ({e})") from None
-        if not hasattr(z, "files"):
-            raise ValueError(f"path: {path} is not a {FORMAT} codec table")
-        with z:
-            if "format" not in z.files or str(z["format"]) != FORMAT:
-                raise ValueError(f"path: {path} is not a {FORMAT} codec table")
+        with open_table(path, FORMAT) as z:
             meta = json.loads(str(z["config"]))
             levels = check_levels(meta["levels"], meta["packed_range"])
             cfg = FSQConfig(groups=int(meta["groups"]), levels=levels)

@@ -30,7 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from codecspec.train.tts_torch import EncoderLayer, FrameDecoder, TemporalConfig, TemporalModel
+from codecspec.train.tts_torch import (
+    TemporalConfig,
+    TemporalModel,
+    add_frame_decoder,
+    add_text_encoder,
+)
 from codecspec.train.tts_torch import fourier as fourier_features
 
 __all__ = ["FSQModelConfig", "FSQTemporalModel", "GroupARHead", "FSQTrainModel", "export_onnx"]
@@ -125,23 +130,15 @@ class FSQTemporalModel(nn.Module):
         super().__init__()
         self.fsq = cfg
         self.cfg = tc = cfg.temporal()
-        d, f2 = tc.d_model, 2 * tc.fourier_bands
-        self.phoneme = nn.Embedding(tc.vocab_size, d)
-        self.language = nn.Embedding(tc.num_languages, d)
-        self.speaker = nn.Embedding(tc.num_speakers, d)
-        self.text_pos = nn.Linear(f2, d)
-        self.encoder = nn.ModuleList(EncoderLayer(tc) for _ in range(tc.encoder_layers))
-        self.enc_norm = nn.LayerNorm(d)
+        add_text_encoder(self, tc)
         lv = cfg.channel_levels
         self.channel_emb = nn.Embedding(sum(lv), cfg.channel_dim)
         offsets = torch.tensor(np.concatenate([[0], np.cumsum(lv)[:-1]]), dtype=torch.long)
         self.register_buffer("channel_offsets", offsets, persistent=False)
+        d = tc.d_model
         self.frame_mlp = nn.Sequential(nn.Linear(tc.latent_dim, d), nn.GELU(), nn.Linear(d, d))
         self.frame_norm = nn.LayerNorm(d, elementwise_affine=False)
-        self.bos = nn.Parameter(torch.zeros(d))
-        self.frame_pos = nn.Linear(f2, d)
-        self.frame_speaker = nn.Embedding(tc.num_speakers, d)
-        self.decoder = FrameDecoder(tc, tc.decoder_layers)
+        add_frame_decoder(self, tc)  # bos, frame_pos, frame_speaker, decoder (head: Σ L + 1)
         self.register_buffer("log_index", _padded_index(lv), persistent=False)
 
     # ---- frame interface ---------------------------------------------------------------
@@ -356,6 +353,7 @@ def _step_args(cfg: FSQModelConfig, b: int = 2, p: int = 7, t: int = 3):
 def export_onnx(tm: FSQTemporalModel, out_dir) -> dict:
     """encoder.onnx and step.onnx, both with a dynamic batch axis B (streams)."""
     out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     tm = tm.eval()
     kw = dict(opset_version=17, dynamo=False, do_constant_folding=True)
     paths = {"encoder": out / "encoder.onnx", "step": out / "step.onnx"}

@@ -75,29 +75,19 @@ def cmd_bench(args) -> int:
     from codecspec.tts.bench import bench_depth_loop
     from codecspec.tts.registry import model_family, resolve_model_dir
 
-    if model_family(args.model) == "fsq":
-        from codecspec.tts.fsq_bench import bench_fsq, print_bench
-
-        res = bench_fsq(
-            resolve_model_dir(args.model),
-            args.utterances,
-            batch=args.batch,
-            seed=args.seed,
-            provider=args.provider,
-            threads=args.threads,
-            params=_params(args),
-            progress=not args.json,
-        )
-        return print_bench(res, args.json)
-    res = bench_depth_loop(
-        resolve_model_dir(args.model),
-        args.frames,
+    kw = dict(
         seed=args.seed,
         provider=args.provider,
         threads=args.threads,
         params=_params(args),
         progress=not args.json,
     )
+    if model_family(args.model) == "fsq":  # one graph call per frame: its own figures
+        from codecspec.tts.fsq_bench import bench_fsq, print_bench
+
+        res = bench_fsq(resolve_model_dir(args.model), args.utterances, batch=args.batch, **kw)
+        return print_bench(res, args.json)
+    res = bench_depth_loop(resolve_model_dir(args.model), args.frames, **kw)
     if args.json:
         print(json.dumps(res))
         return 0

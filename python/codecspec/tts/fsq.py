@@ -25,19 +25,11 @@ import codecspec as cs
 from codecspec.codec.fsq import FSQCodec, check_levels
 from codecspec.decode.frames import run_frame_loop
 from codecspec.runtime.session import open_session
-from codecspec.tts.model import phonemize
+from codecspec.tts.model import ReferenceTTS, phonemize
 from codecspec.tts.text import BOS, EOS, PAD, Frontend
 
-__all__ = [
-    "FORMAT",
-    "FSQ_FILES",
-    "FSQFrameDecoder",
-    "FSQStepper",
-    "FSQSynthesis",
-    "FSQTTS",
-    "default_fsq_dir",
-    "stop_logits_from_prob",
-]
+__all__ = ["FSQTTS", "FSQSynthesis", "FSQStepper", "FSQFrameDecoder", "stop_logits_from_prob"]
+__all__ += ["FORMAT", "FSQ_FILES", "default_fsq_dir"]
 
 FORMAT = "codecspec-fsq-tts/1"
 FSQ_FILES = ("model.json", "encoder.onnx", "step.onnx", "fsqcodec.npz")
@@ -218,20 +210,10 @@ class FSQTTS:
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
         self.step_graph = open_session(str(d / "step.onnx"), provider=provider, threads=threads)
 
-    @property
-    def languages(self) -> list:
-        return list(self.frontend.languages.names)
-
-    @property
-    def speakers(self) -> list:
-        return list(self.frontend.speakers.names)
-
-    def _ids(self, language: str, speaker: str) -> tuple[int, int]:
-        if language not in self.frontend.languages:
-            raise ValueError(f"language: expected one of {self.languages}, got {language!r}")
-        if speaker not in self.frontend.speakers:
-            raise ValueError(f"speaker: expected one of {self.speakers}, got {speaker!r}")
-        return self.frontend.languages.id(language), self.frontend.speakers.id(speaker)
+    # the RVQ family's frontend accessors: they read only self.frontend
+    languages = ReferenceTTS.languages
+    speakers = ReferenceTTS.speakers
+    _ids = ReferenceTTS._ids
 
     def max_frames_for(self, num_tokens: int) -> int:
         """The max-length guard: `max_pace` times the nominal length of the text."""
