@@ -340,6 +340,7 @@ def cmd_ship(args) -> int:
     rep["marginal_multi_information"] = sh.marginal_multi_information(codec, tr)
     rep["ar_head_cost"] = sh.ar_head_cost(model, dest)
     rep["group_joint_probe"] = sh.group_joint_probe(model, train, val, steps=300)
+    rep["gap_by_change"] = sh.gap_by_change(model, codec, val)
     rep["stop_teacher_forced"] = sh.stop_teacher_forced(model, val)
     rep["bench"] = bench_fsq(dest, args.bench_utterances, batch=8, provider="cpu")
     rep["rtf_vs_reference"] = sh.compare_rtf(dest, texts[: args.bench_utterances])
