@@ -63,6 +63,8 @@ def export(model, out: Path) -> dict:
 def _torch_logits(model, t: dict):
     import torch
 
+    model.eval()  # every measurement: no dropout
+
     with torch.no_grad():
         _, ch, stop = model.temporal(
             t["phonemes"], t["phoneme_lengths"], t["language"], t["speaker"], t["codes"]
@@ -350,8 +352,10 @@ def _codec_section(rep: dict) -> list:
 
 def _nll_section(rep: dict) -> list:
     n, m, a = rep["nll"], rep["marginal_multi_information"], rep["ar_head_cost"]
-    b, j = rep["bench"], rep["group_joint_probe"]
-    gap_or_1 = n["gap_nats_per_frame"] or 1.0
+    b, pg, rtf = rep["bench"], rep["gap_breakdown"]["per_group"], rep["rtf_vs_reference"]
+    rate = rep["codec"]["frame_rate"]
+    extra = rate * a["ms_per_frame"] / 1e3  # the AR head's share of the real-time factor
+    fsq_rtf = rtf["fsq"]["real_time_factor"]
     return [
         "## What the factorisation costs (held-out, nats per frame)",
         "",
@@ -368,12 +372,14 @@ def _nll_section(rep: dict) -> list:
         f"plug-in): Σ_j H(c_j) - H(group) = {m['sum_bits']:.2f} bits per frame over the 8 "
         f"groups ({', '.join(f'{x:.3f}' for x in m['per_group_bits'])}).",
         "",
-        f"One call can recover part of the gap: a joint softmax per group (8 x "
-        f"{rep['codec']['packed_range']} classes, groups independent given h_t, "
-        f"{j['head_parameters']:,} parameters, probed for {j['steps']} steps on the frozen "
-        f"model's h_t) reaches {j['nats_per_frame']:.3f} nats/frame "
-        f"({100 * (n['factorised_nats_per_frame'] - j['nats_per_frame']) / gap_or_1:.0f}% "
-        f"of the gap).",
+        "Per group (nats per frame; group 0's AR correction sees only h_t, so its gap is "
+        "within-group dependence alone, group k's also sees groups 0..k-1):",
+        "",
+        "| group | " + " | ".join(str(r["group"]) for r in pg) + " |",
+        "|---" * (len(pg) + 1) + "|",
+        "| factorised | " + " | ".join(f"{r['factorised']:.2f}" for r in pg) + " |",
+        "| AR | " + " | ".join(f"{r['ar']:.2f}" for r in pg) + " |",
+        "| gap | " + " | ".join(f"{r['factorised'] - r['ar']:.2f}" for r in pg) + " |",
         "",
         "Where the gap is (held-out frames by quartile of frame-to-frame change in PCA "
         "space; nats per frame):",
@@ -383,12 +389,15 @@ def _nll_section(rep: dict) -> list:
         *(
             f"| {r['quartile']} {QUARTILE_NAMES.get(r['quartile'], '')} "
             f"| {r['factorised']:.2f} | {r['ar']:.2f} | {r['gap']:.2f} |"
-            for r in rep["gap_by_change"]
+            for r in rep["gap_breakdown"]["by_change"]
         ),
         "",
         f"The AR head would cost {a['ms_per_frame']:.2f} ms per frame on ONNX Runtime "
         f"({a['calls_per_frame']} sequential calls) on top of the step graph's "
         f"{b['step_ms_per_frame']:.2f} ms, plus one host sampling round per group.",
+        f"At {rate} frames/s that adds about {extra:.3f} to the real-time factor (FSQ "
+        f"{fsq_rtf:.3f} -> about {fsq_rtf + extra:.3f}, still below the RVQ reference's AR "
+        f"{rtf['reference_ar']['real_time_factor']:.3f}).",
         "",
     ]
 
@@ -468,97 +477,26 @@ def card(rep: dict) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------- group-joint probe
-def _cache_frames(model, ds, limit: int):
-    """(h [N, D], channel log-probs [N, C, max L], packed codes [N, G]) of real frames."""
-    import torch
-
-    from codecspec.train.fsq_torch import channel_log_probs
-    from codecspec.train.fsq_train import to_tensors
-
-    hs, lps, gs, n = [], [], [], 0
-    with torch.no_grad():
-        for b in ds.batches(16, seed=2, max_frames=1536):
-            t = to_tensors(b)
-            h, logits, _ = model.temporal(
-                t["phonemes"], t["phoneme_lengths"], t["language"], t["speaker"], t["codes"]
-            )
-            m = t["frame_mask"]
-            hs.append(h[m])
-            lps.append(channel_log_probs(logits[m], model.temporal.log_index))
-            gs.append(model.pack(t["codes"][m]))
-            n += int(m.sum())
-            if n >= limit:
-                break
-    return torch.cat(hs), torch.cat(lps), torch.cat(gs)
-
-
-def _probe_nll(model, head, h, lp, g, chunk: int = 1024) -> float:
-    import torch
-    import torch.nn.functional as F
-
-    total = 0.0
-    with torch.no_grad():
-        for s in range(0, len(h), chunk):
-            logits = model.ar.base(lp[s : s + chunk]) + head(h[s : s + chunk]).view(
-                -1, model.cfg.groups, model.cfg.packed_range
-            )
-            total += float(
-                F.cross_entropy(logits.transpose(1, 2), g[s : s + chunk], reduction="sum")
-            )
-    return total / len(h)
-
-
-def group_joint_probe(model, train, val, steps: int = 200, batch: int = 256) -> dict:
-    """How much of the factorisation gap ONE call could recover: a joint softmax per group
-    (8 x 2016 classes, groups still independent given h), trained for `steps` on the frozen
-    model's h_t as base (factorised) + a zero-initialised linear correction from h_t."""
-    import torch
-
-    cfg = model.cfg
-    t0 = time.monotonic()
-    h, lp, g = _cache_frames(model, train, 30_000)
-    hv, lpv, gv = _cache_frames(model, val, 10**9)
-    head = torch.nn.Linear(cfg.d_model, cfg.groups * cfg.packed_range)
-    torch.nn.init.zeros_(head.weight)
-    torch.nn.init.zeros_(head.bias)
-    opt = torch.optim.Adam(head.parameters(), lr=1e-3)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(steps):
-        i = torch.randint(0, len(h), (batch,), generator=gen)
-        logits = model.ar.base(lp[i]) + head(h[i]).view(batch, cfg.groups, cfg.packed_range)
-        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), g[i]) * cfg.groups
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    nll = _probe_nll(model, head, hv, lpv, gv)
-    return {
-        "nats_per_frame": nll,
-        "train_frames": len(h),
-        "steps": steps,
-        "head_parameters": sum(p.numel() for p in head.parameters()),
-        "seconds": round(time.monotonic() - t0, 1),
-    }
-
-
 # ---------------------------------------------------------------------------- where the gap is
 def _per_frame_nll(model, codec, t: dict):
-    """Per real frame: factorised NLL, AR NLL, and how far the frame moved from the last one
-    (L2 in PCA space of the coded values)."""
+    """Per real frame and group: factorised NLL, AR NLL [N, G]; and how far the frame moved
+    from the last one (L2 in PCA space of the coded values) [N]."""
     import torch
     import torch.nn.functional as F
 
     from codecspec.train.fsq_torch import channel_log_probs
 
+    model.eval()
     with torch.no_grad():
         h, logits, _ = model.temporal(
             t["phonemes"], t["phoneme_lengths"], t["language"], t["speaker"], t["codes"]
         )
         m, tgt = t["frame_mask"], t["codes"][t["frame_mask"]]
         lp = channel_log_probs(logits[m], model.temporal.log_index)
-        fact = -lp.gather(-1, tgt[..., None])[..., 0].sum(-1)
+        per = len(model.cfg.levels)
+        fact = -lp.gather(-1, tgt[..., None])[..., 0].view(len(tgt), -1, per).sum(-1)
         g = model.pack(tgt)
-        ar = F.cross_entropy(model.ar(h[m], g, lp).transpose(1, 2), g, reduction="none").sum(-1)
+        ar = F.cross_entropy(model.ar(h[m], g, lp).transpose(1, 2), g, reduction="none")
     c = t["codes"].numpy()
     z = codec.latent(c.reshape(-1, c.shape[-1])).reshape(*c.shape[:2], -1)
     move = np.concatenate(
@@ -567,16 +505,21 @@ def _per_frame_nll(model, codec, t: dict):
     return fact.numpy(), ar.numpy(), move[m.numpy()]
 
 
-def gap_by_change(model, codec, val) -> list:
-    """The factorisation gap per quartile of frame-to-frame change (held-out): if what the
-    model is unsure about is when the next sound starts, the gap sits on the changing frames."""
+def gap_breakdown(model, codec, val) -> dict:
+    """Where the factorisation gap sits, held-out: per group (group 0's AR correction sees
+    only h_t, so its gap is pure within-group dependence; group k's also sees groups < k),
+    and per quartile of frame-to-frame change (if what the model is unsure about is when the
+    next sound starts, the gap sits on the changing frames)."""
     from codecspec.train.fsq_train import to_tensors
 
-    parts = [
-        _per_frame_nll(model, codec, to_tensors(b))
-        for b in val.batches(16, seed=1, max_frames=1536)
-    ]
+    batches = val.batches(16, seed=1, max_frames=1536)
+    parts = [_per_frame_nll(model, codec, to_tensors(b)) for b in batches]
     fact, ar, move = (np.concatenate(x) for x in zip(*parts))
+    per_group = [
+        {"group": k, "factorised": float(fact[:, k].mean()), "ar": float(ar[:, k].mean())}
+        for k in range(fact.shape[1])
+    ]
+    fact, ar = fact.sum(1), ar.sum(1)
     edges = np.quantile(move, [0.0, 0.25, 0.5, 0.75, 1.0])
     rows = []
     for q, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
@@ -590,4 +533,4 @@ def gap_by_change(model, codec, val) -> list:
                 "gap": float((fact[s] - ar[s]).mean()),
             }
         )
-    return rows
+    return {"per_group": per_group, "by_change": rows}

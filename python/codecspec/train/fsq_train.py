@@ -50,7 +50,9 @@ def to_tensors(b: Batch) -> dict:
 
 @torch.no_grad()
 def evaluate(model: FSQTrainModel, batches: list) -> tuple[dict, list]:
-    """Frame-weighted mean NLLs over `batches` and the per-channel NLL (nats)."""
+    """Frame-weighted mean NLLs over `batches` and the per-channel NLL (nats); the model's
+    train/eval mode is left as it was."""
+    was_training = model.training
     model.eval()
     gen = torch.Generator().manual_seed(0)
     sums, per_ch, n = dict.fromkeys(LOSS_KEYS, 0.0), 0.0, 0
@@ -61,7 +63,7 @@ def evaluate(model: FSQTrainModel, batches: list) -> tuple[dict, list]:
             sums[k] += float(out[k]) * w
         per_ch = per_ch + out["channel_nll"].numpy() * w
         n += w
-    model.train()
+    model.train(was_training)
     return {k: v / max(n, 1) for k, v in sums.items()}, (per_ch / max(n, 1)).tolist()
 
 
