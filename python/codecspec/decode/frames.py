@@ -8,8 +8,9 @@ stop (its frames after that are discarded, the batch keeps stepping until all st
 stopped) and guards with `max_frames`, recording whether the guard ended a stream.
 
 The FSQ family's decoder samples 32 channel heads and a stop head from one step's logits
-(`codecspec.tts.fsq.FSQFrameDecoder`); an RVQ family's would run its depth loop and stop at
-the planned frame count. Batching, and later streaming, are loops around this one.
+(`codecspec.tts.fsq.FSQFrameDecoder`); the RVQ family's runs its depth loop and stops at the
+planned frame count (`codecspec.tts.rvq_frames.RVQFrameDecoder`). Batching, and later
+streaming, are loops around this one.
 """
 
 from __future__ import annotations
