@@ -255,18 +255,25 @@ class Codec:
 
     @classmethod
     def load(cls, path) -> Codec:
-        try:
-            z = np.load(str(path), allow_pickle=False)
-        except (OSError, ValueError, zipfile.BadZipFile) as e:
-            raise ValueError(f"path: cannot read {path} as a codec table ({e})") from None
-        if not hasattr(z, "files"):  # a plain .npy array
-            raise ValueError(f"path: {path} is not a {FORMAT} codec table")
-        with z:
-            if "format" not in z.files or str(z["format"]) != FORMAT:
-                raise ValueError(f"path: {path} is not a {FORMAT} codec table")
+        with open_table(path, FORMAT) as z:
             cfg = CodecConfig(**json.loads(str(z["config"])))
             return cls(cfg, z["mean"], z["components"], z["codebooks"])
 
     @property
     def nbytes(self) -> int:
         return int(self.mean.nbytes + self.components.nbytes + self.codebooks.nbytes)
+
+
+def open_table(path, fmt: str):
+    """The .npz at `path` (an open NpzFile) when its `format` entry is `fmt`; ValueError
+    naming `path` otherwise (unreadable, a plain .npy, another format)."""
+    try:
+        z = np.load(str(path), allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ValueError(f"path: cannot read {path} as a codec table ({e})") from None
+    if not hasattr(z, "files"):  # a plain .npy array
+        raise ValueError(f"path: {path} is not a {fmt} codec table")
+    if "format" not in z.files or str(z["format"]) != fmt:
+        z.close()
+        raise ValueError(f"path: {path} is not a {fmt} codec table")
+    return z

@@ -30,6 +30,7 @@ __all__ = [
     "per_session_pools",
     "physical_cores",
     "pool_size",
+    "threads_in_use",
 ]
 
 log = logging.getLogger("codecspec.runtime")
@@ -115,6 +116,14 @@ def configure(threads: Optional[int] = None) -> int:
                 f"run the pipeline in its own process"
             )
         return _size
+
+
+def threads_in_use(requested: Optional[int] = None) -> int:
+    """Intra-op threads this process's sessions run with: the shared pool's size, or (with
+    CODECSPEC_THREAD_POOL=session) what each session was given."""
+    if per_session_pools():
+        return check_threads(requested) or physical_cores()
+    return _size or configure(requested)
 
 
 def pool_size() -> Optional[int]:

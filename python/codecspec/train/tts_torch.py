@@ -182,22 +182,34 @@ class FrameDecoder(nn.Module):
 BATCH_KEYS = ("phonemes", "phoneme_lengths", "language", "speaker", "latents", "frame_lengths")
 
 
+def add_text_encoder(m: nn.Module, cfg: TemporalConfig) -> None:
+    """The phoneme encoder's modules on `m` under the names `TemporalModel.encode` reads
+    (shared with the FSQ family, `codecspec.train.fsq_torch`)."""
+    d, f2 = cfg.d_model, 2 * cfg.fourier_bands
+    m.phoneme = nn.Embedding(cfg.vocab_size, d)
+    m.language = nn.Embedding(cfg.num_languages, d)
+    m.speaker = nn.Embedding(cfg.num_speakers, d)
+    m.text_pos = nn.Linear(f2, d)
+    m.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+    m.enc_norm = nn.LayerNorm(d)
+
+
+def add_frame_decoder(m: nn.Module, cfg: TemporalConfig) -> None:
+    """The frame side after the frame input: BOS, progress and speaker inputs, the decoder."""
+    d = cfg.d_model
+    m.bos = nn.Parameter(torch.zeros(d))
+    m.frame_pos = nn.Linear(2 * cfg.fourier_bands, d)
+    m.frame_speaker = nn.Embedding(cfg.num_speakers, d)
+    m.decoder = FrameDecoder(cfg, cfg.decoder_layers)
+
+
 class TemporalModel(nn.Module):
     def __init__(self, cfg: TemporalConfig):
         super().__init__()
         self.cfg = cfg
-        d, f2 = cfg.d_model, 2 * cfg.fourier_bands
-        self.phoneme = nn.Embedding(cfg.vocab_size, d)
-        self.language = nn.Embedding(cfg.num_languages, d)
-        self.speaker = nn.Embedding(cfg.num_speakers, d)
-        self.text_pos = nn.Linear(f2, d)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
-        self.enc_norm = nn.LayerNorm(d)
-        self.latent_in = nn.Linear(cfg.latent_dim, d)
-        self.bos = nn.Parameter(torch.zeros(d))
-        self.frame_pos = nn.Linear(f2, d)
-        self.frame_speaker = nn.Embedding(cfg.num_speakers, d)
-        self.decoder = FrameDecoder(cfg, cfg.decoder_layers)
+        add_text_encoder(self, cfg)  # same creation order as before: same initial weights
+        self.latent_in = nn.Linear(cfg.latent_dim, cfg.d_model)
+        add_frame_decoder(self, cfg)
         self.draft = FrameDecoder(cfg, cfg.draft_layers)
 
     def encode(self, phonemes, lengths, language, speaker):

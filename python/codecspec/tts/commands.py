@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
+MODEL_HELP = "model name (reference, fsq) or folder (default: the shipped reference)"
 
 
 def threads_arg(value: str) -> int:
@@ -25,11 +26,11 @@ def threads_arg(value: str) -> int:
 def _params(args):
     """SamplingParams from --temperature/--top-k/--top-p over the model's own defaults."""
     import codecspec as cs
-    from codecspec.tts.model import default_model_dir
+    from codecspec.tts.registry import resolve_model_dir
 
     if args.temperature is None and args.top_k is None and args.top_p is None:
         return None
-    d = json.loads((Path(args.model or default_model_dir()) / "model.json").read_text())
+    d = json.loads((resolve_model_dir(args.model) / "model.json").read_text())
     base = d["sampling"]
     return cs.SamplingParams(
         base["temperature"] if args.temperature is None else args.temperature,
@@ -121,14 +122,13 @@ def synthesis_report(s, output, threads: int) -> dict:
 
 def cmd_synth(args) -> int:
     from codecspec.codec.audio import write_wav
-    from codecspec.runtime import session_threads
-    from codecspec.tts.model import ReferenceTTS
+    from codecspec.runtime.threads import threads_in_use
+    from codecspec.tts.registry import load_model
 
     text = _synth_text(args) if args.phonemes is None else (args.text or "")
     check_output(args.output)
-    tts = ReferenceTTS(
-        args.model, provider=args.provider, threads=args.threads, params=_params(args)
-    )
+    tts = load_model(args.model, provider=args.provider, threads=args.threads, params=_params(args))
+    guard = {} if args.max_frames is None else {"max_frames": args.max_frames}
     s = tts.generate(
         text,
         phonemes=args.phonemes,
@@ -137,13 +137,19 @@ def cmd_synth(args) -> int:
         mode=args.mode,
         seed=args.seed,
         rate=args.rate,
-        max_frames=args.max_frames,
         progress=not (args.quiet or args.json),
+        **guard,
     )
     write_wav(args.output, s.wav, s.sample_rate)
-    report = synthesis_report(s, args.output, session_threads(tts.temporal))
+    report = synthesis_report(s, args.output, threads_in_use(args.threads))
     if args.json:
         print(json.dumps(report))
+        return 0
+    if s.mode == "fsq":  # the FSQ family: no depth loop, a stop head
+        from codecspec.tts.fsq_bench import synth_lines
+
+        for k, v in synth_lines(s, args.output).items():
+            print(f"{k:>22}: {v}")
         return 0
     lines = {
         "wrote": f"{args.output} ({s.sample_rate} Hz)",
@@ -163,9 +169,8 @@ def cmd_synth(args) -> int:
 
 def cmd_bench(args) -> int:
     from codecspec.tts.bench import bench_depth_loop, bench_pipeline
-    from codecspec.tts.model import default_model_dir
+    from codecspec.tts.registry import model_family, resolve_model_dir
 
-    model = args.model or default_model_dir()
     common = dict(
         seed=args.seed,
         provider=args.provider,
@@ -173,6 +178,12 @@ def cmd_bench(args) -> int:
         params=_params(args),
         progress=not args.json,
     )
+    if model_family(args.model) == "fsq":  # one graph call per frame: its own figures
+        from codecspec.tts.fsq_bench import bench_fsq, print_bench
+
+        res = bench_fsq(resolve_model_dir(args.model), args.utterances, batch=args.batch, **common)
+        return print_bench(res, args.json)
+    model = resolve_model_dir(args.model)
     res = bench_depth_loop(model, args.frames, **common)
     if not args.no_pipeline:
         res.update(bench_pipeline(model, texts=args.texts, **common))
@@ -197,7 +208,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("text", nargs="?", default=None, help="text to speak (or --text-file)")
     p.add_argument("--text-file", type=Path, default=None, help="read the text from a UTF-8 file")
     p.add_argument("--phonemes", default=None, help="espeak-ng IPA instead of text")
-    p.add_argument("--max-frames", type=int, default=1000, help="longest utterance (frames)")
+    p.add_argument(
+        "--max-frames",
+        type=int,
+        default=None,
+        help="longest utterance in frames (default 1000; fsq: 2x the text's length)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-o", "--output", type=Path, default=Path("out.wav"))
     p.add_argument(
@@ -212,7 +228,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=float, default=1.0, help="speaking rate (default 1.0)")
     p.add_argument("--provider", default="auto", choices=PROVIDERS)
     p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")
-    p.add_argument("--model", default=None, help="model folder (default: the shipped one)")
+    p.add_argument("--model", default=None, help=MODEL_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _sampling(p)
     p.set_defaults(func=cmd_synth)
@@ -222,7 +238,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--provider", default="auto", choices=PROVIDERS)
     p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")
-    p.add_argument("--model", default=None, help="model folder (default: the shipped one)")
+    p.add_argument("--model", default=None, help=MODEL_HELP)
+    p.add_argument("--utterances", type=int, default=8, help="fsq: bench.json utterances")
+    p.add_argument("--batch", type=int, default=1, help="fsq: also run this many as a batch")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--texts", type=int, default=None, help="held-out sentences for the pipeline (default 8)"

@@ -1,0 +1,412 @@
+"""The FSQ model family's recipe: GroupFSQ codec -> temporal LM with 32 channel heads + stop
+head (and the AR-over-groups comparison head) -> ONNX export, measurements, model card.
+
+    python models/recipe/fsq.py all            # everything; resumable, ~45 min on 2 cores
+    python models/recipe/fsq.py codec          # ~/.cache/codecspec/fsq/codec
+    python models/recipe/fsq.py train --minutes 30   # ~/.cache/codecspec/fsq/train (ckpt.pt)
+    python models/recipe/fsq.py ship           # python/codecspec/models/fsq
+
+Reads corpus.py's corpus (~/.cache/codecspec/corpus). Checkpoints live outside the repo;
+`train` resumes from ckpt.pt when it exists (the wall-clock budget counts across resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # fsq_ship.py, beside this file
+try:
+    import codecspec  # noqa: F401
+except ImportError:  # running from a checkout whose package is not installed
+    sys.path.insert(0, str(HERE.parents[1] / "python"))
+
+from card import _plt  # noqa: E402  (the v1 recipe's matplotlib setup)
+
+from codecspec.codec import CodecConfig, write_wav  # noqa: E402
+from codecspec.codec.data import load_manifest, save_codes  # noqa: E402
+from codecspec.codec.features import log_spectral_distance  # noqa: E402
+from codecspec.codec.fsq import FSQCodec, FSQConfig  # noqa: E402
+from codecspec.progress import bar  # noqa: E402
+
+
+def _v1_recipe():
+    """The v1 codec recipe module (feature extraction job, mel distortion, wav loading)."""
+    spec = importlib.util.spec_from_file_location("recipe_codec", HERE / "codec.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["recipe_codec"] = mod  # worker processes unpickle its functions by this name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+V1 = _v1_recipe()
+CACHE = Path(os.environ.get("CODECSPEC_CACHE", "~/.cache/codecspec")).expanduser()
+GROUPS_SHOWN = (1, 2, 4, 8)
+
+
+def log(msg: str) -> None:
+    print(f"[fsq] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- codec stage
+def _eval_job(a):
+    """LSD (dB) after Griffin-Lim of one held-out utterance: PCA only, and FSQ-coded."""
+    path, codec_path, n_iter = a
+    codec = FSQCodec.load(codec_path)
+    x = V1._load(path, codec.sample_rate)
+    f = codec.features(x)
+    pca = codec.pca.features_to_wav(codec.pca.unproject(codec.pca.project(f)), n_iter)
+    y = codec.decode(codec.encode_features(f), n_iter=n_iter)
+    return {"pca": log_spectral_distance(x, pca), "fsq": log_spectral_distance(x, y)}, y
+
+
+def channel_usage(codec: FSQCodec, train_channels: np.ndarray) -> list:
+    """Per channel: levels, levels used, entropy (bits) on the training frames vs log2 levels."""
+    rows = []
+    for c, n in enumerate(codec.cfg.channel_levels):
+        p = np.bincount(train_channels[:, c], minlength=n) / len(train_channels)
+        h = float(-np.sum(p[p > 0] * np.log2(p[p > 0])))
+        rows.append(
+            dict(
+                channel=c,
+                levels=n,
+                used=int((p > 0).sum()),
+                entropy_bits=round(h, 4),
+                ceiling_bits=round(float(np.log2(n)), 4),
+            )
+        )
+    return rows
+
+
+def _feature_row(name, ft, f_hat, n_mels, var_t, feature_dim) -> dict:
+    d, _ = V1.mel_distortion(ft, f_hat, n_mels)
+    mse = float(np.mean((ft.astype(np.float64) - f_hat) ** 2))
+    return dict(
+        name=name, feature_mse=mse, unexplained=mse * feature_dim / var_t, mel_db=float(d.mean())
+    )
+
+
+def recon_table(codec: FSQCodec, ft: np.ndarray, ct: np.ndarray) -> list:
+    """Held-out feature-domain reconstruction: PCA only, then the first k groups."""
+    s = codec.spectral
+    var_t = float(np.var(ft.astype(np.float64), axis=0).sum())
+    z = codec.pca.project(ft)
+    rows = [
+        _feature_row(
+            "PCA-32 only (no quantiser)", ft, codec.pca.unproject(z), s.n_mels, var_t, s.feature_dim
+        )
+    ]
+    per = len(codec.cfg.levels)
+    for k in GROUPS_SHOWN:
+        if k <= codec.cfg.groups:
+            f_hat = codec.decode_features(ct[:, : k * per])
+            rows.append(
+                _feature_row(f"{k} group{'s' * (k > 1)}", ft, f_hat, s.n_mels, var_t, s.feature_dim)
+            )
+    return rows
+
+
+def _features(rows, corpus: Path, spectral: CodecConfig, pmap) -> list:
+    jobs = [(str(corpus / r["path"]), spectral) for r in rows]
+    return list(bar(pmap(V1._features_job, jobs), desc="features", total=len(jobs)))
+
+
+def cmd_codec(args) -> int:
+    corpus, out = Path(args.corpus).expanduser(), Path(args.out).expanduser() / "codec"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = load_manifest(corpus)
+    cfg = FSQConfig(groups=args.groups, levels=tuple(args.levels))
+    spectral = CodecConfig(pca_dim=cfg.channels)
+    pool = ProcessPoolExecutor(args.workers) if args.workers > 1 else None
+    pmap = (lambda f, xs: pool.map(f, xs, chunksize=8)) if pool else map
+    t0 = time.monotonic()
+    feats = _features(rows, corpus, spectral, pmap)
+    timings = {"features_s": round(time.monotonic() - t0, 1)}
+    is_train = np.array([r["split"] == "train" for r in rows])
+    train = np.concatenate([f for f, t in zip(feats, is_train) if t])
+    t0 = time.monotonic()
+    codec = FSQCodec.fit(train, cfg, spectral)
+    timings["fit_s"] = round(time.monotonic() - t0, 1)
+    size = codec.save(out / "fsqcodec.npz")
+    codec = FSQCodec.load(out / "fsqcodec.npz")  # measure what ships (float16 PCA basis)
+    codes = [codec.encode_features(f) for f in bar(feats, desc="encode")]
+    ids, splits = zip(*((r["id"], r["split"]) for r in rows))
+    save_codes(out / "codes.npz", ids, splits, codes, codec.frame_rate)
+    test_idx = [i for i, r in enumerate(rows) if r["split"] == "test"]
+    ft = np.concatenate([feats[i] for i in test_idx])
+    ct = np.concatenate([codes[i] for i in test_idx])
+    table = recon_table(codec, ft, ct)
+    lsd = _lsd(rows, test_idx[: args.eval_wavs], corpus, out, pmap, args.gl_iters)
+    table[0]["lsd_db"] = lsd["pca"]
+    table[-1]["lsd_db"] = lsd["fsq"]
+    if pool:
+        pool.shutdown()
+    usage = channel_usage(codec, np.concatenate([c for c, t in zip(codes, is_train) if t]))
+    report = _codec_report(codec, size, table, usage, lsd, timings, len(test_idx), len(ft))
+    (out / "codec.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "codec.md").write_text(codec_markdown(report))
+    plot_usage(usage, out / "channel_usage.png")
+    print(codec_markdown(report))
+    return 0
+
+
+def _lsd(rows, sub, corpus, out, pmap, n_iter) -> dict:
+    jobs = [(str(corpus / rows[i]["path"]), str(out / "fsqcodec.npz"), n_iter) for i in sub]
+    acc = {"pca": [], "fsq": []}
+    ex = out / "examples"
+    ex.mkdir(exist_ok=True)
+    for j, (res, y) in enumerate(bar(pmap(_eval_job, jobs), desc="griffin-lim", total=len(jobs))):
+        for k, v in res.items():
+            acc[k].append(v)
+        if j < 3:
+            write_wav(
+                ex / f"{rows[sub[j]]['id']}_fsq.wav", 0.9 * y / max(1e-9, np.abs(y).max()), 16000
+            )
+    return {k: float(np.mean(v)) for k, v in acc.items()} | {"utterances": len(sub)}
+
+
+def _codec_report(codec, size, table, usage, lsd, timings, n_test, n_frames) -> dict:
+    ent = sum(u["entropy_bits"] for u in usage)
+    return dict(
+        groups=codec.cfg.groups,
+        levels=list(codec.cfg.levels),
+        channels=codec.cfg.channels,
+        packed_range=codec.cfg.packed_range,
+        frame_rate=codec.frame_rate,
+        bits_per_frame=round(codec.cfg.bits_per_frame, 3),
+        bits_per_second=round(codec.bits_per_second, 1),
+        entropy_bits_per_frame=round(ent, 3),
+        entropy_bits_per_second=round(ent * codec.frame_rate, 1),
+        codec_npz_bytes=size,
+        test_utterances=n_test,
+        test_frames=n_frames,
+        lsd_utterances=lsd["utterances"],
+        table=table,
+        channel_usage=usage,
+        timings=timings,
+    )
+
+
+def codec_markdown(rep: dict) -> str:
+    lines = [
+        f"GroupFSQ codec: {rep['groups']} groups x levels {rep['levels']} = {rep['channels']} "
+        f"channels over PCA-{rep['channels']} of 8 x 80 log-mel, {rep['frame_rate']} frames/s; "
+        f"{rep['bits_per_second']} bit/s nominal ({rep['groups']} x log2 "
+        f"{rep['packed_range']} per frame), {rep['entropy_bits_per_second']} bit/s by the "
+        f"channels' entropy on the training frames. Held-out: {rep['test_utterances']} "
+        f"utterances, {rep['test_frames']} frames (LSD on {rep['lsd_utterances']}).",
+        "",
+        "| code | feature MSE | unexplained var. | mel distortion (dB) | LSD after GL (dB) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rep["table"]:
+        lsd = f"{r['lsd_db']:.2f}" if "lsd_db" in r else "—"
+        lines.append(
+            f"| {r['name']} | {r['feature_mse']:.4f} | {100 * r['unexplained']:.1f}% | "
+            f"{r['mel_db']:.2f} | {lsd} |"
+        )
+    u = rep["channel_usage"]
+    lines += [
+        "",
+        "Per-channel entropy on the training frames (bits; ceiling log2 levels): "
+        + ", ".join(f"{r['entropy_bits']:.2f}/{r['ceiling_bits']:.2f}" for r in u),
+        f"Mean usage {np.mean([r['entropy_bits'] / r['ceiling_bits'] for r in u]):.1%} of the "
+        f"ceiling; every level used: {all(r['used'] == r['levels'] for r in u)}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot_usage(usage: list, path: Path) -> None:
+    try:
+        plt = _plt()
+    except ImportError:  # matplotlib is optional: no plot
+        return
+    c = [r["channel"] for r in usage]
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    ax.bar(c, [r["ceiling_bits"] for r in usage], color="#ddd", label="ceiling log2(levels)")
+    ax.bar(c, [r["entropy_bits"] for r in usage], color="#3a7", label="entropy (train)")
+    ax.set_xlabel("channel (= PCA component; group = channel // 4)")
+    ax.set_ylabel("bits")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------- train stage
+def datasets(corpus: Path, out: Path):
+    from codecspec.tts.dataset import TTSDataset
+
+    codes = out / "codec" / "codes.npz"
+    if not codes.is_file():
+        raise SystemExit(f"no {codes}: run `fsq.py codec` first")
+    codec = FSQCodec.load(out / "codec" / "fsqcodec.npz")
+    train = TTSDataset(corpus, codes, "train", levels=codec.cfg.channels)
+    val = TTSDataset(corpus, codes, "test", frontend=train.frontend, levels=codec.cfg.channels)
+    return codec, train, val
+
+
+def model_config(codec: FSQCodec, train, **overrides):
+    from codecspec.train.fsq_torch import FSQModelConfig
+    from codecspec.train.fsq_train import frames_per_phoneme_token
+
+    f = train.frontend
+    return FSQModelConfig(
+        vocab_size=len(f.vocab),
+        num_languages=len(f.languages),
+        num_speakers=len(f.speakers),
+        levels=codec.cfg.levels,
+        groups=codec.cfg.groups,
+        frames_per_phoneme=round(frames_per_phoneme_token(train), 5),
+        **overrides,
+    )
+
+
+def cmd_train(args) -> int:
+    import torch
+
+    from codecspec.train.fsq_train import train_fsq
+
+    torch.set_num_threads(args.threads)
+    corpus, out = Path(args.corpus).expanduser(), Path(args.out).expanduser()
+    codec, train, val = datasets(corpus, out)
+    cfg = model_config(codec, train)
+    tdir = out / "train"
+    tdir.mkdir(parents=True, exist_ok=True)
+    log(f"train {train.stats()['frames']} frames, held-out {val.stats()['frames']} frames")
+    model, curves = train_fsq(
+        train,
+        val,
+        cfg,
+        minutes=args.minutes,
+        max_steps=args.max_steps,
+        lr=args.lr,
+        ar_frames=args.ar_frames,
+        seed=args.seed,
+        ckpt=tdir / "ckpt.pt",
+    )
+    summary = {
+        "config": cfg.to_dict(),
+        "frontend": train.frontend.to_dict(),
+        "threads": args.threads,
+        "steps": curves.steps[-1] if curves.steps else 0,
+        "seconds": curves.seconds[-1] if curves.seconds else 0.0,
+        "parameters": {
+            "temporal": sum(p.numel() for p in model.temporal.parameters()),
+            "ar_head": sum(p.numel() for p in model.ar.parameters()),
+        },
+        "curves": curves.to_dict(),
+        "train_stats": train.stats(),
+        "heldout_stats": val.stats(),
+    }
+    (tdir / "train.json").write_text(json.dumps(summary))
+    log(f"done: {summary['steps']} steps in {summary['seconds'] / 60:.1f} min; {curves.val[-1]}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- ship stage
+def cmd_ship(args) -> int:
+    import fsq_ship as sh
+
+    from codecspec.tts.fsq_bench import bench_fsq
+
+    corpus, cache = Path(args.corpus).expanduser(), Path(args.out).expanduser()
+    dest = Path(args.model)
+    dest.mkdir(parents=True, exist_ok=True)
+    codec, train, val = datasets(corpus, cache)
+    model, ck = sh.load_trained(cache / "train" / "ckpt.pt")
+    t0 = time.monotonic()
+    rep = {"sizes": sh.export(model, dest)}
+    sh.copy_codec(cache / "codec", dest)
+    texts = sh.bench_texts(val, load_manifest(corpus))
+    (dest / "bench.json").write_text(json.dumps({"utterances": texts}, indent=1) + "\n")
+    (dest / "model.json").write_text(
+        json.dumps(sh.model_json(ck, codec, train.frontend), indent=1) + "\n"
+    )
+    log("exported; measuring")
+    rep["onnx_parity"] = sh.onnx_parity(dest, model, val)
+    rep["nll"] = sh.heldout_nll(model, val)
+    tr = np.concatenate([u.codes for u in train]).astype(np.int64)
+    rep["marginal_multi_information"] = sh.marginal_multi_information(codec, tr)
+    rep["ar_head_cost"] = sh.ar_head_cost(model, dest)
+    rep["gap_breakdown"] = sh.gap_breakdown(model, codec, val)
+    rep["stop_teacher_forced"] = sh.stop_teacher_forced(model, val)
+    rep["bench"] = bench_fsq(dest, args.bench_utterances, batch=8, provider="cpu")
+    rep["rtf_vs_reference"] = sh.compare_rtf(dest, texts[: args.bench_utterances])
+    rep["sample"] = sh.write_sample(dest, texts[0])
+    summary = json.loads((cache / "train" / "train.json").read_text())
+    sh.plot_curves(summary["curves"], dest / "training_curves.png")
+    rep["training"] = {k: summary[k] for k in ("steps", "seconds", "threads", "parameters")}
+    rep["training"]["final_heldout"] = summary["curves"]["val"][-1]
+    rep["codec"] = json.loads((cache / "codec" / "codec.json").read_text())
+    rep["shipped_bytes"] = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
+    rep["ship_seconds"] = round(time.monotonic() - t0, 1)
+    (dest / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    (dest / "MODEL_CARD.md").write_text(sh.card(rep))
+    rep["shipped_bytes"] = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
+    (dest / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    log(f"shipped {rep['shipped_bytes'] / 1e6:.2f} MB to {dest}")
+    return 0
+
+
+def cmd_all(args) -> int:
+    if not (Path(args.out).expanduser() / "codec" / "codes.npz").is_file():
+        cmd_codec(args)
+    cmd_train(args)
+    return cmd_ship(args)
+
+
+# ---------------------------------------------------------------------------- CLI
+CODEC_OPTS = [
+    ("--groups", dict(type=int, default=8)),
+    ("--levels", dict(type=int, nargs="+", default=[8, 7, 6, 6])),
+    ("--eval-wavs", dict(type=int, default=16, help="held-out utterances for LSD")),
+    ("--gl-iters", dict(type=int, default=32)),
+    ("--workers", dict(type=int, default=2)),
+]
+TRAIN_OPTS = [
+    ("--minutes", dict(type=float, default=32.0, help="wall-clock budget, resumes included")),
+    ("--max-steps", dict(type=int, default=None)),
+    ("--threads", dict(type=int, default=1)),
+    ("--lr", dict(type=float, default=1.5e-3)),
+    ("--ar-frames", dict(type=int, default=512, help="AR-head frames per step")),
+    ("--seed", dict(type=int, default=0)),
+]
+SHIP_OPTS = [("--bench-utterances", dict(type=int, default=8))]
+COMMON_OPTS = [
+    ("--corpus", dict(default=str(CACHE / "corpus"))),
+    ("--out", dict(default=str(CACHE / "fsq"), help="cache: codec/, train/ckpt.pt")),
+    ("--model", dict(default=str(HERE.parents[1] / "python/codecspec/models/fsq"))),
+]
+STAGES = {
+    "codec": (cmd_codec, CODEC_OPTS, "fit the GroupFSQ codec, encode the corpus, measure it"),
+    "train": (cmd_train, TRAIN_OPTS, "train the model (+ AR head); resumes from ckpt.pt"),
+    "ship": (cmd_ship, SHIP_OPTS, "export, measure, write the model folder and card"),
+    "all": (cmd_all, CODEC_OPTS + TRAIN_OPTS + SHIP_OPTS, "codec (unless done), train, ship"),
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name, (fn, opts, help_) in STAGES.items():
+        p = sub.add_parser(name, help=help_)
+        for flag, kw in opts + COMMON_OPTS:
+            p.add_argument(flag, **kw)
+        p.set_defaults(fn=fn)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""Model folders by name or path, and the family each one belongs to (model.json "format").
+
+load_model("fsq")          # the shipped FSQ family (python/codecspec/models/fsq)
+load_model("reference")    # the shipped RVQ reference (python/codecspec/models/reference)
+load_model("/path/to/dir") # whichever family the folder's model.json names
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+__all__ = ["MODEL_NAMES", "resolve_model_dir", "model_family", "load_model"]
+
+MODEL_NAMES = ("reference", "fsq")
+FAMILIES = {"codecspec-reference-tts/1": "reference", "codecspec-fsq-tts/1": "fsq"}
+
+
+def resolve_model_dir(name_or_dir=None) -> Path:
+    """A shipped model's folder by name (None = the reference, or CODECSPEC_MODEL_DIR), or
+    the given folder."""
+    from codecspec.tts.fsq import default_fsq_dir
+    from codecspec.tts.model import default_model_dir
+
+    if name_or_dir is None or name_or_dir == "reference":
+        return default_model_dir()
+    if name_or_dir == "fsq":
+        return default_fsq_dir()
+    return Path(name_or_dir)
+
+
+def model_family(name_or_dir=None) -> str:
+    """ "reference" or "fsq", from model.json's "format". Raises ValueError naming `model`."""
+    d = resolve_model_dir(name_or_dir)
+    path = d / "model.json"
+    if not path.is_file():
+        raise ValueError(f"model: {d} is neither a model name {MODEL_NAMES} nor a model folder")
+    fmt = json.loads(path.read_text()).get("format")
+    if fmt not in FAMILIES:
+        raise ValueError(f"model: {d} has model format {fmt!r}; known: {sorted(FAMILIES)}")
+    return FAMILIES[fmt]
+
+
+def load_model(name_or_dir=None, **kwargs):
+    """`ReferenceTTS` or `FSQTTS` for a name or folder; kwargs go to the constructor."""
+    d = resolve_model_dir(name_or_dir)
+    if model_family(d) == "fsq":
+        from codecspec.tts.fsq import FSQTTS
+
+        return FSQTTS(d, **kwargs)
+    from codecspec.tts.model import ReferenceTTS
+
+    return ReferenceTTS(d, **kwargs)

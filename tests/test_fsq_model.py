@@ -1,0 +1,188 @@
+"""The FSQ model family in PyTorch on tiny sizes ([train] extra; skipped without torch):
+training lowers the losses and resumes from its checkpoint, the exported graphs compute what
+the torch model computes (one stream and a padded batch), and the stop head ends utterances.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import codecspec as cs  # noqa: E402
+from codecspec.codec.data import save_codes  # noqa: E402
+from codecspec.decode.frames import run_frame_loop  # noqa: E402
+from codecspec.runtime.session import open_session  # noqa: E402
+from codecspec.train.fsq_torch import (  # noqa: E402
+    FSQModelConfig,
+    FSQTemporalModel,
+    FSQTrainModel,
+    export_onnx,
+)
+from codecspec.train.fsq_train import frames_per_phoneme_token, train_fsq  # noqa: E402
+from codecspec.tts.dataset import TTSDataset  # noqa: E402
+from codecspec.tts.fsq import FSQFrameDecoder, FSQStepper  # noqa: E402
+
+LEVELS, GROUPS = (3, 2), 2
+CFG = FSQModelConfig(
+    vocab_size=12,
+    num_languages=2,
+    num_speakers=2,
+    levels=LEVELS,
+    groups=GROUPS,
+    channel_dim=4,
+    d_model=32,
+    num_heads=2,
+    ff_size=64,
+    encoder_layers=1,
+    decoder_layers=2,
+    fourier_bands=4,
+    dropout=0.0,
+    frames_per_phoneme=1.0,
+    ar_dim=16,
+    ar_layers=1,
+)
+PHONEMES = ["ab ba", "abc", "ca b", "bb a c", "ac"]
+
+
+def _corpus(root):
+    """5 texts x 2 renditions; each frame's channels follow the text so there is signal."""
+    rows, ids, splits, codes = [], [], [], []
+    for t, ph in enumerate(PHONEMES):
+        for r in range(2):
+            uid, n_frames = f"en-{t}-r{r}", 6 + 2 * t + r
+            split = "test" if t == 4 else "train"
+            rows.append(
+                {
+                    "id": uid,
+                    "language": "en" if r else "de",
+                    "variant": "f1" if r else "m1",
+                    "phonemes": ph,
+                    "split": split,
+                    "num_samples": n_frames * 1280 - 5,
+                    "sample_rate": 16000,
+                    "duration": n_frames * 0.08,
+                }
+            )
+            frame = np.arange(n_frames)[:, None] + t
+            codes.append(np.concatenate([(frame + k) % np.array(LEVELS) for k in range(GROUPS)], 1))
+            ids.append(uid)
+            splits.append(split)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    save_codes(root / "codes.npz", ids, splits, codes, 12.5)
+    return root
+
+
+def test_training_lowers_the_losses_and_resumes(tmp_path):
+    root = _corpus(tmp_path / "c")
+    train = TTSDataset(root, root / "codes.npz", "train", levels=4)
+    val = TTSDataset(root, root / "codes.npz", "test", frontend=train.frontend, levels=4)
+    cfg = FSQModelConfig(
+        **{
+            **CFG.to_dict(),
+            "vocab_size": len(train.frontend.vocab),
+            "frames_per_phoneme": frames_per_phoneme_token(train),
+        }
+    )
+    ck = tmp_path / "ckpt.pt"
+    model, log = train_fsq(
+        train, val, cfg, max_steps=40, lr=3e-3, eval_every=10, ckpt=ck, progress=False, ar_frames=0
+    )
+    first, last = log.val[0], log.val[-1]
+    assert last["fact"] < first["fact"] and last["ar"] < first["ar"]
+    assert np.mean([r["stop"] for r in log.train[-10:]]) < log.train[0]["stop"]
+    assert ck.is_file() and log.steps[-1] == 40
+    _, log2 = train_fsq(train, val, cfg, max_steps=45, ckpt=ck, progress=False)
+    assert log2.steps[-1] == 45 and log2.steps[:40] == log.steps  # continued, not restarted
+
+
+def test_ar_head_starts_at_the_factorised_nll():
+    torch.manual_seed(0)
+    m = FSQTrainModel(CFG).eval()
+    gen = torch.Generator().manual_seed(0)
+    b = _batch(gen)
+    with torch.no_grad():
+        out = m.losses(b, 0, gen)
+    # zero-initialised corrections: AR = factorised exactly, before any training
+    assert abs(float(out["ar"]) - float(out["fact"])) < 1e-4
+
+
+def _batch(gen, B=2, P=9, T=7):
+    lv = torch.tensor(CFG.channel_levels)
+    lengths = torch.tensor([T, T - 2][:B])
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    stop = torch.zeros(B, T)
+    stop[torch.arange(B), lengths - 1] = 1.0
+    return {
+        "phonemes": torch.randint(4, 12, (B, P), generator=gen),
+        "phoneme_lengths": torch.tensor([P, P - 3][:B]),
+        "language": torch.tensor([0, 1][:B]),
+        "speaker": torch.tensor([1, 0][:B]),
+        "codes": (torch.rand(B, T, CFG.channels, generator=gen) * lv).long(),
+        "frame_mask": mask,
+        "stop": stop,
+    }
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    torch.manual_seed(1)
+    tm = FSQTemporalModel(CFG).eval()
+    with torch.no_grad():  # non-trivial biases so a dropped term would show
+        for p in tm.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    out = tmp_path_factory.mktemp("fsq_onnx")
+    export_onnx(tm, out)
+    enc = open_session(str(out / "encoder.onnx"), provider="cpu")
+    step = open_session(str(out / "step.onnx"), provider="cpu")
+    return tm, enc, step
+
+
+def _stepper(enc, step, b):
+    feeds = {k: b[k].numpy() for k in ("phonemes", "phoneme_lengths", "language", "speaker")}
+    ck, cv = enc.run(None, feeds)
+    return FSQStepper(step, ck, cv, feeds["speaker"], feeds["phoneme_lengths"], 1.0)
+
+
+@pytest.mark.parametrize("B", [1, 2])
+def test_exported_graphs_match_torch_step_by_step(exported, B):
+    tm, enc, step = exported
+    b = _batch(torch.Generator().manual_seed(2), B=B)
+    with torch.no_grad():
+        _, ref_ch, ref_stop = tm(
+            b["phonemes"], b["phoneme_lengths"], b["language"], b["speaker"], b["codes"]
+        )
+    st = _stepper(enc, step, b)
+    codes = b["codes"].numpy()
+    for t in range(codes.shape[1] - 2):  # the real frames of both streams
+        _, ch, stop = st.step(codes[:, t - 1] if t else None)
+        np.testing.assert_allclose(ch, ref_ch[:, t].numpy(), atol=2e-4, rtol=1e-4)
+        np.testing.assert_allclose(stop, ref_stop[:, t].numpy(), atol=2e-4, rtol=1e-4)
+
+
+def _force_stop(tm, bias: float):
+    with torch.no_grad():
+        tm.decoder.c0_head.bias[-1] = bias
+        tm.decoder.c0_head.weight[-1] = 0.0
+
+
+def test_the_stop_head_ends_utterances(tmp_path):
+    torch.manual_seed(3)
+    b = _batch(torch.Generator().manual_seed(3))
+    dec = FSQFrameDecoder(CFG.channel_levels, cs.SamplingParams(0.9, 0, 1.0))
+    gens = [cs.Generator(0).fork(i) for i in range(2)]
+    results = {}
+    for name, bias in (("stops", 30.0), ("never", -30.0)):
+        tm = FSQTemporalModel(CFG).eval()
+        _force_stop(tm, bias)
+        export_onnx(tm, tmp_path / name)
+        enc = open_session(str(tmp_path / name / "encoder.onnx"), provider="cpu")
+        step = open_session(str(tmp_path / name / "step.onnx"), provider="cpu")
+        results[name] = run_frame_loop(_stepper(enc, step, b), dec, gens, max_frames=12)
+    assert [len(c) for c in results["stops"].codes] == [1, 1]
+    assert not results["stops"].hit_max_frames
+    assert results["never"].hit_max_frames and results["never"].steps == 12
