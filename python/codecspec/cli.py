@@ -350,6 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     from codecspec.tts.commands import register
 
     register(sub)
+    from codecspec.serve.commands import register as register_serve
+
+    register_serve(sub)
     return ap
 
 
