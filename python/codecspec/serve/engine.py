@@ -413,6 +413,7 @@ class Engine:
         self._free.append(s.slot)
         if cancelled:
             self.stats.streams_cancelled += 1
+            s.handle._put(("done", None))  # a consumer still reading must not block
         elif error is not None:
             self.stats.streams_failed += 1
             s.handle._put(("error", error))
