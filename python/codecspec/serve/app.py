@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import struct
 from typing import Callable, Literal, Optional
 
@@ -252,6 +253,7 @@ def _stream_response(engine: Engine, handle, first, body: SpeechBody) -> Streami
         "X-Codecspec-Sample-Rate": str(sr),
         "X-Codecspec-Frames": str(handle.frames),
         "X-Codecspec-Samples": str(samples),
+        "X-Codecspec-Process": str(os.getpid()),  # which replica answered (scale-out tests)
     }
     return StreamingResponse(gen(), media_type=media, headers=headers)
 

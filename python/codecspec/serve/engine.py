@@ -245,7 +245,8 @@ class Engine:
     def _overloaded(self) -> Optional[Overloaded]:
         if self._draining or not self._running:
             return Overloaded("server: shutting down", retry_after=5.0)
-        if len(self._pending) >= self.max_queue:
+        # Pending streams take free slots at the next step: only the rest wait in the queue.
+        if len(self._pending) >= self.max_queue + len(self._free):
             self.stats.rejected += 1
             return Overloaded(
                 f"server: {self.max_streams} streams busy and {self.max_queue} queued",
