@@ -102,8 +102,8 @@ def pcm16(wav: np.ndarray) -> bytes:
 class AudioStream:
     """Turns a stream's frames into audio bytes chunk by chunk."""
 
-    def __init__(self, engine: Engine, handle, first, seed: int):
-        self.engine, self.handle, self.seed = engine, handle, seed
+    def __init__(self, engine: Engine, handle, first, seed: int, iters: int):
+        self.engine, self.handle, self.seed, self.iters = engine, handle, seed, iters
         self.codes = [first]
         self.sent = 0  # frames already vocoded and sent
 
@@ -122,13 +122,18 @@ class AudioStream:
                 break
             lo = max(0, self.sent - CONTEXT_FRAMES)
             block = np.stack(self.codes[lo:])
-            wav = await run_in_threadpool(self.engine.tts.codec.decode, block, 32, self.seed)
+            decode = self.engine.tts.codec.decode
+            wav = await run_in_threadpool(decode, block, self.iters, self.seed)
             self.sent, start = len(self.codes), (self.sent - lo) * hop
             yield pcm16(wav[start:])
 
 
-def create_app(engine_factory: Callable[[], Engine], drain_timeout: float = 60.0) -> FastAPI:
-    """The HTTP app over the engine that `engine_factory` returns (created at start-up)."""
+def create_app(
+    engine_factory: Callable[[], Engine], drain_timeout: float = 60.0, vocoder_iters: int = 32
+) -> FastAPI:
+    """The HTTP app over the engine that `engine_factory` returns (created at start-up).
+    `vocoder_iters`: Griffin-Lim iterations per chunk (the codec's default 32; fewer trade
+    quality for CPU, which the vocoder dominates at many streams)."""
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
@@ -140,6 +145,7 @@ def create_app(engine_factory: Callable[[], Engine], drain_timeout: float = 60.0
 
     app = FastAPI(title="codecspec speech server", lifespan=lifespan)
     app.state.requests = {}
+    app.state.vocoder_iters = int(vocoder_iters)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
@@ -230,13 +236,13 @@ async def _speech(app: FastAPI, body: SpeechBody):
         handle.cancel()
         raise
     _count(app, 200)
-    return _stream_response(engine, handle, first, body)
+    return _stream_response(engine, handle, first, body, app.state.vocoder_iters)
 
 
-def _stream_response(engine: Engine, handle, first, body: SpeechBody) -> StreamingResponse:
+def _stream_response(engine: Engine, handle, first, body: SpeechBody, iters: int):
     sr = engine.sample_rate
     samples = handle.frames * engine.tts.codec.cfg.frame_hop
-    audio = AudioStream(engine, handle, first, body.seed or 0)
+    audio = AudioStream(engine, handle, first, body.seed or 0, iters)
 
     async def gen():
         try:

@@ -42,7 +42,7 @@ def cmd_serve(args) -> int:
         )
 
     uvicorn.run(
-        create_app(factory),
+        create_app(factory, vocoder_iters=args.vocoder_iters),
         host=args.host,
         port=args.port,
         log_level="warning",
@@ -104,6 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
         "--drain-seconds", type=int, default=60, help="on SIGTERM, wait this long for streams"
+    )
+    p.add_argument(
+        "--vocoder-iters", type=int, default=32, help="Griffin-Lim iterations per chunk (32)"
     )
     _engine_args(p)
     p.set_defaults(func=cmd_serve)
