@@ -103,6 +103,18 @@ def test_stream_alone_and_batched_equal_the_reference_tts(engine, mode):
     np.testing.assert_array_equal(together, ref)
 
 
+def test_all_ar_batch_on_the_batch_axis_graph_equals_the_reference_tts(engine):
+    """AR-only steps run on the batch-axis variant of the depth graph: still bit-identical."""
+    seeds = [31, 32, 33]
+    refs = [
+        engine.tts.generate("", phonemes=HELLO, seed=s, mode="ar", decode_audio=False).codes
+        for s in seeds
+    ]
+    hs = engine.submit_many([ipa(seed=s, mode="ar") for s in seeds])
+    for h, ref in zip(hs, refs):
+        np.testing.assert_array_equal(codes(h), ref)
+
+
 class LeakyDepth(BatchedDepth):
     """Broken on purpose: every stream's queries see every stream's cache columns."""
 

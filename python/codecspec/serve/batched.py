@@ -150,6 +150,107 @@ class BatchedTemporal:
 
 
 # --------------------------------------------------------------------------- depth
+def batch_depth_graph(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The depth graph with a real batch axis: input_ids/position_ids [B, S], input_embeds
+    [B, S, H], attention_bias [B, S, T], past K/V [L*B, kv, P, hd] (= [L, B, kv, P, hd]);
+    hidden [B, S, H], new K/V [L, kv, B*S, hd] (query b*S + s). The builder's graph runs its
+    attention at batch 1 (Unsqueeze / Squeeze around it); those become identities.
+    onnxruntime's GroupQueryAttention accepts batch > 1 only for S = 1 with a past, or for
+    any S without one, so AR steps and prefills run batched this way (see BatchedDepth)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    fixed = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in g.input}
+    fixed.update({v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in g.output})
+    kv = lambda n: ["layers_x_batch", fixed[n][1], "past_len", fixed[n][3]]  # noqa: E731
+    shapes = {
+        "input_ids": ["batch", "step"],
+        "input_embeds": ["batch", "step", fixed["input_embeds"][-1]],
+        "position_ids": ["batch", "step"],
+        "attention_bias": ["batch", "step", "total_len"],
+        "past_keys": kv("past_keys"),
+        "past_values": kv("past_values"),
+        "hidden": ["batch", "step", fixed["hidden"][-1]],
+    }
+    for vi in list(g.input) + list(g.output):
+        if vi.name in shapes:
+            vi.type.tensor_type.shape.Clear()
+            for d in shapes[vi.name]:
+                dim = vi.type.tensor_type.shape.dim.add()
+                if isinstance(d, str):
+                    dim.dim_param = d
+                else:
+                    dim.dim_value = d
+    for name, v in (("bq_axis1", 1), ("bq_idx2", 2), ("bq_idx0", 0)):
+        g.initializer.append(numpy_helper.from_array(np.array([v], np.int64), name))
+    nodes = []
+    for n in g.node:
+        if n.name in ("n_ids_b", "n_pos_b", "n_hidden"):  # the batch-1 axis, now real
+            n = helper.make_node("Identity", [n.input[0]], list(n.output), name=n.name)
+        elif n.name == "n_bias4":  # [B, S, T] -> [B, 1, S, T]
+            n.input[1] = "bq_axis1"
+        elif n.name == "n_total_len64":  # T is now the bias's third axis
+            n.input[1] = "bq_idx2"
+        elif n.op_type == "Split" and n.input[0] in ("past_keys", "past_values"):
+            del n.input[1:]  # equal split into the layers: [B, kv, P, hd] each
+        elif n.op_type == "GroupQueryAttention":
+            n.input[5] = "seqlens_kb"
+        nodes.append(n)
+        if n.name == "n_seqlens_k":  # one sequence length per batch row
+            nodes += [
+                helper.make_node("Shape", ["input_ids"], ["bq_ids_shape"]),
+                helper.make_node("Gather", ["bq_ids_shape", "bq_idx0"], ["bq_batch"]),
+                helper.make_node("Expand", ["seqlens_k", "bq_batch"], ["seqlens_kb"]),
+            ]
+    names = {n.name for n in nodes}
+    want = {"n_ids_b", "n_pos_b", "n_hidden", "n_bias4", "n_total_len64", "n_seqlens_k"}
+    if not want <= names:
+        raise ValueError(f"model: not the builder's depth graph (lacks {sorted(want - names)})")
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.value_info[:]
+    return m
+
+
+class _ARStep:
+    """The batch-axis graph bound for one AR step of n streams (S = 1) over the cache view
+    [L*n, kv, cap, hd]."""
+
+    def __init__(self, depth: BatchedDepth, n: int):
+        c, cap = depth.config, depth.cap
+        kv = (c.num_layers * n, c.num_kv_heads, cap, c.head_dim)
+        size = int(np.prod(kv))
+        self.keys = depth.kflat[:size].reshape(kv)
+        self.values = depth.vflat[:size].reshape(kv)
+        self.ids = np.zeros((n, 1), np.int64)
+        self.embeds = np.zeros((n, 1, c.input_width), np.float32)
+        self.pos = np.zeros((n, 1), np.int64)
+        self.bias = np.zeros((n, 1, cap + 1), np.float32)
+        self.hidden = np.zeros((n, 1, c.hidden_size), np.float32)
+        new = (c.num_layers, c.num_kv_heads, n, c.head_dim)
+        self.new_keys, self.new_values = np.zeros(new, np.float32), np.zeros(new, np.float32)
+        io = depth.batch_session.io_binding()
+        for name, a in (
+            ("input_ids", self.ids),
+            ("input_embeds", self.embeds),
+            ("position_ids", self.pos),
+            ("attention_bias", self.bias),
+            ("past_keys", self.keys),
+            ("past_values", self.values),
+        ):
+            io.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
+        for name, a in (
+            ("hidden", self.hidden),
+            ("new_keys", self.new_keys),
+            ("new_values", self.new_values),
+        ):
+            io.bind_output(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
+        self.io, self.session = io, depth.batch_session
+
+    def run(self) -> None:
+        self.session.run_with_iobinding(self.io)
+
+
 @dataclass
 class DepthLane:
     """One stream's place in a batched depth step: its mode, sampling law and generator."""
@@ -187,9 +288,18 @@ class BatchedDepth:
     streams per call. Per-stream caches are `cap` columns each of one preallocated block; a
     depth cache lives for one frame only, so a step may lay the streams out afresh."""
 
-    def __init__(self, decoder: DepthDecoder, slots: int):
+    def __init__(self, decoder: DepthDecoder, slots: int, provider="cpu", threads=None):
         if decoder.bank is None:
             raise ValueError("decoder: batched depth decoding needs a heads='hidden' graph")
+        # AR frames run on the batch-axis variant of the same graph: attention then costs
+        # n x cap columns instead of (n x cap)^2 for the concatenated layout.
+        self.batch_session = None
+        if decoder.graph.path is not None:
+            model = batch_depth_graph(onnx.load(str(decoder.graph.path)))
+            self.batch_session = open_session(
+                model.SerializeToString(), provider=provider, threads=threads
+            )
+        self._ar_steps: OrderedDict = OrderedDict()
         self.dec, self.graph, self.bank = decoder, decoder.graph, decoder.bank
         c = self.config = decoder.config
         self.G, self.V, self.cap = decoder.G, decoder.V, decoder.cap
@@ -224,6 +334,9 @@ class BatchedDepth:
     # ------------------------------------------------------------------ one frame
     def decode(self, hiddens: np.ndarray, lanes: list[DepthLane]) -> None:
         """Fills `lane.codes[1:]` of every lane (codes[0] = c0 is set by the caller)."""
+        if self.batch_session is not None and not any(ln.spec for ln in lanes):
+            self._decode_ar(hiddens, lanes)
+            return
         sizes = tuple(self.tree.num_nodes if ln.spec else 1 for ln in lanes)
         lay = self._layout(sizes)
         self._prefill(lay, hiddens, lanes)
@@ -262,6 +375,73 @@ class BatchedDepth:
                     ln.cand = self._candidates(rows[i], 0, self.depth)
         self.calls += 1
         self.codes_out += n
+
+    def _ar_step(self, n: int) -> _ARStep:
+        step = self._ar_steps.get(n)
+        if step is None:
+            step = self._ar_steps[n] = _ARStep(self, n)
+            if len(self._ar_steps) > 32:
+                self._ar_steps.popitem(last=False)
+        else:
+            self._ar_steps.move_to_end(n)
+        return step
+
+    def _decode_ar(self, hiddens: np.ndarray, lanes) -> None:
+        """All lanes AR: the streams are in lockstep, one batch-axis call per level."""
+        n, G, V, cap = len(lanes), self.G, self.V, self.cap
+        st = self._ar_step(n)
+        c = self.config
+        ids = np.empty((n, 2), np.int64)
+        ids[:, 0] = self._zero_row
+        ids[:, 1] = [embedding_row(c, 0, int(ln.codes[0])) for ln in lanes]
+        embeds = np.zeros((n, 2, c.input_width), np.float32)
+        embeds[:, 0] = hiddens
+        causal = np.array([[0.0, -np.inf], [0.0, 0.0]], np.float32)
+        empty = np.zeros((c.num_layers * n, c.num_kv_heads, 0, c.head_dim), np.float32)
+        hidden, nk, nv = self.batch_session.run(
+            None,
+            {
+                "input_ids": ids,
+                "input_embeds": embeds,
+                "position_ids": np.tile(np.arange(2, dtype=np.int64), (n, 1)),
+                "attention_bias": np.broadcast_to(causal, (n, 2, 2)).copy(),
+                "past_keys": empty,
+                "past_values": empty,
+            },
+        )
+        # new K/V rows are query b*2 + s; the cache view is [L, n, kv, cap, hd].
+        kv5 = (c.num_layers, n, c.num_kv_heads, cap, c.head_dim)
+        keys, values = st.keys.reshape(kv5), st.values.reshape(kv5)
+        split = (c.num_layers, c.num_kv_heads, n, 2, c.head_dim)
+        keys[:, :, :, :2] = nk.reshape(split).transpose(0, 2, 1, 3, 4)
+        values[:, :, :, :2] = nv.reshape(split).transpose(0, 2, 1, 3, 4)
+        self.calls += 1
+        rows = [hidden[i, 1] for i in range(n)]
+        self._ar_level(lanes, rows, 0)
+        for m in range(1, G - 1):
+            past = m + 1
+            st.ids[:, 0] = [self._level_base + m * V + int(ln.codes[m]) for ln in lanes]
+            st.pos[:] = past
+            st.bias[...] = -np.inf
+            st.bias[:, 0, :past] = 0.0
+            st.bias[:, 0, cap] = 0.0
+            self._run(st)
+            keys[:, :, :, past] = st.new_keys.transpose(0, 2, 1, 3)
+            values[:, :, :, past] = st.new_values.transpose(0, 2, 1, 3)
+            self.calls += 1
+            self._ar_level(lanes, [st.hidden[i, 0] for i in range(n)], m)
+        for ln in lanes:
+            ln.level = G - 1
+
+    def _ar_level(self, lanes, rows, m: int) -> None:
+        """c_{m+1} of every live lane from head m on its hidden row (streams on a real batch
+        axis never see each other, so a failed lane's rows are simply not sampled)."""
+        live = [i for i, ln in enumerate(lanes) if ln.failed is None]
+        items = [(lanes[i], ROOT_ONLY, self.bank.logits(m, rows[i])[None], None) for i in live]
+        for i, tok in zip(live, _sample_roots_of(items)):
+            if tok is not None:
+                lanes[i].codes[m + 1] = tok[0]
+                self.codes_out += 1
 
     def _candidates(self, z: np.ndarray, level: int, depth: int) -> np.ndarray:
         return self.bank.draft_candidates(

@@ -24,7 +24,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-streams", type=int, default=16, help="streams per step (default 16)")
     p.add_argument("--max-queue", type=int, default=None, help="waiting requests (default: =)")
     p.add_argument("--provider", default="cpu", choices=PROVIDERS)
-    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
+    p.add_argument(
+        "--threads", type=int, default=1, help="ONNX Runtime threads per session (default 1)"
+    )
 
 
 def cmd_serve(args) -> int:

@@ -35,7 +35,7 @@ def build_app(args: Optional[dict[str, Any]] = None):
     args = dict(args or {})
     max_streams = _int(args, "max_streams", 16)
     max_queue = _int(args, "max_queue", max_streams)
-    threads = _int(args, "threads", None)
+    threads = _int(args, "threads", 1)
     provider = str(args.get("provider", "cpu"))
     engine_kw = dict(
         max_streams=max_streams, max_queue=max_queue, threads=threads, provider=provider
