@@ -275,7 +275,8 @@ def prometheus_text(app: FastAPI) -> str:
         "queue_depth": "admitted requests waiting for a slot",
         "max_streams": "slots of the engine",
         "frames_per_second": "frames decoded per second over the last steps",
-        "tokens_per_call": "depth codes per depth graph call since start",
+        "tokens_per_call": "depth codes per depth call of one stream since start",
+        "batch_tokens_per_call": "depth codes per batched depth graph call since start",
     }
     counters = {
         "frames": "frames decoded",

@@ -311,8 +311,9 @@ class BatchedDepth:
         self._layouts: OrderedDict = OrderedDict()
         self._zero_row = zero_row(c)
         self._level_base = c.c0_vocab_size - c.codebook_size
-        self.calls = 0
-        self.codes_out = 0
+        self.calls = 0  # graph calls
+        self.lane_calls = 0  # streams served per call, summed: codes / lane_calls = codes per
+        self.codes_out = 0  # call of one stream (1 for AR, more when speculation accepts)
 
     def kv_shape(self, cols: int) -> tuple[int, ...]:
         c = self.config
@@ -374,6 +375,7 @@ class BatchedDepth:
                 if ln.spec:
                     ln.cand = self._candidates(rows[i], 0, self.depth)
         self.calls += 1
+        self.lane_calls += n
         self.codes_out += n
 
     def _ar_step(self, n: int) -> _ARStep:
@@ -416,6 +418,7 @@ class BatchedDepth:
         keys[:, :, :, :2] = nk.reshape(split).transpose(0, 2, 1, 3, 4)
         values[:, :, :, :2] = nv.reshape(split).transpose(0, 2, 1, 3, 4)
         self.calls += 1
+        self.lane_calls += n
         rows = [hidden[i, 1] for i in range(n)]
         self._ar_level(lanes, rows, 0)
         for m in range(1, G - 1):
@@ -429,6 +432,7 @@ class BatchedDepth:
             keys[:, :, :, past] = st.new_keys.transpose(0, 2, 1, 3)
             values[:, :, :, past] = st.new_values.transpose(0, 2, 1, 3)
             self.calls += 1
+            self.lane_calls += n
             self._ar_level(lanes, [st.hidden[i, 0] for i in range(n)], m)
         for ln in lanes:
             ln.level = G - 1
@@ -485,6 +489,7 @@ class BatchedDepth:
         results = verify_lanes(problems)
         self._commit(lay, work, results)
         self.calls += 1
+        self.lane_calls += len(work)
 
     def _tree_for(self, ln: DepthLane) -> dict:
         if not ln.spec:

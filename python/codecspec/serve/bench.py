@@ -52,7 +52,8 @@ def engine_scaling(engine, ns, mode: str, seed: int = 0, progress: bool = True) 
     list(engine.submit(SpeechRequest(TEXTS[0], mode=mode, seed=seed)))  # warm-up
     out = []
     for n in ns:
-        calls0, codes0 = engine.depth.calls, engine.depth.codes_out
+        d = engine.depth
+        calls0, lanes0, codes0 = d.calls, d.lane_calls, d.codes_out
         reqs = [SpeechRequest(TEXTS[i % len(TEXTS)], mode=mode, seed=seed + i) for i in range(n)]
         t0 = time.perf_counter()
         handles = engine.submit_many(reqs)
@@ -68,9 +69,8 @@ def engine_scaling(engine, ns, mode: str, seed: int = 0, progress: bool = True) 
             wall,
         )
         row["mode"] = mode
-        row["tokens_per_call"] = (engine.depth.codes_out - codes0) / max(
-            engine.depth.calls - calls0, 1
-        )
+        row["tokens_per_call"] = (d.codes_out - codes0) / max(d.lane_calls - lanes0, 1)
+        row["batch_tokens_per_call"] = (d.codes_out - codes0) / max(d.calls - calls0, 1)
         out.append(row)
         if progress:
             print(_line(row), flush=True)

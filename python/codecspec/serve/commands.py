@@ -81,7 +81,10 @@ def cmd_bench_streams(args) -> int:
 
     modes = ["ar", "spec"] if args.stream_mode == "both" else [args.stream_mode]
     engine = Engine(
-        args.model, max_streams=max(args.streams), provider=args.provider, threads=args.threads
+        args.model,
+        max_streams=max(args.streams),
+        provider=args.provider,
+        threads=args.threads or 1,  # see Engine: one thread per session unless told
     )
     try:
         rows = [

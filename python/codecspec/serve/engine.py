@@ -362,7 +362,10 @@ class Engine:
             "steps_total": self.stats.steps,
             "depth_calls_total": self.depth.calls,
             "depth_codes_total": self.depth.codes_out,
-            "tokens_per_call": self.depth.codes_out / max(self.depth.calls, 1),
+            # Codes per depth call of one stream (speculation's figure, 1 for AR), and per
+            # batched graph call (what batching adds).
+            "tokens_per_call": self.depth.codes_out / max(self.depth.lane_calls, 1),
+            "batch_tokens_per_call": self.depth.codes_out / max(self.depth.calls, 1),
             "streams_done_total": self.stats.streams_done,
             "streams_failed_total": self.stats.streams_failed,
             "streams_cancelled_total": self.stats.streams_cancelled,
