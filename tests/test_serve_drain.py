@@ -16,9 +16,8 @@ pytest.importorskip("uvicorn")
 
 from serve_util import LONG, free_port, wait_for  # noqa: E402
 
+import codecspec  # noqa: E402
 from codecspec.serve.bench import check_wav  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _up(url: str) -> bool:
@@ -31,9 +30,9 @@ def _up(url: str) -> bool:
 def test_sigterm_drains_in_flight_streams():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = dict(
-        os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
-    )
+    # The server process imports codecspec from where this test did (source tree or wheel).
+    here = str(Path(codecspec.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "codecspec.cli", "serve", "--port", str(port)]
     proc = subprocess.Popen(cmd + ["--max-streams", "2", "--threads", "1"], env=env)
     try:
