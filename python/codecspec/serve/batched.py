@@ -340,11 +340,11 @@ class BatchedDepth:
             return
         sizes = tuple(self.tree.num_nodes if ln.spec else 1 for ln in lanes)
         lay = self._layout(sizes)
-        self._prefill(lay, hiddens, lanes)
+        self._prefill(hiddens, lanes)
         while not all(ln.done for ln in lanes):
             self._round(lay, lanes)
 
-    def _prefill(self, lay: _Layout, hiddens, lanes) -> None:
+    def _prefill(self, hiddens, lanes) -> None:
         # Two rows per stream: the temporal hidden state (as an embedding) and c0.
         n, cap = len(lanes), self.cap
         pre = self._layout(tuple([2] * n), prefill=True)
