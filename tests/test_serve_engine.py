@@ -234,3 +234,35 @@ def test_engine_rejects_bad_requests_naming_the_field(engine, kw, field):
     req = SpeechRequest(**{"input": HELLO, "input_format": "ipa", **kw})
     with pytest.raises(ValueError, match=field):
         engine.submit(req)
+
+
+def test_scaling_bench_reports_the_issue_fields(engine):
+    from codecspec.serve.bench import engine_scaling, table
+
+    rows = engine_scaling(engine, [1, 2], "ar", progress=False, texts=[HELLO], input_format="ipa")
+    want = {
+        "n",
+        "aggregate_realtime",
+        "per_stream_rtf_p50",
+        "per_stream_rtf_p95",
+        "ttfa_ms_p50",
+        "ttfa_ms_p95",
+    }
+    assert [r["n"] for r in rows] == [1, 2] and all(want <= set(r) for r in rows)
+    assert all(r["aggregate_realtime"] > 0 and r["tokens_per_call"] == 1.0 for r in rows)
+    assert rows[1]["batch_tokens_per_call"] > 1.5  # two streams per depth call
+    assert "| ar | 2 |" in table(rows)
+
+
+def test_cli_registers_serve_loadtest_and_bench_streams():
+    from codecspec.cli import build_parser
+
+    ap = build_parser()
+    a = ap.parse_args(["serve"])
+    assert (a.host, a.port, a.max_streams) == ("127.0.0.1", 8000, 16)
+    a = ap.parse_args(["bench", "--streams", "1,4,16,64", "--json"])
+    assert a.streams == [1, 4, 16, 64] and a.json
+    a = ap.parse_args(["loadtest", "--clients", "1,4"])
+    assert a.clients == [1, 4] and a.requests == 3
+    with pytest.raises(SystemExit):
+        ap.parse_args(["bench", "--streams", "0,4"])

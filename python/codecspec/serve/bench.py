@@ -44,17 +44,29 @@ def summarize(n: int, audio_s, latency_s, ttfa_s, wall_s: float) -> dict:
 
 
 # --------------------------------------------------------------------------- in-process
-def engine_scaling(engine, ns, mode: str, seed: int = 0, progress: bool = True) -> list[dict]:
+def engine_scaling(
+    engine,
+    ns,
+    mode: str,
+    seed: int = 0,
+    progress: bool = True,
+    texts=TEXTS,
+    input_format: str = "text",
+) -> list[dict]:
     """n streams submitted together, for each n in `ns`: the figures of `summarize`, plus
     the depth loop's codes per call. TTFA here is the first decoded frame (no vocoder)."""
     from codecspec.serve.engine import SpeechRequest
 
-    list(engine.submit(SpeechRequest(TEXTS[0], mode=mode, seed=seed)))  # warm-up
+    def req(i: int) -> SpeechRequest:
+        text = texts[i % len(texts)]
+        return SpeechRequest(text, input_format=input_format, mode=mode, seed=seed + i)
+
+    list(engine.submit(req(0)))  # warm-up
     out = []
     for n in ns:
         d = engine.depth
         calls0, lanes0, codes0 = d.calls, d.lane_calls, d.codes_out
-        reqs = [SpeechRequest(TEXTS[i % len(TEXTS)], mode=mode, seed=seed + i) for i in range(n)]
+        reqs = [req(i) for i in range(n)]
         t0 = time.perf_counter()
         handles = engine.submit_many(reqs)
         for h in handles:
