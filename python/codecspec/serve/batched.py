@@ -293,12 +293,17 @@ class BatchedDepth:
             raise ValueError("decoder: batched depth decoding needs a heads='hidden' graph")
         # AR frames run on the batch-axis variant of the same graph: attention then costs
         # n x cap columns instead of (n x cap)^2 for the concatenated layout.
+        # A graph not made by the library's builder keeps the concatenated layout for all.
         self.batch_session = None
         if decoder.graph.path is not None:
-            model = batch_depth_graph(onnx.load(str(decoder.graph.path)))
-            self.batch_session = open_session(
-                model.SerializeToString(), provider=provider, threads=threads
-            )
+            try:
+                model = batch_depth_graph(onnx.load(str(decoder.graph.path)))
+            except ValueError:
+                model = None
+            if model is not None:
+                self.batch_session = open_session(
+                    model.SerializeToString(), provider=provider, threads=threads
+                )
         self._ar_steps: OrderedDict = OrderedDict()
         self.dec, self.graph, self.bank = decoder, decoder.graph, decoder.bank
         c = self.config = decoder.config
