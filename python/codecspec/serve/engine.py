@@ -390,6 +390,8 @@ class Engine:
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
+        # Errors are handled per stream or per step inside; this thread must never die with
+        # streams waiting on it.
         while True:
             with self._cv:
                 self._admit()
@@ -409,12 +411,15 @@ class Engine:
             s = self._pending.popleft()
             if s.handle.cancelled:
                 self.stats.streams_cancelled += 1
+                s.handle._put(("done", None))
                 continue
             s.slot = self._free.pop()
-            ck, cv = s.cross
-            self.temporal.load(s.slot, ck, cv)
-            s.cross = ()
             self._active[s.slot] = s
+            try:
+                self.temporal.load(s.slot, *s.cross)
+            except Exception as e:  # this stream's own input: it alone fails
+                self._leave(s, e)
+            s.cross = ()
 
     def _leave(self, s: _Stream, error: Optional[Exception], cancelled: bool = False) -> None:
         del self._active[s.slot]
