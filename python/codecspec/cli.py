@@ -412,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_speedup_map)
 
     register(sub)
+    from codecspec.serve.commands import register as register_serve
+
+    register_serve(sub)
     return ap
 
 

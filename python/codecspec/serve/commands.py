@@ -1,0 +1,142 @@
+"""`codecspec serve`, `codecspec loadtest` and `codecspec bench --streams ...`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
+
+
+def _ints(s: str) -> list[int]:
+    try:
+        out = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {s!r}")
+    return out
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-streams", type=int, default=16, help="streams per step (default 16)")
+    p.add_argument("--max-queue", type=int, default=None, help="waiting requests (default: =)")
+    p.add_argument("--provider", default="cpu", choices=PROVIDERS)
+    p.add_argument(
+        "--threads", type=int, default=1, help="ONNX Runtime threads per session (default 1)"
+    )
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from codecspec.serve.app import create_app
+    from codecspec.serve.engine import Engine
+
+    def factory():
+        return Engine(
+            max_streams=args.max_streams,
+            max_queue=args.max_queue,
+            provider=args.provider,
+            threads=args.threads,
+        )
+
+    uvicorn.run(
+        create_app(factory, vocoder_iters=args.vocoder_iters),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        timeout_graceful_shutdown=args.drain_seconds,
+    )
+    return 0
+
+
+def cmd_loadtest(args) -> int:
+    from codecspec.serve.bench import load_test
+
+    rows = []
+    for n in args.clients:
+        r = asyncio.run(load_test(args.url, n, args.requests, mode=args.mode))
+        rows.append(r)
+        if not args.json:
+            print(
+                f"clients={n} requests={r['requests']} valid={r['valid']} lost={r['lost']} "
+                f"5xx={r['status_5xx']} 4xx={r['status_4xx']}: aggregate "
+                f"{r['aggregate_realtime']:.2f}x real time, RTF p50 "
+                f"{r['per_stream_rtf_p50']:.2f} p95 {r['per_stream_rtf_p95']:.2f}, TTFA p50 "
+                f"{r['ttfa_ms_p50']:.0f} ms p95 {r['ttfa_ms_p95']:.0f} ms",
+                flush=True,
+            )
+    if args.json:
+        print(json.dumps({"url": args.url, "streams": rows}))
+    bad = sum(r["requests"] - r["valid"] for r in rows)
+    return 0 if bad == 0 else 1
+
+
+def cmd_bench_streams(args) -> int:
+    from codecspec.serve.bench import engine_scaling, plot, table
+    from codecspec.serve.engine import Engine
+
+    modes = ["ar", "spec"] if args.stream_mode == "both" else [args.stream_mode]
+    engine = Engine(
+        args.model,
+        max_streams=max(args.streams),
+        provider=args.provider,
+        threads=args.threads or 1,  # see Engine: one thread per session unless told
+    )
+    try:
+        rows = [
+            r
+            for m in modes
+            for r in engine_scaling(engine, args.streams, m, args.seed, progress=not args.json)
+        ]
+    finally:
+        engine.shutdown()
+    if args.plot:
+        plot(rows, args.plot)
+    if args.json:
+        print(json.dumps({"streams": rows}))
+    else:
+        print(table(rows))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible speech server (continuous batching)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--drain-seconds", type=int, default=60, help="on SIGTERM, wait this long for streams"
+    )
+    p.add_argument(
+        "--vocoder-iters", type=int, default=32, help="Griffin-Lim iterations per chunk (32)"
+    )
+    _engine_args(p)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("loadtest", help="concurrent clients against a running speech server")
+    p.add_argument("--url", default="http://127.0.0.1:8000")
+    p.add_argument("--clients", type=_ints, default=[64], help="e.g. 1,4,16,64 (default 64)")
+    p.add_argument("--requests", type=int, default=3, help="requests per client (default 3)")
+    p.add_argument("--mode", default="auto", choices=["auto", "ar", "spec"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_loadtest)
+
+    # `codecspec bench --streams 1,4,16,64`: the in-process scaling bench joins the existing
+    # bench command (registered by codecspec.tts.commands) instead of a new name.
+    bench = sub.choices.get("bench")
+    if bench is None:
+        return
+    bench.add_argument(
+        "--streams", type=_ints, default=None, help="scaling bench at these stream counts"
+    )
+    bench.add_argument("--stream-mode", default="both", choices=["ar", "spec", "both"])
+    bench.add_argument("--plot", type=Path, default=None, help="PNG of the scaling bench")
+    single = bench.get_default("func")
+
+    def dispatch(args) -> int:
+        return cmd_bench_streams(args) if args.streams else single(args)
+
+    bench.set_defaults(func=dispatch)

@@ -1,0 +1,508 @@
+"""Continuous batching of many TTS streams in one process.
+
+One engine thread runs steps. A step decodes one frame of every active stream: one batched
+temporal call, one c0 draw per sampling law, then the depth loop batched across streams
+(`BatchedDepth`: AR and speculative streams side by side, ragged trees verified in one core
+call). Streams join and leave only between steps (frame boundaries); a stream whose client
+went away is dropped at the next boundary, and its slot is reused.
+
+Each stream draws from its own counter-based generator (`Generator(seed)`, or a fork of the
+engine's base generator when no seed is given), so its codes do not depend on which other
+streams share the batch. The queue in front of the slots is bounded: `submit` raises
+`Overloaded` (with a retry hint) instead of letting memory grow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+import codecspec as cs
+from codecspec.decode.depth import MODES
+from codecspec.serve.batched import BatchedDepth, BatchedTemporal, DepthLane, sample_roots
+from codecspec.tts.model import ReferenceTTS, phonemize
+from codecspec.tts.text import BOS, EOS
+
+MAX_INPUT_CHARS = 400
+SPEED_RANGE = (0.25, 4.0)
+
+
+class Overloaded(RuntimeError):
+    """Every slot is busy and the queue is full; `retry_after` seconds is a fair wait."""
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StreamFailed(RuntimeError):
+    """Decoding of this stream raised; the other streams are unaffected."""
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """What one stream says and how. `voice` is a speaker of the model; `speed` scales the
+    speaking rate (frames = phonemes x frames-per-phoneme / speed); `mode` ar|spec|auto."""
+
+    input: str
+    input_format: str = "text"  # "ipa": `input` is espeak-ng IPA (no phonemizer needed)
+    voice: Optional[str] = None
+    language: str = "en"
+    speed: float = 1.0
+    mode: str = "auto"
+    seed: Optional[int] = None
+    temperature: Optional[float] = None
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+
+
+class StreamHandle:
+    """The consumer's side of a stream: frames of codes (int64 [G]) as they are decoded.
+
+    Iterate it (blocking) or `await handle.next()` (asyncio; pass `loop` to `submit`).
+    `next` returns None at the end and raises `StreamFailed` if decoding raised."""
+
+    def __init__(self, stream_id: int, frames: int, loop=None):
+        self.id, self.frames = stream_id, frames
+        self._loop = loop
+        self._aq = asyncio.Queue() if loop is not None else None
+        self._items: deque = deque()
+        self._ready = threading.Condition()
+        self.cancelled = False
+        self.submitted = time.perf_counter()
+        self.first_frame_at: Optional[float] = None  # perf_counter times, set by the engine
+        self.done_at: Optional[float] = None
+
+    def _put(self, item) -> None:
+        now = time.perf_counter()
+        if item[0] == "frame" and self.first_frame_at is None:
+            self.first_frame_at = now
+        elif item[0] != "frame":
+            self.done_at = now
+        if self._aq is not None:
+            self._loop.call_soon_threadsafe(self._aq.put_nowait, item)
+            return
+        with self._ready:
+            self._items.append(item)
+            self._ready.notify()
+
+    @staticmethod
+    def _unwrap(item):
+        kind, value = item
+        if kind == "error":
+            raise StreamFailed(str(value)) from value
+        return value if kind == "frame" else None
+
+    async def next(self):
+        return self._unwrap(await self._aq.get())
+
+    def __iter__(self):
+        while True:
+            with self._ready:
+                while not self._items:
+                    self._ready.wait()
+                item = self._items.popleft()
+            frame = self._unwrap(item)
+            if frame is None:
+                return
+            yield frame
+
+    def cancel(self) -> None:
+        """The consumer is gone: the engine frees the stream's slot at the next step."""
+        self.cancelled = True
+
+
+@dataclass
+class _Stream:
+    handle: StreamHandle
+    request: SpeechRequest
+    speaker: int
+    frames: int
+    spec: bool
+    params: cs.SamplingParams
+    generator: cs.Generator
+    cross: tuple
+    slot: int = -1
+    t: int = 0
+    latent: Optional[np.ndarray] = None
+    codes: list = field(default_factory=list)
+
+
+@dataclass
+class EngineStats:
+    steps: int = 0
+    frames: int = 0
+    streams_done: int = 0
+    streams_failed: int = 0
+    streams_cancelled: int = 0
+    rejected: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=64))  # (time, frames)
+
+
+class Engine:
+    """Continuous-batching TTS engine over a model folder (default: the shipped model).
+
+    max_streams: slots decoded together per step; max_queue: admitted requests waiting for a
+    slot (default max_streams); beyond that `submit` raises `Overloaded`. threads: ONNX
+    Runtime threads per session, 1 by default: the engine runs several sessions with host
+    work between calls, and their spinning worker pools then take the cores from each other
+    (2-core machine, 16 streams: 3.8 s at 1 thread vs 14.4 s at 2 spinning threads); scale
+    across cores with replicas (`codecspec.serve.ray`) instead. `fault`: an
+    optional callable(request, frame) run per stream per step inside that stream's error
+    boundary (fault-injection tests use it to make one stream raise)."""
+
+    def __init__(
+        self,
+        model_dir=None,
+        max_streams: int = 16,
+        max_queue: Optional[int] = None,
+        provider: str = "cpu",
+        threads: Optional[int] = 1,
+        max_input_chars: int = MAX_INPUT_CHARS,
+        max_frames: int = 480,
+        fault: Optional[Callable[[SpeechRequest, int], None]] = None,
+    ):
+        if int(max_streams) < 1:
+            raise ValueError(f"max_streams: must be >= 1, got {max_streams}")
+        self.tts = ReferenceTTS(model_dir, provider=provider, threads=threads)
+        self.max_streams = int(max_streams)
+        self.max_queue = self.max_streams if max_queue is None else int(max_queue)
+        self.max_input_chars, self.max_frames = int(max_input_chars), int(max_frames)
+        self.fault = fault
+        # Phonemes: an input of max_input_chars never needs more than ~1.5 per character.
+        self.max_phonemes = int(1.5 * self.max_input_chars) + 2
+        self.temporal = BatchedTemporal(
+            self.tts.dir / "temporal.onnx",
+            self.max_streams,
+            self.max_frames,
+            self.max_phonemes,
+            provider,
+            threads,
+        )
+        self.depth = BatchedDepth(self.tts.depth, self.max_streams, provider, threads)
+        self.sample_rate = self.tts.codec.cfg.sample_rate
+        self.frame_rate = self.tts.codec.cfg.frame_rate
+        self.stats = EngineStats()
+        self._base = cs.Generator(int.from_bytes(os.urandom(8), "little") >> 1)
+        self._ids = 0
+        self._cv = threading.Condition()
+        self._pending: deque = deque()
+        self._active: dict[int, _Stream] = {}
+        self._free = list(range(self.max_streams - 1, -1, -1))
+        self._running, self._draining = True, False
+        self._thread = threading.Thread(target=self._loop, name="codecspec-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ requests
+    @property
+    def voices(self) -> list:
+        return self.tts.speakers
+
+    @property
+    def languages(self) -> list:
+        return self.tts.languages
+
+    def check(self, req: SpeechRequest) -> SpeechRequest:
+        """Validates a request; ValueError names the offending field."""
+        if not isinstance(req.input, str) or not req.input.strip():
+            raise ValueError("input: expected a non-empty string")
+        if len(req.input) > self.max_input_chars:
+            raise ValueError(
+                f"input: {len(req.input)} characters, more than the limit {self.max_input_chars}"
+            )
+        if req.input_format not in ("text", "ipa"):
+            raise ValueError(f"input_format: expected 'text' or 'ipa', got {req.input_format!r}")
+        if req.voice is not None and req.voice not in self.voices:
+            raise ValueError(f"voice: expected one of {self.voices}, got {req.voice!r}")
+        if req.language not in self.languages:
+            raise ValueError(f"language: expected one of {self.languages}, got {req.language!r}")
+        lo, hi = SPEED_RANGE
+        if not (isinstance(req.speed, (int, float)) and lo <= req.speed <= hi):
+            raise ValueError(f"speed: expected a number in [{lo}, {hi}], got {req.speed!r}")
+        if req.mode not in MODES + ("auto",):
+            raise ValueError(f"mode: expected one of {MODES + ('auto',)}, got {req.mode!r}")
+        if req.seed is not None and not (0 <= int(req.seed) < 2**63):
+            raise ValueError(f"seed: expected an integer in [0, 2^63), got {req.seed!r}")
+        self._params(req)
+        return req
+
+    def _params(self, req: SpeechRequest) -> cs.SamplingParams:
+        base = self.tts.params
+        t = base.temperature if req.temperature is None else req.temperature
+        k = base.top_k if req.top_k is None else req.top_k
+        p = base.top_p if req.top_p is None else req.top_p
+        if not (np.isfinite(t) and 0.0 <= t <= 10.0):
+            raise ValueError(f"temperature: expected a finite number in [0, 10], got {t!r}")
+        if not (0 <= int(k) <= self.tts.depth.V):
+            raise ValueError(f"top_k: expected an integer in [0, {self.tts.depth.V}], got {k!r}")
+        if not (np.isfinite(p) and 0.0 < p <= 1.0):
+            raise ValueError(f"top_p: expected a finite number in (0, 1], got {p!r}")
+        return cs.SamplingParams(float(t), int(k), float(p))
+
+    def _overloaded(self) -> Optional[Overloaded]:
+        if self._draining or not self._running:
+            return Overloaded("server: shutting down", retry_after=5.0)
+        # Pending streams take free slots at the next step: only the rest wait in the queue.
+        if len(self._pending) >= self.max_queue + len(self._free):
+            self.stats.rejected += 1
+            return Overloaded(
+                f"server: {self.max_streams} streams busy and {self.max_queue} queued",
+                retry_after=self._retry_after(),
+            )
+        return None
+
+    def _retry_after(self) -> float:
+        # A slot frees when the shortest remaining stream ends: about that many steps.
+        left = [s.frames - s.t for s in self._active.values()] or [1]
+        return max(1.0, min(left) * self.step_seconds())
+
+    def step_seconds(self) -> float:
+        r = self.stats.recent
+        if len(r) < 2:
+            return 0.1
+        return (r[-1][0] - r[0][0]) / max(len(r) - 1, 1)
+
+    def submit(self, req: SpeechRequest, loop=None) -> StreamHandle:
+        """Validates, phonemizes and encodes `req` in the caller's thread and queues it.
+        Raises ValueError (naming the field) or Overloaded."""
+        t0 = time.perf_counter()
+        self.check(req)
+        with self._cv:
+            busy = self._overloaded()
+        if busy is not None:
+            raise busy
+        stream = self._prepare(req, loop)
+        with self._cv:
+            busy = self._overloaded()
+            if busy is not None:
+                raise busy
+            stream.handle.submitted = t0  # latency counts the text preparation too
+            self._pending.append(stream)
+            self._cv.notify()
+        return stream.handle
+
+    def submit_many(self, reqs: list) -> list:
+        """Prepares every request, then queues them together, so that as many as there are
+        free slots join at the same step (the scaling bench uses this). Raises ValueError or
+        Overloaded before queueing any of them."""
+        t0 = time.perf_counter()
+        streams = [self._prepare(self.check(r), None) for r in reqs]
+        with self._cv:
+            if self._draining or len(self._pending) + len(streams) > self.max_queue + len(
+                self._free
+            ):
+                raise Overloaded("server: not enough room for the batch", self._retry_after())
+            for s in streams:
+                s.handle.submitted = t0
+                self._pending.append(s)
+            self._cv.notify()
+        return [s.handle for s in streams]
+
+    def _prepare(self, req: SpeechRequest, loop) -> _Stream:
+        tts = self.tts
+        speaker = req.voice or tts.meta["default_speaker"]
+        lang_id, spk_id = tts._ids(req.language, speaker)
+        ipa = req.input
+        if req.input_format == "text":
+            ipa = phonemize(req.input, tts.meta["voices"][req.language])
+        try:  # IPA from a client must be the model's own symbols; espeak-ng's may map to unk
+            ids = tts.frontend.vocab.encode(ipa, strict=req.input_format == "ipa")
+        except ValueError as e:
+            raise ValueError(f"input: {e}") from e
+        if len(ids) + 2 > self.max_phonemes:
+            raise ValueError(f"input: {len(ids)} phonemes, more than the limit")
+        frames = tts.num_frames(len(ids), req.language, float(req.speed))
+        if frames > self.max_frames:
+            raise ValueError(
+                f"input: needs {frames} frames at speed {req.speed}, more than {self.max_frames}"
+            )
+        ids = np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)[None]
+        cross = tts.encoder.run(
+            ["cross_keys", "cross_values"],
+            {
+                "phonemes": ids,
+                "language": np.array([lang_id], np.int64),
+                "speaker": np.array([spk_id], np.int64),
+            },
+        )
+        mode = req.mode if req.mode != "auto" else ("spec" if tts.speculation_pays else "ar")
+        with self._cv:
+            self._ids += 1
+            sid = self._ids
+        gen = cs.Generator(int(req.seed)) if req.seed is not None else self._base.fork(sid)
+        return _Stream(
+            handle=StreamHandle(sid, frames, loop),
+            request=req,
+            speaker=spk_id,
+            frames=frames,
+            spec=mode == "spec",
+            params=self._params(req),
+            generator=gen,
+            cross=tuple(cross),
+        )
+
+    # ------------------------------------------------------------------ state
+    def metrics(self) -> dict:
+        r = self.stats.recent
+        span = r[-1][0] - r[0][0] if len(r) > 1 else 0.0
+        fps = sum(f for _, f in list(r)[1:]) / span if span > 0 else 0.0
+        return {
+            "active_streams": len(self._active),
+            "queue_depth": len(self._pending),
+            "max_streams": self.max_streams,
+            "frames_per_second": fps,
+            "frames_total": self.stats.frames,
+            "steps_total": self.stats.steps,
+            "depth_calls_total": self.depth.calls,
+            "depth_codes_total": self.depth.codes_out,
+            # Codes per depth call of one stream (speculation's figure, 1 for AR), and per
+            # batched graph call (what batching adds).
+            "tokens_per_call": self.depth.codes_out / max(self.depth.lane_calls, 1),
+            "batch_tokens_per_call": self.depth.codes_out / max(self.depth.calls, 1),
+            "streams_done_total": self.stats.streams_done,
+            "streams_failed_total": self.stats.streams_failed,
+            "streams_cancelled_total": self.stats.streams_cancelled,
+            "rejected_total": self.stats.rejected,
+        }
+
+    def shutdown(self, drain: bool = True, timeout: float = 60.0) -> None:
+        """Stops admitting; with `drain`, finishes the active and queued streams first."""
+        with self._cv:
+            self._draining = True
+            if not drain:
+                for s in list(self._pending) + list(self._active.values()):
+                    s.handle.cancel()
+            self._cv.notify()
+        deadline = time.monotonic() + timeout
+        while (self._active or self._pending) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with self._cv:
+            self._running = False
+            self._cv.notify()
+        self._thread.join(timeout=5.0)
+
+    # ------------------------------------------------------------------ the loop
+    def _loop(self) -> None:
+        # Errors are handled per stream or per step inside; this thread must never die with
+        # streams waiting on it.
+        while True:
+            with self._cv:
+                self._admit()
+                while self._running and not self._active:
+                    self._cv.wait(timeout=0.5)
+                    self._admit()
+                if not self._running:
+                    return
+            self._step()
+
+    def _admit(self) -> None:
+        """Frame boundary: cancelled streams leave, queued ones join free slots."""
+        for s in list(self._active.values()):
+            if s.handle.cancelled:
+                self._leave(s, None, cancelled=True)
+        while self._pending and self._free:
+            s = self._pending.popleft()
+            if s.handle.cancelled:
+                self.stats.streams_cancelled += 1
+                s.handle._put(("done", None))
+                continue
+            s.slot = self._free.pop()
+            self._active[s.slot] = s
+            try:
+                self.temporal.load(s.slot, *s.cross)
+            except Exception as e:  # this stream's own input: it alone fails
+                self._leave(s, e)
+            s.cross = ()
+
+    def _leave(self, s: _Stream, error: Optional[Exception], cancelled: bool = False) -> None:
+        del self._active[s.slot]
+        self._free.append(s.slot)
+        if cancelled:
+            self.stats.streams_cancelled += 1
+            s.handle._put(("done", None))  # a consumer still reading must not block
+        elif error is not None:
+            self.stats.streams_failed += 1
+            s.handle._put(("error", error))
+        else:
+            self.stats.streams_done += 1
+            s.handle._put(("done", None))
+
+    def _step(self) -> None:
+        streams = [self._active[k] for k in sorted(self._active)]
+        try:
+            self._decode(streams)
+        except Exception as e:  # a shared call failed: every stream of this step ends
+            with self._cv:
+                for s in streams:
+                    if s.slot in self._active:
+                        self._leave(s, e)
+        now = time.perf_counter()
+        self.stats.steps += 1
+        self.stats.recent.append((now, len(streams)))
+
+    def _decode(self, streams: list) -> None:
+        latent_dim = self.temporal.latent_dim
+        latents = np.stack(
+            [np.zeros(latent_dim, np.float32) if s.latent is None else s.latent for s in streams]
+        )
+        progress = [(s.t + 0.5) / s.frames for s in streams]
+        hidden, logits = self.temporal.step(
+            [s.slot for s in streams], latents, progress, [s.speaker for s in streams]
+        )
+        lanes = [self._lane(s) for s in streams]
+        for i, (s, ln) in enumerate(zip(streams, lanes)):
+            self._guard(ln, lambda s=s, i=i: self._check_stream(s, hidden[i], logits[i]))
+        live = [i for i, ln in enumerate(lanes) if ln.failed is None]
+        c0 = sample_roots(logits[live], [lanes[i] for i in live])
+        for i, c in zip(live, c0):
+            if c is not None:
+                lanes[i].codes[0] = c[0]
+        # A failed stream's rows may hold NaN; masked columns still multiply their values, so
+        # it leaves the depth batch entirely.
+        live = [i for i in live if lanes[i].failed is None]
+        if live:
+            self.depth.decode(hidden[live], [lanes[i] for i in live])
+        with self._cv:
+            for s, ln in zip(streams, lanes):
+                self._emit(s, ln)
+
+    def _lane(self, s: _Stream) -> DepthLane:
+        return DepthLane(
+            spec=s.spec,
+            params=s.params,
+            generator=s.generator,
+            codes=np.zeros(self.depth.G, np.int64),
+        )
+
+    @staticmethod
+    def _guard(ln: DepthLane, fn) -> None:
+        try:
+            fn()
+        except Exception as e:  # this stream's own error: it alone fails
+            ln.failed = e
+
+    def _check_stream(self, s: _Stream, hidden: np.ndarray, logits: np.ndarray) -> None:
+        if self.fault is not None:
+            self.fault(s.request, s.t)
+        if not (np.isfinite(hidden).all() and np.isfinite(logits).all()):
+            raise FloatingPointError("the temporal model produced non-finite values")
+
+    def _emit(self, s: _Stream, ln: DepthLane) -> None:
+        if s.slot not in self._active:
+            return
+        if ln.failed is not None:
+            self._leave(s, ln.failed)
+            return
+        s.handle._put(("frame", ln.codes))
+        s.latent = self.tts._latent(ln.codes)
+        s.t += 1
+        self.stats.frames += 1
+        if s.t >= s.frames:
+            self._leave(s, None)
