@@ -7,6 +7,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from codecspec.tts.commands import threads_arg
+
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
 
 
@@ -25,7 +27,10 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=int, default=None, help="waiting requests (default: =)")
     p.add_argument("--provider", default="cpu", choices=PROVIDERS)
     p.add_argument(
-        "--threads", type=int, default=1, help="ONNX Runtime threads per session (default 1)"
+        "--threads",
+        type=threads_arg,
+        default=1,
+        help="the process's ONNX Runtime thread pool (default 1: the vocoder gets the rest)",
     )
 
 

@@ -197,8 +197,18 @@ def build_speedup_map(
         out.mkdir(parents=True, exist_ok=True)
         (out / "speedup_map.json").write_text(json.dumps(doc, indent=1) + "\n")
         (out / "speedup_map.md").write_text(map_table(doc) + "\n")
-        plot_speedup_map(doc, out / "speedup_map.png")
+        plot_speedup_map(doc, out / "speedup_map.png", marks=shipped_marks())
     return doc
+
+
+def shipped_marks() -> dict:
+    """Tokens per call of the shipped reference model (its report.json bench), to mark."""
+    rep = shipped_map_path().parent / "reference" / "report.json"
+    try:
+        tpc = json.loads(rep.read_text())["bench"]["tokens_per_call"]
+    except (OSError, KeyError, ValueError):
+        return {}
+    return {"shipped reference (v1)": float(tpc)}
 
 
 def map_table(doc: dict) -> str:
