@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from codecspec.codec.audio import read_wav
 from codecspec.codec.codec import Codec
 from codecspec.codec.features import (

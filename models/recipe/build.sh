@@ -17,4 +17,5 @@ OMP_NUM_THREADS=1 python3 models/recipe/tts.py train --corpus "$CACHE/corpus" \
     --codec "$CACHE/codec" --out "$CACHE/tts" --minutes "${MINUTES:-60}" --threads 1
 OPENBLAS_NUM_THREADS=1 python3 models/recipe/ship.py --trained "$CACHE/tts" \
     --corpus "$CACHE/corpus" --codec "$CACHE/codec" --out "$OUT"
+python3 models/recipe/vocoder.py --model "$OUT" --corpus "$CACHE/corpus"
 python3 models/recipe/card.py --model "$OUT" --corpus "$CACHE/corpus" --codec "$CACHE/codec"
