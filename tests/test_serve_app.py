@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -19,13 +20,15 @@ from serve_util import HELLO, LONG, LocalServer, wait_for  # noqa: E402
 from codecspec.serve.bench import check_wav, load_test  # noqa: E402
 from codecspec.serve.engine import Engine  # noqa: E402
 
-FAIL_AT_START, FAIL_MID_STREAM = 666, 667
+FAIL_AT_START, FAIL_MID_STREAM, SLOW = 666, 667, 668
 
 
 def _fault(req, t):
     # Fault injection through the engine's per-stream error boundary (see Engine.fault).
     if (req.seed == FAIL_AT_START and t == 0) or (req.seed == FAIL_MID_STREAM and t == 12):
         raise RuntimeError("injected fault")
+    if req.seed == SLOW:  # a stream that is surely still decoding when its client leaves
+        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +187,7 @@ def test_disconnect_frees_the_slot(server):
     with httpx.stream(
         "POST",
         server.url + "/v1/audio/speech",
-        json={"input": LONG, "input_format": "ipa", "seed": 9},
+        json={"input": LONG, "input_format": "ipa", "seed": SLOW},
         timeout=60,
     ) as r:
         assert r.status_code == 200
