@@ -604,6 +604,7 @@ def save_model(
     True always writes them to `<file name>.data` next to the .onnx file.
     """
     path = os.fspath(path)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # as write_wav does
     if external_data is None:
         external_data = model.ByteSize() > _INLINE_LIMIT
     if not external_data:
