@@ -102,6 +102,7 @@ BAD = [
     ({"voice": "nobody"}, 400, "voice"),
     ({"model": "/srv/models/other"}, 400, "model"),
     ({"model": "../../etc/passwd"}, 400, "model"),
+    ({"model": "codecspec-fsq"}, 400, "model"),  # a model this server did not load
     ({"model_dir": "/tmp"}, 422, "model_dir"),
     ({"response_format": "mp3"}, 422, "response_format"),
     ({"speed": 9.0}, 422, "speed"),

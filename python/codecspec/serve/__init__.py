@@ -1,8 +1,9 @@
 """Serving many streams at once: continuous batching (`engine`), the OpenAI-compatible HTTP
 app (`app`), scale-out on Ray Serve (`ray`) and the scaling bench / load test (`bench`).
 
-The batched stages (`batched`) sit on top of the reference TTS's own stages: the same
-sessions, heads, offsets and draft tree, driven for many streams per graph call.
+The engine is one loop over a model-family adapter (`family`: the RVQ reference; `fsq`: the
+FSQ family). The batched stages (`batched`, `fsq.FSQSlots`) sit on top of each family's own
+stages: the same sessions, heads and sampling, driven for many streams per graph call.
 """
 
 from codecspec.serve.engine import Engine, Overloaded, SpeechRequest, StreamFailed

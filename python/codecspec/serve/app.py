@@ -6,7 +6,12 @@ The response starts only after the first frame, so a request that fails before a
 gets a proper error status. GET /health, GET /metrics (Prometheus text format).
 
 A request names a model and a voice from fixed lists, never a path: the server loads its one
-model folder at start-up.
+model folder at start-up (`codecspec serve --model reference|fsq`). `codecspec-reference` and
+`codecspec-fsq` name a family; OpenAI's model names name whichever model was loaded.
+
+The RVQ reference knows a stream's length from its phonemes, so its WAV streams with an exact
+header. The FSQ family's stop head decides the length as it goes: its `pcm` streams, its
+`wav` is sent whole when the stream ends, so that the header's sizes are the real ones.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from starlette.concurrency import run_in_threadpool
 from codecspec.serve.engine import Engine, Overloaded, SpeechRequest, StreamFailed
 from codecspec.tts.model import PhonemizerError
 
-# Names a client may send for the one loaded model (OpenAI's own names map onto it).
-MODEL_NAMES = ("codecspec-reference", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+# OpenAI's model names map onto whichever model the server loaded; the family names only
+# onto their own family (see engine.family.model_names).
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+MODEL_NAMES = ("codecspec-reference", "codecspec-fsq") + OPENAI_MODELS
 # OpenAI's voices mapped onto the reference model's speakers; its own names work too.
 OPENAI_VOICES = {
     "alloy": "f1",
@@ -50,7 +57,7 @@ class SpeechBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "codecspec-reference"
+    model: Optional[str] = None  # None: the loaded model
     input: str
     input_format: Literal["text", "ipa"] = "text"  # ipa: espeak-ng IPA instead of text
     voice: str = "alloy"
@@ -108,7 +115,7 @@ class AudioStream:
         self.sent = 0  # frames already vocoded and sent
 
     async def chunks(self):
-        hop = self.engine.tts.codec.cfg.frame_hop
+        hop = self.engine.family.hop
         done = False
         while not done:
             want = FIRST_CHUNK_FRAMES if self.sent == 0 else CHUNK_FRAMES
@@ -122,7 +129,7 @@ class AudioStream:
                 break
             lo = max(0, self.sent - CONTEXT_FRAMES)
             block = np.stack(self.codes[lo:])
-            decode = self.engine.tts.codec.decode
+            decode = self.engine.family.codec.decode
             wav = await run_in_threadpool(decode, block, self.iters, self.seed)
             self.sent, start = len(self.codes), (self.sent - lo) * hop
             yield pcm16(wav[start:])
@@ -170,7 +177,8 @@ def create_app(
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": n, "object": "model"} for n in MODEL_NAMES]}
+        names = served_models(app.state.engine)
+        return {"object": "list", "data": [{"id": n, "object": "model"} for n in names]}
 
     @app.get("/metrics")
     async def metrics():
@@ -189,17 +197,30 @@ def _loc(err: dict) -> str:
     return ".".join(names) or "body"
 
 
+def served_models(engine: Engine) -> tuple:
+    """The `model` names this server answers: its family's own and OpenAI's."""
+    return tuple(engine.family.model_names) + OPENAI_MODELS
+
+
+def _model_error(engine: Engine, model: str) -> Optional[str]:
+    served = served_models(engine)
+    if model in served:
+        return None
+    if model in MODEL_NAMES:
+        return f"model: this server loaded {served[0]!r}, not {model!r}; expected one of {served}"
+    return f"model: expected one of {list(served)}, got {model!r}"
+
+
 def _count(app: FastAPI, status: int) -> None:
     app.state.requests[status] = app.state.requests.get(status, 0) + 1
 
 
 async def _speech(app: FastAPI, body: SpeechBody):
     engine: Engine = app.state.engine
-    if body.model not in MODEL_NAMES:
+    bad_model = None if body.model is None else _model_error(engine, body.model)
+    if bad_model is not None:
         _count(app, 400)
-        return _error(
-            400, f"model: expected one of {list(MODEL_NAMES)}, got {body.model!r}", "model"
-        )
+        return _error(400, bad_model, "model")
     req = SpeechRequest(
         input=body.input,
         input_format=body.input_format,
@@ -235,19 +256,46 @@ async def _speech(app: FastAPI, body: SpeechBody):
     except asyncio.CancelledError:
         handle.cancel()
         raise
+    if handle.frames is None and body.response_format == "wav":
+        return await _whole_wav(app, engine, handle, first, body)
     _count(app, 200)
     return _stream_response(engine, handle, first, body, app.state.vocoder_iters)
 
 
+def _headers(engine: Engine, frames: Optional[int]) -> dict:
+    headers = {
+        "X-Codecspec-Sample-Rate": str(engine.sample_rate),
+        "X-Codecspec-Process": str(os.getpid()),  # which replica answered (scale-out tests)
+    }
+    if frames is not None:  # known in advance (RVQ), or at the end of a whole WAV (FSQ)
+        headers["X-Codecspec-Frames"] = str(frames)
+        headers["X-Codecspec-Samples"] = str(frames * engine.family.hop)
+    return headers
+
+
+async def _whole_wav(app: FastAPI, engine: Engine, handle, first, body: SpeechBody):
+    """A stream whose length the stop head decides, as one WAV with exact sizes."""
+    audio = AudioStream(engine, handle, first, body.seed or 0, app.state.vocoder_iters)
+    try:
+        pcm = b"".join([c async for c in audio.chunks()])
+    except StreamFailed as e:
+        _count(app, 500)
+        return _error(500, f"decoding failed: {e}")
+    finally:
+        handle.cancel()  # disconnect or failure: the engine drops the stream at its next step
+    _count(app, 200)
+    wav = wav_header(len(pcm) // 2, engine.sample_rate) + pcm
+    return Response(wav, media_type="audio/wav", headers=_headers(engine, handle.count))
+
+
 def _stream_response(engine: Engine, handle, first, body: SpeechBody, iters: int):
     sr = engine.sample_rate
-    samples = handle.frames * engine.tts.codec.cfg.frame_hop
     audio = AudioStream(engine, handle, first, body.seed or 0, iters)
 
     async def gen():
         try:
-            if body.response_format == "wav":
-                yield wav_header(samples, sr)
+            if body.response_format == "wav":  # only for streams of known length
+                yield wav_header(handle.frames * engine.family.hop, sr)
             async for chunk in audio.chunks():
                 yield chunk
         finally:
@@ -255,13 +303,7 @@ def _stream_response(engine: Engine, handle, first, body: SpeechBody, iters: int
             handle.cancel()
 
     media = "audio/wav" if body.response_format == "wav" else "audio/pcm"
-    headers = {
-        "X-Codecspec-Sample-Rate": str(sr),
-        "X-Codecspec-Frames": str(handle.frames),
-        "X-Codecspec-Samples": str(samples),
-        "X-Codecspec-Process": str(os.getpid()),  # which replica answered (scale-out tests)
-    }
-    return StreamingResponse(gen(), media_type=media, headers=headers)
+    return StreamingResponse(gen(), media_type=media, headers=_headers(engine, handle.frames))
 
 
 def prometheus_text(app: FastAPI) -> str:

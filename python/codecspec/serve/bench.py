@@ -54,7 +54,8 @@ def engine_scaling(
     input_format: str = "text",
 ) -> list[dict]:
     """n streams submitted together, for each n in `ns`: the figures of `summarize`, plus
-    the depth loop's codes per call. TTFA here is the first decoded frame (no vocoder)."""
+    frames/s and the frame stage's codes per call. TTFA here is the first decoded frame (no
+    vocoder)."""
     from codecspec.serve.engine import SpeechRequest
 
     def req(i: int) -> SpeechRequest:
@@ -64,8 +65,7 @@ def engine_scaling(
     list(engine.submit(req(0)))  # warm-up
     out = []
     for n in ns:
-        d = engine.depth
-        calls0, lanes0, codes0 = d.calls, d.lane_calls, d.codes_out
+        c0 = engine.family.counters()
         reqs = [req(i) for i in range(n)]
         t0 = time.perf_counter()
         handles = engine.submit_many(reqs)
@@ -75,14 +75,16 @@ def engine_scaling(
         wall = max(h.done_at for h in handles) - t0
         row = summarize(
             n,
-            [h.frames / engine.frame_rate for h in handles],
+            [h.count / engine.frame_rate for h in handles],  # FSQ: the stop head's length
             [h.done_at - h.submitted for h in handles],
             [h.first_frame_at - h.submitted for h in handles],
             wall,
         )
-        row["mode"] = mode
-        row["tokens_per_call"] = (d.codes_out - codes0) / max(d.lane_calls - lanes0, 1)
-        row["batch_tokens_per_call"] = (d.codes_out - codes0) / max(d.calls - calls0, 1)
+        c = {k: v - c0[k] for k, v in engine.family.counters().items()}
+        row.update(mode=mode, model=engine.family.name, frames=sum(h.count for h in handles))
+        row["frames_per_second"] = row["frames"] / max(wall, 1e-9)
+        row["tokens_per_call"] = c["codes"] / max(c["lane_calls"], 1)
+        row["batch_tokens_per_call"] = c["codes"] / max(c["calls"], 1)
         out.append(row)
         if progress:
             print(_line(row), flush=True)
@@ -91,7 +93,8 @@ def engine_scaling(
 
 def _line(r: dict) -> str:
     return (
-        f"{r['mode']:>4} n={r['n']:>3}: aggregate {r['aggregate_realtime']:6.2f}x real time, "
+        f"{r['mode']:>4} n={r['n']:>3}: {r['frames_per_second']:6.1f} frames/s, aggregate "
+        f"{r['aggregate_realtime']:6.2f}x real time, "
         f"per-stream RTF p50 {r['per_stream_rtf_p50']:.2f} p95 {r['per_stream_rtf_p95']:.2f}, "
         f"TTFA p50 {r['ttfa_ms_p50']:.0f} ms p95 {r['ttfa_ms_p95']:.0f} ms"
     )
@@ -100,12 +103,13 @@ def _line(r: dict) -> str:
 def table(rows: list[dict]) -> str:
     head = (
         "| mode | n | aggregate real time | per-stream RTF p50 | p95 | streams < 1 RTF "
-        "| TTFA p50 ms | p95 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+        "| TTFA p50 ms | p95 ms | frames/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
     lines = [
         f"| {r['mode']} | {r['n']} | {r['aggregate_realtime']:.2f}x | "
         f"{r['per_stream_rtf_p50']:.2f} | {r['per_stream_rtf_p95']:.2f} | "
-        f"{r['streams_faster_than_realtime']} | {r['ttfa_ms_p50']:.0f} | {r['ttfa_ms_p95']:.0f} |"
+        f"{r['streams_faster_than_realtime']} | {r['ttfa_ms_p50']:.0f} | {r['ttfa_ms_p95']:.0f} | "
+        f"{r['frames_per_second']:.1f} |"
         for r in rows
     ]
     return "\n".join([head, *lines])
@@ -189,9 +193,11 @@ async def load_test(
     texts=TEXTS,
     input_format: str = "text",
     timeout: float = 600.0,
+    model: Optional[str] = None,
 ) -> dict:
     """`clients` concurrent clients, each sending `requests` requests one after another.
-    Returns `summarize`'s figures plus counts of valid / lost / non-200 responses."""
+    Returns `summarize`'s figures plus counts of valid / lost / non-200 responses. `model`:
+    the HTTP model name to send (default: none, i.e. whichever model the server loaded)."""
     import httpx
 
     url = base_url.rstrip("/") + "/v1/audio/speech"
@@ -201,13 +207,14 @@ async def load_test(
         out = []
         for k in range(requests):
             payload = {
-                "model": "codecspec-reference",
                 "input": texts[(c + k) % len(texts)],
                 "input_format": input_format,
                 "response_format": "wav",
                 "mode": mode,
                 "seed": c * 1000 + k,
             }
+            if model is not None:  # else the server's own model
+                payload["model"] = model
             out.append(await _one(client, url, payload))
         return out
 

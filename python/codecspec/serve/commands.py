@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from codecspec.tts.commands import threads_arg
+from codecspec.tts.registry import MODEL_NAMES
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
 
@@ -42,6 +43,7 @@ def cmd_serve(args) -> int:
 
     def factory():
         return Engine(
+            args.model,
             max_streams=args.max_streams,
             max_queue=args.max_queue,
             provider=args.provider,
@@ -84,13 +86,20 @@ def cmd_bench_streams(args) -> int:
     from codecspec.serve.bench import engine_scaling, plot, table
     from codecspec.serve.engine import Engine
 
-    modes = ["ar", "spec"] if args.stream_mode == "both" else [args.stream_mode]
+    wanted = ["ar", "spec"] if args.stream_mode == "both" else [args.stream_mode]
     engine = Engine(
         args.model,
         max_streams=max(args.streams),
         provider=args.provider,
         threads=args.threads or 1,  # see Engine: one thread per session unless told
     )
+    # "both" means every mode the family has (the FSQ family has one decode loop: ar).
+    modes = [m for m in wanted if m in engine.family.modes]
+    if not modes:
+        engine.shutdown()
+        raise SystemExit(
+            f"--stream-mode: the {engine.family.name} family has {engine.family.modes}"
+        )
     try:
         rows = [
             r
@@ -117,6 +126,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--vocoder-iters", type=int, default=32, help="Griffin-Lim iterations per chunk (32)"
+    )
+    p.add_argument(
+        "--model",
+        default="reference",
+        choices=list(MODEL_NAMES),
+        help="the shipped model to serve: reference (RVQ, default) or fsq",
     )
     _engine_args(p)
     p.set_defaults(func=cmd_serve)

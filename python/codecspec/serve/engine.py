@@ -1,10 +1,13 @@
-"""Continuous batching of many TTS streams in one process.
+"""Continuous batching of many TTS streams in one process, for either model family.
 
-One engine thread runs steps. A step decodes one frame of every active stream: one batched
+One engine thread runs steps. A step decodes one frame of every active stream through the
+model family's adapter (`codecspec.serve.family.Family`): for the RVQ reference one batched
 temporal call, one c0 draw per sampling law, then the depth loop batched across streams
 (`BatchedDepth`: AR and speculative streams side by side, ragged trees verified in one core
-call). Streams join and leave only between steps (frame boundaries); a stream whose client
-went away is dropped at the next boundary, and its slot is reused.
+call); for the FSQ family one batched step call and the factorised heads + stop head
+(`codecspec.serve.fsq`). Streams join and leave only between steps (frame boundaries): a
+stream ends at its planned length (RVQ) or its stop head (FSQ); one whose client went away
+is dropped at the next boundary, and its slot is reused.
 
 Each stream draws from its own counter-based generator (`Generator(seed)`, or a fork of the
 engine's base generator when no seed is given), so its codes do not depend on which other
@@ -25,10 +28,8 @@ from typing import Callable, Optional
 import numpy as np
 
 import codecspec as cs
-from codecspec.decode.depth import MODES
-from codecspec.serve.batched import BatchedDepth, BatchedTemporal, DepthLane, sample_roots
-from codecspec.tts.model import ReferenceTTS, phonemize
-from codecspec.tts.text import BOS, EOS
+from codecspec.serve.family import Family, Frame, ReferenceFamily, StreamState
+from codecspec.tts.registry import model_family, resolve_model_dir
 
 MAX_INPUT_CHARS = 400
 SPEED_RANGE = (0.25, 4.0)
@@ -67,10 +68,12 @@ class StreamHandle:
     """The consumer's side of a stream: frames of codes (int64 [G]) as they are decoded.
 
     Iterate it (blocking) or `await handle.next()` (asyncio; pass `loop` to `submit`).
-    `next` returns None at the end and raises `StreamFailed` if decoding raised."""
+    `next` returns None at the end and raises `StreamFailed` if decoding raised. `frames`:
+    the stream's length when known in advance (RVQ: planned from the phonemes), None when
+    the model's stop head decides (FSQ); `count`: frames decoded so far."""
 
-    def __init__(self, stream_id: int, frames: int, loop=None):
-        self.id, self.frames = stream_id, frames
+    def __init__(self, stream_id: int, frames: Optional[int], loop=None):
+        self.id, self.frames, self.count = stream_id, frames, 0
         self._loop = loop
         self._aq = asyncio.Queue() if loop is not None else None
         self._items: deque = deque()
@@ -82,8 +85,10 @@ class StreamHandle:
 
     def _put(self, item) -> None:
         now = time.perf_counter()
-        if item[0] == "frame" and self.first_frame_at is None:
-            self.first_frame_at = now
+        if item[0] == "frame":
+            self.count += 1
+            if self.first_frame_at is None:
+                self.first_frame_at = now
         elif item[0] != "frame":
             self.done_at = now
         if self._aq is not None:
@@ -123,16 +128,9 @@ class StreamHandle:
 class _Stream:
     handle: StreamHandle
     request: SpeechRequest
-    speaker: int
-    frames: int
-    spec: bool
-    params: cs.SamplingParams
-    generator: cs.Generator
-    cross: tuple
+    state: StreamState  # the family's: generator, sampling law, caches' inputs, lengths
     slot: int = -1
     t: int = 0
-    latent: Optional[np.ndarray] = None
-    codes: list = field(default_factory=list)
 
 
 @dataclass
@@ -147,7 +145,8 @@ class EngineStats:
 
 
 class Engine:
-    """Continuous-batching TTS engine over a model folder (default: the shipped model).
+    """Continuous-batching TTS engine over a model: a folder, or a shipped model's name
+    ("reference", the default, or "fsq"); its model.json picks the family.
 
     max_streams: slots decoded together per step; max_queue: admitted requests waiting for a
     slot (default max_streams); beyond that `submit` raises `Overloaded`. threads: ONNX
@@ -171,24 +170,18 @@ class Engine:
     ):
         if int(max_streams) < 1:
             raise ValueError(f"max_streams: must be >= 1, got {max_streams}")
-        self.tts = ReferenceTTS(model_dir, provider=provider, threads=threads)
         self.max_streams = int(max_streams)
         self.max_queue = self.max_streams if max_queue is None else int(max_queue)
         self.max_input_chars, self.max_frames = int(max_input_chars), int(max_frames)
         self.fault = fault
         # Phonemes: an input of max_input_chars never needs more than ~1.5 per character.
         self.max_phonemes = int(1.5 * self.max_input_chars) + 2
-        self.temporal = BatchedTemporal(
-            self.tts.dir / "temporal.onnx",
-            self.max_streams,
-            self.max_frames,
-            self.max_phonemes,
-            provider,
-            threads,
+        self.family = _load_family(
+            model_dir, self.max_streams, self.max_frames, self.max_phonemes, provider, threads
         )
-        self.depth = BatchedDepth(self.tts.depth, self.max_streams, provider, threads)
-        self.sample_rate = self.tts.codec.cfg.sample_rate
-        self.frame_rate = self.tts.codec.cfg.frame_rate
+        self.tts = self.family.tts
+        self.sample_rate = self.family.sample_rate
+        self.frame_rate = self.family.frame_rate
         self.stats = EngineStats()
         self._base = cs.Generator(int.from_bytes(os.urandom(8), "little") >> 1)
         self._ids = 0
@@ -203,11 +196,11 @@ class Engine:
     # ------------------------------------------------------------------ requests
     @property
     def voices(self) -> list:
-        return self.tts.speakers
+        return self.family.voices
 
     @property
     def languages(self) -> list:
-        return self.tts.languages
+        return self.family.languages
 
     def check(self, req: SpeechRequest) -> SpeechRequest:
         """Validates a request; ValueError names the offending field."""
@@ -226,25 +219,11 @@ class Engine:
         lo, hi = SPEED_RANGE
         if not (isinstance(req.speed, (int, float)) and lo <= req.speed <= hi):
             raise ValueError(f"speed: expected a number in [{lo}, {hi}], got {req.speed!r}")
-        if req.mode not in MODES + ("auto",):
-            raise ValueError(f"mode: expected one of {MODES + ('auto',)}, got {req.mode!r}")
         if req.seed is not None and not (0 <= int(req.seed) < 2**63):
             raise ValueError(f"seed: expected an integer in [0, 2^63), got {req.seed!r}")
-        self._params(req)
+        self.family.check(req)  # mode, and what else the family refuses
+        self.family.params(req)
         return req
-
-    def _params(self, req: SpeechRequest) -> cs.SamplingParams:
-        base = self.tts.params
-        t = base.temperature if req.temperature is None else req.temperature
-        k = base.top_k if req.top_k is None else req.top_k
-        p = base.top_p if req.top_p is None else req.top_p
-        if not (np.isfinite(t) and 0.0 <= t <= 10.0):
-            raise ValueError(f"temperature: expected a finite number in [0, 10], got {t!r}")
-        if not (0 <= int(k) <= self.tts.depth.V):
-            raise ValueError(f"top_k: expected an integer in [0, {self.tts.depth.V}], got {k!r}")
-        if not (np.isfinite(p) and 0.0 < p <= 1.0):
-            raise ValueError(f"top_p: expected a finite number in (0, 1], got {p!r}")
-        return cs.SamplingParams(float(t), int(k), float(p))
 
     def _overloaded(self) -> Optional[Overloaded]:
         if self._draining or not self._running:
@@ -260,7 +239,7 @@ class Engine:
 
     def _retry_after(self) -> float:
         # A slot frees when the shortest remaining stream ends: about that many steps.
-        left = [s.frames - s.t for s in self._active.values()] or [1]
+        left = [max(s.state.expected - s.t, 1) for s in self._active.values()] or [1]
         return max(1.0, min(left) * self.step_seconds())
 
     def step_seconds(self) -> float:
@@ -306,66 +285,34 @@ class Engine:
         return [s.handle for s in streams]
 
     def _prepare(self, req: SpeechRequest, loop) -> _Stream:
-        tts = self.tts
-        speaker = req.voice or tts.meta["default_speaker"]
-        lang_id, spk_id = tts._ids(req.language, speaker)
-        ipa = req.input
-        if req.input_format == "text":
-            ipa = phonemize(req.input, tts.meta["voices"][req.language])
-        try:  # IPA from a client must be the model's own symbols; espeak-ng's may map to unk
-            ids = tts.frontend.vocab.encode(ipa, strict=req.input_format == "ipa")
-        except ValueError as e:
-            raise ValueError(f"input: {e}") from e
-        if len(ids) + 2 > self.max_phonemes:
-            raise ValueError(f"input: {len(ids)} phonemes, more than the limit")
-        frames = tts.num_frames(len(ids), req.language, float(req.speed))
-        if frames > self.max_frames:
-            raise ValueError(
-                f"input: needs {frames} frames at speed {req.speed}, more than {self.max_frames}"
-            )
-        ids = np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)[None]
-        cross = tts.encoder.run(
-            ["cross_keys", "cross_values"],
-            {
-                "phonemes": ids,
-                "language": np.array([lang_id], np.int64),
-                "speaker": np.array([spk_id], np.int64),
-            },
-        )
-        mode = req.mode if req.mode != "auto" else ("spec" if tts.speculation_pays else "ar")
         with self._cv:
             self._ids += 1
             sid = self._ids
         gen = cs.Generator(int(req.seed)) if req.seed is not None else self._base.fork(sid)
-        return _Stream(
-            handle=StreamHandle(sid, frames, loop),
-            request=req,
-            speaker=spk_id,
-            frames=frames,
-            spec=mode == "spec",
-            params=self._params(req),
-            generator=gen,
-            cross=tuple(cross),
-        )
+        state = self.family.prepare(req, gen)
+        return _Stream(handle=StreamHandle(sid, state.frames, loop), request=req, state=state)
 
     # ------------------------------------------------------------------ state
     def metrics(self) -> dict:
         r = self.stats.recent
         span = r[-1][0] - r[0][0] if len(r) > 1 else 0.0
         fps = sum(f for _, f in list(r)[1:]) / span if span > 0 else 0.0
+        c = self.family.counters()
         return {
+            "model": self.family.name,
             "active_streams": len(self._active),
             "queue_depth": len(self._pending),
             "max_streams": self.max_streams,
             "frames_per_second": fps,
             "frames_total": self.stats.frames,
             "steps_total": self.stats.steps,
-            "depth_calls_total": self.depth.calls,
-            "depth_codes_total": self.depth.codes_out,
-            # Codes per depth call of one stream (speculation's figure, 1 for AR), and per
-            # batched graph call (what batching adds).
-            "tokens_per_call": self.depth.codes_out / max(self.depth.lane_calls, 1),
-            "batch_tokens_per_call": self.depth.codes_out / max(self.depth.calls, 1),
+            # The frame stage's graph calls (RVQ: depth graph; FSQ: the step graph, whose
+            # heads give the whole frame) and codes: per call of one stream (speculation's
+            # figure, 1 for RVQ AR, 32 for FSQ) and per batched call (what batching adds).
+            "depth_calls_total": c["calls"],
+            "depth_codes_total": c["codes"],
+            "tokens_per_call": c["codes"] / max(c["lane_calls"], 1),
+            "batch_tokens_per_call": c["codes"] / max(c["calls"], 1),
             "streams_done_total": self.stats.streams_done,
             "streams_failed_total": self.stats.streams_failed,
             "streams_cancelled_total": self.stats.streams_cancelled,
@@ -416,10 +363,9 @@ class Engine:
             s.slot = self._free.pop()
             self._active[s.slot] = s
             try:
-                self.temporal.load(s.slot, *s.cross)
+                self.family.load(s.slot, s.state)
             except Exception as e:  # this stream's own input: it alone fails
                 self._leave(s, e)
-            s.cross = ()
 
     def _leave(self, s: _Stream, error: Optional[Exception], cancelled: bool = False) -> None:
         del self._active[s.slot]
@@ -448,61 +394,36 @@ class Engine:
         self.stats.recent.append((now, len(streams)))
 
     def _decode(self, streams: list) -> None:
-        latent_dim = self.temporal.latent_dim
-        latents = np.stack(
-            [np.zeros(latent_dim, np.float32) if s.latent is None else s.latent for s in streams]
-        )
-        progress = [(s.t + 0.5) / s.frames for s in streams]
-        hidden, logits = self.temporal.step(
-            [s.slot for s in streams], latents, progress, [s.speaker for s in streams]
-        )
-        lanes = [self._lane(s) for s in streams]
-        for i, (s, ln) in enumerate(zip(streams, lanes)):
-            self._guard(ln, lambda s=s, i=i: self._check_stream(s, hidden[i], logits[i]))
-        live = [i for i, ln in enumerate(lanes) if ln.failed is None]
-        c0 = sample_roots(logits[live], [lanes[i] for i in live])
-        for i, c in zip(live, c0):
-            if c is not None:
-                lanes[i].codes[0] = c[0]
-        # A failed stream's rows may hold NaN; masked columns still multiply their values, so
-        # it leaves the depth batch entirely.
-        live = [i for i in live if lanes[i].failed is None]
-        if live:
-            self.depth.decode(hidden[live], [lanes[i] for i in live])
+        frames = self.family.step(streams, self._check_stream)
         with self._cv:
-            for s, ln in zip(streams, lanes):
-                self._emit(s, ln)
+            for s, f in zip(streams, frames):
+                self._emit(s, f)
 
-    def _lane(self, s: _Stream) -> DepthLane:
-        return DepthLane(
-            spec=s.spec,
-            params=s.params,
-            generator=s.generator,
-            codes=np.zeros(self.depth.G, np.int64),
-        )
-
-    @staticmethod
-    def _guard(ln: DepthLane, fn) -> None:
-        try:
-            fn()
-        except Exception as e:  # this stream's own error: it alone fails
-            ln.failed = e
-
-    def _check_stream(self, s: _Stream, hidden: np.ndarray, logits: np.ndarray) -> None:
+    def _check_stream(self, s: _Stream, *arrays: np.ndarray) -> None:
+        """The per-stream error boundary inside a family's step (fault hook, finiteness)."""
         if self.fault is not None:
             self.fault(s.request, s.t)
-        if not (np.isfinite(hidden).all() and np.isfinite(logits).all()):
+        if not all(np.isfinite(a).all() for a in arrays):
             raise FloatingPointError("the temporal model produced non-finite values")
 
-    def _emit(self, s: _Stream, ln: DepthLane) -> None:
+    def _emit(self, s: _Stream, f: Frame) -> None:
         if s.slot not in self._active:
             return
-        if ln.failed is not None:
-            self._leave(s, ln.failed)
+        if f.error is not None:
+            self._leave(s, f.error)
             return
-        s.handle._put(("frame", ln.codes))
-        s.latent = self.tts._latent(ln.codes)
+        s.handle._put(("frame", f.codes))
         s.t += 1
         self.stats.frames += 1
-        if s.t >= s.frames:
+        if f.ended:
             self._leave(s, None)
+
+
+def _load_family(model_dir, slots, max_frames, max_phonemes, provider, threads) -> Family:
+    """The adapter for the model's family (a shipped name or a folder; model.json decides)."""
+    d = resolve_model_dir(model_dir)
+    if model_family(d) == "fsq":
+        from codecspec.serve.fsq import FSQFamily
+
+        return FSQFamily(d, slots, max_frames, max_phonemes, provider, threads)
+    return ReferenceFamily(d, slots, max_frames, max_phonemes, provider, threads)

@@ -28,17 +28,21 @@ def _int(args: dict, key: str, default: Optional[int]) -> Optional[int]:
 
 def build_app(args: Optional[dict[str, Any]] = None):
     """A Ray Serve application. Options (strings from `serve run ... key=value` or a dict):
-    max_streams (16), max_queue (= max_streams), threads (ONNX Runtime threads per replica),
-    provider (cpu), replicas (a fixed count; otherwise autoscaling between min_replicas (1)
-    and max_replicas (4)), max_queued (Ray's per-caller queue, 4 x max_streams),
-    num_cpus (per replica, 1)."""
+    model (reference | fsq, default reference), max_streams (16), max_queue (= max_streams),
+    threads (ONNX Runtime threads per replica), provider (cpu), replicas (a fixed count;
+    otherwise autoscaling between min_replicas (1) and max_replicas (4)), max_queued (Ray's
+    per-caller queue, 4 x max_streams), num_cpus (per replica, 1)."""
     args = dict(args or {})
     max_streams = _int(args, "max_streams", 16)
     max_queue = _int(args, "max_queue", max_streams)
     threads = _int(args, "threads", 1)
     provider = str(args.get("provider", "cpu"))
     engine_kw = dict(
-        max_streams=max_streams, max_queue=max_queue, threads=threads, provider=provider
+        model_dir=str(args.get("model", "reference")),
+        max_streams=max_streams,
+        max_queue=max_queue,
+        threads=threads,
+        provider=provider,
     )
     scaling: dict[str, Any]
     if "replicas" in args:

@@ -1,0 +1,240 @@
+"""What the continuous-batching engine needs from a model family, and the RVQ reference's.
+
+The engine (`codecspec.serve.engine`) is one loop: admit streams into slots, run one batched
+step for the active slots, emit each stream's frame, let finished streams leave. Everything
+that depends on the model family sits behind `Family`:
+
+- `prepare(req, generator)`: text -> per-stream state (in the caller's thread: phonemes,
+  encoder call), raising ValueError naming the request field;
+- `load(slot, state)`: the stream takes a slot of the family's batched stepper;
+- `step(streams, check)`: one frame for every active stream in one batched temporal call,
+  returning each stream's `Frame` (codes, whether it ended, or its own error);
+- the codec the app vocodes chunks with (`codec.decode(codes, n_iter, seed)`, `hop` samples
+  per frame), the voices and languages, the frame and sample rates.
+
+`ReferenceFamily` is the RVQ reference (temporal LM with latent feedback, depth loop, a frame
+count planned from the phonemes); `codecspec.serve.fsq.FSQFamily` the FSQ family (one step
+call per frame, factorised heads, a stop head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+import codecspec as cs
+from codecspec.decode.depth import MODES
+from codecspec.serve.batched import BatchedDepth, BatchedTemporal, DepthLane, sample_roots
+from codecspec.tts.model import ReferenceTTS, phonemize
+from codecspec.tts.text import BOS, EOS
+
+# check(stream, *arrays): the engine's per-stream boundary (fault hook, finiteness) run
+# inside the family's step on that stream's rows.
+Check = Callable[..., None]
+
+
+@dataclass
+class StreamState:
+    """Per-stream state a family keeps between steps. `frames`: the known length (None when
+    the model's stop head decides); `expected`: frames to expect (retry hints); `limit`: at
+    most this many frames."""
+
+    generator: cs.Generator
+    params: cs.SamplingParams
+    speaker: int
+    frames: Optional[int]
+    expected: int
+    limit: int
+
+
+@dataclass
+class Frame:
+    """One stream's outcome of a step: its frame's codes and whether the stream ended, or
+    the error that ended it alone."""
+
+    codes: Optional[np.ndarray] = None
+    ended: bool = False
+    error: Optional[Exception] = None
+
+
+def guard(fn) -> Optional[Exception]:
+    """Runs fn; returns the exception it raised (a stream's own error) instead of raising."""
+    try:
+        fn()
+    except Exception as e:  # this stream's own error: it alone fails
+        return e
+    return None
+
+
+def sampling_params(base: cs.SamplingParams, req, top_k_max: int) -> cs.SamplingParams:
+    """The request's sampling law over the model's defaults; ValueError names the field."""
+    t = base.temperature if req.temperature is None else req.temperature
+    k = base.top_k if req.top_k is None else req.top_k
+    p = base.top_p if req.top_p is None else req.top_p
+    if not (np.isfinite(t) and 0.0 <= t <= 10.0):
+        raise ValueError(f"temperature: expected a finite number in [0, 10], got {t!r}")
+    if not (0 <= int(k) <= top_k_max):
+        raise ValueError(f"top_k: expected an integer in [0, {top_k_max}], got {k!r}")
+    if not (np.isfinite(p) and 0.0 < p <= 1.0):
+        raise ValueError(f"top_p: expected a finite number in (0, 1], got {p!r}")
+    return cs.SamplingParams(float(t), int(k), float(p))
+
+
+def encode_input(tts, req, max_phonemes: int) -> np.ndarray:
+    """bos + phoneme ids + eos (int64) of a request, for either family's frontend."""
+    ipa = req.input
+    if req.input_format == "text":
+        ipa = phonemize(req.input, tts.meta["voices"][req.language])
+    try:  # IPA from a client must be the model's own symbols; espeak-ng's may map to unk
+        ids = tts.frontend.vocab.encode(ipa, strict=req.input_format == "ipa")
+    except ValueError as e:
+        raise ValueError(f"input: {e}") from e
+    if len(ids) + 2 > max_phonemes:
+        raise ValueError(f"input: {len(ids)} phonemes, more than the limit")
+    return np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
+
+
+class Family:
+    """The interface (see the module doc); subclasses set the attributes in __init__."""
+
+    name: str  # "reference" | "fsq"
+    model_names: tuple  # what an HTTP request's `model` may say for this family
+    modes: tuple  # decode modes a request may ask for, besides "auto"
+    tts: object  # the single-stream model (its .generate is the reference for the engine)
+    codec: object  # .decode(codes [T, C], n_iter, seed) -> float32 waveform
+    hop: int  # samples per frame
+    sample_rate: int
+    frame_rate: float
+
+    @property
+    def voices(self) -> list:
+        return self.tts.speakers
+
+    @property
+    def languages(self) -> list:
+        return self.tts.languages
+
+    def check(self, req) -> None:
+        if req.mode not in self.modes + ("auto",):
+            raise ValueError(f"mode: expected one of {self.modes + ('auto',)}, got {req.mode!r}")
+
+    def params(self, req) -> cs.SamplingParams:
+        raise NotImplementedError
+
+    def prepare(self, req, generator: cs.Generator) -> StreamState:
+        raise NotImplementedError
+
+    def load(self, slot: int, state: StreamState) -> None:
+        raise NotImplementedError
+
+    def step(self, streams: list, check: Check) -> list:
+        raise NotImplementedError
+
+    def counters(self) -> dict:
+        """calls (batched graph calls of the frame stage), lane_calls (per stream), codes."""
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- RVQ reference
+@dataclass
+class RVQState(StreamState):
+    spec: bool = False
+    cross: tuple = ()
+    latent: Optional[np.ndarray] = None
+
+
+class ReferenceFamily(Family):
+    """The RVQ reference: batched temporal LM (latent feedback), c0 for all streams in one
+    core call, the depth loop batched across streams (`BatchedDepth`), frames planned from
+    the phoneme count and `speed`."""
+
+    name = "reference"
+    model_names = ("codecspec-reference",)
+    modes = MODES
+
+    def __init__(self, model_dir, slots, max_frames, max_phonemes, provider, threads):
+        self.tts = ReferenceTTS(model_dir, provider=provider, threads=threads)
+        self.max_frames, self.max_phonemes = max_frames, max_phonemes
+        self.temporal = BatchedTemporal(
+            self.tts.dir / "temporal.onnx", slots, max_frames, max_phonemes, provider, threads
+        )
+        self.depth = BatchedDepth(self.tts.depth, slots, provider, threads)
+        self.codec = self.tts.codec
+        self.hop = self.codec.cfg.frame_hop
+        self.sample_rate = self.codec.cfg.sample_rate
+        self.frame_rate = self.codec.cfg.frame_rate
+
+    def params(self, req) -> cs.SamplingParams:
+        return sampling_params(self.tts.params, req, self.tts.depth.V)
+
+    def prepare(self, req, generator: cs.Generator) -> RVQState:
+        tts = self.tts
+        lang_id, spk_id = tts._ids(req.language, req.voice or tts.meta["default_speaker"])
+        ids = encode_input(tts, req, self.max_phonemes)
+        frames = tts.num_frames(len(ids) - 2, req.language, float(req.speed))
+        if frames > self.max_frames:
+            raise ValueError(
+                f"input: needs {frames} frames at speed {req.speed}, more than {self.max_frames}"
+            )
+        cross = tts.encoder.run(
+            ["cross_keys", "cross_values"],
+            {
+                "phonemes": ids[None],
+                "language": np.array([lang_id], np.int64),
+                "speaker": np.array([spk_id], np.int64),
+            },
+        )
+        mode = req.mode if req.mode != "auto" else ("spec" if tts.speculation_pays else "ar")
+        return RVQState(
+            generator=generator,
+            params=self.params(req),
+            speaker=spk_id,
+            frames=frames,
+            expected=frames,
+            limit=frames,
+            spec=mode == "spec",
+            cross=tuple(cross),
+        )
+
+    def load(self, slot: int, state: RVQState) -> None:
+        cross, state.cross = state.cross, ()  # the slot's block holds them from now on
+        self.temporal.load(slot, *cross)
+
+    def step(self, streams: list, check: Check) -> list:
+        states = [s.state for s in streams]
+        zero = np.zeros(self.temporal.latent_dim, np.float32)
+        latents = np.stack([zero if st.latent is None else st.latent for st in states])
+        progress = [(s.t + 0.5) / s.state.frames for s in streams]
+        hidden, logits = self.temporal.step(
+            [s.slot for s in streams], latents, progress, [st.speaker for st in states]
+        )
+        lanes = [self._lane(st) for st in states]
+        for i, (s, ln) in enumerate(zip(streams, lanes)):
+            ln.failed = guard(lambda s=s, i=i: check(s, hidden[i], logits[i]))
+        live = [i for i, ln in enumerate(lanes) if ln.failed is None]
+        c0 = sample_roots(logits[live], [lanes[i] for i in live])
+        for i, c in zip(live, c0):
+            if c is not None:
+                lanes[i].codes[0] = c[0]
+        # A failed stream's rows may hold NaN; masked columns still multiply their values, so
+        # it leaves the depth batch entirely.
+        live = [i for i in live if lanes[i].failed is None]
+        if live:
+            self.depth.decode(hidden[live], [lanes[i] for i in live])
+        return [self._frame(s, ln) for s, ln in zip(streams, lanes)]
+
+    def _lane(self, st: RVQState) -> DepthLane:
+        codes = np.zeros(self.depth.G, np.int64)
+        return DepthLane(spec=st.spec, params=st.params, generator=st.generator, codes=codes)
+
+    def _frame(self, s, ln: DepthLane) -> Frame:
+        if ln.failed is not None:
+            return Frame(error=ln.failed)
+        s.state.latent = self.tts._latent(ln.codes)  # the next step's input
+        return Frame(codes=ln.codes, ended=s.t + 1 >= s.state.frames)
+
+    def counters(self) -> dict:
+        d = self.depth
+        return {"calls": d.calls, "lane_calls": d.lane_calls, "codes": d.codes_out}

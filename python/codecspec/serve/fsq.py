@@ -1,0 +1,200 @@
+"""The FSQ family in the continuous-batching engine: a slot-based batched step stepper and
+the `Family` adapter over `FSQTTS`.
+
+The FSQ step graph already has a batch axis and additive masks (`cross_bias` [B, P],
+`past_bias` [B, T]), so no graph surgery is needed: each slot owns rows of preallocated
+self-attention K/V [L, slots, heads, max_frames, hd] and cross K/V [L, slots, heads,
+max_phonemes, hd] blocks; a step feeds the active slots' rows cut to the longest stream, with
+`past_bias` hiding the positions a stream has not written and `cross_bias` the phonemes it
+does not have. Attention has no positional term (position enters through `pace`), so a
+stream's outputs are its own single-stream ones; on onnxruntime CPU they are bit-identical
+(tests/test_serve_fsq.py), so its codes equal `FSQTTS.generate` with the same seed.
+
+A stream ends at its stop head's first stop, or at the max-length guard `FSQTTS.max_frames_for`
+its text (the same guard `generate` uses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import codecspec as cs
+from codecspec.runtime.session import open_session
+from codecspec.serve.family import (
+    Check,
+    Family,
+    Frame,
+    StreamState,
+    encode_input,
+    guard,
+    sampling_params,
+)
+from codecspec.tts.fsq import FSQTTS
+
+__all__ = ["FSQSlots", "FSQFamily"]
+
+
+class FSQSlots:
+    """step.onnx for up to `slots` streams at different frame indices, one call per frame."""
+
+    def __init__(self, session, slots: int, max_frames: int, max_phonemes: int):
+        ins = {i.name: i.shape for i in session.get_inputs()}
+        L, _, heads, _, hd = ins["past_keys"]
+        self.session, self.channels = session, int(ins["prev_channels"][1])
+        self.max_frames, self.max_phonemes = int(max_frames), int(max_phonemes)
+        # np.zeros maps pages lazily: memory is committed only as streams write their rows.
+        self.keys = np.zeros((L, slots, heads, self.max_frames, hd), np.float32)
+        self.values = np.zeros_like(self.keys)
+        self.cross_k = np.zeros((L, slots, heads, self.max_phonemes, hd), np.float32)
+        self.cross_v = np.zeros_like(self.cross_k)
+        self.frames = np.zeros(slots, np.int64)  # self K/V rows written per slot
+        self.phonemes = np.zeros(slots, np.int64)
+        self.calls = 0
+
+    def load(self, slot: int, cross_keys: np.ndarray, cross_values: np.ndarray) -> None:
+        """Starts a stream in `slot` from the encoder's [L, 1, heads, P, hd] cross K/V."""
+        p = cross_keys.shape[3]
+        if p > self.max_phonemes:
+            raise ValueError(f"input: {p} phonemes, more than the limit {self.max_phonemes}")
+        self.cross_k[:, slot, :, :p] = cross_keys[:, 0]
+        self.cross_v[:, slot, :, :p] = cross_values[:, 0]
+        self.phonemes[slot], self.frames[slot] = p, 0
+
+    def step(self, slots, prev_channels, pace, speakers):
+        """(hidden [n, D], channel_logits [n, Σ L], stop_logits [n]) of each slot's next frame."""
+        slots = np.asarray(slots, np.int64)
+        t, p = self.frames[slots], self.phonemes[slots]
+        tmax, pmax = int(t.max()), int(p.max())
+        if tmax >= self.max_frames:
+            raise ValueError(f"frames: a stream exceeds max_frames={self.max_frames}")
+        past = np.where(np.arange(tmax)[None, :] < t[:, None], 0.0, -np.inf)
+        cross = np.where(np.arange(pmax)[None, :] < p[:, None], 0.0, -np.inf)
+        feeds = {
+            "prev_channels": np.asarray(prev_channels, np.int64).reshape(len(slots), -1),
+            "pace": np.asarray(pace, np.float32),
+            "speaker": np.asarray(speakers, np.int64),
+            "is_first": (t == 0).astype(np.float32),
+            "cross_keys": self.cross_k[:, slots, :, :pmax],
+            "cross_values": self.cross_v[:, slots, :, :pmax],
+            "cross_bias": cross.astype(np.float32),
+            "past_keys": self.keys[:, slots, :, :tmax],
+            "past_values": self.values[:, slots, :, :tmax],
+            "past_bias": past.astype(np.float32),
+        }
+        h, logits, stop, nk, nv = self.session.run(None, feeds)
+        self.keys[:, slots, :, t] = nk[:, :, :, 0].transpose(1, 0, 2, 3)
+        self.values[:, slots, :, t] = nv[:, :, :, 0].transpose(1, 0, 2, 3)
+        self.frames[slots] += 1
+        self.calls += 1
+        return h, logits, stop
+
+
+@dataclass
+class FSQState(StreamState):
+    pace: np.float32 = np.float32(0.0)  # pace per frame: 1 / (tokens x pace_unit)
+    cross: tuple = ()
+    prev: np.ndarray = None  # the last frame's channels, the next step's input
+
+
+class FSQFamily(Family):
+    """`FSQTTS` in the engine: frames decoded by `FSQFrameDecoder` (one generator per stream),
+    ended by the stop head or the max-length guard. `speed` must be 1 (the stop head, not a
+    rate, sets the length) and `mode` ar/auto (one decode loop), as in `FSQTTS.generate`."""
+
+    name = "fsq"
+    model_names = ("codecspec-fsq",)
+    modes = ("ar",)
+
+    def __init__(self, model_dir, slots, max_frames, max_phonemes, provider, threads):
+        self.tts = FSQTTS(model_dir, provider=provider, threads=threads)
+        self.max_frames, self.max_phonemes = max_frames, max_phonemes
+        # A session of its own: FSQTTS.generate on tts.step_graph may run beside the engine.
+        step = open_session(str(self.tts.dir / "step.onnx"), provider=provider, threads=threads)
+        self.slots = FSQSlots(step, slots, max_frames, max_phonemes)
+        self.codec = self.tts.codec
+        self.sample_rate = int(self.codec.sample_rate)
+        self.frame_rate = float(self.codec.frame_rate)
+        self.hop = int(round(self.sample_rate / self.frame_rate))
+        self.head_sizes = self.tts.frame_decoder.head_sizes
+        self.stop_temperature = self.tts.frame_decoder.stop_temperature
+        self.stream_steps = self.codes_out = 0
+
+    def check(self, req) -> None:
+        super().check(req)
+        if req.speed != 1.0:
+            raise ValueError(f"speed: the fsq family's stop head sets the length; got {req.speed}")
+
+    def params(self, req) -> cs.SamplingParams:
+        return sampling_params(self.tts.params, req, max(self.head_sizes))
+
+    def prepare(self, req, generator: cs.Generator) -> FSQState:
+        tts = self.tts
+        lang_id, spk_id = tts._ids(req.language, req.voice or tts.meta["default_speaker"])
+        ids = encode_input(tts, req, self.max_phonemes)
+        limit = tts.max_frames_for(len(ids))
+        if limit > self.max_frames:
+            raise ValueError(f"input: may need {limit} frames, more than {self.max_frames}")
+        cross = tts.encoder.run(
+            None,
+            {
+                "phonemes": ids[None],
+                "phoneme_lengths": np.array([len(ids)], np.int64),
+                "language": np.array([lang_id], np.int64),
+                "speaker": np.array([spk_id], np.int64),
+            },
+        )
+        unit = np.float32(tts.meta["pace_unit"])
+        return FSQState(
+            generator=generator,
+            params=self.params(req),
+            speaker=spk_id,
+            frames=None,
+            expected=int(np.ceil(len(ids) * unit)),
+            limit=limit,
+            # FSQStepper's float32 arithmetic, so the pace input is the same bits
+            pace=np.float32(1.0) / (np.float32(len(ids)) * unit),
+            cross=tuple(cross),
+            prev=np.zeros(self.slots.channels, np.int64),
+        )
+
+    def load(self, slot: int, state: FSQState) -> None:
+        cross, state.cross = state.cross, ()
+        self.slots.load(slot, *cross)
+
+    def step(self, streams: list, check: Check) -> list:
+        states = [s.state for s in streams]
+        pace = [np.float32(s.t + 0.5) * s.state.pace for s in streams]
+        h, logits, stop = self.slots.step(
+            [s.slot for s in streams],
+            np.stack([st.prev for st in states]),
+            pace,
+            [st.speaker for st in states],
+        )
+        self.stream_steps += len(streams)
+        rows = zip(streams, h, logits, stop)
+        return [self._frame(s, check, hi, li[None], si[None]) for s, hi, li, si in rows]
+
+    def _frame(self, s, check: Check, hidden, logits, stop) -> Frame:
+        out = {}
+
+        def sample():
+            check(s, hidden, logits, stop)
+            out["codes"], out["stop"] = self._sample(s.state, logits, stop)
+
+        error = guard(sample)
+        if error is not None:
+            return Frame(error=error)
+        s.state.prev = out["codes"]
+        self.codes_out += len(out["codes"])
+        return Frame(codes=out["codes"], ended=bool(out["stop"]) or s.t + 1 >= s.state.limit)
+
+    def _sample(self, st: FSQState, logits, stop):
+        # FSQFrameDecoder.sample's draws, in its order, with the stream's own sampling law.
+        codes = cs.sample_factorized(logits, self.head_sizes, st.params, st.generator)[0]
+        temp = 0.0 if st.params.temperature == 0 else self.stop_temperature
+        return codes.astype(np.int64), cs.sample_stop(stop, st.generator, temperature=temp)[0]
+
+    def counters(self) -> dict:
+        return {"calls": self.slots.calls, "lane_calls": self.stream_steps, "codes": self.codes_out}
