@@ -1,6 +1,6 @@
-"""The shared frame loop runs the RVQ reference family too: `run_frame_loop` over the
-reference model's stepper and depth loop gives exactly the codes `ReferenceTTS.generate`
-gives for the same seed (one decode loop for both families)."""
+"""The RVQ reference runs on the shared frame loop (`codecspec.decode.frames`): its codes are
+exactly those of the plain per-frame recipe written out here (temporal step, c0 sampled on
+the host, the depth loop, the frame's latent fed back), for the same seed, AR and spec."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import codecspec as cs
-from codecspec.decode.frames import run_frame_loop
-from codecspec.tts.model import MODEL_FILES, ReferenceTTS, default_model_dir
+from codecspec.tts.model import MODEL_FILES, ReferenceTTS, TemporalStepper, default_model_dir
+from codecspec.tts.text import BOS, EOS
 
 pytestmark = pytest.mark.skipif(
     not all((default_model_dir() / f).is_file() for f in MODEL_FILES),
@@ -18,16 +18,27 @@ pytestmark = pytest.mark.skipif(
 PHONEMES = "hˈɛloʊ wˈɜːld"
 
 
-@pytest.mark.parametrize("mode", ["ar", "spec"])
-def test_frame_loop_reproduces_the_reference_runtime(mode):
-    from codecspec.tts.rvq_frames import rvq_frame_loop_parts
-
-    tts = ReferenceTTS(provider="cpu", threads=1)
-    ref = tts.generate("", phonemes=PHONEMES, mode=mode, seed=3, decode_audio=False)
-    frames = len(ref.codes)
-    stepper, decoder = rvq_frame_loop_parts(
-        tts, PHONEMES, "en", tts.meta["default_speaker"], frames, mode
+def _by_hand(tts: ReferenceTTS, frames: int, mode: str, seed: int) -> np.ndarray:
+    lang, spk = tts._ids("en", tts.meta["default_speaker"])
+    ids = np.concatenate([[BOS], tts.frontend.vocab.encode(PHONEMES), [EOS]]).astype(np.int64)
+    ck, cv = tts.encoder.run(
+        ["cross_keys", "cross_values"],
+        {"phonemes": ids[None], "language": np.array([lang]), "speaker": np.array([spk])},
     )
-    loop = run_frame_loop(stepper, decoder, cs.Generator(3), max_frames=frames + 5)
-    assert loop.steps == frames and not loop.hit_max_frames
-    assert np.array_equal(loop.codes[0], ref.codes)
+    stepper = TemporalStepper(tts.temporal, ck, cv, spk, frames)
+    g, latent = cs.Generator(seed), None
+    codes = np.zeros((frames, tts.depth.G), np.int64)
+    for t in range(frames):
+        h, logits = stepper.step(latent)
+        codes[t] = tts.depth.decode_frame(h, cs.sample(logits, tts.params, g), g, mode)
+        latent = tts._latent(codes[t])
+    return codes
+
+
+@pytest.mark.parametrize("mode", ["ar", "spec"])
+def test_generate_is_the_per_frame_recipe(mode):
+    tts = ReferenceTTS(provider="cpu", threads=1)
+    s = tts.generate("", phonemes=PHONEMES, mode=mode, seed=3, decode_audio=False)
+    np.testing.assert_array_equal(s.codes, _by_hand(tts, len(s.codes), mode, 3))
+    assert s.depth_calls == (15 * len(s.codes) if mode == "ar" else s.depth_calls)
+    assert 0 < s.depth_seconds and 0 < s.temporal_seconds

@@ -9,7 +9,7 @@ stopped) and guards with `max_frames`, recording whether the guard ended a strea
 
 The FSQ family's decoder samples 32 channel heads and a stop head from one step's logits
 (`codecspec.tts.fsq.FSQFrameDecoder`); the RVQ family's runs its depth loop and stops at the
-planned frame count (`codecspec.tts.rvq_frames.RVQFrameDecoder`). Batching, and later
+planned frame count (`codecspec.tts.model.RVQFrameDecoder`). Batching, and later
 streaming, are loops around this one.
 """
 

@@ -26,6 +26,7 @@ import numpy as np
 import codecspec as cs
 from codecspec.codec.codec import Codec
 from codecspec.decode.depth import MODES, DepthDecoder
+from codecspec.decode.frames import run_frame_loop
 from codecspec.runtime.session import open_session
 from codecspec.tts.text import BOS, EOS, Frontend
 
@@ -36,6 +37,8 @@ __all__ = [
     "ReferenceTTS",
     "Synthesis",
     "TemporalStepper",
+    "RVQStepper",
+    "RVQFrameDecoder",
     "MODEL_FILES",
 ]
 
@@ -306,25 +309,50 @@ class ReferenceTTS:
         )
 
     def _frames(self, ck, cv, spk_id, frames, mode, seed, progress):
-        g = cs.Generator(seed)
-        stepper = TemporalStepper(self.temporal, ck, cv, spk_id, frames)
-        codes = np.zeros((frames, self.depth.G), np.int64)
-        depth_s = 0.0
+        """The shared frame loop (`codecspec.decode.frames`) over this family's stepper and
+        frame decoder: (codes, depth seconds, depth calls); the loop's stepper time and the
+        c0 draws count as temporal."""
+        stepper = RVQStepper(self, TemporalStepper(self.temporal, ck, cv, spk_id, frames))
+        decoder = RVQFrameDecoder(self, frames, mode)
         calls0 = self.depth.stats.calls
-        it = range(frames)
+        bar = None
         if progress:
-            from codecspec.progress import bar
+            from codecspec.progress import bar as _bar
 
-            it = bar(it, desc=f"synth {mode}", total=frames)
-        latent = None
-        for t in it:
-            h, logits = stepper.step(latent)
-            c0 = cs.sample(logits, self.params, g)
-            s = time.perf_counter()
-            codes[t] = self.depth.decode_frame(h, c0, g, mode)
-            depth_s += time.perf_counter() - s
-            latent = self._latent(codes[t])
-        return codes, depth_s, self.depth.stats.calls - calls0
+            bar = lambda it: _bar(it, desc=f"synth {mode}", total=frames)  # noqa: E731
+        loop = run_frame_loop(stepper, decoder, cs.Generator(seed), frames, bar)
+        return loop.codes[0], decoder.depth_seconds, self.depth.stats.calls - calls0
 
     def _latent(self, frame_codes: np.ndarray) -> np.ndarray:
         return self._books[self._levels, frame_codes].sum(axis=0)
+
+
+class RVQStepper:
+    """The reference family's stepper for the shared frame loop: feeds a frame's codes back
+    as the codec latent the step graph reads. step(prev_codes [1, G] or None) -> (h_t, c0
+    logits)."""
+
+    def __init__(self, tts: ReferenceTTS, stepper: TemporalStepper):
+        self.tts, self.stepper = tts, stepper
+
+    def step(self, prev_codes=None):
+        latent = None if prev_codes is None else self.tts._latent(np.asarray(prev_codes)[0])
+        return self.stepper.step(latent)
+
+
+class RVQFrameDecoder:
+    """c0 by `cs.sample`, c1.. by the depth loop (`DepthDecoder`, AR or speculative); stops
+    after `frames` frames (this family's length rule: frames per phoneme, no stop head)."""
+
+    def __init__(self, tts: ReferenceTTS, frames: int, mode: str = "ar"):
+        self.tts, self.frames, self.mode, self.t = tts, int(frames), mode, 0
+        self.depth_seconds = 0.0  # the depth loop alone, for Synthesis.depth_seconds
+
+    def decode(self, step_output, generator: cs.Generator):
+        h, logits = step_output
+        c0 = cs.sample(logits, self.tts.params, generator)
+        t0 = time.perf_counter()
+        codes = self.tts.depth.decode_frame(h, c0, generator, self.mode)
+        self.depth_seconds += time.perf_counter() - t0
+        self.t += 1
+        return codes[None].astype(np.int64), np.array([self.t >= self.frames])
