@@ -57,7 +57,12 @@ def test_config_blocks_and_sizes():
     assert c.n_levels == 16 and c.pca_dim == 64 and set(c.level_sizes) == {1024}
     assert math.isclose(c.bits_per_frame, 160.0)
     r = V2Config.blocks(refine=4, refine_grid=(4, 4, 4, 4))
-    assert r.pca_dim == 48 and r.spec[12] == ((0, 1, 2, 3), (4, 4, 4, 4))
+    assert r.pca_dim == 48
+    # interleaved (default): each refinement follows the level it refines, coarse to fine
+    assert r.spec[0][0] == r.spec[1][0] == (0, 1, 2, 3) and r.spec[1][1] == (4, 4, 4, 4)
+    assert [lv[0][0] for lv in r.spec[:9]] == [0, 0, 4, 4, 8, 8, 12, 12, 16]
+    tail = V2Config.blocks(refine=4, refine_grid=(4, 4, 4, 4), interleave=False)
+    assert tail.spec[12] == ((0, 1, 2, 3), (4, 4, 4, 4)) and set(tail.spec) == set(r.spec)
     assert SMALL.level_sizes == (16,) * 6
 
 

@@ -362,6 +362,7 @@ def config_from(args) -> V2Config:
         refine=args.refine,
         refine_grid=ints(args.refine_grid) if args.refine_grid else None,
         bins=args.bins,
+        interleave=args.order == "interleave",
     )
 
 
@@ -388,10 +389,16 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus", default="~/.cache/codecspec/corpus")
     ap.add_argument("--out", default="~/.cache/codecspec/codec_v2")
     ap.add_argument("--v1", default=str(V1_PATH), help="the v1 codec.npz to compare with")
-    ap.add_argument("--grid", default="8,8,4,4", help="bins per component of each level")
+    ap.add_argument("--grid", default="4,4,4,4,4,4", help="bins per component of each level")
     ap.add_argument("--refine", type=int, default=4, help="levels that refine residuals")
-    ap.add_argument("--refine-grid", default="4,4,4,4", help="bins of a refinement level")
+    ap.add_argument("--refine-grid", default="4,4,4,4,4,4", help="bins of a refinement level")
     ap.add_argument("--bins", default="lloyd", choices=("uniform", "quantile", "lloyd"))
+    ap.add_argument(
+        "--order",
+        default="interleave",
+        choices=("interleave", "tail"),
+        help="refinement levels right after the level they refine, or after all first passes",
+    )
     ap.add_argument("--iters", type=int, default=30, help="Lloyd-Max iterations")
     ap.add_argument("--stability-utts", type=int, default=24, help="held-out clips re-rendered")
     ap.add_argument("--eval-wavs", type=int, default=24, help="held-out clips for LSD")
@@ -436,7 +443,9 @@ def main(argv=None) -> int:
     size = codec.save(out / "codec_v2.npz")
     codec = CodecV2.load(out / "codec_v2.npz")  # measure what ships (float16 PCA basis)
     v2 = V2(
-        codec, f"v2 {args.grid} {args.bins}" + (f" + {args.refine} refine" if args.refine else "")
+        codec,
+        f"v2 {args.grid} {args.bins}"
+        + (f" + {args.refine} refine {args.refine_grid} ({args.order})" if args.refine else ""),
     )
     codecs = {"v2": v2, "v1": v1}
     log(f"fitted {v2.name} in {timings['fit_s']}s, {size / 1e6:.2f} MB")

@@ -93,26 +93,38 @@ class V2Config:
         refine: int = 0,
         refine_grid=None,
         bins: str = "lloyd",
+        interleave: bool = True,
     ) -> V2Config:
-        """`n_levels - refine` levels over successive blocks of len(grid) components, then
+        """`n_levels - refine` levels over successive blocks of len(grid) components, and
         `refine` levels that re-quantise the residual of components 0, 1, ... in blocks of
-        len(refine_grid) (default: `grid`)."""
+        len(refine_grid) (default: `grid`). With `interleave` a refinement level follows the
+        first level that completes its components (coarse to fine: refining the strongest
+        components removes more error than a first pass over weak ones); otherwise the
+        refinements come last."""
         grid = tuple(grid)
         refine_grid = tuple(refine_grid or grid)
         if isinstance(n_levels, bool) or not isinstance(n_levels, int) or n_levels < 1:
             raise ValueError(f"n_levels: expected a positive integer, got {n_levels!r}")
         if isinstance(refine, bool) or not isinstance(refine, int) or not 0 <= refine < n_levels:
             raise ValueError(f"refine: expected an integer in [0, n_levels), got {refine!r}")
-        spec, c = [], 0
+        first, c = [], 0
         for _ in range(n_levels - refine):
-            spec.append((tuple(range(c, c + len(grid))), grid))
+            first.append((tuple(range(c, c + len(grid))), grid))
             c += len(grid)
-        r = 0
+        extra, r = [], 0
         for _ in range(refine):
-            spec.append((tuple(range(r, r + len(refine_grid))), refine_grid))
+            extra.append((tuple(range(r, r + len(refine_grid))), refine_grid))
             r += len(refine_grid)
         if r > c:
             raise ValueError(f"refine: {refine} levels refine {r} components, only {c} exist")
+        if not interleave:
+            return cls(tuple(first + extra), bins)
+        spec = []
+        for lv in first:
+            spec.append(lv)
+            done = max(lv[0]) + 1
+            while extra and max(extra[0][0]) < done:
+                spec.append(extra.pop(0))
         return cls(tuple(spec), bins)
 
     @property
