@@ -88,22 +88,19 @@ def batch_temporal_graph(model: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
-class BatchedTemporal:
-    """Temporal step graph for up to `slots` streams; each slot owns rows of one preallocated
-    self-attention K/V block [L, slots, heads, max_frames, hd] and cross K/V block
-    [L, slots, heads, max_phonemes, hd]."""
+class SlotCache:
+    """The per-stream state of a batched temporal graph: each of `slots` slots owns rows of
+    one preallocated self-attention K/V block [L, slots, heads, max_frames, hd] and cross K/V
+    block [L, slots, heads, max_phonemes, hd] (shared by both model families' steppers)."""
 
-    def __init__(self, path, slots: int, max_frames: int, max_phonemes: int, provider, threads):
-        model = batch_temporal_graph(onnx.load(str(path)))
-        self.session = open_session(model.SerializeToString(), provider=provider, threads=threads)
-        ins = {i.name: i.shape for i in self.session.get_inputs()}
-        L, _, heads, _, hd = ins["past_keys"]
-        self.latent_dim = ins["prev_latent"][1]
+    def __init__(self, session, slots: int, max_frames: int, max_phonemes: int):
+        L, _, heads, _, hd = {i.name: i.shape for i in session.get_inputs()}["past_keys"]
+        self.session = session
         self.max_frames, self.max_phonemes = int(max_frames), int(max_phonemes)
         # np.zeros maps pages lazily: memory is committed only as streams write their rows.
-        self.keys = np.zeros((L, slots, heads, max_frames, hd), np.float32)
+        self.keys = np.zeros((L, slots, heads, self.max_frames, hd), np.float32)
         self.values = np.zeros_like(self.keys)
-        self.cross_k = np.zeros((L, slots, heads, max_phonemes, hd), np.float32)
+        self.cross_k = np.zeros((L, slots, heads, self.max_phonemes, hd), np.float32)
         self.cross_v = np.zeros_like(self.cross_k)
         self.frames = np.zeros(slots, np.int64)  # rows of self K/V written per slot
         self.phonemes = np.zeros(slots, np.int64)
@@ -116,6 +113,17 @@ class BatchedTemporal:
         self.cross_k[:, slot, :, :p] = cross_keys[:, 0]
         self.cross_v[:, slot, :, :p] = cross_values[:, 0]
         self.phonemes[slot], self.frames[slot] = p, 0
+
+
+class BatchedTemporal(SlotCache):
+    """The reference family's temporal step graph for up to `slots` streams (the shipped
+    graph given a batch axis and attention masks, `batch_temporal_graph`)."""
+
+    def __init__(self, path, slots: int, max_frames: int, max_phonemes: int, provider, threads):
+        model = batch_temporal_graph(onnx.load(str(path)))
+        session = open_session(model.SerializeToString(), provider=provider, threads=threads)
+        super().__init__(session, slots, max_frames, max_phonemes)
+        self.latent_dim = {i.name: i.shape for i in session.get_inputs()}["prev_latent"][1]
 
     def step(self, slots, latents, progress, speakers) -> tuple[np.ndarray, np.ndarray]:
         """(hidden [n, D], c0 logits [n, V]) of the next frame of each stream in `slots`."""

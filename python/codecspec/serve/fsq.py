@@ -22,6 +22,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.runtime.session import open_session
+from codecspec.serve.batched import SlotCache
 from codecspec.serve.family import (
     Check,
     Family,
@@ -36,31 +37,13 @@ from codecspec.tts.fsq import FSQTTS
 __all__ = ["FSQSlots", "FSQFamily"]
 
 
-class FSQSlots:
+class FSQSlots(SlotCache):
     """step.onnx for up to `slots` streams at different frame indices, one call per frame."""
 
     def __init__(self, session, slots: int, max_frames: int, max_phonemes: int):
-        ins = {i.name: i.shape for i in session.get_inputs()}
-        L, _, heads, _, hd = ins["past_keys"]
-        self.session, self.channels = session, int(ins["prev_channels"][1])
-        self.max_frames, self.max_phonemes = int(max_frames), int(max_phonemes)
-        # np.zeros maps pages lazily: memory is committed only as streams write their rows.
-        self.keys = np.zeros((L, slots, heads, self.max_frames, hd), np.float32)
-        self.values = np.zeros_like(self.keys)
-        self.cross_k = np.zeros((L, slots, heads, self.max_phonemes, hd), np.float32)
-        self.cross_v = np.zeros_like(self.cross_k)
-        self.frames = np.zeros(slots, np.int64)  # self K/V rows written per slot
-        self.phonemes = np.zeros(slots, np.int64)
+        super().__init__(session, slots, max_frames, max_phonemes)
+        self.channels = int({i.name: i.shape for i in session.get_inputs()}["prev_channels"][1])
         self.calls = 0
-
-    def load(self, slot: int, cross_keys: np.ndarray, cross_values: np.ndarray) -> None:
-        """Starts a stream in `slot` from the encoder's [L, 1, heads, P, hd] cross K/V."""
-        p = cross_keys.shape[3]
-        if p > self.max_phonemes:
-            raise ValueError(f"input: {p} phonemes, more than the limit {self.max_phonemes}")
-        self.cross_k[:, slot, :, :p] = cross_keys[:, 0]
-        self.cross_v[:, slot, :, :p] = cross_values[:, 0]
-        self.phonemes[slot], self.frames[slot] = p, 0
 
     def step(self, slots, prev_channels, pace, speakers):
         """(hidden [n, D], channel_logits [n, Σ L], stop_logits [n]) of each slot's next frame."""
