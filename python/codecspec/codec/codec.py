@@ -239,19 +239,14 @@ class Codec:
     def save(self, path) -> int:
         """Write the tables as a compressed .npz (float16 PCA basis and codebooks, float32
         mean, config as JSON); returns the file size in bytes."""
-        buf = io.BytesIO()
-        np.savez_compressed(
-            buf,
-            format=np.array(FORMAT),
-            config=np.array(json.dumps(dataclasses.asdict(self.cfg), sort_keys=True)),
+        return write_table(
+            path,
+            FORMAT,
+            dataclasses.asdict(self.cfg),
             mean=self.mean.astype(np.float32),
             components=self.components.astype(np.float16),
             codebooks=self.codebooks.astype(np.float16),
         )
-        data = buf.getvalue()
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_bytes(data)
-        return len(data)
 
     @classmethod
     def load(cls, path) -> Codec:
@@ -262,6 +257,22 @@ class Codec:
     @property
     def nbytes(self) -> int:
         return int(self.mean.nbytes + self.components.nbytes + self.codebooks.nbytes)
+
+
+def write_table(path, fmt: str, config: dict, **arrays) -> int:
+    """A compressed .npz codec table: `format` = fmt, `config` as sorted JSON, `arrays`;
+    creates the folder; returns the file size in bytes. `open_table` reads it back."""
+    buf = io.BytesIO()
+    np.savez_compressed(
+        buf,
+        format=np.array(fmt),
+        config=np.array(json.dumps(config, sort_keys=True)),
+        **arrays,
+    )
+    data = buf.getvalue()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_bytes(data)
+    return len(data)
 
 
 def open_table(path, fmt: str):

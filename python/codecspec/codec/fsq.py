@@ -15,16 +15,14 @@ into one mixed-radix code (`codecspec.fsq_pack`, the Rust core's).
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 import codecspec as cs
-from codecspec.codec.codec import Codec, CodecConfig, open_table
+from codecspec.codec.codec import Codec, CodecConfig, open_table, write_table
 
 __all__ = ["FSQConfig", "FSQCodec", "check_levels", "lloyd_max"]
 
@@ -219,24 +217,20 @@ class FSQCodec:
 
     # ---- persistence ------------------------------------------------------------------------
     def save(self, path) -> int:
-        buf = io.BytesIO()
         meta = dict(
             groups=self.cfg.groups,
             levels=list(self.cfg.levels),
             packed_range=self.cfg.packed_range,
             spectral=dataclasses.asdict(self.spectral),
         )
-        np.savez_compressed(
-            buf,
-            format=np.array(FORMAT),
-            config=np.array(json.dumps(meta, sort_keys=True)),
+        return write_table(
+            path,
+            FORMAT,
+            meta,
             mean=self.pca.mean.astype(np.float32),
             components=self.pca.components.astype(np.float16),
             values=self.values.astype(np.float32),
         )
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_bytes(buf.getvalue())
-        return len(buf.getvalue())
 
     @classmethod
     def load(cls, path) -> FSQCodec:

@@ -20,16 +20,14 @@ over +-2.5 sigma, what the note measured), ``"quantile"`` (equal-mass cells) or 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 import codecspec as cs
-from codecspec.codec.codec import Codec, CodecConfig, open_table
+from codecspec.codec.codec import Codec, CodecConfig, open_table, write_table
 from codecspec.codec.fsq import _pca_codec, lloyd_max
 
 __all__ = ["V2Config", "CodecV2", "BINS"]
@@ -401,20 +399,16 @@ class CodecV2:
 
     # ---- persistence ------------------------------------------------------------------------
     def save(self, path) -> int:
-        buf = io.BytesIO()
         meta = dict(v2=self.cfg.to_json(), spectral=dataclasses.asdict(self.spectral))
-        np.savez_compressed(
-            buf,
-            format=np.array(FORMAT),
-            config=np.array(json.dumps(meta, sort_keys=True)),
+        return write_table(
+            path,
+            FORMAT,
+            meta,
             mean=self.pca.mean.astype(np.float32),
             components=self.pca.components.astype(np.float16),
             values=self.values.astype(np.float32),
             scales=self.scales.astype(np.float32),
         )
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_bytes(buf.getvalue())
-        return len(buf.getvalue())
 
     @classmethod
     def load(cls, path) -> CodecV2:
