@@ -12,6 +12,20 @@ HELLO = "həlˈoʊ wˈɜːld | ðɪs ɪz ɐ tˈɛst"
 LONG = " | ".join([HELLO] * 4)
 
 
+def ipa(text=HELLO, **kw):
+    """A speech request for IPA input (no espeak-ng needed)."""
+    from codecspec.serve.engine import SpeechRequest
+
+    return SpeechRequest(text, input_format="ipa", **kw)
+
+
+def codes(handle):
+    """Every frame a stream handle yields, stacked [T, C]."""
+    import numpy as np
+
+    return np.stack(list(handle))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import onnx
 import pytest
-from serve_util import HELLO, LONG, wait_for
+from serve_util import HELLO, LONG, codes, ipa, wait_for
 
 import codecspec as cs
 from codecspec.fidelity import per_position_pvalues
@@ -32,14 +32,6 @@ def engine():
     e = Engine(max_streams=8, max_queue=8, threads=1, fault=_slow)
     yield e
     e.shutdown()
-
-
-def ipa(text=HELLO, **kw) -> SpeechRequest:
-    return SpeechRequest(text, input_format="ipa", **kw)
-
-
-def codes(handle) -> np.ndarray:
-    return np.stack(list(handle))
 
 
 def test_batched_temporal_graph_matches_the_shipped_one(engine):

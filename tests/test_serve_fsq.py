@@ -10,7 +10,7 @@ import wave
 
 import numpy as np
 import pytest
-from serve_util import HELLO, LONG, LocalServer, wait_for
+from serve_util import HELLO, LONG, LocalServer, codes, ipa, wait_for
 
 from codecspec.serve.engine import Engine, SpeechRequest
 from codecspec.tts.fsq import FSQ_FILES, default_fsq_dir
@@ -25,14 +25,6 @@ def engine():
     e = Engine("fsq", max_streams=4, max_queue=8, threads=1)
     yield e
     e.shutdown()
-
-
-def ipa(text=HELLO, **kw) -> SpeechRequest:
-    return SpeechRequest(text, input_format="ipa", **kw)
-
-
-def codes(handle) -> np.ndarray:
-    return np.stack(list(handle))
 
 
 def reference(engine, text, seed, **kw):
