@@ -177,14 +177,14 @@ def build_speedup_map(
                 seed=seed,
             )
             points.append({"sharpness": s, **pt})
-    from codecspec.runtime import pool_size
+    from codecspec.runtime.threads import threads_in_use
     from codecspec.train.calibrate import _cpu_model, _now
 
     doc = {
         "format": MAP_FORMAT,
         "date": _now(),
         "cpu_model": _cpu_model(),
-        "threads": pool_size(),
+        "threads": threads_in_use(threads),  # also right with per-session pools
         "provider": provider,
         "frames": frames,
         "calib_frames": calib_frames,
