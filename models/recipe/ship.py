@@ -48,7 +48,9 @@ def load_trained(path: Path):
     return model.eval(), ck
 
 
-def export_graphs(model, out: Path) -> dict:
+def export_graphs(model, out: Path, export_temporal=None) -> dict:
+    """Temporal graphs (`export_temporal`, default v1's `tts_torch.export_onnx`) and the depth
+    graph, float16 storage, bf16-exact heads on the host; returns file sizes."""
     import onnx
 
     from codecspec.graphs import build_depth_graph, save_model
@@ -56,7 +58,7 @@ def export_graphs(model, out: Path) -> dict:
     from codecspec.train.tts_torch import depth_weights, export_onnx
 
     sizes = {}
-    for path in export_onnx(model.temporal, out).values():
+    for path in (export_temporal or export_onnx)(model.temporal, out).values():
         onnx.save(store_float16(onnx.load(str(path))), str(path))
         sizes[path.name] = path.stat().st_size
     w = depth_weights(model.depth)

@@ -38,3 +38,50 @@ class KVCache:
         """Append rows `nodes` (query indices, increasing) of this call's new K/V."""
         cs.kv_commit(self.keys, self.length, nodes, new_keys)
         self.length = cs.kv_commit(self.values, self.length, nodes, new_values)
+
+
+class RingKVCache:
+    """A sliding-window self-attention cache of fixed capacity W (the window) for a step
+    graph with fixed-shape cache inputs: keys/values float32 [layers, 1, heads, W, head_dim]
+    and `positions` int64 [W], the frame index held by each slot (-1 = empty). Frame t lives
+    in slot t % W, so committing frame t evicts frame t - W, the first frame a query at t or
+    later may no longer see; the graph masks by position, so the slot order does not matter.
+    Memory is constant however long the utterance."""
+
+    def __init__(self, layers: int, heads: int, window: int, head_dim: int):
+        for name, v in (("layers", layers), ("heads", heads), ("window", window)):
+            if isinstance(v, bool) or int(v) != v or int(v) <= 0:
+                raise ValueError(f"{name}: must be a positive int, got {v!r}")
+        if int(head_dim) <= 0:
+            raise ValueError(f"head_dim: must be > 0, got {head_dim}")
+        shape = (int(layers), 1, int(heads), int(window), int(head_dim))
+        self.keys = np.zeros(shape, np.float32)
+        self.values = np.zeros(shape, np.float32)
+        self.positions = np.full(int(window), -1, np.int64)
+        self.window = int(window)
+
+    def reset(self) -> None:
+        self.positions[:] = -1
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.values.nbytes + self.positions.nbytes
+
+    def commit(self, new_keys: np.ndarray, new_values: np.ndarray, positions) -> None:
+        """Store frames `positions` (increasing, one per row of new_* [L, 1, heads, n, hd]);
+        rows past len(positions) are dropped (rejected drafts)."""
+        pos = np.asarray(positions, np.int64).reshape(-1)
+        if new_keys.shape[:3] != self.keys.shape[:3] or new_keys.shape[4] != self.keys.shape[4]:
+            raise ValueError(
+                f"new_keys: expected [*{self.keys.shape[:3]}, n, {self.keys.shape[4]}], "
+                f"got {new_keys.shape}"
+            )
+        if len(pos) > new_keys.shape[3] or new_values.shape != new_keys.shape:
+            raise ValueError(f"positions: {len(pos)} frames, the new K/V hold {new_keys.shape[3]}")
+        first = max(0, len(pos) - self.window)  # only the last W frames can be held
+        rows = slice(first, len(pos))
+        pos = pos[first:]
+        slots = pos % self.window
+        self.keys[:, :, :, slots] = new_keys[:, :, :, rows]
+        self.values[:, :, :, slots] = new_values[:, :, :, rows]
+        self.positions[slots] = pos

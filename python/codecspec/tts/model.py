@@ -107,6 +107,8 @@ class Synthesis:
     decode_seconds: float  # vocoder: codes -> waveform
     frame_rate: float = 12.5
     frontend_seconds: float = 0.0  # phonemes -> ids -> encoder graph
+    hit_max_frames: bool = False  # a stop head never fired: the length guard ended it
+    max_frames: Optional[int] = None  # that guard (families with a stop head)
 
     @property
     def frames(self) -> int:

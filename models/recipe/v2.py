@@ -1,0 +1,530 @@
+"""Reference model v2: codec v2 -> two-stage temporal LM + draft + depth decoder -> shipped.
+
+    python models/recipe/v2.py codec                 # ~/.cache/codecspec/v2/codec (~1 min)
+    python models/recipe/v2.py train --minutes 70    # ~/.cache/codecspec/v2/train/ckpt.pt
+    python models/recipe/v2.py ship                  # python/codecspec/models/v2
+
+`train` is resumable: run the same command again (on this machine, or on a fresh one with the
+corpus rebuilt by corpus.py and the checkpoint folder copied) and it continues from the last
+checkpoint on the same learning-rate schedule until --minutes of training time in total.
+Checkpoints live outside the repository (`--work`, default ~/.cache/codecspec/v2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+try:
+    import codecspec  # noqa: F401
+except ImportError:  # running from a checkout whose package is not installed
+    sys.path.insert(0, str(ROOT / "python"))
+
+# the chosen codec (docs/codec_v2.md §5): 16 levels of 1024 codes, 8,8,4,4 Lloyd-Max grids
+# over PCA components 0-47 with 4 interleaved refinements of the strongest 16 components
+LEVELS = (1, 2, 4, 8, 16)
+CODEC = dict(grid=(8, 8, 4, 4), refine=4, refine_grid=(8, 8, 4, 4))
+
+
+def log(msg: str) -> None:
+    print(f"[v2] {msg}", file=sys.stderr, flush=True)
+
+
+def cmd_codec(args) -> int:
+    from codec import read_manifest
+    from codec_v2 import V1_PATH, load_features
+
+    from codecspec.codec import Codec
+    from codecspec.codec.data import save_codes
+    from codecspec.codec.v2 import CodecV2, V2Config
+    from codecspec.progress import bar
+
+    corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
+    out = work / "codec"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = read_manifest(corpus)
+    spectral = Codec.load(V1_PATH).cfg
+    feats = load_features(rows, corpus, out / "features.npz", spectral)
+    train = np.concatenate([f for f, r in zip(feats, rows) if r["split"] == "train"])
+    t0 = time.monotonic()
+    cfg = V2Config.blocks(**CODEC)
+    codec = CodecV2.fit(train, cfg, spectral)
+    codec.save(out / "codec_v2.npz")
+    codec = CodecV2.load(out / "codec_v2.npz")  # encode with what ships (float16 basis)
+    codes = [codec.encode_features(f) for f in bar(feats, desc="encode")]
+    save_codes(
+        out / "codes.npz",
+        [r["id"] for r in rows],
+        [r["split"] for r in rows],
+        codes,
+        codec.frame_rate,
+    )
+    test = [f for f, r in zip(feats, rows) if r["split"] == "test"]
+    te = np.concatenate(test)
+    tc = np.concatenate([c for c, r in zip(codes, rows) if r["split"] == "test"])
+    err = [float(((codec.decode_features(tc[:, :k]) - te) ** 2).sum(1).mean()) for k in LEVELS]
+    var = float(te.var(0).sum())
+    rep = dict(
+        config=cfg.to_json(),
+        level_sizes=list(cfg.level_sizes),
+        heldout_unexplained={k: round(e / var, 4) for k, e in zip(LEVELS, err)},
+        seconds=round(time.monotonic() - t0, 1),
+    )
+    (out / "codec.json").write_text(json.dumps(rep, indent=1))
+    log(f"codec v2 {cfg.level_sizes[0]} codes x {cfg.n_levels}: {rep['heldout_unexplained']}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    import torch
+
+    from codecspec.train.tts_train import reference_depth_config
+    from codecspec.train.v2_torch import V2TemporalConfig
+    from codecspec.train.v2_train import train_v2
+    from codecspec.tts.dataset import TTSDataset
+
+    torch.set_num_threads(args.threads)
+    corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
+    codes = work / "codec" / "codes.npz"
+    if not codes.is_file():
+        raise SystemExit(f"no {codes}: run `v2.py codec` first")
+    train = TTSDataset(corpus, codes, "train")
+    val = TTSDataset(corpus, codes, "test", frontend=train.frontend)
+    f = train.frontend
+    tcfg = V2TemporalConfig(
+        vocab_size=len(f.vocab),
+        num_languages=len(f.languages),
+        num_speakers=len(f.speakers),
+        window=args.window,
+        draft_layers=args.draft_layers,
+        ce_draft=args.ce_draft,
+    )
+    dcfg = reference_depth_config(1024)
+    log(f"train {train.stats()['frames']} frames, held-out {val.stats()['frames']} frames")
+    _, curves = train_v2(
+        train,
+        val,
+        tcfg,
+        dcfg,
+        Path(args.out).expanduser() if args.out else work / "train",
+        minutes=args.minutes,
+        max_steps=args.max_steps,
+        lr=args.lr,
+        distill=args.distill,
+        rate_jitter=args.rate_jitter,
+        seed=args.seed,
+        depth_frames=args.depth_frames,
+    )
+    log(f"done: step {curves.steps[-1]}; held-out {curves.val[-1]}")
+    return 0
+
+
+# ---------------------------------------------------------------------- ship
+SHIP_DIR = ROOT / "python" / "codecspec" / "models" / "v2"
+THETAS = (0.99, 0.98, 0.95, 0.9, 0.8)
+
+
+def load_checkpoint(path: Path):
+    """(V2Model in eval mode, checkpoint dict); the draft with the higher held-out temporal
+    acceptance (distilled or cross-entropy-only) becomes the exported `draft`."""
+    import torch
+
+    from codecspec.graphs.config import DepthDecoderConfig
+    from codecspec.train.v2_torch import V2Model, V2TemporalConfig
+
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    tcfg = V2TemporalConfig(**ck["temporal_config"])
+    model = V2Model(tcfg, DepthDecoderConfig.from_dict(ck["depth_config"]))
+    model.load_state_dict(ck["state_dict"])
+    val = ck["curves"]["val"][-1]
+    ck["draft_choice"] = "distilled"
+    if tcfg.ce_draft and val.get("ce_accept", 0.0) > val["accept"]:
+        model.temporal.draft.load_state_dict(model.temporal.draft_ce.state_dict())
+        ck["draft_choice"] = "cross-entropy"
+    return model.eval(), ck
+
+
+def teacher_forced(model, ds, max_frames: int, seed: int):
+    """(h_t [N, D], real codes [N, 16]) of held-out utterances, the LM fed their real c0."""
+    import torch
+
+    from codecspec.train.v2_train import to_tensors
+
+    hs, codes, total = [], [], 0
+    with torch.no_grad():
+        for b in ds.batches(8, seed=seed, max_frames=1200):
+            t = to_tensors(b)
+            h = model.temporal(
+                t["phonemes"],
+                t["phoneme_lengths"],
+                t["language"],
+                t["speaker"],
+                t["codes"][..., 0],
+                t["frames_per_phoneme"],
+            )[0]
+            m = t["frame_mask"]
+            hs.append(h[m].numpy())
+            codes.append(t["codes"][m].numpy())
+            total += int(m.sum())
+            if total >= max_frames:
+                break
+    return np.concatenate(hs)[:max_frames], np.concatenate(codes)[:max_frames]
+
+
+def onnx_parity(tts, model, ds) -> dict:
+    """Max |ORT - torch| of c0 and stop logits, step by step over the ring cache, on the
+    longest of the first 40 held-out utterances (past the window, so eviction is covered)."""
+    import torch
+
+    from codecspec.train.v2_train import to_tensors
+
+    i = max(range(min(40, len(ds))), key=lambda k: ds[k].frames)
+    t = to_tensors(ds.collate([i]))
+    with torch.no_grad():
+        _, ref, ref_stop, ref_d, _, _ = model.temporal(
+            t["phonemes"],
+            t["phoneme_lengths"],
+            t["language"],
+            t["speaker"],
+            t["codes"][..., 0],
+            t["frames_per_phoneme"],
+        )
+    enc = tts.encoder.run(
+        None,
+        {
+            "phonemes": t["phonemes"].numpy(),
+            "language": t["language"].numpy(),
+            "speaker": t["speaker"].numpy(),
+        },
+    )
+    spk = int(t["speaker"][0])
+    expected = float(t["frames_per_phoneme"][0]) * (int(t["phoneme_lengths"][0]) - 2)
+    c0 = t["codes"][0, :, 0].numpy()
+    worst = {"c0": 0.0, "stop": 0.0, "draft_c0": 0.0}
+    for draft in (False, True):
+        st = tts.stepper(enc, spk, expected, draft=draft)
+        for k in range(len(c0)):
+            h, lg, sl = st.step(None if k == 0 else c0[k - 1 : k][None])
+            want = (ref_d if draft else ref)[0, k].numpy()
+            key = "draft_c0" if draft else "c0"
+            worst[key] = max(worst[key], float(np.abs(lg - want).max()))
+            if not draft:
+                worst["stop"] = max(worst["stop"], float(abs(sl[0] - ref_stop[0, k])))
+    worst["frames"] = len(c0)
+    worst["window"] = tts.window
+    return worst
+
+
+class _Recorder:
+    """Wraps a V2 stepper for the shared frame loop: steps the draft LM on the same history
+    and keeps h_t, c0 and both LMs' logits of every frame."""
+
+    def __init__(self, target, draft):
+        self.target, self.draft = target, draft
+        self.h, self.lt, self.ld = [], [], []
+
+    def step(self, prev):
+        h, lt, st = self.target.step(prev)
+        _, ld, _ = self.draft.step(prev)
+        self.h.append(h)
+        self.lt.append(lt)
+        self.ld.append(ld)
+        return h, lt, st
+
+
+def free_generation(tts, rows, seed: int) -> dict:
+    """AR synthesis of held-out texts (their IPA, language and voice): per frame h_t, the codes
+    and both LMs' c0 logits; per text frames, stop/guard and espeak-ng's frame count."""
+    import codecspec as cs
+    from codecspec.decode.frames import run_frame_loop
+    from codecspec.progress import bar
+    from codecspec.tts.v2 import V2FrameDecoder
+
+    rec = dict(h=[], codes=[], lt=[], ld=[], frames=[], ref_frames=[], stopped=[])
+    for i, r in enumerate(bar(rows, desc="free generation")):
+        _, ids, _, spk, enc = tts.encode_text(None, r["phonemes"], r["language"], r["variant"])
+        expected = tts.expected_frames(len(ids) - 2, r["language"])
+        steps = _Recorder(tts.stepper(enc, spk, expected), tts.stepper(enc, spk, expected, True))
+        loop = run_frame_loop(
+            steps, V2FrameDecoder(tts, "ar"), cs.Generator(seed + i), tts.max_frames_for(expected)
+        )
+        n = len(loop.codes[0])
+        rec["h"].append(np.stack(steps.h[:n]))
+        rec["lt"].append(np.stack(steps.lt[:n]))
+        rec["ld"].append(np.stack(steps.ld[:n]))
+        rec["codes"].append(loop.codes[0])
+        rec["frames"].append(n)
+        rec["ref_frames"].append(int(np.ceil(r["num_samples"] / tts.codec.spectral.frame_hop)))
+        rec["stopped"].append(bool(loop.stopped[0]))
+    return rec
+
+
+def measure_acceptance(out: Path, tts, free, tf_h, tf_codes, theta: float) -> dict:
+    """The report's "acceptance" block and the full tables behind it."""
+    from codecspec.runtime.depth_graph import DepthGraph
+    from codecspec.train.acceptance import depth_acceptance, group_partition, temporal_acceptance
+    from codecspec.train.data import read_heads, teacher_forced_hidden
+
+    graph = DepthGraph(out / "depth.onnx", "cpu")
+    heads = read_heads(out / "depth.onnx")
+    offsets = np.load(out / "offsets.npy")
+    emb = [tts.codec.embeddings(k) for k in range(tts.codec.n_levels)]
+    res = {}
+    h, codes = np.concatenate(free["h"]), np.concatenate(free["codes"])
+    for name, (hh, cc) in {"free": (h, codes), "teacher_forced": (tf_h, tf_codes)}.items():
+        z = teacher_forced_hidden(graph, hh, cc[:, 0], cc, progress=False)
+        res[name] = {
+            "offsets": depth_acceptance(z, cc, heads, offsets, emb, THETAS),
+            "head_reuse": depth_acceptance(z, cc, heads, 0 * offsets, emb, THETAS),
+        }
+    lt, ld = np.concatenate(free["lt"]), np.concatenate(free["ld"])
+    c0_in = tts_c0_embeddings(out)
+    temporal = {}
+    for t in THETAS:
+        temporal[str(t)] = {
+            "c0_input_embedding": temporal_acceptance(
+                lt, ld, tts.params, group_partition(c0_in, t)
+            ),
+            "codec": temporal_acceptance(lt, ld, tts.params, group_partition(emb[0], t)),
+        }
+    fr, ref = np.array(free["frames"]), np.array(free["ref_frames"])
+    free_off = res["free"]["offsets"]
+    block = {
+        "theta": theta,
+        "depth_exact": free_off["exact"],
+        "depth_group": free_off["group"][str(theta)],
+        "temporal_exact": temporal[str(theta)]["codec"]["exact"],
+        "temporal_group": temporal[str(theta)]["c0_input_embedding"]["group"],
+    }
+    stop = {
+        "texts": len(fr),
+        "stopped": int(np.sum(free["stopped"])),
+        "hit_guard": int(len(fr) - np.sum(free["stopped"])),
+        "length_error_mean": float(np.mean((fr - ref) / ref)),
+        "length_error_abs_mean": float(np.mean(np.abs(fr - ref) / ref)),
+    }
+    return {"acceptance": block, "depth": res, "temporal": temporal, "stop_head": stop}
+
+
+def tts_c0_embeddings(out: Path) -> np.ndarray:
+    """The target LM's c0 input-embedding rows (unit length), read from temporal.onnx: the
+    group space of the paper (PCG over the target's input embeddings)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(out / "temporal.onnx"))
+    for init in m.graph.initializer:
+        a = numpy_helper.to_array(init)
+        if (
+            a.ndim == 2
+            and a.shape[0]
+            == json.loads((out / "model.json").read_text())["temporal_config"]["c0_vocab_size"] + 1
+        ):
+            e = a[:-1].astype(np.float32)
+            return e / np.linalg.norm(e, axis=1, keepdims=True)
+    raise ValueError("temporal.onnx: no c0 input-embedding table found")
+
+
+def speech_distance(v2, rows, corpus: Path, seed: int) -> dict:
+    """DTW log-mel distance to espeak-ng's rendering (the corpus wav) of each held-out text,
+    for v2 and the shipped v1, and the length error of both."""
+    from codecspec.codec.audio import read_wav
+    from codecspec.progress import bar
+    from codecspec.tts.model import ReferenceTTS
+    from codecspec.tts.quality import dtw_log_mel_distance, mean_ci
+
+    v1 = ReferenceTTS()
+    cfg = v1.codec.cfg
+    dist = {"v1": [], "v2": []}
+    lengths = {"v1": [], "v2": []}
+    for i, r in enumerate(bar(rows, desc="speech distance")):
+        ref, _ = read_wav(str(corpus / r["path"]))
+        for name, m in (("v1", v1), ("v2", v2)):
+            s = m.generate(
+                "",
+                phonemes=r["phonemes"],
+                language=r["language"],
+                speaker=r["variant"],
+                mode="ar",
+                seed=seed + i,
+            )
+            dist[name].append(dtw_log_mel_distance(ref, s.wav, cfg))
+            lengths[name].append((len(s.wav) - len(ref)) / len(ref))
+    out = {}
+    for k in dist:
+        m, ci = mean_ci(dist[k])
+        out[k] = {
+            "mean_db": m,
+            "ci95_db": ci,
+            "per_text": dist[k],
+            "length_error_mean": float(np.mean(lengths[k])),
+            "length_error_abs_mean": float(np.mean(np.abs(lengths[k]))),
+        }
+    diff = np.array(dist["v2"]) - np.array(dist["v1"])
+    out["v2_minus_v1"] = dict(zip(("mean_db", "ci95_db"), mean_ci(diff)))
+    return out
+
+
+def cmd_ship(args) -> int:
+    import shutil
+
+    from ship import SAMPLING, VOICES, depth_entropy, export_graphs, frames_per_phoneme
+
+    import codecspec as cs
+    from codecspec.codec.data import load_manifest
+    from codecspec.train.ablate import ablate
+    from codecspec.train.calibrate import calibrate
+    from codecspec.train.v2_torch import export_onnx
+    from codecspec.tts.bench import bench_depth_loop
+    from codecspec.tts.dataset import TTSDataset
+    from codecspec.tts.v2 import V2_FORMAT, V2TTS
+
+    t0 = time.monotonic()
+    corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, ck = load_checkpoint(work / "train" / "ckpt.pt")
+    codes = work / "codec" / "codes.npz"
+    shutil.copy(work / "codec" / "codec_v2.npz", out / "codec_v2.npz")
+    train = TTSDataset(corpus, codes, "train")
+    held = TTSDataset(corpus, codes, "test", frontend=train.frontend)
+    log(f"exporting graphs (draft: {ck['draft_choice']})")
+    sizes = export_graphs(model, out, export_temporal=export_onnx)
+    params_count = {
+        "temporal": sum(
+            p.numel() for n, p in model.temporal.named_parameters() if not n.startswith("draft")
+        ),
+        "draft_temporal": sum(p.numel() for p in model.temporal.draft.parameters()),
+        "depth": sum(p.numel() for p in model.depth.parameters()),
+    }
+    meta = {
+        "format": V2_FORMAT,
+        "frontend": train.frontend.to_dict(),
+        "sampling": SAMPLING,
+        "voices": VOICES,
+        "default_speaker": train.frontend.speakers.names[0],
+        "frames_per_phoneme": frames_per_phoneme(train),
+        "max_pace": 2.0,
+        "temporal_config": ck["temporal_config"],
+        "depth_config": ck["depth_config"],
+        "parameters": params_count,
+        "draft_choice": ck["draft_choice"],
+    }
+    (out / "model.json").write_text(json.dumps(meta, indent=1))
+    tts = V2TTS(out, provider="cpu", threads=args.threads)
+    parity = onnx_parity(tts, model, held)
+    log(f"ORT vs torch: {parity}")
+    meta["onnx_parity_max_abs"] = parity
+    (out / "model.json").write_text(json.dumps(meta, indent=1))
+
+    hiddens, real = teacher_forced(model, held, args.frames, args.seed)
+    hiddens = hiddens.astype(np.float16).astype(np.float32)  # what frames.npz ships
+    c0s = real[:, 0]
+    n_ship = min(args.ship_frames, len(c0s))
+    np.savez_compressed(
+        out / "frames.npz", hiddens=hiddens[:n_ship].astype(np.float16), c0s=c0s[:n_ship]
+    )
+    log("calibrating the depth loop (offsets, acceptance, latency, tree)")
+    params = cs.SamplingParams(**SAMPLING)
+    calib = calibrate(
+        out / "depth.onnx",
+        out / "calibration",
+        inputs=(hiddens, c0s),
+        frames=len(c0s),
+        budgets=(1, 2, 4, 8, 16, 32),
+        params=params,
+        threads=args.threads,
+        seed=args.seed,
+        save_beside_model=False,
+    )
+    for f in ("offsets.npy", "tree.json", "device_profile.json"):
+        shutil.copy(out / "calibration" / f, out / f)
+    log("ablation: head reuse vs offsets vs Medusa heads")
+    ablate(
+        out / "depth.onnx",
+        out / "ablation",
+        inputs=(hiddens, c0s),
+        frames=len(c0s),
+        params=params,
+        seed=args.seed,
+        threads=args.threads,
+    )
+    entropy = depth_entropy(out, hiddens, c0s, real)
+    tts = V2TTS(out, provider="cpu", threads=args.threads)  # with offsets and tree now
+    rows = [r for r in load_manifest(corpus) if r["split"] == "test"]
+    rows = sorted(rows, key=lambda r: (r["id"][-2:], r["id"]))  # one rendition per text first
+    log("free generation on held-out texts: acceptance and the stop head")
+    free = free_generation(tts, rows[: args.texts], args.seed)
+    acc = measure_acceptance(out, tts, free, hiddens, real, args.theta)
+    log(f"acceptance {acc['acceptance']}; stop head {acc['stop_head']}")
+    log("speech distance to espeak-ng: v1 vs v2")
+    dist = speech_distance(tts, rows[: args.texts], corpus, args.seed)
+    log(f"v1 {dist['v1']['mean_db']:.2f} dB, v2 {dist['v2']['mean_db']:.2f} dB")
+    bench = bench_depth_loop(out, 300, seed=args.seed, provider="cpu", threads=args.threads)
+    codec_rep = work / "codec_report" / "report.json"
+    report = {
+        "sizes": sizes,
+        "train": {k: ck[k] for k in ("step", "seconds", "train_args", "draft_choice") if k in ck}
+        | {"curves": ck["curves"], "parameters": params_count},
+        "entropy": entropy,
+        "calibration": calib.profile,
+        "ablation": json.loads((out / "ablation" / "ablation.json").read_text()),
+        "bench": bench,
+        "codec": json.loads((work / "codec" / "codec.json").read_text()),
+        "codec_report": json.loads(codec_rep.read_text()) if codec_rep.is_file() else None,
+        "speech_distance": dist,
+        "seconds": round(time.monotonic() - t0, 1),
+    } | acc
+    (out / "report.json").write_text(json.dumps(report))
+    log(f"done in {report['seconds'] / 60:.1f} min")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default="~/.cache/codecspec/corpus")
+    ap.add_argument("--work", default="~/.cache/codecspec/v2", help="codec, checkpoints")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("codec", help="fit codec v2 and encode the corpus")
+    c.set_defaults(fn=cmd_codec)
+    t = sub.add_parser("train", help="train (or resume) temporal LM + draft + depth decoder")
+    t.add_argument("--out", default=None, help="checkpoint folder (default: <work>/train)")
+    t.add_argument("--minutes", type=float, default=70.0, help="training time in total")
+    t.add_argument("--max-steps", type=int, default=None)
+    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--window", type=int, default=64, help="self-attention window (frames)")
+    t.add_argument("--draft-layers", type=int, default=1)
+    t.add_argument(
+        "--ce-draft",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="train a cross-entropy-only draft beside the distilled one (the ablation)",
+    )
+    t.add_argument("--distill", type=float, default=0.5, help="draft loss: KL weight vs CE")
+    t.add_argument("--rate-jitter", type=float, default=0.15, help="log-normal sigma of r")
+    t.add_argument("--depth-frames", type=int, default=384)
+    t.add_argument("--lr", type=float, default=1.5e-3)
+    t.set_defaults(fn=cmd_train)
+    s = sub.add_parser("ship", help="export, calibrate, measure: the shipped model folder")
+    s.add_argument("--out", default=str(SHIP_DIR))
+    s.add_argument("--frames", type=int, default=4096, help="held-out frames for calibration")
+    s.add_argument("--ship-frames", type=int, default=1024, help="frames kept in frames.npz")
+    s.add_argument("--texts", type=int, default=50, help="held-out texts generated")
+    s.add_argument("--theta", type=float, default=0.95, help="θ of the acceptance block")
+    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(fn=cmd_ship)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""Training loop of reference model v2 ([train] extra), resumable across machines.
+
+`train_v2` runs AdamW for a wall-clock budget with warm-up and a cosine over the *whole*
+budget, and writes a checkpoint (model, optimiser, step, curves, clock, data position) to
+`ckpt_dir` every `save_every` seconds and at the end. Called again with the same `ckpt_dir`
+it continues where the checkpoint left off, on the same schedule — on this machine or a fresh
+one that has the corpus and the checkpoint file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from codecspec.graphs.config import DepthDecoderConfig
+from codecspec.train.tts_train import TrainLog
+from codecspec.train.v2_torch import V2Model, V2TemporalConfig, jittered_rate
+from codecspec.tts.dataset import Batch, TTSDataset
+
+__all__ = ["to_tensors", "train_v2", "evaluate", "CKPT_NAME"]
+
+CKPT_NAME = "ckpt.pt"
+LOSS_KEYS = ("c0", "draft_c0", "draft_kl", "stop", "depth", "accept")
+CE_DRAFT_KEYS = ("ce_draft_c0", "ce_accept")  # with V2TemporalConfig.ce_draft
+
+
+def to_tensors(b: Batch, rate_jitter: float = 0.0, rng=None) -> dict:
+    codes = b.codes.astype(np.int64)
+    phon = b.phoneme_lengths.astype(np.int64) - 2  # bos/eos are not phonemes
+    rng = rng or np.random.default_rng(0)
+    rate = jittered_rate(b.frame_lengths, phon, rate_jitter, rng)
+    idx = np.arange(codes.shape[1])[None, :]
+    return {
+        "phonemes": torch.from_numpy(b.phonemes.astype(np.int64)),
+        "phoneme_lengths": torch.from_numpy(b.phoneme_lengths.astype(np.int64)),
+        "language": torch.from_numpy(b.language.astype(np.int64)),
+        "speaker": torch.from_numpy(b.speaker.astype(np.int64)),
+        "frames_per_phoneme": torch.from_numpy(rate),
+        "frame_mask": torch.from_numpy(b.frame_mask),
+        "is_last": torch.from_numpy(idx == (b.frame_lengths[:, None] - 1)),
+        "codes": torch.from_numpy(codes),
+    }
+
+
+def _lr(frac: float, warm: float, peak: float) -> float:
+    if frac < warm:
+        return peak * frac / warm
+    t = (frac - warm) / max(1e-9, 1.0 - warm)
+    return peak * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * min(t, 1.0))))
+
+
+def _keys(out: dict) -> tuple:
+    return LOSS_KEYS + (CE_DRAFT_KEYS if "ce_draft_c0" in out else ())
+
+
+@torch.no_grad()
+def evaluate(model: V2Model, batches: list) -> tuple[dict, list]:
+    model.eval()
+    gen = torch.Generator().manual_seed(0)
+    sums: dict = {}
+    levels = None
+    for b in batches:
+        out = model.losses(b, depth_frames=0, gen=gen)
+        for k in _keys(out):
+            sums[k] = sums.get(k, 0.0) + float(out[k])
+        lv = out["depth_levels"].numpy()
+        levels = lv if levels is None else levels + lv
+    model.train()
+    n = max(len(batches), 1)
+    return {k: round(v / n, 4) for k, v in sums.items()}, [round(float(x), 4) for x in levels / n]
+
+
+def _save(path: Path, state: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # atomic: an interrupted save never leaves a broken checkpoint
+
+
+def train_v2(
+    train_set: TTSDataset,
+    val_set: TTSDataset,
+    tcfg: V2TemporalConfig,
+    dcfg: DepthDecoderConfig,
+    ckpt_dir,
+    *,
+    minutes: float = 60.0,
+    max_steps: Optional[int] = None,
+    batch_size: int = 32,
+    max_frames: int = 1536,
+    depth_frames: int = 384,
+    lr: float = 1.5e-3,
+    distill: float = 0.5,
+    rate_jitter: float = 0.15,
+    seed: int = 0,
+    eval_every: int = 50,
+    val_batches: int = 6,
+    save_every: float = 120.0,
+    progress: bool = True,
+) -> tuple[V2Model, TrainLog]:
+    """Train (or resume) until `minutes` of training time in total, or `max_steps`."""
+    ckpt_dir = Path(ckpt_dir).expanduser()
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    path = ckpt_dir / CKPT_NAME
+    torch.manual_seed(seed)
+    model = V2Model(tcfg, dcfg)
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.98),
+    )
+    log, step, epoch, skip, spent = TrainLog(), 0, 0, 0, 0.0
+    if path.is_file():
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+        if ck["temporal_config"] != tcfg.to_dict() or ck["depth_config"] != dcfg.to_dict():
+            raise ValueError(f"ckpt_dir: {path} holds a model of another configuration")
+        model.load_state_dict(ck["state_dict"])
+        opt.load_state_dict(ck["optimizer"])
+        log = TrainLog(**ck["curves"])
+        step, epoch, skip, spent = ck["step"], ck["epoch"], ck["batch_in_epoch"], ck["seconds"]
+        torch.set_rng_state(ck["torch_rng"])
+        sys.stderr.write(f"train v2: resuming {path} at step {step} ({spent / 60:.1f} min)\n")
+    gen = torch.Generator().manual_seed(seed + step)
+    rng = np.random.default_rng(seed + step)
+    val = [
+        to_tensors(b, rate_jitter, np.random.default_rng(1))
+        for _, b in zip(range(val_batches), val_set.batches(16, seed=1, max_frames=max_frames))
+    ]
+    budget = minutes * 60.0
+
+    def state(batch_in_epoch: int) -> dict:
+        return {
+            "state_dict": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "temporal_config": tcfg.to_dict(),
+            "depth_config": dcfg.to_dict(),
+            "curves": log.to_dict(),
+            "step": step,
+            "epoch": epoch,
+            "batch_in_epoch": batch_in_epoch,
+            "seconds": spent,
+            "torch_rng": torch.get_rng_state(),
+            "seed": seed,
+            "frontend": train_set.frontend.to_dict(),
+            "train_args": dict(lr=lr, distill=distill, rate_jitter=rate_jitter, minutes=minutes),
+        }
+
+    model.train()
+    last_save = last_report = time.monotonic()
+    done = False
+    while not done:
+        for i, b in enumerate(
+            train_set.batches(batch_size, seed=seed + epoch, max_frames=max_frames)
+        ):
+            if i < skip:
+                continue
+            frac = step / max_steps if max_steps else spent / budget
+            if frac >= 1.0:
+                done = True
+                skip = i
+                break
+            t_step = time.monotonic()
+            for g in opt.param_groups:
+                g["lr"] = _lr(frac, 0.04, lr)
+            out = model.losses(to_tensors(b, rate_jitter, rng), depth_frames, gen, distill)
+            loss = out["c0"] + out["draft"] + out["stop"] + out["draft_stop"] + out["depth"]
+            loss = loss + out.get("ce_draft_c0", 0.0)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            spent += time.monotonic() - t_step
+            log.steps.append(step)
+            log.seconds.append(round(spent, 2))
+            log.train.append({k: round(float(out[k].detach()), 4) for k in _keys(out)})
+            if step % eval_every == 0:
+                v, lv = evaluate(model, val)
+                log.val_steps.append(step)
+                log.val.append(v)
+                log.val_levels.append(lv)
+            now = time.monotonic()
+            if progress and now - last_report > 20.0:
+                last_report = now
+                sys.stderr.write(
+                    f"train v2: step {step} epoch {epoch} {spent / 60:.1f}/{budget / 60:.0f} min "
+                    + " ".join(f"{k} {float(out[k].detach()):.3f}" for k in LOSS_KEYS)
+                    + f" | held-out {log.val[-1] if log.val else {}}\n"
+                )
+                sys.stderr.flush()
+            if now - last_save > save_every:
+                _save(path, state(i + 1))
+                last_save = now
+        else:
+            epoch += 1
+            skip = 0
+    v, lv = evaluate(model, val)
+    log.val_steps.append(step)
+    log.val.append(v)
+    log.val_levels.append(lv)
+    _save(path, state(skip))
+    (ckpt_dir / "train.json").write_text(json.dumps(log.to_dict()))
+    model.eval()
+    return model, log

@@ -1,0 +1,261 @@
+"""Reference model v2 on ONNX Runtime: the two-stage codec LM (docs/reference_model_v2.md).
+
+Per utterance: espeak-ng -> phonemes -> the encoder graph (cross K/V of the target and draft
+decoders). Per frame: the temporal step graph reads only the previous frame's c0 (and an
+expected progress from the speaking rate) over a ring-buffer cache of its sliding window
+(`codecspec.runtime.kv.RingKVCache`) and gives h_t, c0 logits and a stop logit; c0 is sampled,
+the depth decoder (AR or tree-speculative) gives c1..c15, and a Bernoulli draw on the stop
+logit ends the utterance (a max-length guard stops a text whose stop never fires, and says
+so). Codec v2 turns codes into audio. Because a step reads c0 only, n drafted frames can be
+scored in one call (`V2Stepper.score`), which the temporal speculation loop builds on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+import codecspec as cs
+from codecspec.codec.v2 import CodecV2
+from codecspec.decode.depth import MODES, DepthDecoder
+from codecspec.decode.frames import run_frame_loop
+from codecspec.runtime.kv import RingKVCache
+from codecspec.runtime.session import open_session
+from codecspec.tts.model import ReferenceTTS, Synthesis, phonemize
+from codecspec.tts.text import BOS, EOS, Frontend
+
+__all__ = ["V2TTS", "V2Stepper", "V2FrameDecoder", "V2_FILES", "V2_FORMAT", "default_v2_dir"]
+
+V2_FORMAT = "codecspec-v2-tts/1"
+V2_FILES = (
+    "model.json",
+    "codec_v2.npz",
+    "encoder.onnx",
+    "temporal.onnx",
+    "draft_temporal.onnx",
+    "depth.onnx",
+    "depth.heads.npy",
+)
+
+
+def default_v2_dir() -> Path:
+    return Path(__file__).resolve().parents[1] / "models" / "v2"
+
+
+class V2Stepper:
+    """One decoder's step graph (target or draft) over one utterance, with its ring cache.
+
+    `score(prev_tokens)` runs n frames from the next position in one call without storing
+    them; `commit(out, n)` stores the first n of them; `step(prev_codes)` is both for one
+    frame, the shared frame loop's interface."""
+
+    def __init__(
+        self, session, cross_keys, cross_values, speaker: int, rate_frames: float, start_token: int
+    ):
+        inputs = {i.name: i for i in session.get_inputs()}
+        window = inputs["cache_keys"].shape[3]
+        L, _, heads, _, hd = cross_keys.shape
+        if not isinstance(window, int):
+            raise ValueError("model_dir: the step graph's cache input has no fixed window")
+        self.cache = RingKVCache(L, heads, window, hd)
+        self.session, self.t = session, 0
+        self.rate_frames = float(rate_frames)  # r * P: the expected length in frames
+        self.start_token = int(start_token)
+        self.feeds = {
+            "speaker": np.array([speaker], np.int64),
+            "cross_keys": cross_keys,
+            "cross_values": cross_values,
+            "cache_keys": self.cache.keys,
+            "cache_values": self.cache.values,
+            "cache_positions": self.cache.positions,
+        }
+
+    @property
+    def window(self) -> int:
+        return self.cache.window
+
+    def score(self, prev_tokens) -> tuple:
+        """(hidden [n, D], c0 logits [n, V], stop logits [n], new K, new V) of frames
+        t..t+n-1 given the c0 before each (prev_tokens [n]; the start token for frame 0)."""
+        prev = np.ascontiguousarray(prev_tokens, np.int64).reshape(-1)
+        pos = self.t + np.arange(len(prev), dtype=np.int64)
+        f = self.feeds
+        f["prev_tokens"] = prev
+        f["positions"] = pos
+        f["progress"] = ((pos + 0.5) / self.rate_frames).astype(np.float32)
+        return tuple(self.session.run(None, f))
+
+    def commit(self, out: tuple, n: int) -> None:
+        """Keep the first n frames of a `score` call in the cache."""
+        self.cache.commit(out[3], out[4], self.t + np.arange(n, dtype=np.int64))
+        self.t += n
+
+    def step(self, prev_codes=None):
+        prev = self.start_token if prev_codes is None else int(np.asarray(prev_codes)[0, 0])
+        out = self.score([prev])
+        self.commit(out, 1)
+        return out[0][0], out[1][0], out[2][:1]
+
+
+class V2FrameDecoder:
+    """c0 by `cs.sample`, c1.. by the depth loop, then the stop head's Bernoulli draw."""
+
+    def __init__(self, tts: V2TTS, mode: str = "ar"):
+        self.tts, self.mode = tts, mode
+        self.depth_seconds = 0.0
+
+    def decode(self, step_output, generator: cs.Generator):
+        h, logits, stop_logit = step_output
+        c0 = cs.sample(logits, self.tts.params, generator)
+        t0 = time.perf_counter()
+        codes = self.tts.depth.decode_frame(h, c0, generator, self.mode)
+        self.depth_seconds += time.perf_counter() - t0
+        stop = cs.sample_stop(np.asarray(stop_logit, np.float32), generator)
+        return codes[None].astype(np.int64), stop
+
+
+class V2TTS(ReferenceTTS):
+    """Loads a v2 model folder (V2_FILES; default: the shipped one). The frontend accessors,
+    `speculation_pays` and the v1 API's argument rules are the reference family's."""
+
+    def __init__(
+        self,
+        model_dir=None,
+        provider: str = "auto",
+        threads: Optional[int] = None,
+        params: Optional[cs.SamplingParams] = None,
+    ):
+        d = Path(model_dir) if model_dir is not None else default_v2_dir()
+        missing = [f for f in V2_FILES if not (d / f).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"model_dir: {d} lacks {missing}; rebuild it with models/recipe/v2.py"
+            )
+        self.dir = d
+        self.meta = json.loads((d / "model.json").read_text())
+        if self.meta.get("format") != V2_FORMAT:
+            raise ValueError(f"model_dir: {d} is not a v2 model ({self.meta.get('format')!r})")
+        prof = d / "device_profile.json"
+        self._speculation_pays = (
+            bool(json.loads(prof.read_text()).get("speculation_pays", True))
+            if prof.is_file()
+            else True
+        )
+        self.frontend = Frontend.from_dict(self.meta["frontend"])
+        self.params = params or cs.SamplingParams(**self.meta["sampling"])
+        self.codec = CodecV2.load(d / "codec_v2.npz")
+        self.window = int(self.meta["temporal_config"]["window"])
+        self.start_token = int(self.meta["temporal_config"]["c0_vocab_size"])
+        self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
+        self.temporal = open_session(str(d / "temporal.onnx"), provider=provider, threads=threads)
+        self._draft_path = d / "draft_temporal.onnx"
+        self._draft = None
+        self._session_args = dict(provider=provider, threads=threads)
+        self.depth = DepthDecoder.from_dir(
+            d, params=self.params, provider=provider, threads=threads
+        )
+
+    @property
+    def draft(self):
+        """The draft LM's step session (opened on first use)."""
+        if self._draft is None:
+            self._draft = open_session(str(self._draft_path), **self._session_args)
+        return self._draft
+
+    def expected_frames(self, num_phonemes: int, language: str, rate: float = 1.0) -> float:
+        """r * P: the length the rate input announces (the stop head decides the real one)."""
+        if not (isinstance(rate, (int, float)) and 0.25 <= rate <= 4.0):
+            raise ValueError(f"rate: expected a number in [0.25, 4], got {rate!r}")
+        return max(1.0, num_phonemes * self.meta["frames_per_phoneme"][language] / rate)
+
+    def max_frames_for(self, expected: float) -> int:
+        """The max-length guard: `max_pace` times the announced length, plus 8 frames."""
+        return int(math.ceil(self.meta["max_pace"] * expected)) + 8
+
+    def encode_text(self, text, phonemes, language, speaker):
+        """(phonemes, ids with bos/eos, lang id, speaker id, encoder outputs)."""
+        lang_id, spk_id = self._ids(language, speaker or self.meta["default_speaker"])
+        if phonemes is None:
+            phonemes = phonemize(text, self.meta["voices"][language])
+        ids = self.frontend.vocab.encode(phonemes)
+        ids = np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
+        enc = self.encoder.run(
+            None,
+            {
+                "phonemes": ids[None],
+                "language": np.array([lang_id], np.int64),
+                "speaker": np.array([spk_id], np.int64),
+            },
+        )
+        return phonemes, ids, lang_id, spk_id, enc
+
+    def stepper(self, enc, spk_id: int, expected: float, draft: bool = False) -> V2Stepper:
+        ck, cv = (enc[2], enc[3]) if draft else (enc[0], enc[1])
+        graph = self.draft if draft else self.temporal
+        s = V2Stepper(graph, ck, cv, spk_id, expected, self.start_token)
+        if s.window != self.window:
+            raise ValueError(
+                f"model_dir: the step graph's cache holds {s.window} frames, "
+                f"model.json says window {self.window}"
+            )
+        return s
+
+    def generate(
+        self,
+        text: str,
+        *,
+        language: str = "en",
+        speaker: Optional[str] = None,
+        mode: str = "auto",
+        seed: int = 0,
+        rate: float = 1.0,
+        phonemes: Optional[str] = None,
+        max_frames: Optional[int] = None,
+        progress: bool = False,
+        decode_audio: bool = True,
+    ) -> Synthesis:
+        """Synthesise `text` (or IPA `phonemes`) until the stop head ends it or the guard
+        (`max_frames`, default `max_frames_for` the text) does: `Synthesis.hit_max_frames`.
+        mode "ar" / "spec" / "auto" is the depth loop's, as in the reference family."""
+        if mode == "auto":
+            mode = "spec" if self.speculation_pays else "ar"
+        if mode not in MODES:
+            raise ValueError(f"mode: must be one of {MODES + ('auto',)}, got {mode!r}")
+        t0 = time.perf_counter()
+        phonemes, ids, _, spk_id, enc = self.encode_text(text, phonemes, language, speaker)
+        expected = self.expected_frames(len(ids) - 2, language, rate)
+        guard = self.max_frames_for(expected) if max_frames is None else max_frames
+        t1 = time.perf_counter()
+        stepper = self.stepper(enc, spk_id, expected)
+        decoder = V2FrameDecoder(self, mode)
+        calls0 = self.depth.stats.calls
+        bar = None
+        if progress:
+            from codecspec.progress import bar as _bar
+
+            bar = lambda it: _bar(it, desc=f"synth v2 {mode}", total=guard)  # noqa: E731
+        loop = run_frame_loop(stepper, decoder, cs.Generator(seed), guard, bar)
+        codes = loop.codes[0]
+        t2 = time.perf_counter()
+        wav = self.codec.decode(codes, seed=seed) if decode_audio else None
+        return Synthesis(
+            codes=codes,
+            wav=wav,
+            sample_rate=self.codec.sample_rate,
+            phonemes=phonemes,
+            mode=mode,
+            depth_calls=self.depth.stats.calls - calls0,
+            depth_codes=len(codes) * (codes.shape[1] - 1),
+            depth_seconds=decoder.depth_seconds,
+            temporal_seconds=t2 - t1 - decoder.depth_seconds,
+            decode_seconds=time.perf_counter() - t2,
+            frame_rate=self.codec.frame_rate,
+            frontend_seconds=t1 - t0,
+            hit_max_frames=loop.hit_max_frames,
+            max_frames=guard,
+        )
