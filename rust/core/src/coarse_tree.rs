@@ -181,26 +181,38 @@ fn walk_sampled(
             gids.push(grp.draw_group(y as usize, step.uniform(node, slot::GROUP)) as i32);
             return (out, gids);
         }
-        grp.touched_groups(&p, &mut touched);
-        res.clear();
-        res.extend(touched.iter().map(|&k| grp.mass_p(k as usize, &p)));
+        // R stays P_c (read group by group, cheap) until the first rejection; only then is the
+        // whole vector over the groups touching p's support built. The values are the same
+        // either way, so the laziness cannot change a result.
+        let mut built = false;
         for (rank, c) in kids.enumerate() {
             let x = prob.node_tokens[c] as usize;
             let gx = grp.groups_of(x);
+            let r_of = |k: u32, touched: &[u32], res: &[f64]| {
+                if built {
+                    residual_at(touched, res, k)
+                } else {
+                    grp.mass_p(k as usize, &p)
+                }
+            };
             // Pr[G contains x | G ~ R]: the residual mass of the groups x can represent.
-            let a = gx
-                .iter()
-                .fold(0.0, |acc, &k| acc + residual_at(&touched, &res, k));
+            let a = gx.iter().fold(0.0, |acc, &k| acc + r_of(k, &touched, &res));
             let u = step.uniform(node, slot::ACCEPT + rank as u32);
             if u <= a {
                 w.clear();
-                w.extend(gx.iter().map(|&k| residual_at(&touched, &res, k)));
+                w.extend(gx.iter().map(|&k| r_of(k, &touched, &res)));
                 let g = sample_weights(gx, &w, step.uniform(node, slot::GROUP));
                 out.tokens.push(x as i32);
                 out.nodes.push(c as i32);
                 gids.push(g as i32);
                 cur = c;
                 continue 'walk;
+            }
+            if !built {
+                grp.touched_groups(&p, &mut touched);
+                res.clear();
+                res.extend(touched.iter().map(|&k| grp.mass_p(k as usize, &p)));
+                built = true;
             }
             // R <- R conditioned on G not containing x. An all-zero result can only come from
             // rounding (then a >= 1 >= u); R is kept as it was, as the exact verifier does.
