@@ -16,6 +16,11 @@
 //! rejected, G ~ R (draw EMIT) and a token of G ~ p·w[G, ·] (draw MEMBER). A leaf emits its
 //! bonus token y ~ p (EMIT) and a group ~ w[·, y] (GROUP), exact at the token level too.
 //!
+//! Testing each child as a PCG point-mass draft instead (group k ~ w[·, x], accept with
+//! min(1, R(k) / w[k, x]), residual norm(max(R − w[·, x], 0))) is group-exact too, but accepts x
+//! with Σ_k min(R(k), w[k, x]) <= R(groups(x)): the same when every R(k) <= w[k, x], less when
+//! the target concentrates on a group of x (e.g. R(k) ≈ 1 with x in two groups: 1/2 instead of 1).
+//!
 //! Every group is a singleton ⇒ R is p_res, each test is u <= p_res(x), the residual update
 //! zeroes x and renormalises, and the same floating-point operations run in the same order as in
 //! [`crate::verify::verify_tree`] with `DraftKind::TopK`: the results agree bit for bit.
