@@ -23,6 +23,7 @@ from codecspec._core import (
     verify_chain_coarse,
     verify_tree,
     verify_tree_batch,
+    verify_tree_coarse,
     verify_tree_hidden,
     warp,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "verify_chain_coarse",
     "verify_tree",
     "verify_tree_batch",
+    "verify_tree_coarse",
     "verify_tree_hidden",
     "warp",
 ]

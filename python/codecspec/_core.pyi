@@ -89,7 +89,15 @@ def verify_chain(
     params: SamplingParams,
     generator: Generator,
     draft_probs: Optional[ArrayLike] = None,
-) -> VerifyResult: ...
+    tolerance: float = 0.0,
+) -> VerifyResult:
+    """Chain verification; tolerance = SSD's beta in [0, 1] (accept iff u < min(1, p/q) + beta).
+
+    tolerance 0.0 (default) is exact and bit-identical to omitting it; tolerance > 0 is lossy
+    by design (the output no longer follows the target law). Raises ValueError naming
+    `tolerance` for values outside [0, 1], NaN or non-numbers.
+    """
+
 def verify_tree(
     tree: DraftTree,
     node_tokens: ArrayLike,
@@ -147,6 +155,22 @@ def verify_chain_coarse(
     params: SamplingParams,
     generator: Generator,
 ) -> VerifyResult: ...
+def verify_tree_coarse(
+    groups: Union[AcousticGroups, Sequence[AcousticGroups]],
+    tree: DraftTree,
+    node_tokens: ArrayLike,
+    target_logits: ArrayLike,
+    params: SamplingParams,
+    generator: Generator,
+) -> VerifyResult:
+    """Coarse-grained verification of a top-k (deterministic children) tree.
+
+    groups: one AcousticGroups for every row or a sequence of T (row i's groups, e.g. per RVQ
+    level). The emitted group (result.groups) at every position follows the target's coarse
+    law given the emitted prefix; singleton groups reproduce verify_tree(..., "topk") exactly.
+    Raises ValueError naming the argument.
+    """
+
 def fsq_pack(channels: ArrayLike, levels: Sequence[int]) -> npt.NDArray[np.int64]: ...
 def fsq_unpack(packed: ArrayLike, levels: Sequence[int]) -> npt.NDArray[np.int64]: ...
 def sample_factorized(

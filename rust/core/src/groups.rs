@@ -305,7 +305,7 @@ impl AcousticGroups {
 
     /// P_c(k) for a warped target law.
     #[inline]
-    fn mass_p(&self, k: usize, p: &Dist) -> f64 {
+    pub(crate) fn mass_p(&self, k: usize, p: &Dist) -> f64 {
         self.members(k)
             .iter()
             .map(|&t| self.weight[t as usize] * p.prob(t))
@@ -322,7 +322,7 @@ impl AcousticGroups {
     }
 
     /// Lowest group containing both a and b.
-    fn common_group(&self, a: usize, b: usize) -> Option<u32> {
+    pub(crate) fn common_group(&self, a: usize, b: usize) -> Option<u32> {
         let (ga, gb) = (self.groups_of(a), self.groups_of(b));
         let (mut i, mut j) = (0, 0);
         while i < ga.len() && j < gb.len() {
@@ -337,13 +337,13 @@ impl AcousticGroups {
 
     /// A group of token t drawn from w[·, t] (uniform over the groups containing t).
     #[inline]
-    fn draw_group(&self, t: usize, u: f64) -> u32 {
+    pub(crate) fn draw_group(&self, t: usize, u: f64) -> u32 {
         let gs = self.groups_of(t);
         gs[pick(u, gs.len())]
     }
 
     /// Groups that hold at least one token of positive p, ascending, into `out`.
-    fn touched_groups(&self, p: &Dist, out: &mut Vec<u32>) {
+    pub(crate) fn touched_groups(&self, p: &Dist, out: &mut Vec<u32>) {
         out.clear();
         let g = self.num_groups();
         let support = p.probs.iter().filter(|&&x| x > 0.0).count();

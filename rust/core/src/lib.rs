@@ -3,6 +3,7 @@
 //! Pure Rust with no Python or ONNX knowledge: every function takes slices and returns a
 //! result or an [`Error`] that names the offending argument.
 
+pub mod coarse_tree;
 pub mod error;
 pub mod fsq;
 pub mod groups;
@@ -13,6 +14,7 @@ pub mod tree;
 pub mod verify;
 pub mod warp;
 
+pub use coarse_tree::{verify_tree_coarse, RowGroups};
 pub use error::{Error, Result};
 pub use fsq::{fsq_pack, fsq_unpack, sample_factorized, sample_stop};
 pub use groups::{verify_chain_coarse, AcousticGroups};
@@ -21,7 +23,7 @@ pub use kv::{kv_commit_inplace, kv_commit_rows};
 pub use rng::Generator;
 pub use tree::{GreedyOptions, RankCap, Tree};
 pub use verify::{
-    verify_chain, verify_tree, verify_tree_batch, verify_tree_hidden, DraftKind, HiddenRows,
-    TreeProblem, Verified,
+    verify_chain, verify_chain_tolerant, verify_tree, verify_tree_batch, verify_tree_hidden,
+    DraftKind, HiddenRows, TreeProblem, Verified,
 };
 pub use warp::{Dist, SamplingParams};

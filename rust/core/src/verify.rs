@@ -272,16 +272,21 @@ pub fn verify_tree(
         &Rows::Dense(prob.target_logits),
         params,
         step.as_ref(),
+        0.0,
         &mut Work::default(),
     )
 }
 
-/// Inner walk shared by every entry point; `step` is None for greedy verification.
+/// Inner walk shared by every entry point; `step` is None for greedy verification. `beta` is
+/// SSD's tolerance (0 everywhere but `verify_chain_tolerant`): a child is accepted iff
+/// u < min(1, p_res(x) / q(x)) + beta, written (u - beta)·q(x) <= p_res(x) so that beta = 0
+/// evaluates the exact rule's expression bit for bit.
 fn walk(
     prob: &TreeProblem,
     rows: &Rows,
     params: &SamplingParams,
     step: Option<&StepRng>,
+    beta: f64,
     w: &mut Work,
 ) -> Result<Verified> {
     let mut out = Verified::default();
@@ -313,7 +318,7 @@ fn walk(
             let (px, qx) = (w.p.prob(x), law.q(x, x));
             let u = step.uniform(cur as u32, slot::ACCEPT + rank as u32);
             // q(x) = 0 means x could not have been drafted: reject rather than divide.
-            if qx > 0.0 && u * qx <= px {
+            if qx > 0.0 && (u - beta) * qx <= px {
                 out.tokens.push(x as i32);
                 out.nodes.push(c as i32);
                 cur = c;
@@ -383,6 +388,7 @@ pub fn verify_tree_hidden(
         &Rows::Lazy(rows),
         params,
         step.as_ref(),
+        0.0,
         &mut Work::default(),
     )
 }
@@ -413,7 +419,7 @@ pub fn verify_tree_batch(
         .zip(steps.par_iter())
         .map_init(Work::default, |w, (p, s)| {
             p.validate()?;
-            walk(p, &Rows::Dense(p.target_logits), params, s.as_ref(), w)
+            walk(p, &Rows::Dense(p.target_logits), params, s.as_ref(), 0.0, w)
         })
         .collect();
     // The first invalid stream in batch order names the error, whatever the thread timing.
@@ -431,6 +437,37 @@ pub fn verify_chain(
     params: &SamplingParams,
     rng: &mut Generator,
 ) -> Result<Verified> {
+    verify_chain_tolerant(
+        target_logits,
+        vocab,
+        draft_tokens,
+        draft_probs,
+        params,
+        rng,
+        0.0,
+    )
+}
+
+/// `verify_chain` with SSD's tolerance-relaxed acceptance: draft x is accepted iff
+/// u < min(1, p(x) / q(x)) + tolerance (tolerance = SSD's beta, in [0, 1]). On rejection the
+/// correction token is drawn from the usual residual norm(max(p - q, 0)) (p when that is all
+/// zero), so tolerance = 0 is exactly `verify_chain` (same draws, same result, bit for bit).
+///
+/// tolerance > 0 is lossy by design: the emitted tokens no longer follow the target law (a
+/// draft can even be accepted where the warped target gives it zero probability). A q(x) = 0
+/// draft is still always rejected. Greedy (temperature 0) ignores the tolerance.
+pub fn verify_chain_tolerant(
+    target_logits: &[f32],
+    vocab: usize,
+    draft_tokens: &[i32],
+    draft_probs: Option<&[f32]>,
+    params: &SamplingParams,
+    rng: &mut Generator,
+    tolerance: f64,
+) -> Result<Verified> {
+    ensure((0.0..=1.0).contains(&tolerance), "tolerance", || {
+        format!("must be a number in [0, 1], got {tolerance}")
+    })?;
     let k = draft_tokens.len();
     let tree = Tree::chain(k).map_err(|e| Error::new("draft_tokens", e.msg))?;
     ensure(
@@ -457,8 +494,7 @@ pub fn verify_chain(
     let mut tokens = Vec::with_capacity(k + 1);
     tokens.push(0);
     tokens.extend_from_slice(draft_tokens);
-    // The bonus row has no children, so its draft row is never read: pad with a copy of row 0.
-    // The bonus row has no children, so its draft row is never read.
+    // The bonus row has no children, so its draft row is never read: pad with zeros.
     let padded: Option<Vec<f32>> = draft_probs.map(|q| {
         let mut v = q.to_vec();
         v.resize((k + 1) * vocab, 0.0);
@@ -472,7 +508,16 @@ pub fn verify_chain(
         vocab,
         kind: DraftKind::Iid,
     };
-    verify_tree(&prob, params, rng)
+    prob.validate()?;
+    let step = (!params.is_greedy()).then(|| rng.next_step());
+    walk(
+        &prob,
+        &Rows::Dense(prob.target_logits),
+        params,
+        step.as_ref(),
+        tolerance,
+        &mut Work::default(),
+    )
 }
 
 #[cfg(test)]
@@ -543,6 +588,143 @@ mod tests {
             assert_eq!(r.nodes.len(), 0);
             assert!(r.tokens[0] >= 0 && (r.tokens[0] as usize) < v);
         }
+    }
+
+    fn lcg(state: &mut u64) -> f64 {
+        *state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// A random chain problem: logits [K+1, V] (some -inf), drafts, draft rows [K, V] or none.
+    fn random_chain(s: &mut u64, k: usize, v: usize) -> (Vec<f32>, Vec<i32>, Option<Vec<f32>>) {
+        let mut logits: Vec<f32> = (0..(k + 1) * v)
+            .map(|_| {
+                let x = lcg(s);
+                if x < 0.15 {
+                    f32::NEG_INFINITY
+                } else {
+                    (4.0 * lcg(s) - 2.0) as f32
+                }
+            })
+            .collect();
+        for r in 0..=k {
+            logits[r * v + (r % v)] = 0.25;
+        }
+        let drafts: Vec<i32> = (0..k).map(|_| (lcg(s) * v as f64) as i32).collect();
+        let q = (lcg(s) < 0.7).then(|| {
+            (0..k)
+                .flat_map(|_| {
+                    let mut r: Vec<f64> = (0..v)
+                        .map(|_| if lcg(s) < 0.2 { 0.0 } else { lcg(s) })
+                        .collect();
+                    r[0] += 1e-3;
+                    let t: f64 = r.iter().sum();
+                    r.into_iter().map(move |x| (x / t) as f32)
+                })
+                .collect()
+        });
+        (logits, drafts, q)
+    }
+
+    #[test]
+    fn zero_tolerance_is_the_exact_chain_bit_for_bit() {
+        // The reference is the pre-tolerance implementation: verify_tree on the chain tree.
+        let params = [
+            SamplingParams::new(1.0, 0, 1.0).unwrap(),
+            SamplingParams::new(0.7, 3, 1.0).unwrap(),
+            SamplingParams::new(1.2, 0, 0.85).unwrap(),
+            SamplingParams::greedy(),
+        ];
+        let mut s = 17u64;
+        let (mut acc, mut rej) = (0, 0);
+        for trial in 0..5000 {
+            let (k, v) = (trial % 5, 2 + trial % 11);
+            let (logits, drafts, q) = random_chain(&mut s, k, v);
+            let p = params[trial % params.len()];
+            let tree = Tree::chain(k).unwrap();
+            let mut tokens = vec![0];
+            tokens.extend_from_slice(&drafts);
+            let padded = q.as_ref().map(|q| {
+                let mut x = q.clone();
+                x.resize((k + 1) * v, 0.0);
+                x
+            });
+            let prob = TreeProblem {
+                tree: &tree,
+                node_tokens: &tokens,
+                target_logits: &logits,
+                draft_probs: padded.as_deref(),
+                vocab: v,
+                kind: DraftKind::Iid,
+            };
+            let mut g0 = Generator::new(trial as u64, 1);
+            let (mut g1, mut g2) = (g0, g0);
+            let want = verify_tree(&prob, &p, &mut g0).unwrap();
+            let a = verify_chain(&logits, v, &drafts, q.as_deref(), &p, &mut g1).unwrap();
+            let b =
+                verify_chain_tolerant(&logits, v, &drafts, q.as_deref(), &p, &mut g2, 0.0).unwrap();
+            assert_eq!(a, want, "trial {trial}");
+            assert_eq!(b, want, "trial {trial}");
+            assert_eq!((g1, g2), (g0, g0));
+            acc += want.num_accepted();
+            rej += (want.num_accepted() < k) as usize;
+        }
+        assert!(acc > 1000 && rej > 1000, "{acc} {rej}");
+    }
+
+    #[test]
+    fn acceptance_is_monotone_in_tolerance() {
+        // Same generator state: a larger beta accepts every draft a smaller one accepted.
+        let p = SamplingParams::new(1.0, 0, 1.0).unwrap();
+        let mut s = 23u64;
+        let betas = [0.0, 0.05, 0.2, 0.5, 1.0];
+        let mut total = [0usize; 5];
+        for trial in 0..3000 {
+            let (k, v) = (1 + trial % 4, 3 + trial % 7);
+            let (logits, drafts, q) = random_chain(&mut s, k, v);
+            let g = Generator::new(trial as u64, 2);
+            let mut prev: Option<Verified> = None;
+            for (i, &b) in betas.iter().enumerate() {
+                let mut gi = g;
+                let r = verify_chain_tolerant(&logits, v, &drafts, q.as_deref(), &p, &mut gi, b)
+                    .unwrap();
+                assert_eq!(gi.step, 1);
+                assert!(r.tokens.iter().all(|&t| t >= 0 && (t as usize) < v));
+                if let Some(pr) = &prev {
+                    assert!(r.num_accepted() >= pr.num_accepted());
+                    assert_eq!(
+                        r.tokens[..pr.num_accepted()],
+                        pr.tokens[..pr.num_accepted()]
+                    );
+                }
+                if b == 1.0 {
+                    // Everything with q(x) > 0 is accepted.
+                    let full = (0..k)
+                        .all(|j| q.as_ref().map_or(1.0, |q| q[j * v + drafts[j] as usize]) > 0.0);
+                    if full {
+                        assert_eq!(r.num_accepted(), k);
+                    }
+                }
+                total[i] += r.num_accepted();
+                prev = Some(r);
+            }
+        }
+        assert!(total.windows(2).all(|w| w[0] < w[1]), "{total:?}");
+    }
+
+    #[test]
+    fn tolerance_is_validated() {
+        let v = 3;
+        let logits = vec![0.0f32; 2 * v];
+        let p = SamplingParams::new(1.0, 0, 1.0).unwrap();
+        let mut g = Generator::new(1, 0);
+        for b in [-0.1, 1.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let e = verify_chain_tolerant(&logits, v, &[1], None, &p, &mut g, b).unwrap_err();
+            assert_eq!(e.arg, "tolerance", "{b}");
+        }
+        assert_eq!(g.step, 0);
     }
 
     #[test]

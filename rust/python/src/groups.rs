@@ -1,11 +1,13 @@
-//! AcousticGroups and verify_chain_coarse (PCG coarse-grained acceptance).
+//! AcousticGroups, verify_chain_coarse and verify_tree_coarse (coarse-grained acceptance).
 
+use codecspec_core::coarse_tree::{self, RowGroups};
 use codecspec_core::groups::{self as core_groups, AcousticGroups};
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods};
 use pyo3::prelude::*;
 
 use crate::convert::{arg_error, array, int32_array, run};
 use crate::sampling::{PyGenerator, PySamplingParams};
+use crate::tree::PyDraftTree;
 use crate::verify::PyVerifyResult;
 
 /// Overlapping acoustic similarity groups over a token vocabulary.
@@ -272,4 +274,95 @@ pub fn verify_chain_coarse(
     })?;
     generator.inner = g;
     Ok(PyVerifyResult::from_core(r, Some(gids)))
+}
+
+/// Coarse-grained verification of a top-k (deterministic children) draft tree (DESIGN.md §2,
+/// "Coarse-grained acceptance in a top-k tree"): at each visited node a group G ~ P_c (the
+/// coarse law of the node's target row) is drawn one child at a time: the walk descends into
+/// the lowest-rank child whose token belongs to G (that token is G's representative), else it
+/// emits a token drawn from p·w[G, ·] inside G; a leaf emits its bonus token from p. The emitted
+/// group (result.groups) at every position follows the target's coarse law given the emitted
+/// prefix; with all-singleton groups the result equals verify_tree(..., draft_kind="topk") for
+/// the same generator state, bit for bit.
+///
+/// groups: one AcousticGroups for every row, or a sequence of T of them (row i's groups judge
+/// node i's children, e.g. per RVQ level), each over V = target_logits.shape[1] tokens.
+/// tree, node_tokens [T] (node 0 = the root; siblings distinct), target_logits [T, V] as in
+/// verify_tree. Advances the generator by one step unless greedy. Greedy (temperature 0)
+/// descends into the lowest-rank child sharing a group with the row's argmax (emitted with the
+/// lowest shared group), else emits the argmax with its lowest group; it draws nothing.
+/// Raises ValueError naming the argument (`groups` for a non-AcousticGroups, a list of the wrong
+/// length or another vocabulary size; the others as verify_tree does).
+#[pyfunction]
+pub fn verify_tree_coarse(
+    py: Python<'_>,
+    groups: &Bound<'_, PyAny>,
+    tree: &PyDraftTree,
+    node_tokens: &Bound<'_, PyAny>,
+    target_logits: &Bound<'_, PyAny>,
+    params: &PySamplingParams,
+    generator: &mut PyGenerator,
+) -> PyResult<PyVerifyResult> {
+    let l = array::<f32>(target_logits, "target_logits", "float32")?;
+    l.require_ndim("target_logits", 2)?;
+    let tok = int32_array(node_tokens, "node_tokens")?;
+    tok.require_ndim("node_tokens", 1)?;
+    let shared = groups.cast::<PyAcousticGroups>().ok().cloned();
+    let per_row: Vec<Bound<'_, PyAcousticGroups>> = match shared {
+        Some(_) => Vec::new(),
+        None => row_groups(groups)?,
+    };
+    let per_row_refs: Vec<&AcousticGroups> = per_row.iter().map(|g| &g.get().inner).collect();
+    let rg = match &shared {
+        Some(g) => RowGroups::Shared(&g.get().inner),
+        None => RowGroups::PerRow(&per_row_refs),
+    };
+    let (ld, td) = (l.data()?, tok.data()?);
+    let (v, p, t) = (l.last(), params.inner, &tree.inner);
+    let mut g = generator.inner;
+    let (r, gids) = run(py, || {
+        coarse_tree::verify_tree_coarse(rg, t, &td, &ld, v, &p, &mut g)
+    })?;
+    generator.inner = g;
+    Ok(PyVerifyResult::from_core(r, Some(gids)))
+}
+
+/// A list/tuple (any sequence but str/bytes) of AcousticGroups.
+fn row_groups<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAcousticGroups>>> {
+    let not_groups = || {
+        arg_error(
+            "groups",
+            format!(
+                "expected an AcousticGroups or a list of them (one per tree row), got {}",
+                obj.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "?".into())
+            ),
+        )
+    };
+    if obj.is_instance_of::<pyo3::types::PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>()
+    {
+        return Err(not_groups());
+    }
+    let items = obj.try_iter().map_err(|_| not_groups())?;
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        let item = item.map_err(|_| not_groups())?;
+        let g = item.cast_into::<PyAcousticGroups>().map_err(|e| {
+            arg_error(
+                "groups",
+                format!(
+                    "entry {i} is not an AcousticGroups (got {})",
+                    e.into_inner()
+                        .get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|_| "?".into())
+                ),
+            )
+        })?;
+        out.push(g);
+    }
+    Ok(out)
 }

@@ -28,6 +28,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verify::verify_tree_batch, m)?)?;
     m.add_class::<groups::PyAcousticGroups>()?;
     m.add_function(wrap_pyfunction!(groups::verify_chain_coarse, m)?)?;
+    m.add_function(wrap_pyfunction!(groups::verify_tree_coarse, m)?)?;
     m.add_function(wrap_pyfunction!(fsq::fsq_pack, m)?)?;
     m.add_function(wrap_pyfunction!(fsq::fsq_unpack, m)?)?;
     m.add_function(wrap_pyfunction!(fsq::sample_factorized, m)?)?;

@@ -57,12 +57,51 @@ impl PyVerifyResult {
     }
 }
 
+/// `tolerance` as a float in [0, 1]: any real number (not bool); NaN, infinities, values outside
+/// [0, 1] and non-numbers are ValueErrors naming `tolerance`.
+fn tolerance_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+    let Some(obj) = obj else { return Ok(0.0) };
+    if obj.is_none() {
+        return Ok(0.0);
+    }
+    let bad = || {
+        arg_error(
+            "tolerance",
+            format!(
+                "must be a number in [0, 1], got {}",
+                obj.repr()
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|_| "?".into())
+            ),
+        )
+    };
+    if obj.is_instance_of::<pyo3::types::PyBool>() || obj.is_instance_of::<pyo3::types::PyString>()
+    {
+        return Err(bad());
+    }
+    let b: f64 = obj.extract().map_err(|_| bad())?;
+    if !(0.0..=1.0).contains(&b) {
+        return Err(bad());
+    }
+    Ok(b)
+}
+
 /// Verifies a chain of K drafts. target_logits [K+1, V] (row j = target after draft j; row K
 /// is the bonus position); draft_tokens [K]; draft_probs [K, V] = the law each draft was drawn
 /// from (None = point masses, e.g. a greedy drafter). ValueError naming the argument for bad
 /// shapes, NaN/+inf logits, out-of-range tokens, or invalid probability rows.
+///
+/// tolerance = SSD's beta in [0, 1]: draft x is accepted iff u < min(1, p(x)/q(x)) + beta; on
+/// rejection the correction comes from the usual residual norm(max(p - q, 0)) (p if that is all
+/// zero). 0.0 (the default) is exact speculative sampling, bit-identical to omitting it.
+/// tolerance > 0 is LOSSY by design: the output no longer follows the target law (a draft the
+/// warped target gives zero probability can be accepted). Greedy ignores it.
 #[pyfunction]
-#[pyo3(signature = (target_logits, draft_tokens, params, generator, draft_probs=None))]
+#[pyo3(
+    signature = (target_logits, draft_tokens, params, generator, draft_probs=None, tolerance=None),
+    text_signature = "(target_logits, draft_tokens, params, generator, draft_probs=None, tolerance=0.0)"
+)]
+#[allow(clippy::too_many_arguments)]
 pub fn verify_chain(
     py: Python<'_>,
     target_logits: &Bound<'_, PyAny>,
@@ -70,7 +109,9 @@ pub fn verify_chain(
     params: &PySamplingParams,
     generator: &mut PyGenerator,
     draft_probs: Option<&Bound<'_, PyAny>>,
+    tolerance: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyVerifyResult> {
+    let beta = tolerance_arg(tolerance)?;
     let l = array::<f32>(target_logits, "target_logits", "float32")?;
     l.require_ndim("target_logits", 2)?;
     let d = int32_array(draft_tokens, "draft_tokens")?;
@@ -86,7 +127,7 @@ pub fn verify_chain(
     let (v, p) = (l.last(), params.inner);
     let mut g = generator.inner;
     let r = run(py, || {
-        verify::verify_chain(&ld, v, &dd, qd.as_deref(), &p, &mut g)
+        verify::verify_chain_tolerant(&ld, v, &dd, qd.as_deref(), &p, &mut g, beta)
     })?;
     generator.inner = g;
     Ok(PyVerifyResult::from_core(r, None))
