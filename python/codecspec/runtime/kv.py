@@ -41,27 +41,35 @@ class KVCache:
 
 
 class RingKVCache:
-    """A sliding-window self-attention cache of fixed capacity W (the window) for a step
-    graph with fixed-shape cache inputs: keys/values float32 [layers, 1, heads, W, head_dim]
-    and `positions` int64 [W], the frame index held by each slot (-1 = empty). Frame t lives
-    in slot t % W, so committing frame t evicts frame t - W, the first frame a query at t or
-    later may no longer see; the graph masks by position, so the slot order does not matter.
-    Memory is constant however long the utterance."""
+    """A sliding-window self-attention cache of fixed capacity C >= W (the window) for a step
+    graph with fixed-shape cache inputs: keys/values float32 [layers, 1, heads, C, head_dim]
+    and `positions` int64 [C], the frame index held by each slot (-1 = empty). Frame t lives in
+    slot t % C; the graph masks by position (a query at t sees frames t-W+1..t), so the slot
+    order does not matter and memory is constant however long the utterance. Capacity beyond
+    W lets a draft LM write frames that are later rejected (`rewind`) without evicting frames
+    the window still needs."""
 
-    def __init__(self, layers: int, heads: int, window: int, head_dim: int):
-        for name, v in (("layers", layers), ("heads", heads), ("window", window)):
-            if isinstance(v, bool) or int(v) != v or int(v) <= 0:
+    def __init__(self, layers: int, heads: int, capacity: int, head_dim: int):
+        for name, v in (
+            ("layers", layers),
+            ("heads", heads),
+            ("capacity", capacity),
+            ("head_dim", head_dim),
+        ):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
                 raise ValueError(f"{name}: must be a positive int, got {v!r}")
-        if int(head_dim) <= 0:
-            raise ValueError(f"head_dim: must be > 0, got {head_dim}")
-        shape = (int(layers), 1, int(heads), int(window), int(head_dim))
+        shape = (int(layers), 1, int(heads), int(capacity), int(head_dim))
         self.keys = np.zeros(shape, np.float32)
         self.values = np.zeros(shape, np.float32)
-        self.positions = np.full(int(window), -1, np.int64)
-        self.window = int(window)
+        self.positions = np.full(int(capacity), -1, np.int64)
+        self.capacity = int(capacity)
 
     def reset(self) -> None:
         self.positions[:] = -1
+
+    def rewind(self, frames: int) -> None:
+        """Forget every frame at position >= `frames` (rejected drafts)."""
+        self.positions[self.positions >= frames] = -1
 
     @property
     def nbytes(self) -> int:
@@ -78,10 +86,10 @@ class RingKVCache:
             )
         if len(pos) > new_keys.shape[3] or new_values.shape != new_keys.shape:
             raise ValueError(f"positions: {len(pos)} frames, the new K/V hold {new_keys.shape[3]}")
-        first = max(0, len(pos) - self.window)  # only the last W frames can be held
+        first = max(0, len(pos) - self.capacity)  # only the last C frames can be held
         rows = slice(first, len(pos))
         pos = pos[first:]
-        slots = pos % self.window
+        slots = pos % self.capacity
         self.keys[:, :, :, slots] = new_keys[:, :, :, rows]
         self.values[:, :, :, slots] = new_values[:, :, :, rows]
         self.positions[slots] = pos

@@ -51,6 +51,10 @@ __all__ = [
 ]
 
 NEG = -1e9  # additive mask value: finite, so a row can never turn into NaN
+# Ring-cache slots beyond the window: a draft LM writes up to `draft_len` frames that may be
+# rejected; with this slack their slots never evict a frame the window still needs (frame t
+# lives in slot t % capacity), for draft lengths up to CACHE_SLACK + 1.
+CACHE_SLACK = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,9 +274,9 @@ STEP_INPUTS = (
     "speaker",  # int64 [1]
     "cross_keys",  # float32 [L, 1, heads, P, hd]
     "cross_values",
-    "cache_keys",  # float32 [L, 1, heads, W, hd]: the ring cache (fixed shape)
+    "cache_keys",  # float32 [L, 1, heads, C, hd]: the ring cache, C = W + CACHE_SLACK
     "cache_values",
-    "cache_positions",  # int64 [W]: frame index held by each slot, -1 = empty
+    "cache_positions",  # int64 [C]: frame index held by each slot, -1 = empty
 )
 STEP_OUTPUTS = ("hidden", "c0_logits", "stop_logits", "new_keys", "new_values")
 ENCODER_OUTPUTS = ("cross_keys", "cross_values", "draft_cross_keys", "draft_cross_values")
@@ -300,7 +304,7 @@ def export_onnx(tm: V2Temporal, out_dir) -> dict:
         dynamic_axes=axes,
         **kw,
     )
-    W = cfg.window
+    W = cfg.window + CACHE_SLACK  # the cache capacity
     for name, dec in (("temporal", tm.decoder), ("draft_temporal", tm.draft)):
         L = len(dec.layers)
         cross = torch.zeros(L, 1, cfg.num_heads, 7, cfg.head_dim)

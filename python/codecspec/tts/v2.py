@@ -55,14 +55,24 @@ class V2Stepper:
     frame, the shared frame loop's interface."""
 
     def __init__(
-        self, session, cross_keys, cross_values, speaker: int, rate_frames: float, start_token: int
+        self,
+        session,
+        cross_keys,
+        cross_values,
+        speaker: int,
+        rate_frames: float,
+        start_token: int,
+        window: int,
     ):
         inputs = {i.name: i for i in session.get_inputs()}
-        window = inputs["cache_keys"].shape[3]
+        capacity = inputs["cache_keys"].shape[3]
         L, _, heads, _, hd = cross_keys.shape
-        if not isinstance(window, int):
-            raise ValueError("model_dir: the step graph's cache input has no fixed window")
-        self.cache = RingKVCache(L, heads, window, hd)
+        if not isinstance(capacity, int) or capacity < window:
+            raise ValueError(
+                f"window: {window} frames do not fit the step graph's cache of {capacity} slots"
+            )
+        self.cache = RingKVCache(L, heads, capacity, hd)
+        self.window = int(window)
         self.session, self.t = session, 0
         self.rate_frames = float(rate_frames)  # r * P: the expected length in frames
         self.start_token = int(start_token)
@@ -74,10 +84,6 @@ class V2Stepper:
             "cache_values": self.cache.values,
             "cache_positions": self.cache.positions,
         }
-
-    @property
-    def window(self) -> int:
-        return self.cache.window
 
     def score(self, prev_tokens) -> tuple:
         """(hidden [n, D], c0 logits [n, V], stop logits [n], new K, new V) of frames
@@ -94,6 +100,13 @@ class V2Stepper:
         """Keep the first n frames of a `score` call in the cache."""
         self.cache.commit(out[3], out[4], self.t + np.arange(n, dtype=np.int64))
         self.t += n
+
+    def rewind(self, frames: int) -> None:
+        """Back to `frames` committed frames (drop rejected drafts from the cache)."""
+        if not 0 <= frames <= self.t:
+            raise ValueError(f"frames: expected 0..{self.t}, got {frames}")
+        self.cache.rewind(frames)
+        self.t = frames
 
     def step(self, prev_codes=None):
         prev = self.start_token if prev_codes is None else int(np.asarray(prev_codes)[0, 0])
@@ -197,13 +210,7 @@ class V2TTS(ReferenceTTS):
     def stepper(self, enc, spk_id: int, expected: float, draft: bool = False) -> V2Stepper:
         ck, cv = (enc[2], enc[3]) if draft else (enc[0], enc[1])
         graph = self.draft if draft else self.temporal
-        s = V2Stepper(graph, ck, cv, spk_id, expected, self.start_token)
-        if s.window != self.window:
-            raise ValueError(
-                f"model_dir: the step graph's cache holds {s.window} frames, "
-                f"model.json says window {self.window}"
-            )
-        return s
+        return V2Stepper(graph, ck, cv, spk_id, expected, self.start_token, self.window)
 
     def generate(
         self,
