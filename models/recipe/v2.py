@@ -285,7 +285,7 @@ def measure_acceptance(out: Path, tts, free, tf_h, tf_codes, theta: float) -> di
             "head_reuse": depth_acceptance(z, cc, heads, 0 * offsets, emb, THETAS),
         }
     lt, ld = np.concatenate(free["lt"]), np.concatenate(free["ld"])
-    c0_in = tts_c0_embeddings(out)
+    c0_in = np.load(out / "c0_embeddings.npy").astype(np.float32)
     temporal = {}
     for t in THETAS:
         temporal[str(t)] = {
@@ -313,23 +313,11 @@ def measure_acceptance(out: Path, tts, free, tf_h, tf_codes, theta: float) -> di
     return {"acceptance": block, "depth": res, "temporal": temporal, "stop_head": stop}
 
 
-def tts_c0_embeddings(out: Path) -> np.ndarray:
-    """The target LM's c0 input-embedding rows (unit length), read from temporal.onnx: the
-    group space of the paper (PCG over the target's input embeddings)."""
-    import onnx
-    from onnx import numpy_helper
-
-    m = onnx.load(str(out / "temporal.onnx"))
-    for init in m.graph.initializer:
-        a = numpy_helper.to_array(init)
-        if (
-            a.ndim == 2
-            and a.shape[0]
-            == json.loads((out / "model.json").read_text())["temporal_config"]["c0_vocab_size"] + 1
-        ):
-            e = a[:-1].astype(np.float32)
-            return e / np.linalg.norm(e, axis=1, keepdims=True)
-    raise ValueError("temporal.onnx: no c0 input-embedding table found")
+def c0_input_embeddings(model) -> np.ndarray:
+    """The target LM's c0 input-embedding rows (unit length, start token dropped): the group
+    space of the paper (PCG over the target's input embeddings)."""
+    e = model.temporal.c0_in.weight.detach().numpy()[:-1].astype(np.float32)
+    return e / np.linalg.norm(e, axis=1, keepdims=True)
 
 
 def speech_distance(v2, rows, corpus: Path, seed: int) -> dict:
@@ -397,6 +385,8 @@ def cmd_ship(args) -> int:
     held = TTSDataset(corpus, codes, "test", frontend=train.frontend)
     log(f"exporting graphs (draft: {ck['draft_choice']})")
     sizes = export_graphs(model, out, export_temporal=export_onnx)
+    np.save(out / "c0_embeddings.npy", c0_input_embeddings(model).astype(np.float16))
+    sizes["c0_embeddings.npy"] = (out / "c0_embeddings.npy").stat().st_size
     params_count = {
         "temporal": sum(
             p.numel() for n, p in model.temporal.named_parameters() if not n.startswith("draft")

@@ -26,6 +26,8 @@ from codecspec.runtime.depth_graph import DepthGraph, heads_sidecar
 from codecspec.runtime.kv import KVCache
 
 MODES = ("ar", "spec")
+COARSE_MODE = "pcg"  # speculative with group-level acceptance (needs set_groups); lossy by
+# design at the token level, exact at the level of the groups
 
 
 @dataclass
@@ -117,6 +119,8 @@ class DepthDecoder:
         self._first_row = np.zeros(1, np.int32)
         self._bind_fixed_calls()
         self.set_tree(tree if tree is not None else cs.DraftTree.chain(min(self.K, self.G - 2)))
+        self.level_groups = None  # per level 0..G-1: cs.AcousticGroups, for mode "pcg"
+        self._coarse = False
 
     @classmethod
     def from_dir(cls, model_dir, **kw) -> DepthDecoder:
@@ -228,7 +232,25 @@ class DepthDecoder:
             call.hidden[node], min(level + 1, self.G - 2), self.offsets[:depth], self.num_ranks
         )
 
-    def _verify(self, call, tree, n, tokens, heads, g):
+    def set_groups(self, level_groups) -> None:
+        """Per-level similarity groups (a list of G `cs.AcousticGroups`, one per codebook
+        level, each over the codebook) for mode "pcg"; None removes them."""
+        if level_groups is not None:
+            level_groups = list(level_groups)
+            if len(level_groups) != self.G:
+                raise ValueError(f"level_groups: expected {self.G} levels, got {len(level_groups)}")
+            for k, grp in enumerate(level_groups[1:], 1):
+                if not isinstance(grp, cs.AcousticGroups) or grp.vocab_size != self.V:
+                    raise ValueError(
+                        f"level_groups: level {k} must be AcousticGroups over {self.V} codes"
+                    )
+        self.level_groups = level_groups
+
+    def _verify(self, call, tree, n, tokens, heads, g, levels=None):
+        if self._coarse:  # children of node i sit at level levels[i] + 1
+            logits = np.stack([self._target_row(call, i, int(heads[i])) for i in range(n)])
+            groups = [self.level_groups[min(int(lv) + 1, self.G - 1)] for lv in levels[:n]]
+            return cs.verify_tree_coarse(groups, tree, tokens, logits, self.params, g)
         if self.bank is None:
             return cs.verify_tree(tree, tokens, call.logits[:n], self.params, g)
         return cs.verify_tree_hidden(
@@ -287,7 +309,7 @@ class DepthDecoder:
             tc.bias[...] = spec["bias"][past]
             tc.heads[:n] = heads
             self._run(tc)
-            r = self._verify(tc, tree, n, tokens, heads, g)
+            r = self._verify(tc, tree, n, tokens, heads, g, levels)
             nodes = r.nodes
             rows = self._rows[: len(nodes) + 1]
             rows[1:] = nodes  # rows[0] = 0: the root
@@ -326,10 +348,13 @@ class DepthDecoder:
 
     def decode_frame(self, hidden, c0: int, generator: cs.Generator, mode: str = "spec"):
         """Codes c0..c_{G-1} (int64 [G]) for one frame."""
-        if mode not in MODES:
-            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
+        if mode not in MODES + (COARSE_MODE,):
+            raise ValueError(f"mode: must be one of {MODES + (COARSE_MODE,)}, got {mode!r}")
+        if mode == COARSE_MODE and self.level_groups is None:
+            raise ValueError("mode: 'pcg' needs per-level groups (DepthDecoder.set_groups)")
         hidden = self._check_frame(hidden, c0)
-        step = self._frame_spec if mode == "spec" else self._frame_ar
+        self._coarse = mode == COARSE_MODE
+        step = self._frame_ar if mode == "ar" else self._frame_spec
         return step(hidden, int(c0), generator)
 
     def decode_frames(

@@ -109,6 +109,7 @@ class Synthesis:
     frontend_seconds: float = 0.0  # phonemes -> ids -> encoder graph
     hit_max_frames: bool = False  # a stop head never fired: the length guard ended it
     max_frames: Optional[int] = None  # that guard (families with a stop head)
+    temporal_stats: Optional[object] = None  # v2: `codecspec.decode.temporal.TemporalStats`
 
     @property
     def frames(self) -> int:

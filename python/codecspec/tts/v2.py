@@ -22,8 +22,8 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.codec.v2 import CodecV2
-from codecspec.decode.depth import MODES, DepthDecoder
-from codecspec.decode.frames import run_frame_loop
+from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder
+from codecspec.decode.temporal import Acceptance, TemporalLoop
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session
 from codecspec.tts.model import ReferenceTTS, Synthesis, phonemize
@@ -32,6 +32,7 @@ from codecspec.tts.text import BOS, EOS, Frontend
 __all__ = ["V2TTS", "V2Stepper", "V2FrameDecoder", "V2_FILES", "V2_FORMAT", "default_v2_dir"]
 
 V2_FORMAT = "codecspec-v2-tts/1"
+TEMPORAL_MODES = ("ar", "spec")
 V2_FILES = (
     "model.json",
     "codec_v2.npz",
@@ -40,6 +41,7 @@ V2_FILES = (
     "draft_temporal.onnx",
     "depth.onnx",
     "depth.heads.npy",
+    "c0_embeddings.npy",
 )
 
 
@@ -76,6 +78,7 @@ class V2Stepper:
         self.session, self.t = session, 0
         self.rate_frames = float(rate_frames)  # r * P: the expected length in frames
         self.start_token = int(start_token)
+        self.vocab_size = int(start_token)  # c0 codes 0..V-1; V itself is the start token
         self.feeds = {
             "speaker": np.array([speaker], np.int64),
             "cross_keys": cross_keys,
@@ -169,6 +172,7 @@ class V2TTS(ReferenceTTS):
         self._draft_path = d / "draft_temporal.onnx"
         self._draft = None
         self._session_args = dict(provider=provider, threads=threads)
+        self._c0_groups: dict = {}
         self.depth = DepthDecoder.from_dir(
             d, params=self.params, provider=provider, threads=threads
         )
@@ -212,6 +216,60 @@ class V2TTS(ReferenceTTS):
         graph = self.draft if draft else self.temporal
         return V2Stepper(graph, ck, cv, spk_id, expected, self.start_token, self.window)
 
+    def c0_groups(self, theta: float) -> cs.AcousticGroups:
+        """Similarity groups of c0 over the target LM's c0 input embeddings (the paper's
+        choice for PCG; `self.codec.groups(0, theta)` is the codec-space alternative)."""
+        key = float(theta)
+        if key not in self._c0_groups:
+            emb = np.load(self.dir / "c0_embeddings.npy").astype(np.float32)
+            self._c0_groups[key] = cs.AcousticGroups.from_embeddings(emb, key)
+        return self._c0_groups[key]
+
+    def depth_groups(self, theta: float) -> list:
+        """Per-level similarity groups of the codec at cosine θ (for depth mode "pcg")."""
+        return [self.codec.groups(k, float(theta)) for k in range(self.codec.n_levels)]
+
+    def temporal_loop(
+        self,
+        enc,
+        spk_id: int,
+        expected: float,
+        *,
+        temporal: str = "ar",
+        accept=None,
+        draft_len: int = 3,
+        depth_mode: str = "ar",
+        depth_theta: Optional[float] = None,
+        c0_space: str = "embedding",
+    ) -> TemporalLoop:
+        """The round loop over this utterance: temporal "ar" (draft_len 0) or "spec"."""
+        if temporal not in TEMPORAL_MODES:
+            raise ValueError(f"temporal: expected one of {TEMPORAL_MODES}, got {temporal!r}")
+        accept = accept if isinstance(accept, Acceptance) else Acceptance(accept or "exact")
+        if depth_mode == COARSE_MODE:
+            theta = self.meta.get("pcg_theta", 0.95) if depth_theta is None else depth_theta
+            self.depth.set_groups(self.depth_groups(theta))
+        groups = None
+        if temporal == "spec" and accept.rule == "pcg":
+            if c0_space not in ("embedding", "codec"):
+                raise ValueError(f"c0_space: expected 'embedding' or 'codec', got {c0_space!r}")
+            groups = (
+                self.c0_groups(accept.theta)
+                if c0_space == "embedding"
+                else self.codec.groups(0, accept.theta)
+            )
+        spec = temporal == "spec"
+        return TemporalLoop(
+            self.stepper(enc, spk_id, expected),
+            self.stepper(enc, spk_id, expected, draft=True) if spec else None,
+            self.depth,
+            self.params,
+            draft_len=draft_len if spec else 0,
+            accept=accept,
+            c0_groups=groups,
+            depth_mode=depth_mode,
+        )
+
     def generate(
         self,
         text: str,
@@ -225,44 +283,65 @@ class V2TTS(ReferenceTTS):
         max_frames: Optional[int] = None,
         progress: bool = False,
         decode_audio: bool = True,
+        temporal: str = "ar",
+        accept=None,
+        draft_len: int = 3,
+        depth_theta: Optional[float] = None,
     ) -> Synthesis:
         """Synthesise `text` (or IPA `phonemes`) until the stop head ends it or the guard
         (`max_frames`, default `max_frames_for` the text) does: `Synthesis.hit_max_frames`.
-        mode "ar" / "spec" / "auto" is the depth loop's, as in the reference family."""
+
+        mode: the depth loop, "ar" / "spec" (same law) / "pcg" (group law at `depth_theta`) /
+        "auto" (spec where calibration found it pays). temporal: "ar" or "spec" (draft LM +
+        one target call per round, `draft_len` drafts, `accept` an `Acceptance` or rule name).
+        """
         if mode == "auto":
             mode = "spec" if self.speculation_pays else "ar"
-        if mode not in MODES:
-            raise ValueError(f"mode: must be one of {MODES + ('auto',)}, got {mode!r}")
+        if mode not in MODES + (COARSE_MODE,):
+            raise ValueError(f"mode: must be one of {MODES + (COARSE_MODE, 'auto')}, got {mode!r}")
         t0 = time.perf_counter()
         phonemes, ids, _, spk_id, enc = self.encode_text(text, phonemes, language, speaker)
         expected = self.expected_frames(len(ids) - 2, language, rate)
         guard = self.max_frames_for(expected) if max_frames is None else max_frames
         t1 = time.perf_counter()
-        stepper = self.stepper(enc, spk_id, expected)
-        decoder = V2FrameDecoder(self, mode)
+        loop = self.temporal_loop(
+            enc,
+            spk_id,
+            expected,
+            temporal=temporal,
+            accept=accept,
+            draft_len=draft_len,
+            depth_mode=mode,
+            depth_theta=depth_theta,
+        )
         calls0 = self.depth.stats.calls
-        bar = None
+        frames = loop.frames(cs.Generator(seed), guard)
         if progress:
-            from codecspec.progress import bar as _bar
+            from codecspec.progress import bar
 
-            bar = lambda it: _bar(it, desc=f"synth v2 {mode}", total=guard)  # noqa: E731
-        loop = run_frame_loop(stepper, decoder, cs.Generator(seed), guard, bar)
-        codes = loop.codes[0]
+            frames = bar(frames, desc=f"synth v2 {temporal}/{mode}", total=guard)
+        codes, stopped = [], False
+        for c, stop, _ in frames:
+            codes.append(c)
+            stopped = stop
+        codes = np.stack(codes)
         t2 = time.perf_counter()
         wav = self.codec.decode(codes, seed=seed) if decode_audio else None
+        st = loop.stats
         return Synthesis(
             codes=codes,
             wav=wav,
             sample_rate=self.codec.sample_rate,
             phonemes=phonemes,
-            mode=mode,
+            mode=mode if temporal == "ar" else f"{temporal}-{loop.accept.label}/{mode}",
             depth_calls=self.depth.stats.calls - calls0,
             depth_codes=len(codes) * (codes.shape[1] - 1),
-            depth_seconds=decoder.depth_seconds,
-            temporal_seconds=t2 - t1 - decoder.depth_seconds,
+            depth_seconds=st.depth_seconds,
+            temporal_seconds=t2 - t1 - st.depth_seconds,
             decode_seconds=time.perf_counter() - t2,
             frame_rate=self.codec.frame_rate,
             frontend_seconds=t1 - t0,
-            hit_max_frames=loop.hit_max_frames,
+            hit_max_frames=not stopped,
             max_frames=guard,
+            temporal_stats=st,
         )
