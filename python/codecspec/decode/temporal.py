@@ -79,6 +79,7 @@ class TemporalStats:
     verify_seconds: float = 0.0  # host: warps, verification, commits
     depth_seconds: float = 0.0
     accepted_per_round: list = field(default_factory=list)
+    groups: list = field(default_factory=list)  # pcg: emitted group per frame (exact-law variable)
 
     @property
     def tokens_per_call(self) -> float:
@@ -140,7 +141,6 @@ class TemporalLoop:
         self.depth_mode = depth_mode
         self.stats = TemporalStats()
         self.c0s: list = []
-        self.groups: list = []  # pcg: the emitted group of every frame (the exact-law variable)
 
     def _prev(self, i: int) -> int:
         return self.target.start_token if i == 0 else int(self.c0s[i - 1])
@@ -207,7 +207,7 @@ class TemporalLoop:
             for j, c0 in enumerate(emitted):
                 self.c0s.append(int(c0))
                 if groups is not None:
-                    self.groups.append(int(groups[j]))
+                    st.groups.append(int(groups[j]))
                 t0 = time.perf_counter()
                 codes = self.depth.decode_frame(out[0][j], int(c0), generator, self.depth_mode)
                 st.depth_seconds += time.perf_counter() - t0

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
-MODEL_HELP = "model name (reference, fsq) or folder (default: the shipped reference)"
+MODEL_HELP = "model name (reference, fsq, v2) or folder (default: the shipped reference)"
 
 
 def threads_arg(value: str) -> int:
@@ -117,7 +117,57 @@ def synthesis_report(s, output, threads: int) -> dict:
         "peak_rss_mb": peak_rss_mb(),
         "threads": threads,
         "sample_rate": s.sample_rate,
-    }
+    } | _stop_and_temporal(s)
+
+
+def _stop_and_temporal(s) -> dict:
+    """Families with a stop head: did the guard end it; v2: the temporal loop's figures."""
+    out = {}
+    if getattr(s, "max_frames", None) is not None:
+        out["hit_max_frames"] = bool(s.hit_max_frames)
+        out["max_frames"] = int(s.max_frames)
+    st = getattr(s, "temporal_stats", None)
+    if st is not None:
+        out["temporal_tokens_per_call"] = st.tokens_per_call
+        out["temporal_acceptance"] = st.acceptance
+        out["temporal_host_share"] = st.host_share
+    return out
+
+
+def _speculation_kwargs(args, tts) -> dict:
+    """generate() keywords from --loops/--accept/--beta/--theta/--draft-len (v2 family)."""
+    given = args.loops is not None or args.accept != "exact"
+    if getattr(tts, "meta", {}).get("format") != "codecspec-v2-tts/1":
+        if given:
+            raise ValueError("--loops/--accept: only the v2 family has these speculation options")
+        return {}
+    if args.loops is None:
+        return {"draft_len": args.draft_len}
+    from codecspec.tts.v2_bench import speculation_config
+
+    kw = speculation_config(args.loops, args.accept, args.beta, args.theta)
+    kw["draft_len"] = args.draft_len
+    if args.loops == "temporal":  # the depth loop keeps --mode
+        kw.pop("mode")
+    return kw
+
+
+def _speculation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--loops",
+        choices=["depth", "temporal", "both"],
+        default=None,
+        help="v2: which loops speculate (default: the depth loop by calibration, temporal AR)",
+    )
+    p.add_argument(
+        "--accept",
+        choices=["exact", "ssd", "pcg"],
+        default="exact",
+        help="v2: acceptance rule (exact = the AR law; ssd = lossy tolerance; pcg = group law)",
+    )
+    p.add_argument("--beta", type=float, default=0.3, help="ssd tolerance in [0, 1]")
+    p.add_argument("--theta", type=float, default=None, help="pcg group cosine in (-1, 1]")
+    p.add_argument("--draft-len", type=int, default=3, help="v2: c0 drafts per temporal round")
 
 
 def cmd_synth(args) -> int:
@@ -129,12 +179,13 @@ def cmd_synth(args) -> int:
     check_output(args.output)
     tts = load_model(args.model, provider=args.provider, threads=args.threads, params=_params(args))
     guard = {} if args.max_frames is None else {"max_frames": args.max_frames}
+    guard["mode"] = args.mode
+    guard.update(_speculation_kwargs(args, tts))
     s = tts.generate(
         text,
         phonemes=args.phonemes,
         language=args.language,
         speaker=args.speaker,
-        mode=args.mode,
         seed=args.seed,
         rate=args.rate,
         progress=not (args.quiet or args.json),
@@ -142,6 +193,12 @@ def cmd_synth(args) -> int:
     )
     write_wav(args.output, s.wav, s.sample_rate)
     report = synthesis_report(s, args.output, threads_in_use(args.threads))
+    if report.get("hit_max_frames"):
+        print(
+            f"warning: the stop head never fired; the max-length guard "
+            f"({report['max_frames']} frames) ended the utterance",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(report))
         return 0
@@ -178,7 +235,26 @@ def cmd_bench(args) -> int:
         params=_params(args),
         progress=not args.json,
     )
-    if model_family(args.model) == "fsq":  # one graph call per frame: its own figures
+    family = model_family(args.model)
+    if family == "v2":  # temporal and depth loops: AR vs speculation, both on the pipeline
+        from codecspec.tts.v2_bench import bench_v2
+
+        res = bench_depth_loop(resolve_model_dir(args.model), args.frames, **common)
+        if not args.no_pipeline:
+            res.update(
+                bench_v2(
+                    resolve_model_dir(args.model),
+                    loops=args.loops or "both",
+                    accept=args.accept,
+                    beta=args.beta,
+                    theta=args.theta,
+                    draft_len=args.draft_len,
+                    texts=args.texts,
+                    **common,
+                )
+            )
+        return _print_bench(res, args.json)
+    if family == "fsq":  # one graph call per frame: its own figures
         from codecspec.tts.fsq_bench import bench_fsq, print_bench
 
         res = bench_fsq(resolve_model_dir(args.model), args.utterances, batch=args.batch, **common)
@@ -189,14 +265,20 @@ def cmd_bench(args) -> int:
         res.update(bench_pipeline(model, texts=args.texts, **common))
         # The issue this answers: the depth loop inside synthesis vs alone, same run.
         res["depth_in_pipeline_ratio"] = res["pipeline_depth_ms_per_frame"] / res["ar_ms_per_frame"]
-    if args.json:
+    return _print_bench(res, args.json)
+
+
+def _print_bench(res: dict, as_json: bool) -> int:
+    if as_json:
         print(json.dumps(res))
         return 0
     for k, v in res.items():
-        if k == "fidelity_pvalues":
+        if k in ("fidelity_pvalues", "group_fidelity_pvalues"):
             continue
         if isinstance(v, dict):
-            v = "  ".join(f"{a} {b:.2f}" for a, b in v.items())
+            v = "  ".join(
+                f"{a} {b:.2f}" if isinstance(b, float) else f"{a} {b}" for a, b in v.items()
+            )
         print(f"{k:>32}: {v:.4g}" if isinstance(v, float) else f"{k:>32}: {v}")
     verdict = "pass" if res["fidelity_min_p"] > 1e-4 else "FAIL"
     print(f"{'fidelity (min p > 1e-4)':>32}: {verdict}")
@@ -218,9 +300,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", type=Path, default=Path("out.wav"))
     p.add_argument(
         "--mode",
-        choices=["auto", "ar", "spec"],
+        choices=["auto", "ar", "spec", "pcg"],
         default="auto",
-        help="auto (default): spec where calibration found it pays, else ar; same output law",
+        help="depth loop: auto (default) = spec where calibration found it pays, else ar "
+        "(same output law); pcg = group-level acceptance (v2)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--language", default="en", help="en, de, es or it (default en)")
@@ -231,6 +314,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help=MODEL_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _sampling(p)
+    _speculation_options(p)
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
@@ -249,6 +333,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--no-pipeline", action="store_true", help="only the depth loop, not text -> waveform"
     )
     _sampling(p)
+    _speculation_options(p)
     p.set_defaults(func=cmd_bench)
 
 

@@ -76,3 +76,29 @@ def mean_ci(x, z: float = 1.96) -> tuple[float, float]:
     if x.size < 2:
         return float(x.mean()) if x.size else float("nan"), float("nan")
     return float(x.mean()), float(z * x.std(ddof=1) / np.sqrt(x.size))
+
+
+def swap_distortion(codec, codes, theta: float, fraction: float, levels, seed: int = 0) -> float:
+    """dB added by the within-group swap stress test: replace `fraction` of the codes at
+    `levels` by a random other member of their similarity group at θ (what a group-level
+    accepted draft may change) and measure the band-RMS log-mel difference between the
+    swapped and the original decoded spectra, mean over active sub-frames. `codec`: a
+    CodecV2 (its `groups(level, θ)`, `decode_features` and spectral config are used)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction: expected a number in [0, 1], got {fraction!r}")
+    codes = np.asarray(codes, np.int64)
+    rng = np.random.default_rng(seed)
+    swapped = codes.copy()
+    for k in levels:
+        grp = codec.groups(int(k), float(theta))
+        for i in np.flatnonzero(rng.random(len(codes)) < fraction):
+            m = grp.members(int(codes[i, k]))
+            m = m[m != codes[i, k]]
+            if len(m):
+                swapped[i, k] = m[rng.integers(len(m))]
+    n_mels = codec.spectral.n_mels
+    a = codec.decode_features(codes).reshape(-1, n_mels).astype(np.float64)
+    b = codec.decode_features(swapped).reshape(-1, n_mels).astype(np.float64)
+    d = np.sqrt(np.mean((DB * (a - b)) ** 2, axis=1))
+    energy = 10.0 * np.log10(np.exp(2.0 * a).sum(axis=1))
+    return float(d[energy > energy.max() - 60.0].mean())

@@ -2,6 +2,7 @@
 
 load_model("fsq")          # the shipped FSQ family (python/codecspec/models/fsq)
 load_model("reference")    # the shipped RVQ reference (python/codecspec/models/reference)
+load_model("v2")           # the shipped reference model v2 (python/codecspec/models/v2)
 load_model("/path/to/dir") # whichever family the folder's model.json names
 """
 
@@ -12,8 +13,12 @@ from pathlib import Path
 
 __all__ = ["MODEL_NAMES", "resolve_model_dir", "model_family", "load_model"]
 
-MODEL_NAMES = ("reference", "fsq")
-FAMILIES = {"codecspec-reference-tts/1": "reference", "codecspec-fsq-tts/1": "fsq"}
+MODEL_NAMES = ("reference", "fsq", "v2")
+FAMILIES = {
+    "codecspec-reference-tts/1": "reference",
+    "codecspec-fsq-tts/1": "fsq",
+    "codecspec-v2-tts/1": "v2",
+}
 
 
 def resolve_model_dir(name_or_dir=None) -> Path:
@@ -26,11 +31,15 @@ def resolve_model_dir(name_or_dir=None) -> Path:
         return default_model_dir()
     if name_or_dir == "fsq":
         return default_fsq_dir()
+    if name_or_dir == "v2":
+        from codecspec.tts.v2 import default_v2_dir
+
+        return default_v2_dir()
     return Path(name_or_dir)
 
 
 def model_family(name_or_dir=None) -> str:
-    """ "reference" or "fsq", from model.json's "format". Raises ValueError naming `model`."""
+    """ "reference", "fsq" or "v2", from model.json's "format". Raises ValueError naming `model`."""
     d = resolve_model_dir(name_or_dir)
     path = d / "model.json"
     if not path.is_file():
@@ -42,9 +51,15 @@ def model_family(name_or_dir=None) -> str:
 
 
 def load_model(name_or_dir=None, **kwargs):
-    """`ReferenceTTS` or `FSQTTS` for a name or folder; kwargs go to the constructor."""
+    """`ReferenceTTS`, `FSQTTS` or `V2TTS` for a name or folder; kwargs go to the
+    constructor."""
     d = resolve_model_dir(name_or_dir)
-    if model_family(d) == "fsq":
+    family = model_family(d)
+    if family == "v2":
+        from codecspec.tts.v2 import V2TTS
+
+        return V2TTS(d, **kwargs)
+    if family == "fsq":
         from codecspec.tts.fsq import FSQTTS
 
         return FSQTTS(d, **kwargs)

@@ -1,0 +1,165 @@
+"""`codecspec bench` on a v2 model: AR vs speculation in the temporal loop, the depth loop, or
+both, with exact, SSD or PCG acceptance — the whole pipeline, one run.
+
+Every held-out bench sentence is synthesised all-AR and with the chosen speculation, the order
+flipping per sentence so drifting load hits both alike. Speed-ups are ratios of medians (over
+sentences) of per-frame times: `temporal_speedup` the temporal loop alone (target + draft
+calls + verification), `depth_speedup` the depth loop alone, `e2e_speedup` both loops together
+and `pipeline_speedup` everything users wait for (frontend and vocoder included).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+import codecspec as cs
+from codecspec.decode.temporal import Acceptance
+from codecspec.fidelity import homogeneity_pvalue
+from codecspec.tts.bench import load_bench_texts
+
+__all__ = ["LOOPS", "bench_v2", "speculation_config"]
+
+LOOPS = ("depth", "temporal", "both")
+
+
+def speculation_config(loops: str, accept: str, beta: float, theta: Optional[float]) -> dict:
+    """generate() keywords for the speculative side of the benchmark."""
+    if loops not in LOOPS:
+        raise ValueError(f"loops: expected one of {LOOPS}, got {loops!r}")
+    rule = Acceptance(accept, beta=beta if accept == "ssd" else 0.0, theta=theta)
+    temporal = loops in ("temporal", "both")
+    depth = loops in ("depth", "both")
+    if accept == "ssd" and not temporal:
+        raise ValueError("accept: 'ssd' is a temporal-loop rule (use --loops temporal|both)")
+    return {
+        "temporal": "spec" if temporal else "ar",
+        "accept": rule,
+        "mode": ("pcg" if accept == "pcg" else "spec") if depth else "ar",
+        "depth_theta": theta if accept == "pcg" else None,
+    }
+
+
+def _per_frame(rows, key) -> float:
+    return float(np.median([1e3 * key(r) / r.frames for r in rows]))
+
+
+def _group_samples(groups: cs.AcousticGroups, tokens, rng) -> np.ndarray:
+    """A group per AR token, drawn uniformly from the groups holding it: with w[g, t] =
+    1 / |groups_of(t)| this has the coarse law PCG's emitted groups follow."""
+    out = np.empty(len(tokens), np.int64)
+    for i, t in enumerate(tokens):
+        g = groups.groups_of(int(t))
+        out[i] = g[rng.integers(len(g))]
+    return out
+
+
+def bench_v2(
+    model_dir=None,
+    *,
+    loops: str = "both",
+    accept: str = "exact",
+    beta: float = 0.3,
+    theta: Optional[float] = None,
+    draft_len: int = 3,
+    texts: Optional[int] = None,
+    seed: int = 0,
+    provider: str = "auto",
+    threads: Optional[int] = None,
+    params: Optional[cs.SamplingParams] = None,
+    progress: bool = True,
+) -> dict:
+    from codecspec.runtime import session_threads
+    from codecspec.tts.quality import swap_distortion
+    from codecspec.tts.v2 import V2TTS
+
+    tts = V2TTS(model_dir, provider=provider, threads=threads, params=params)
+    if accept == "pcg" and theta is None:
+        theta = float(tts.meta.get("pcg_theta", 0.95))
+    spec_kw = speculation_config(loops, accept, beta, theta)
+    spec_kw["draft_len"] = draft_len
+    sentences = load_bench_texts(texts)
+    warm = sentences[0]["phonemes"]
+    tts.generate("", phonemes=warm, decode_audio=False, mode="ar")
+    tts.generate("", phonemes=warm, decode_audio=False, **spec_kw)
+    runs: dict = {"ar": [], "spec": []}
+    it = range(len(sentences))
+    if progress:
+        from codecspec.progress import bar
+
+        it = bar(it, desc=f"bench v2 {loops}/{accept}", total=len(sentences))
+    for i in it:
+        t = sentences[i]
+        for m in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
+            kw = spec_kw if m == "spec" else {"mode": "ar"}
+            runs[m].append(
+                tts.generate("", phonemes=t["phonemes"], language=t["language"], seed=i, **kw)
+            )
+    ar, sp = runs["ar"], runs["spec"]
+
+    def temporal_s(r):
+        return r.temporal_stats.temporal_seconds
+
+    def loops_s(r):
+        return r.temporal_stats.temporal_seconds + r.depth_seconds
+
+    out = {
+        "model_family": "v2",
+        "loops": loops,
+        "accept": spec_kw["accept"].label,
+        "draft_len": draft_len,
+        "depth_mode": spec_kw["mode"],
+        "pipeline_texts": len(sentences),
+        "threads": session_threads(tts.temporal),
+        "frames": {m: int(sum(r.frames for r in rows)) for m, rows in runs.items()},
+        "temporal_ms_per_frame": {m: _per_frame(rows, temporal_s) for m, rows in runs.items()},
+        "depth_ms_per_frame": {
+            m: _per_frame(rows, lambda r: r.depth_seconds) for m, rows in runs.items()
+        },
+        "pipeline_ms_per_frame": {
+            m: _per_frame(rows, lambda r: r.total_seconds) for m, rows in runs.items()
+        },
+        "temporal_tokens_per_call": sum(r.frames for r in sp)
+        / sum(r.temporal_stats.target_calls for r in sp),
+        "temporal_acceptance": sum(r.temporal_stats.accepted for r in sp)
+        / max(1, sum(r.temporal_stats.drafted for r in sp)),
+        "temporal_host_share": float(np.median([r.temporal_stats.host_share for r in sp])),
+        "depth_tokens_per_call": sum(r.depth_codes for r in sp) / sum(r.depth_calls for r in sp),
+        "pipeline_rtf": {
+            m: sum(r.total_seconds for r in rows) / sum(r.audio_seconds for r in rows)
+            for m, rows in runs.items()
+        },
+        "hit_max_frames": {m: int(sum(r.hit_max_frames for r in rows)) for m, rows in runs.items()},
+    }
+    tm, dm, pm = (
+        out[k] for k in ("temporal_ms_per_frame", "depth_ms_per_frame", "pipeline_ms_per_frame")
+    )
+    out["temporal_speedup"] = tm["ar"] / tm["spec"]
+    out["depth_speedup"] = dm["ar"] / dm["spec"]
+    out["e2e_speedup"] = _per_frame(ar, loops_s) / _per_frame(sp, loops_s)
+    out["pipeline_speedup"] = pm["ar"] / pm["spec"]
+    codes = {m: np.concatenate([r.codes for r in rows]) for m, rows in runs.items()}
+    if accept == "pcg":
+        rng = np.random.default_rng(seed)
+        pvals = {}
+        if spec_kw["temporal"] == "spec":
+            grp = tts.c0_groups(theta)
+            ga = _group_samples(grp, codes["ar"][:, 0], rng)
+            gs = np.concatenate([np.asarray(r.temporal_stats.groups, np.int64) for r in sp])
+            pvals["c0"] = homogeneity_pvalue(
+                np.bincount(ga, minlength=grp.num_groups), np.bincount(gs, minlength=grp.num_groups)
+            )
+        out["group_fidelity_pvalues"] = pvals
+        out["group_fidelity_min_p"] = min(pvals.values()) if pvals else None
+    levels = range(1, codes["ar"].shape[1])
+    out["quality"] = {
+        "theta": theta,
+        "swap_added_db_all_levels": (
+            swap_distortion(tts.codec, codes["ar"], theta, 1.0, levels, seed)
+            if theta is not None
+            else None
+        ),
+        "codec_v2_unexplained_16": tts.meta.get("codec_unexplained_16"),
+    }
+    return out
