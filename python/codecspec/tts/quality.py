@@ -78,19 +78,18 @@ def mean_ci(x, z: float = 1.96) -> tuple[float, float]:
     return float(x.mean()), float(z * x.std(ddof=1) / np.sqrt(x.size))
 
 
-def swap_distortion(codec, codes, theta: float, fraction: float, levels, seed: int = 0) -> float:
-    """dB added by the within-group swap stress test: replace `fraction` of the codes at
-    `levels` by a random other member of their similarity group at θ (what a group-level
-    accepted draft may change) and measure the band-RMS log-mel difference between the
-    swapped and the original decoded spectra, mean over active sub-frames. `codec`: a
-    CodecV2 (its `groups(level, θ)`, `decode_features` and spectral config are used)."""
+def swap_distortion(codec, codes, groups: dict, fraction: float, seed: int = 0) -> float:
+    """dB added by the within-group swap stress test of the PCG paper: replace `fraction` of
+    the codes of each level in `groups` ({level: cs.AcousticGroups}) by a random other member
+    of their group (what a group-level accepted draft may change) and measure the band-RMS
+    log-mel difference between the swapped and the original decoded spectra, mean over active
+    sub-frames. `codec`: a CodecV2 (`decode_features`, `spectral`)."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction: expected a number in [0, 1], got {fraction!r}")
     codes = np.asarray(codes, np.int64)
     rng = np.random.default_rng(seed)
     swapped = codes.copy()
-    for k in levels:
-        grp = codec.groups(int(k), float(theta))
+    for k, grp in groups.items():
         for i in np.flatnonzero(rng.random(len(codes)) < fraction):
             m = grp.members(int(codes[i, k]))
             m = m[m != codes[i, k]]

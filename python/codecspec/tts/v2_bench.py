@@ -152,14 +152,17 @@ def bench_v2(
             )
         out["group_fidelity_pvalues"] = pvals
         out["group_fidelity_min_p"] = min(pvals.values()) if pvals else None
-    levels = range(1, codes["ar"].shape[1])
-    out["quality"] = {
-        "theta": theta,
-        "swap_added_db_all_levels": (
-            swap_distortion(tts.codec, codes["ar"], theta, 1.0, levels, seed)
-            if theta is not None
-            else None
-        ),
-        "codec_v2_unexplained_16": tts.meta.get("codec_unexplained_16"),
-    }
+    out["quality"] = {"theta": theta}
+    if theta is not None:  # the swap stress test on the AR codes, every code swapped
+        q = out["quality"]
+        if spec_kw["temporal"] == "spec":
+            q["swap_added_db_c0"] = swap_distortion(
+                tts.codec, codes["ar"], {0: tts.c0_groups(theta)}, 1.0, seed
+            )
+        if spec_kw["mode"] == "pcg":
+            groups = dict(enumerate(tts.depth_groups(theta)))
+            groups.pop(0)
+            q["swap_added_db_levels_1_up"] = swap_distortion(
+                tts.codec, codes["ar"], groups, 1.0, seed
+            )
     return out
