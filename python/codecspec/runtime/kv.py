@@ -49,11 +49,14 @@ class RingKVCache:
     Memory is constant however long the utterance."""
 
     def __init__(self, layers: int, heads: int, window: int, head_dim: int):
-        for name, v in (("layers", layers), ("heads", heads), ("window", window)):
-            if isinstance(v, bool) or int(v) != v or int(v) <= 0:
+        for name, v in (
+            ("layers", layers),
+            ("heads", heads),
+            ("window", window),
+            ("head_dim", head_dim),
+        ):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
                 raise ValueError(f"{name}: must be a positive int, got {v!r}")
-        if int(head_dim) <= 0:
-            raise ValueError(f"head_dim: must be > 0, got {head_dim}")
         shape = (int(layers), 1, int(heads), int(window), int(head_dim))
         self.keys = np.zeros(shape, np.float32)
         self.values = np.zeros(shape, np.float32)
@@ -71,13 +74,17 @@ class RingKVCache:
         """Store frames `positions` (increasing, one per row of new_* [L, 1, heads, n, hd]);
         rows past len(positions) are dropped (rejected drafts)."""
         pos = np.asarray(positions, np.int64).reshape(-1)
-        if new_keys.shape[:3] != self.keys.shape[:3] or new_keys.shape[4] != self.keys.shape[4]:
+        ks = np.shape(new_keys)
+        if len(ks) != 5 or ks[:3] != self.keys.shape[:3] or ks[4] != self.keys.shape[4]:
             raise ValueError(
-                f"new_keys: expected [*{self.keys.shape[:3]}, n, {self.keys.shape[4]}], "
-                f"got {new_keys.shape}"
+                f"new_keys: expected [*{self.keys.shape[:3]}, n, {self.keys.shape[4]}], got {ks}"
             )
-        if len(pos) > new_keys.shape[3] or new_values.shape != new_keys.shape:
-            raise ValueError(f"positions: {len(pos)} frames, the new K/V hold {new_keys.shape[3]}")
+        if np.shape(new_values) != ks:
+            raise ValueError(
+                f"new_values: expected the shape of new_keys {ks}, got {np.shape(new_values)}"
+            )
+        if len(pos) > ks[3]:
+            raise ValueError(f"positions: {len(pos)} frames, the new K/V hold {ks[3]}")
         first = max(0, len(pos) - self.window)  # only the last W frames can be held
         rows = slice(first, len(pos))
         pos = pos[first:]

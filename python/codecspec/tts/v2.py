@@ -153,6 +153,7 @@ class V2TTS(ReferenceTTS):
         self.start_token = int(self.meta["temporal_config"]["c0_vocab_size"])
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
         self.temporal = open_session(str(d / "temporal.onnx"), provider=provider, threads=threads)
+        self._check_window(self.temporal, "temporal.onnx")
         self._draft_path = d / "draft_temporal.onnx"
         self._draft = None
         self._session_args = dict(provider=provider, threads=threads)
@@ -164,8 +165,19 @@ class V2TTS(ReferenceTTS):
     def draft(self):
         """The draft LM's step session (opened on first use)."""
         if self._draft is None:
-            self._draft = open_session(str(self._draft_path), **self._session_args)
+            draft = open_session(str(self._draft_path), **self._session_args)
+            self._check_window(draft, self._draft_path.name)
+            self._draft = draft
         return self._draft
+
+    def _check_window(self, session, name: str) -> None:
+        """ValueError unless the step graph's ring cache holds model.json's window."""
+        shape = {i.name: i.shape for i in session.get_inputs()}["cache_keys"]
+        if shape[3] != self.window:
+            raise ValueError(
+                f"model_dir: {name}'s cache holds {shape[3]} frames, "
+                f"model.json says window {self.window}"
+            )
 
     def expected_frames(self, num_phonemes: int, language: str, rate: float = 1.0) -> float:
         """r * P: the length the rate input announces (the stop head decides the real one)."""
