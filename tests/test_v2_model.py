@@ -375,6 +375,9 @@ def test_v2tts_generates_codes_within_the_guard(folder):
         assert not s.hit_max_frames
     again = tts.generate("", phonemes=PHONEMES, max_frames=5, mode="ar", decode_audio=False)
     np.testing.assert_array_equal(again.codes, s.codes)  # the same seed, the same codes
+    spec = tts.generate("", phonemes=PHONEMES, max_frames=5, decode_audio=False)
+    assert spec.mode == "spec"  # "auto" without a device profile
+    assert spec.codes.shape[1] == V2_LEVELS and 1 <= len(spec.codes) <= 5
 
 
 @pytest.mark.parametrize("bias,frames,hit", [(50.0, 1, False), (-50.0, 9, True)])
@@ -386,6 +389,11 @@ def test_v2tts_stop_head_or_guard_ends_the_utterance(tmp_path, bias, frames, hit
     assert s.hit_max_frames is hit
     if not hit:  # codec v2 renders the frame
         assert s.wav is not None and len(s.wav) > 0
+    else:  # the default guard: max_pace times the length the rate announces, plus 8
+        s = tts.generate("", phonemes=PHONEMES, mode="ar", decode_audio=False)
+        n = len(tts.frontend.vocab.encode(PHONEMES))
+        assert s.max_frames == tts.max_frames_for(tts.expected_frames(n, "en"))
+        assert s.hit_max_frames and s.codes.shape == (s.max_frames, V2_LEVELS)
 
 
 def test_v2tts_names_the_missing_files(folder, tmp_path):
@@ -421,3 +429,49 @@ def test_v2tts_rejects_a_draft_graph_of_another_window(folder, tmp_path):
     tts = V2TTS(d, provider="cpu")  # the draft graph opens on first use
     with pytest.raises(ValueError, match="window"):
         _ = tts.draft
+
+
+def test_train_v2_after_a_crash_continues_as_if_never_interrupted(tmp_path, monkeypatch):
+    """A checkpoint every step, a crash in step 5, a resume: the same weights as one run
+    (no dropout, no rate jitter, every frame in the depth loss: nothing random but the data
+    order, the optimiser state and the torch RNG, which the checkpoint carries)."""
+    from codecspec.train.v2_train import CKPT_NAME, train_v2
+    from codecspec.tts.dataset import TTSDataset
+
+    corpus = _corpus(tmp_path / "corpus")
+    train = TTSDataset(corpus, corpus / "codes.npz", "train")
+    held = TTSDataset(corpus, corpus / "codes.npz", "test", frontend=train.frontend)
+    tcfg, dcfg = tiny_v2_configs(train.frontend, window=W)
+    kw = dict(
+        max_steps=6,
+        batch_size=1,  # 3 batches an epoch: the crash is mid-epoch
+        depth_frames=0,
+        rate_jitter=0.0,
+        eval_every=100,
+        val_batches=1,
+        save_every=-1.0,
+        progress=False,
+    )
+    whole, log_whole = train_v2(train, held, tcfg, dcfg, tmp_path / "one", **kw)
+
+    calls = {"n": 0}
+    losses = V2Model.losses
+
+    def crashing(self, *a, **k):
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] == 5:
+                raise KeyboardInterrupt("simulated crash")
+        return losses(self, *a, **k)
+
+    monkeypatch.setattr(V2Model, "losses", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        train_v2(train, held, tcfg, dcfg, tmp_path / "two", **kw)
+    ck = torch.load(tmp_path / "two" / CKPT_NAME, map_location="cpu", weights_only=False)
+    assert (ck["step"], ck["epoch"], ck["batch_in_epoch"]) == (4, 1, 1)
+    monkeypatch.setattr(V2Model, "losses", losses)
+    resumed, log_resumed = train_v2(train, held, tcfg, dcfg, tmp_path / "two", **kw)
+    assert log_resumed.steps == log_whole.steps == [1, 2, 3, 4, 5, 6]
+    assert log_resumed.train == log_whole.train
+    for k, v in whole.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[k], v, rtol=0, atol=1e-6, msg=k)
