@@ -33,6 +33,7 @@ __all__ = ["V2TTS", "V2Stepper", "V2FrameDecoder", "V2_FILES", "V2_FORMAT", "def
 
 V2_FORMAT = "codecspec-v2-tts/1"
 TEMPORAL_MODES = ("ar", "spec")
+WINDOW_KEY = "codecspec.window"  # step-graph metadata: the window baked into its mask
 V2_FILES = (
     "model.json",
     "codec_v2.npz",
@@ -169,6 +170,7 @@ class V2TTS(ReferenceTTS):
         self.start_token = int(self.meta["temporal_config"]["c0_vocab_size"])
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
         self.temporal = open_session(str(d / "temporal.onnx"), provider=provider, threads=threads)
+        self._check_window(self.temporal, "temporal.onnx")
         self._draft_path = d / "draft_temporal.onnx"
         self._draft = None
         self._session_args = dict(provider=provider, threads=threads)
@@ -181,8 +183,26 @@ class V2TTS(ReferenceTTS):
     def draft(self):
         """The draft LM's step session (opened on first use)."""
         if self._draft is None:
-            self._draft = open_session(str(self._draft_path), **self._session_args)
+            draft = open_session(str(self._draft_path), **self._session_args)
+            self._check_window(draft, self._draft_path.name)
+            self._draft = draft
         return self._draft
+
+    def _check_window(self, session, name: str) -> None:
+        """ValueError unless the step graph was exported with model.json's window (its
+        metadata) and its ring cache holds at least that many frames."""
+        baked = session.get_modelmeta().custom_metadata_map.get(WINDOW_KEY)
+        capacity = {i.name: i.shape for i in session.get_inputs()}["cache_keys"][3]
+        if baked is not None and int(baked) != self.window:
+            raise ValueError(
+                f"model_dir: {name} attends over a window of {baked} frames, "
+                f"model.json says window {self.window}"
+            )
+        if not isinstance(capacity, int) or capacity < self.window:
+            raise ValueError(
+                f"model_dir: {name}'s cache holds {capacity} frames, "
+                f"fewer than model.json's window {self.window}"
+            )
 
     def expected_frames(self, num_phonemes: int, language: str, rate: float = 1.0) -> float:
         """r * P: the length the rate input announces (the stop head decides the real one)."""
