@@ -69,9 +69,12 @@ def tiny_v2_configs(frontend=None, window: int = 4, **temporal):
     return V2TemporalConfig(**base), dcfg
 
 
-def tiny_v2_model(window: int = 4, stop_bias=None, seed: int = 0, frontend=None):
+def tiny_v2_model(
+    window: int = 4, stop_bias=None, seed: int = 0, frontend=None, logit_scale: float = 1.0
+):
     """An untrained tiny `V2Model` (eval mode; the same weights for the same seed).
-    `stop_bias` (if given) sets the target and draft stop heads' bias."""
+    `stop_bias` (if given) sets the target and draft stop heads' bias; `logit_scale` scales
+    the c0 heads and the depth heads (peaked laws give statistical tests their power)."""
     import torch
 
     from codecspec.train.v2_torch import V2Model
@@ -83,10 +86,17 @@ def tiny_v2_model(window: int = 4, stop_bias=None, seed: int = 0, frontend=None)
         with torch.no_grad():
             for dec in (model.temporal.decoder, model.temporal.draft):
                 dec.stop_head.bias.fill_(float(stop_bias))
+    if logit_scale != 1.0:
+        with torch.no_grad():
+            for dec in (model.temporal.decoder, model.temporal.draft):
+                dec.c0_head.weight.mul_(logit_scale)
+            model.depth.heads.mul_(logit_scale)
     return model
 
 
-def tiny_v2_folder(path, window: int = 4, stop_bias=None, seed: int = 0):
+def tiny_v2_folder(
+    path, window: int = 4, stop_bias=None, seed: int = 0, logit_scale: float = 1.0
+):
     """Writes an untrained tiny v2 model folder (`codecspec.tts.v2.V2_FILES`, float32
     graphs; the weights of `tiny_v2_model(window, stop_bias, seed)`) to `path` and returns it.
     A very high `stop_bias` stops after the first frame, a very low one never stops."""
@@ -107,7 +117,7 @@ def tiny_v2_folder(path, window: int = 4, stop_bias=None, seed: int = 0):
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     fe = Frontend.from_manifest(V2_ROWS)
-    model = tiny_v2_model(window, stop_bias, seed, fe)
+    model = tiny_v2_model(window, stop_bias, seed, fe, logit_scale)
     tcfg, dcfg = model.temporal.cfg, model.depth.c
     export_onnx(model.temporal, out)
     w = depth_weights(model.depth)
