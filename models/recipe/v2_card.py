@@ -140,7 +140,7 @@ def card(model: Path, corpus: Path) -> str:
                     f"{_pct(p1['identical'][k])} / {_pct(p1['within_one'][k])}",
                     f"{_pct(r2['identical'][k])} / {_pct(r2['within_one'][k])}",
                 ]
-                + [f"{cr['groups']['v2'][str(t)][k]:.1f}" for t in ("0.98", "0.95", "0.9")]
+                + [f"{cr['groups']['v2'][k][i]:.1f}" for i in (1, 2, 3)]  # θ 0.98, 0.95, 0.9
             )
         L.append(
             "Per-level stability under re-rendering (same / within one grid step) and mean "
@@ -148,7 +148,7 @@ def card(model: Path, corpus: Path) -> str:
             + _table(["level", "pitch+1", "rate+2", "group θ 0.98", "θ 0.95", "θ 0.9"], rows)
             + "\n"
         )
-        sw = cr.get("swap", {}).get("v2", {})
+        sw = cr.get("swap", {})
         if sw:
             L.append(
                 "Within-group swaps (every level 1-15 at once, held-out frames): "
