@@ -196,6 +196,7 @@ def stream_report(st, output, threads: int, interrupted: bool = False) -> dict:
         "output": str(output),
         "stream": True,
         "interrupted": interrupted,
+        "stopped": st.stopped,  # every sentence ended by its own length rule, not max_frames
         "audio_seconds": st.audio_seconds,
         "frames": st.frames,
         "sentences": st.sentences,
