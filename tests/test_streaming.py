@@ -329,6 +329,21 @@ def test_synth_stream_cli_writes_a_valid_wav_and_prints_time_to_first_audio(tmp_
 
 
 @needs_model
+@needs_espeak
+def test_synth_stream_text_file_is_spoken_sentence_by_sentence(tmp_path, capsys):
+    from codecspec.cli import main
+
+    f, out = tmp_path / "long.txt", tmp_path / "long.wav"
+    f.write_text("Hello world.\nThis is a test,\nwrapped over lines. Goodbye!\n", encoding="utf-8")
+    argv = ["synth", "--text-file", str(f), "--stream", "-o", str(out), "--mode", "ar"]
+    assert main(argv + ["--json", "--chunk-frames", "4"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["sentences"] == 3 and res["stopped"] and not res["interrupted"]
+    with wave.open(str(out), "rb") as w:
+        assert w.getnframes() == res["frames"] * HOP
+
+
+@needs_model
 def test_synth_json_reports_time_to_first_audio(tmp_path, capsys):
     from codecspec.cli import main
 

@@ -229,8 +229,11 @@ def _synth_stream(args, tts, text) -> int:
     try:
         for chunk in st:
             writer.write(chunk)
-            if st.chunks == 1 and not (args.quiet or args.json):
-                print(f"{'time to first audio':>22}: {1e3 * st.time_to_first_audio:.0f} ms")
+            if st.chunks == 1 and not (args.quiet or args.json):  # live, before the summary
+                ms = 1e3 * st.time_to_first_audio
+                print(
+                    f"first audio after {ms:.0f} ms, streaming into {args.output}", file=sys.stderr
+                )
     except KeyboardInterrupt:
         interrupted = True
     finally:
