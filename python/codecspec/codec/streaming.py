@@ -121,8 +121,9 @@ class ChunkVocoder:
         while self._next < self._pushed:
             out.append(self._render(min(self._pushed, self._next + self.chunk_frames)))
         if self._tail is not None:  # the last chunk's own end, no neighbour to fade into
-            out.append(self._tail[: self.xfade // 2])
-            self.samples += len(out[-1])
+            end = self._tail[: self.xfade // 2]
+            out = out[:-1] + [np.concatenate([out[-1], end])] if out else [end]
+            self.samples += len(end)
             self._tail = None
         self._done = True
         return [c for c in out if len(c)]
