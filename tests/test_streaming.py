@@ -236,6 +236,15 @@ def test_sentence_stream_is_the_sentences_one_after_another():
     assert len(y) == len(st.codes) * HOP
 
 
+def test_a_subclass_family_must_bring_its_own_plan():
+    class Other(ReferenceTTS):  # like a family deriving the reference's accessors
+        def generate(self, text, **kw):
+            raise AssertionError("not called")
+
+    with pytest.raises(NotImplementedError, match="plan"):
+        object.__new__(Other).stream("", phonemes=HELLO)
+
+
 def test_split_sentences():
     assert split_sentences('Hi there. How are you?  "Fine." Yes!\nok') == [
         "Hi there.",

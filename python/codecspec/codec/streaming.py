@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ChunkVocoder", "chunk_seed", "stream_decode", "block_decoder"]
+__all__ = ["ChunkVocoder", "chunk_seed", "stream_decode", "block_decoder", "codec_sample_rate"]
 
 
 def chunk_seed(seed: int, index: int) -> int:
@@ -41,6 +41,17 @@ def block_decoder(decoder):
         f"decoder: expected a codec with .decode(codes, seed=...) or a function "
         f"f(codes, seed) -> wav, got {type(decoder).__name__}"
     )
+
+
+def codec_sample_rate(codec) -> int:
+    """A codec's output rate: `codec.sample_rate` (FSQCodec, CodecV2) or `codec.cfg.sample_rate`
+    (the v1 Codec)."""
+    sr = getattr(codec, "sample_rate", None)
+    if sr is None:
+        sr = getattr(getattr(codec, "cfg", None), "sample_rate", None)
+    if sr is None:
+        raise ValueError(f"codec: {type(codec).__name__} has no sample_rate (nor cfg.sample_rate)")
+    return int(sr)
 
 
 def _int_arg(name: str, v, lo: int) -> int:

@@ -382,7 +382,6 @@ class FSQTTS:
         return stream_model(
             self,
             text,
-            sample_rate=self.codec.sample_rate,
             chunk_frames=chunk_frames,
             split_sentences=split_sentences,
             seed=seed,

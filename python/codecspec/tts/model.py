@@ -271,7 +271,14 @@ class ReferenceTTS:
     ) -> FramePlan:
         """One utterance ready for the shared frame loop: phonemes, the encoder graph, this
         family's stepper (`RVQStepper`) and frame decoder (`RVQFrameDecoder`, `mode` resolved
-        as in `generate`), `cs.Generator(seed)`; the guard is the planned frame count."""
+        as in `generate`), `cs.Generator(seed)`; the guard is the planned frame count.
+        A subclass with its own `generate` (another family) must provide its own `plan`."""
+        cls = type(self)
+        if cls.generate is not ReferenceTTS.generate and cls.plan is ReferenceTTS.plan:
+            raise NotImplementedError(
+                f"plan: {cls.__name__} overrides generate but not plan; streaming needs the "
+                "family's own plan (its stepper, frame decoder and guard as a FramePlan)"
+            )
         mode = self._mode(mode)
         speaker = speaker or self.meta["default_speaker"]
         lang_id, spk_id = self._ids(language, speaker)
@@ -380,7 +387,6 @@ class ReferenceTTS:
         return stream_model(
             self,
             text,
-            sample_rate=self.codec.cfg.sample_rate,
             chunk_frames=chunk_frames,
             split_sentences=split_sentences,
             seed=seed,

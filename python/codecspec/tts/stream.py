@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from codecspec.codec.streaming import ChunkVocoder
+from codecspec.codec.streaming import ChunkVocoder, codec_sample_rate
 from codecspec.decode.frames import iter_frame_loop
 from codecspec.tts.text import split_sentences as _split
 
@@ -78,7 +78,7 @@ class AudioStream:
         plans: Iterable[FramePlan],
         codec,
         *,
-        sample_rate: int,
+        sample_rate: Optional[int] = None,
         chunk_frames: int = DEFAULT_CHUNK_FRAMES,
         context_frames: int = 2,
         crossfade: float = 0.25,
@@ -95,7 +95,8 @@ class AudioStream:
             crossfade=crossfade,
             seed=seed,
         )
-        self.sample_rate, self.mode, self.seed = int(sample_rate), mode, int(seed)
+        self.sample_rate = codec_sample_rate(codec) if sample_rate is None else int(sample_rate)
+        self.mode, self.seed = mode, int(seed)
         self.time_to_first_audio: Optional[float] = None
         self.total_seconds = 0.0
         self.frontend_seconds = self.step_seconds = self.decode_seconds = 0.0
@@ -182,7 +183,7 @@ def stream_model(
     model,
     text: str,
     *,
-    sample_rate: int,
+    sample_rate: Optional[int] = None,
     chunk_frames: int = DEFAULT_CHUNK_FRAMES,
     split_sentences: bool = False,
     seed: int = 0,
@@ -191,8 +192,9 @@ def stream_model(
 ) -> AudioStream:
     """The families' `stream`: `model.plan(text, seed=..., **plan_kwargs) -> FramePlan` for
     the text (or for each of its sentences, sentence i seeded `seed + i`, built lazily) and
-    `model.codec` for the vocoder. The first plan is built here, so bad arguments fail at
-    the call, before any audio; `time_to_first_audio` counts from the call."""
+    `model.codec` for the vocoder (`sample_rate`: None = the codec's). The first plan is
+    built here, so bad arguments fail at the call, before any audio; `time_to_first_audio`
+    counts from the call."""
     t_start = time.perf_counter()
     chunk_frames = check_chunk_frames(chunk_frames)
     vocoder = dict(vocoder or {})
