@@ -178,6 +178,29 @@ def test_streamed_rendering_is_deterministic_for_a_seed(long_codes):
     assert chunk_seed(7, 0) != chunk_seed(7, 1) and chunk_seed(7, 1) == chunk_seed(7, 1)
 
 
+def _tone(f0: float, seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * 16000)) / 16000
+    x = sum(np.sin(2 * np.pi * f0 * h * t) / h for h in range(1, 20))
+    floor = np.random.default_rng(1).normal(0.0, 3e-3, t.size)
+    return (0.1 * (0.5 + 0.4 * np.sin(3 * np.pi * t)) * x + floor).astype(np.float32)
+
+
+def test_chunk_vocoder_serves_codec_v2():  # the forthcoming family's codec, same interface
+    from codecspec.codec import CodecConfig, frame_features
+    from codecspec.codec.streaming import codec_sample_rate
+    from codecspec.codec.v2 import CodecV2, V2Config
+
+    feats = np.concatenate(
+        [frame_features(_tone(f0, 1.2), CodecConfig()) for f0 in range(100, 260, 16)]
+    )
+    codec = CodecV2.fit(feats, V2Config.blocks(grid=(4, 4), n_levels=4), iters=3)
+    codes = codec.encode(np.concatenate([_tone(f0, 0.8) for f0 in (120, 180, 150)]))
+    whole, other = codec.decode(codes, seed=1), codec.decode(codes, seed=2)
+    y = stream_decode(codec, codes, chunk_frames=4, seed=1)
+    assert len(y) == len(whole) and codec_sample_rate(codec) == 16000
+    assert log_spectral_distance(whole, y) <= 1.15 * log_spectral_distance(whole, other)
+
+
 # ----------------------------------------------------------------------------- model API
 _TTS = {}
 
