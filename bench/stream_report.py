@@ -1,6 +1,6 @@
 """Streaming synthesis figures for docs/streaming.md: seam quality and time to first audio.
 
-    python bench/stream_report.py seams [--texts 8]        # chunk vocoder vs whole utterance
+    python bench/stream_report.py seams [--texts 8] [--model fsq]  # chunks vs whole utterance
     python bench/stream_report.py ttfa [--repeats 3]       # synth vs synth --stream (CLI)
 
 `seams`: for the held-out sentences of tts/bench_texts.json (shipped reference model, AR,
@@ -40,23 +40,28 @@ PARAGRAPH = (
 
 
 def _colmel_error(codec, codes, y):
-    c = codec.cfg
+    spectral = getattr(codec, "pca", codec)  # FSQ / v2 codecs keep the v1 front end in .pca
+    c, fb = spectral.cfg, spectral._fb
     target = np.exp(codec.decode_features(codes).reshape(-1, c.n_mels).astype(np.float64))
     mag = np.abs(stft(y, c.n_fft, c.stft_hop, c.win_length, len(codes) * c.subframes))
-    return np.sqrt(np.mean((20 * np.log10((mag @ codec._fb.T + c.log_offset) / target)) ** 2, 1))
+    return np.sqrt(np.mean((20 * np.log10((mag @ fb.T + c.log_offset) / target)) ** 2, 1))
 
 
-def seams(n_texts: int, chunks=(4, 8)) -> dict:
-    from codecspec.tts.model import ReferenceTTS
+def seams(n_texts: int, model: str = "reference", chunks=(4, 8)) -> dict:
+    from codecspec.tts.registry import load_model
 
-    tts = ReferenceTTS(provider="cpu", threads=1)
+    tts = load_model(model, provider="cpu", threads=1)
     codec = tts.codec
+    mode = {} if model == "fsq" else {"mode": "ar"}
     rows = {n: {"lsd_ratio": [], "seam_excess_db": [], "hard_cut_excess_db": []} for n in chunks}
+    frames, spread = [], []
     for i, t in enumerate(json.loads(TEXTS.read_text())["texts"][:n_texts]):
-        codes = tts.generate("", phonemes=t["phonemes"], mode="ar", seed=i, decode_audio=False)
+        codes = tts.generate("", phonemes=t["phonemes"], seed=i, decode_audio=False, **mode)
         codes = codes.codes
         whole = codec.decode(codes, seed=i)
         base = log_spectral_distance(whole, codec.decode(codes, seed=i + 1000))
+        frames.append(len(codes))
+        spread.append(base)
         ref = _colmel_error(codec, codes, whole)
         for n in chunks:
             cols = [c for s in range(n, len(codes), n) for c in range(8 * s - 4, 8 * s + 4)]
@@ -70,6 +75,10 @@ def seams(n_texts: int, chunks=(4, 8)) -> dict:
             r["hard_cut_excess_db"].append(
                 float(_colmel_error(codec, codes, cut)[cols].mean() - ref[cols].mean())
             )
+    print(
+        f"{model}: {len(frames)} sentences of {min(frames)}-{max(frames)} frames; "
+        f"LSD(whole, whole') {min(spread):.2f}-{max(spread):.2f} dB"
+    )
     print(
         "| chunk frames | LSD(stream, whole) / LSD(whole, whole') | seam excess dB | hard cut dB |"
     )
@@ -129,13 +138,14 @@ def main() -> int:
     sub = ap.add_subparsers(dest="what", required=True)
     p = sub.add_parser("seams")
     p.add_argument("--texts", type=int, default=8)
+    p.add_argument("--model", default="reference")
     p = sub.add_parser("ttfa")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--model", default="reference")
     a = ap.parse_args()
     if a.what == "seams":
-        seams(a.texts)
+        seams(a.texts, a.model)
     else:
         ttfa(a.repeats, a.threads, a.model)
     return 0
