@@ -21,6 +21,8 @@ as a whole-utterance `decode` would. docs/streaming.md has the measured seam dif
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 __all__ = ["ChunkVocoder", "chunk_seed", "stream_decode", "block_decoder", "codec_sample_rate"]
@@ -80,7 +82,7 @@ class ChunkVocoder:
         self.decode = block_decoder(decoder)
         self.chunk_frames = _int_arg("chunk_frames", chunk_frames, 1)
         self.context_frames = _int_arg("context_frames", context_frames, 0)
-        if not isinstance(crossfade, (int, float)) or isinstance(crossfade, bool):
+        if not isinstance(crossfade, numbers.Real) or isinstance(crossfade, bool):
             raise ValueError(f"crossfade: expected a number of frames, got {crossfade!r}")
         if not 0.0 <= crossfade <= min(1.0, self.context_frames):
             raise ValueError(

@@ -98,7 +98,7 @@ class AudioStream:
         self.sample_rate = codec_sample_rate(codec) if sample_rate is None else int(sample_rate)
         self.mode, self.seed = mode, int(seed)
         self.time_to_first_audio: Optional[float] = None
-        self.total_seconds = 0.0
+        self._t_end: Optional[float] = None
         self.frontend_seconds = self.step_seconds = self.decode_seconds = 0.0
         self.vocoder_seconds = 0.0
         self.frames = self.steps = self.chunks = self.samples = self.sentences = 0
@@ -123,6 +123,12 @@ class AudioStream:
         if not self._codes:
             return np.zeros((0, 0), np.int64)
         return np.stack(self._codes).astype(np.int64)
+
+    @property
+    def total_seconds(self) -> float:
+        """Wall time from `t_start` to the end of the stream (so far, while it runs)."""
+        end = time.perf_counter() if self._t_end is None else self._t_end
+        return end - self.t_start
 
     @property
     def audio_seconds(self) -> float:
@@ -176,7 +182,7 @@ class AudioStream:
             for c in self._vocode():
                 yield self._emit(c)
         finally:
-            self.total_seconds = time.perf_counter() - self.t_start
+            self._t_end = time.perf_counter()
 
 
 def stream_model(
