@@ -477,3 +477,20 @@ def test_train_v2_after_a_crash_continues_as_if_never_interrupted(tmp_path, monk
     assert log_resumed.train == log_whole.train
     for k, v in whole.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[k], v, rtol=0, atol=1e-6, msg=k)
+
+
+def test_v2_streams_the_codes_generate_makes(tmp_path):
+    """Streaming runs the same round loop: the same codes as generate() for a seed, with
+    temporal speculation too, and audio of the codes' length."""
+    from codecspec.tts.v2 import V2TTS
+
+    tts = V2TTS(tiny_v2_folder(tmp_path / "m", window=W, stop_bias=-50.0), provider="cpu")
+    for kw in ({"mode": "ar"}, {"mode": "ar", "temporal": "spec", "draft_len": 2}):
+        s = tts.generate("", phonemes=PHONEMES, seed=4, max_frames=9, decode_audio=False, **kw)
+        st = tts.stream("", phonemes=PHONEMES, seed=4, max_frames=9, chunk_frames=4, **kw)
+        chunks = list(st)
+        np.testing.assert_array_equal(st.codes, s.codes)
+        assert st.frames == 9 and not st.stopped  # the guard ended it
+        hop = tts.codec.spectral.frame_hop
+        assert sum(len(c) for c in chunks) == 9 * hop
+        assert st.time_to_first_audio is not None

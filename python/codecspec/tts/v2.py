@@ -27,6 +27,7 @@ from codecspec.decode.temporal import Acceptance, TemporalLoop
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session
 from codecspec.tts.model import ReferenceTTS, Synthesis, phonemize
+from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
 from codecspec.tts.text import BOS, EOS, Frontend
 
 __all__ = ["V2TTS", "V2Stepper", "V2FrameDecoder", "V2_FILES", "V2_FORMAT", "default_v2_dir"]
@@ -290,7 +291,7 @@ class V2TTS(ReferenceTTS):
             depth_mode=depth_mode,
         )
 
-    def generate(
+    def plan(
         self,
         text: str,
         *,
@@ -301,20 +302,13 @@ class V2TTS(ReferenceTTS):
         rate: float = 1.0,
         phonemes: Optional[str] = None,
         max_frames: Optional[int] = None,
-        progress: bool = False,
-        decode_audio: bool = True,
         temporal: str = "ar",
         accept=None,
         draft_len: int = 3,
         depth_theta: Optional[float] = None,
-    ) -> Synthesis:
-        """Synthesise `text` (or IPA `phonemes`) until the stop head ends it or the guard
-        (`max_frames`, default `max_frames_for` the text) does: `Synthesis.hit_max_frames`.
-
-        mode: the depth loop, "ar" / "spec" (same law) / "pcg" (group law at `depth_theta`) /
-        "auto" (spec where calibration found it pays). temporal: "ar" or "spec" (draft LM +
-        one target call per round, `draft_len` drafts, `accept` an `Acceptance` or rule name).
-        """
+    ) -> FramePlan:
+        """One utterance ready to run: phonemes, the encoder graph and the round loop
+        (`plan.frames`, its `TemporalLoop` as `plan.loop`); arguments as in `generate`."""
         if mode == "auto":
             mode = "spec" if self.speculation_pays else "ar"
         if mode not in MODES + (COARSE_MODE,):
@@ -323,7 +317,6 @@ class V2TTS(ReferenceTTS):
         phonemes, ids, _, spk_id, enc = self.encode_text(text, phonemes, language, speaker)
         expected = self.expected_frames(len(ids) - 2, language, rate)
         guard = self.max_frames_for(expected) if max_frames is None else max_frames
-        t1 = time.perf_counter()
         loop = self.temporal_loop(
             enc,
             spk_id,
@@ -334,26 +327,74 @@ class V2TTS(ReferenceTTS):
             depth_mode=mode,
             depth_theta=depth_theta,
         )
-        calls0 = self.depth.stats.calls
-        frames = loop.frames(cs.Generator(seed), guard)
+        g = cs.Generator(seed)
+        label = mode if temporal == "ar" else f"{temporal}-{loop.accept.label}/{mode}"
+        plan = FramePlan(None, None, g, guard, phonemes, time.perf_counter() - t0, label)
+        plan.frames = loop.frames(g, guard)
+        plan.loop = loop
+        return plan
+
+    def stream(
+        self,
+        text: str,
+        *,
+        chunk_frames: int = DEFAULT_CHUNK_FRAMES,
+        split_sentences: bool = False,
+        seed: int = 0,
+        vocoder: Optional[dict] = None,
+        **plan_kwargs,
+    ) -> AudioStream:
+        """`generate` as a stream of float32 waveform chunks (docs/streaming.md); the plan's
+        arguments as in `generate` (the guard per sentence defaults to `max_frames_for`)."""
+        return stream_model(
+            self,
+            text,
+            chunk_frames=chunk_frames,
+            split_sentences=split_sentences,
+            seed=seed,
+            vocoder=vocoder,
+            **plan_kwargs,
+        )
+
+    def generate(
+        self,
+        text: str,
+        *,
+        progress: bool = False,
+        decode_audio: bool = True,
+        **plan_kwargs,
+    ) -> Synthesis:
+        """Synthesise `text` (or IPA `phonemes`) until the stop head ends it or the guard
+        (`max_frames`, default `max_frames_for` the text) does: `Synthesis.hit_max_frames`.
+
+        Keywords (`plan`): language, speaker, seed, rate, phonemes, max_frames; mode: the depth
+        loop, "ar" / "spec" (same law) / "pcg" (group law at `depth_theta`) / "auto" (spec
+        where calibration found it pays); temporal: "ar" or "spec" (draft LM + one target call
+        per round, `draft_len` drafts, `accept` an `Acceptance` or a rule name)."""
+        t0 = time.perf_counter()
+        plan = self.plan(text, **plan_kwargs)
+        t1 = time.perf_counter()
+        loop, calls0 = plan.loop, self.depth.stats.calls
+        frames = plan.frames
         if progress:
             from codecspec.progress import bar
 
-            frames = bar(frames, desc=f"synth v2 {temporal}/{mode}", total=guard)
+            frames = bar(frames, desc=f"synth v2 {plan.mode}", total=plan.max_frames)
         codes, stopped = [], False
         for c, stop, _ in frames:
             codes.append(c)
             stopped = stop
         codes = np.stack(codes)
         t2 = time.perf_counter()
+        seed = plan_kwargs.get("seed", 0)
         wav = self.codec.decode(codes, seed=seed) if decode_audio else None
         st = loop.stats
         return Synthesis(
             codes=codes,
             wav=wav,
             sample_rate=self.codec.sample_rate,
-            phonemes=phonemes,
-            mode=mode if temporal == "ar" else f"{temporal}-{loop.accept.label}/{mode}",
+            phonemes=plan.phonemes,
+            mode=plan.mode,
             depth_calls=self.depth.stats.calls - calls0,
             depth_codes=len(codes) * (codes.shape[1] - 1),
             depth_seconds=st.depth_seconds,
@@ -362,6 +403,6 @@ class V2TTS(ReferenceTTS):
             frame_rate=self.codec.frame_rate,
             frontend_seconds=t1 - t0,
             hit_max_frames=not stopped,
-            max_frames=guard,
+            max_frames=plan.max_frames,
             temporal_stats=st,
         )
