@@ -145,7 +145,10 @@ def _speculation_kwargs(args, tts) -> dict:
         return {"draft_len": args.draft_len}
     from codecspec.tts.v2_bench import speculation_config
 
-    kw = speculation_config(args.loops, args.accept, args.beta, args.theta)
+    theta = args.theta
+    if args.accept == "pcg" and theta is None:
+        theta = float(tts.meta.get("pcg_theta", 0.95))
+    kw = speculation_config(args.loops, args.accept, args.beta, theta)
     kw["draft_len"] = args.draft_len
     if args.loops == "temporal":  # the depth loop keeps --mode
         kw.pop("mode")

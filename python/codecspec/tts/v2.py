@@ -186,8 +186,21 @@ class V2TTS(ReferenceTTS):
         if self._draft is None:
             draft = open_session(str(self._draft_path), **self._session_args)
             self._check_window(draft, self._draft_path.name)
+            self._check_vocabulary(draft)
             self._draft = draft
         return self._draft
+
+    def _check_vocabulary(self, draft) -> None:
+        """A draft LM must propose tokens of the target's c0 vocabulary."""
+
+        def vocab(session):
+            return {o.name: o.shape for o in session.get_outputs()}["c0_logits"][-1]
+
+        if vocab(draft) != vocab(self.temporal):
+            raise ValueError(
+                f"model_dir: the draft LM's c0 vocabulary ({vocab(draft)}) differs from the "
+                f"target's ({vocab(self.temporal)})"
+            )
 
     def _check_window(self, session, name: str) -> None:
         """ValueError unless the step graph was exported with model.json's window (its
