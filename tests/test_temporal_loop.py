@@ -8,17 +8,18 @@ speculative decoding must match autoregressive decoding, and a deliberately brok
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import codecspec as cs
 from codecspec.decode.temporal import Acceptance, TemporalLoop, expected_tokens_per_call
 from codecspec.fidelity import homogeneity_pvalue
+from codecspec.tts.v2 import V2TTS
 
-pytest.importorskip("torch")
-from tiny_models import V2_CODES, tiny_v2_folder  # noqa: E402
-
-from codecspec.tts.v2 import V2TTS  # noqa: E402
+FIXTURE = Path(__file__).parent / "data" / "tiny_v2"  # see tests/test_v2_runtime.py
+V2_CODES = 32
 
 F = 3  # frames per utterance in the law tests
 RUNS = 800
@@ -34,10 +35,9 @@ def ar_codes(tts):
 
 
 @pytest.fixture(scope="module")
-def tts(tmp_path_factory):
+def tts():
     """Peaked laws (scaled heads) and a stop head that never fires."""
-    d = tiny_v2_folder(tmp_path_factory.mktemp("v2t") / "m", stop_bias=-50.0, logit_scale=6.0)
-    t = V2TTS(d, provider="cpu", threads=1)
+    t = V2TTS(FIXTURE, provider="cpu", threads=1)
     t.params = cs.SamplingParams(1.0, 0, 1.0)  # the full law: no top-k cut
     t.depth.params = t.params
     return t

@@ -24,7 +24,6 @@ from tiny_models import (  # noqa: E402
     tiny_v2_model,
 )
 
-from codecspec.runtime.kv import RingKVCache  # noqa: E402
 from codecspec.runtime.session import open_session  # noqa: E402
 from codecspec.train.v2_torch import CACHE_SLACK, V2Model  # noqa: E402
 from codecspec.tts.v2 import V2_FILES, V2TTS, V2Stepper  # noqa: E402
@@ -251,66 +250,6 @@ def test_rejected_drafts_leave_no_trace_in_the_cache(folder, k, n):
         exact.commit(e, 1)
 
 
-# ---------------------------------------------------------------------- ring cache
-def _kv(L, heads, n, hd, first):
-    """K/V rows whose every value is the frame index (first, first + 1, ...)."""
-    k = np.broadcast_to(
-        np.arange(first, first + n, dtype=np.float32)[None, None, None, :, None],
-        (L, 1, heads, n, hd),
-    ).copy()
-    return k, -k
-
-
-def test_ring_kv_cache_evicts_the_frame_a_window_back():
-    c = RingKVCache(layers=2, heads=3, capacity=3, head_dim=2)
-    assert c.keys.shape == (2, 1, 3, 3, 2) and c.capacity == 3
-    assert c.nbytes == 2 * c.keys.nbytes + c.positions.nbytes
-    np.testing.assert_array_equal(c.positions, [-1, -1, -1])
-    for t in range(5):
-        c.commit(*_kv(2, 3, 1, 2, t), [t])
-        assert c.positions[t % 3] == t
-        np.testing.assert_array_equal(c.keys[:, :, :, t % 3], t)
-        np.testing.assert_array_equal(c.values[:, :, :, t % 3], -t)
-    np.testing.assert_array_equal(c.positions, [3, 4, 2])  # frames 0 and 1 evicted
-    # n frames at once, only the first 2 of 4 rows kept (rejected drafts dropped)
-    c.commit(*_kv(2, 3, 4, 2, 5), [5, 6])
-    np.testing.assert_array_equal(c.positions, [6, 4, 5])
-    np.testing.assert_array_equal(c.keys[0, 0, 0, :, 0], [6, 4, 5])
-    # more frames than the window: the last W are held
-    c.commit(*_kv(2, 3, 5, 2, 7), np.arange(7, 12))
-    np.testing.assert_array_equal(c.positions, [9, 10, 11])
-    np.testing.assert_array_equal(c.values[1, 0, 2, :, 1], [-9, -10, -11])
-    c.commit(*_kv(2, 3, 1, 2, 0), [])  # nothing accepted: nothing changes
-    np.testing.assert_array_equal(c.positions, [9, 10, 11])
-    c.reset()
-    np.testing.assert_array_equal(c.positions, [-1, -1, -1])
-
-
-@pytest.mark.parametrize("name", ["layers", "heads", "capacity", "head_dim"])
-@pytest.mark.parametrize("bad", [0, -2, 2.5, True, None, "3"])
-def test_ring_kv_cache_rejects_bad_sizes(name, bad):
-    args = dict(layers=2, heads=2, capacity=4, head_dim=8)
-    args[name] = bad
-    with pytest.raises(ValueError, match=name):
-        RingKVCache(**args)
-
-
-def test_ring_kv_cache_commit_rejects_wrong_shapes():
-    c = RingKVCache(2, 2, 4, 8)
-    k, v = _kv(2, 2, 3, 8, 0)
-    with pytest.raises(ValueError, match="new_keys"):
-        c.commit(k[:, :, :1], v[:, :, :1], [0])  # wrong heads
-    with pytest.raises(ValueError, match="new_keys"):
-        c.commit(k[..., :4], v[..., :4], [0])  # wrong head_dim
-    with pytest.raises(ValueError, match="new_keys"):
-        c.commit(k[:, 0], v[:, 0], [0])  # a dimension missing
-    with pytest.raises(ValueError, match="new_values"):
-        c.commit(k, v[:, :, :, :2], [0])
-    with pytest.raises(ValueError, match="positions"):
-        c.commit(k, v, [0, 1, 2, 3])  # more frames than rows
-    np.testing.assert_array_equal(c.positions, [-1, -1, -1, -1])  # nothing was stored
-
-
 # ---------------------------------------------------------------------- training
 def _corpus(path, seed=0):
     from codecspec.codec.data import save_codes
@@ -477,63 +416,3 @@ def test_train_v2_after_a_crash_continues_as_if_never_interrupted(tmp_path, monk
     assert log_resumed.train == log_whole.train
     for k, v in whole.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[k], v, rtol=0, atol=1e-6, msg=k)
-
-
-def test_v2_streams_the_codes_generate_makes(tmp_path):
-    """Streaming runs the same round loop: the same codes as generate() for a seed, with
-    temporal speculation too, and audio of the codes' length."""
-    from codecspec.tts.v2 import V2TTS
-
-    tts = V2TTS(tiny_v2_folder(tmp_path / "m", window=W, stop_bias=-50.0), provider="cpu")
-    for kw in ({"mode": "ar"}, {"mode": "ar", "temporal": "spec", "draft_len": 2}):
-        s = tts.generate("", phonemes=PHONEMES, seed=4, max_frames=9, decode_audio=False, **kw)
-        st = tts.stream("", phonemes=PHONEMES, seed=4, max_frames=9, chunk_frames=4, **kw)
-        chunks = list(st)
-        np.testing.assert_array_equal(st.codes, s.codes)
-        assert st.frames == 9 and not st.stopped  # the guard ended it
-        hop = tts.codec.spectral.frame_hop
-        assert sum(len(c) for c in chunks) == 9 * hop
-        assert st.time_to_first_audio is not None
-
-
-RSS_SCRIPT = r"""
-import resource, sys
-import numpy as np
-from codecspec.runtime import threads
-from codecspec.tts.v2 import V2TTS
-
-def peak():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-tts = V2TTS(sys.argv[1], provider="cpu", threads=1)
-out = []
-for frames in (int(sys.argv[2]), int(sys.argv[3])):
-    st = tts.stream("", phonemes="həlˈoʊ wˈɜːld", max_frames=frames, chunk_frames=8)
-    n = sum(1 for _ in st)
-    assert st.frames == frames, (st.frames, frames)
-    out.append(peak())
-print(out[0], out[1])
-"""
-
-
-def test_long_streamed_synthesis_runs_in_constant_memory(tmp_path):
-    """One utterance of 10x the frames (the stop head disabled) in a fresh process: the ring
-    cache and the chunk vocoder keep the peak RSS within 1 MiB of the short run's. (The tiny
-    model's K/V is 512 B a frame, so this bounds the loop's own growth; the shipped model's
-    20 / 80 / 320 s figures are bench/constant_memory.py's.)"""
-    import os
-    import subprocess
-    import sys
-
-    folder = tiny_v2_folder(tmp_path / "m", window=W, stop_bias=-50.0)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    out = subprocess.run(
-        [sys.executable, "-c", RSS_SCRIPT, str(folder), "60", "600"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    short, long = (float(x) for x in out.stdout.split())
-    assert long - short <= 1.0, (short, long)

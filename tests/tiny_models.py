@@ -145,3 +145,11 @@ def tiny_v2_folder(
     }
     (out / "model.json").write_text(json.dumps(meta, indent=1))
     return out
+
+
+if __name__ == "__main__":  # rewrite the checked-in fixture: python tests/tiny_models.py
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    tiny_v2_folder(Path(__file__).parent / "data" / "tiny_v2", stop_bias=-50.0, logit_scale=6.0)
