@@ -179,6 +179,10 @@ class V2TTS(ReferenceTTS):
         self.depth = DepthDecoder.from_dir(
             d, params=self.params, provider=provider, threads=threads
         )
+        self._trees = {"exact": self.depth.tree}
+        if (d / "tree_pcg.json").is_file():
+            self._trees["pcg"] = cs.DraftTree.from_json((d / "tree_pcg.json").read_text())
+        self._tree_kind = "exact"
 
     @property
     def draft(self):
@@ -259,6 +263,14 @@ class V2TTS(ReferenceTTS):
             self._c0_groups[key] = cs.AcousticGroups.from_embeddings(emb, key)
         return self._c0_groups[key]
 
+    def _use_tree(self, depth_mode: str) -> None:
+        """PCG verification runs on the tree calibrated for group-level acceptance
+        (tree_pcg.json) when the folder has one, exact speculation on tree.json."""
+        want = "pcg" if depth_mode == COARSE_MODE and self._trees.get("pcg") else "exact"
+        if want != self._tree_kind:
+            self.depth.set_tree(self._trees[want])
+            self._tree_kind = want
+
     def depth_groups(self, theta: float) -> list:
         """Per-level similarity groups of the codec at cosine θ (for depth mode "pcg")."""
         return [self.codec.groups(k, float(theta)) for k in range(self.codec.n_levels)]
@@ -280,6 +292,7 @@ class V2TTS(ReferenceTTS):
         if temporal not in TEMPORAL_MODES:
             raise ValueError(f"temporal: expected one of {TEMPORAL_MODES}, got {temporal!r}")
         accept = accept if isinstance(accept, Acceptance) else Acceptance(accept or "exact")
+        self._use_tree(depth_mode)
         if depth_mode == COARSE_MODE:
             theta = self.meta.get("pcg_theta", 0.95) if depth_theta is None else depth_theta
             self.depth.set_groups(self.depth_groups(theta))
