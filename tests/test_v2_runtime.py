@@ -131,3 +131,26 @@ def test_long_streamed_synthesis_runs_in_constant_memory():
     assert out.returncode == 0, out.stderr[-2000:]
     short, long = (float(x) for x in out.stdout.split())
     assert long - short <= 1.0, (short, long)
+
+
+def test_group_acceptance_with_singleton_groups_is_the_exact_acceptance():
+    """The PCG tree's a_g[d][r] reduces to calibration's a[d][r] when every group is one code,
+    and grows with wider groups."""
+    import codecspec as cs
+    from codecspec.train.acceptance import group_acceptance_matrix
+    from codecspec.train.calibrate import measure_acceptance
+
+    rng = np.random.default_rng(0)
+    N, G, H, V, K = 64, 6, 8, 12, 2
+    z = rng.standard_normal((N, G, H)).astype(np.float32)
+    heads = rng.standard_normal((G - 1, V, H)).astype(np.float32)
+    offsets = 0.3 * rng.standard_normal((K, H)).astype(np.float32)
+    codes = rng.integers(0, V, (N, G))
+    exact = measure_acceptance(z, codes, heads, offsets, num_ranks=4)
+    single = [cs.AcousticGroups.from_members([[t] for t in range(V)], V)] * G
+    g = group_acceptance_matrix(z, codes, heads, offsets, single, num_ranks=4)
+    np.testing.assert_allclose(g.matrix, exact.matrix)
+    np.testing.assert_array_equal(g.ranks, exact.ranks)
+    pairs = [cs.AcousticGroups.from_members([[t, (t + 1) % V] for t in range(V)], V)] * G
+    wide = group_acceptance_matrix(z, codes, heads, offsets, pairs, num_ranks=4)
+    assert wide.top(1).mean() > g.top(1).mean()
