@@ -87,6 +87,10 @@ def test_synth_and_bench_json(tmp_path, capsys):
     ):
         assert k in res, k
     assert res["accept"] == "ssd(beta=0.2)"
+    # the default: the loops calibration found to pay, exact (never slower than AR by design)
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["loops"] == "auto" and res["accept"] == "exact"
 
 
 @pytest.mark.slow

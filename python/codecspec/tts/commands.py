@@ -342,7 +342,7 @@ def cmd_bench(args) -> int:
             res.update(
                 bench_v2(
                     resolve_model_dir(args.model),
-                    loops=args.loops or "both",
+                    loops=args.loops,
                     accept=args.accept,
                     beta=args.beta,
                     theta=args.theta,

@@ -22,6 +22,9 @@ from codecspec.tts.bench import load_bench_texts
 __all__ = ["LOOPS", "bench_v2", "speculation_config"]
 
 LOOPS = ("depth", "temporal", "both")
+# `loops=None`: what users get by default, the loops the model's calibration found to pay
+# (the depth loop: device_profile.json; the temporal loop: model.json's
+# "temporal_speculation_pays", from bench/speculation_sweep.py), exact acceptance.
 
 
 def speculation_config(loops: str, accept: str, beta: float, theta: Optional[float]) -> dict:
@@ -58,7 +61,7 @@ def _group_samples(groups: cs.AcousticGroups, tokens, rng) -> np.ndarray:
 def bench_v2(
     model_dir=None,
     *,
-    loops: str = "both",
+    loops: Optional[str] = None,
     accept: str = "exact",
     beta: float = 0.3,
     theta: Optional[float] = None,
@@ -77,7 +80,14 @@ def bench_v2(
     tts = V2TTS(model_dir, provider=provider, threads=threads, params=params)
     if accept == "pcg" and theta is None:
         theta = float(tts.meta.get("pcg_theta", 0.95))
-    spec_kw = speculation_config(loops, accept, beta, theta)
+    if loops is None:
+        if accept != "exact":
+            raise ValueError("accept: choose the loops (--loops) for a lossy or coarse rule")
+        pays = bool(tts.meta.get("temporal_speculation_pays", False))
+        spec_kw = {"temporal": "spec" if pays else "ar", "accept": Acceptance(), "mode": "auto"}
+        loops = "auto"
+    else:
+        spec_kw = speculation_config(loops, accept, beta, theta)
     spec_kw["draft_len"] = draft_len
     sentences = load_bench_texts(texts)
     warm = sentences[0]["phonemes"]
