@@ -44,7 +44,7 @@ TREE = cs.DraftTree.from_paths([(r,) for r in range(6)] + [(0, 0), (0, 1), (1, 0
 SAMPLED = cs.SamplingParams(0.9, 50, 1.0)
 
 
-def sticky_shared(c: DepthDecoderConfig, seed: int = 3, sharpness: float = 30.0) -> dict:
+def sticky_shared(c: DepthDecoderConfig, seed: int = 3, sharpness: float = 8.0) -> dict:
     """Random shared weights whose codes repeat across levels (as `drift_weights` does for
     the positional layout): drafts are accepted often, so speculation is exercised."""
     rng = np.random.default_rng(seed)
@@ -164,8 +164,8 @@ def test_speculation_on_the_shared_decoder_keeps_the_autoregressive_law(tmp_path
     (tmp_path / SHARED_TREE).write_text(TREE.to_json())
     good = open_depth_decoder(tmp_path, "shared", params=SAMPLED, provider="cpu", threads=1)
     assert good.tree.paths == TREE.paths and np.allclose(good.offsets, offsets)
-    p, stats = _fidelity(good, 3000, seed=11)
-    assert stats.accepted_per_round > 0.3, "speculation must actually be exercised"
+    p, stats = _fidelity(good, 2000, seed=11)
+    assert stats.accepted_per_round > 1.0, "speculation must actually be exercised"
     assert stats.calls_per_frame < CFG.num_codebooks - 1
     assert p.min() > 1e-4, f"per-position p-values {p}"
 
@@ -180,7 +180,7 @@ def test_speculation_on_the_shared_decoder_keeps_the_autoregressive_law(tmp_path
         threads=1,
         heads=heads,
     )
-    p_bad, _ = _fidelity(broken, 3000, seed=12)
+    p_bad, _ = _fidelity(broken, 2000, seed=12)
     assert p_bad.min() < 1e-4, "the broken verifier must be caught"
 
 
