@@ -228,3 +228,34 @@ def test_torch_model_rejects_bad_configs():
         SharedDepthModel(CFG.__class__(**{**CFG.to_dict(), "c0_vocab_size": 40}))
     with pytest.raises(ValueError, match="input_proj"):
         SharedDepthModel(CFG.__class__(**{**CFG.to_dict(), "input_hidden_size": 16}))
+
+
+def test_cli_bench_chooses_the_depth_decoder(tmp_path, capsys):
+    import json
+
+    from codecspec.cli import main
+    from codecspec.tts.v2 import V2_FORMAT
+
+    save_shared(
+        tmp_path / SHARED_FILE, CFG, sticky_shared(CFG), share_c0=True, level_embeddings=True
+    )
+    (tmp_path / SHARED_TREE).write_text(TREE.to_json())
+    rng = np.random.default_rng(0)
+    np.savez(
+        tmp_path / "frames.npz",
+        hiddens=rng.standard_normal((16, CFG.hidden_size)).astype(np.float16),
+        c0s=rng.integers(0, CFG.c0_vocab_size, 16),
+    )
+    meta = {"format": V2_FORMAT, "sampling": {"temperature": 0.9, "top_k": 50, "top_p": 1.0}}
+    (tmp_path / "model.json").write_text(json.dumps(meta))
+    argv = ["bench", "--model", str(tmp_path), "--no-pipeline", "--frames", "12", "--json"]
+    assert main(argv + ["--depth", "shared", "--threads", "1"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["depth"] == "shared" and res["tree_nodes"] == TREE.num_nodes
+    assert res["tokens_per_call"] > 1.0
+    # the folder has no positional decoder: a clear error naming the missing file
+    assert main(argv + ["--depth", "positional", "--threads", "1"]) == 2
+    assert "depth.onnx" in capsys.readouterr().err
+    # --depth on a family without a shared decoder
+    assert main(["bench", "--model", "reference", "--depth", "shared", "--no-pipeline"]) == 2
+    assert "depth" in capsys.readouterr().err

@@ -157,7 +157,11 @@ def bench_depth_loop(
     hiddens, c0s = load_frames(model_dir)
     params = params or _model_params(model_dir)
     dec = open_depth_decoder(model_dir, depth, provider=provider, threads=threads, params=params)
-    return bench_decoder(dec, hiddens, c0s, frames, seed=seed, params=params, progress=progress)
+    out = {"depth": depth}
+    out.update(
+        bench_decoder(dec, hiddens, c0s, frames, seed=seed, params=params, progress=progress)
+    )
+    return out
 
 
 def bench_decoder(
