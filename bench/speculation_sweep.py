@@ -35,16 +35,13 @@ from codecspec.decode.temporal import Acceptance  # noqa: E402
 CONFIGS = {
     "AR": ({"mode": "ar"}, "main"),
     "SD": ({"temporal": "spec", "accept": Acceptance("exact")}, "main"),
-    "SSD b=0.1": ({"temporal": "spec", "accept": Acceptance("ssd", beta=0.1)}, "sweep"),
     "SSD b=0.2": ({"temporal": "spec", "accept": Acceptance("ssd", beta=0.2)}, "main"),
     "SSD b=0.4": ({"temporal": "spec", "accept": Acceptance("ssd", beta=0.4)}, "sweep"),
-    "PCG t=0.98": ({"temporal": "spec", "accept": Acceptance("pcg", theta=0.98)}, "sweep"),
     "PCG t=0.95": ({"temporal": "spec", "accept": Acceptance("pcg", theta=0.95)}, "main"),
     "PCG t=0.9": ({"temporal": "spec", "accept": Acceptance("pcg", theta=0.9)}, "sweep"),
     "PCG t=0.8": ({"temporal": "spec", "accept": Acceptance("pcg", theta=0.8)}, "sweep"),
     "depth spec": ({"mode": "spec"}, "sweep"),
     "depth PCG t=0.95": ({"mode": "pcg", "depth_theta": 0.95}, "sweep"),
-    "depth PCG t=0.9": ({"mode": "pcg", "depth_theta": 0.9}, "sweep"),
     "both exact": ({"temporal": "spec", "mode": "spec"}, "sweep"),
     "both PCG t=0.95": (
         {

@@ -16,3 +16,140 @@ TINY = DepthDecoderConfig(
     max_positions=16,
 )
 VARIANT = "cpu" if cpu_variant_supported() else "plain"
+
+
+# ---------------------------------------------------------------------- reference model v2
+V2_ROWS = [  # a tiny manifest: two languages, two speakers, phonemes from espeak-ng's IPA
+    {"id": "a", "phonemes": "həlˈoʊ wˈɜːld", "language": "en", "variant": "f1", "split": "train"},
+    {"id": "b", "phonemes": "ðɪs ɪz ɐ tˈɛst", "language": "en", "variant": "m1", "split": "train"},
+    {"id": "c", "phonemes": "ɡuːtn tˈaːk", "language": "de", "variant": "f1", "split": "train"},
+    {"id": "d", "phonemes": "vˈɪɹi ɡˈʊd", "language": "en", "variant": "m1", "split": "test"},
+]
+V2_LEVELS = 16  # codec v2 levels (TTSDataset's default), so the depth decoder predicts 15
+V2_CODES = 32  # codes per level: c0 vocabulary = depth codebook size
+
+
+def tiny_v2_configs(frontend=None, window: int = 4, **temporal):
+    """(V2TemporalConfig, DepthDecoderConfig) a 2-core CPU trains and exports in seconds;
+    `frontend` sets the table sizes (default: the one `V2_ROWS` gives)."""
+    from codecspec.graphs import small_depth
+    from codecspec.train.v2_torch import V2TemporalConfig
+    from codecspec.tts.text import Frontend
+
+    fe = frontend or Frontend.from_manifest(V2_ROWS)
+    base = dict(
+        vocab_size=len(fe.vocab),
+        num_languages=len(fe.languages),
+        num_speakers=len(fe.speakers),
+        c0_vocab_size=V2_CODES,
+        d_model=32,
+        num_heads=2,
+        ff_size=64,
+        encoder_layers=1,
+        decoder_layers=2,
+        draft_layers=1,
+        fourier_bands=4,
+        window=window,
+        dropout=0.0,
+    )
+    base.update(temporal)
+    dcfg = small_depth(
+        num_layers=1,
+        hidden_size=32,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=16,
+        intermediate_size=64,
+        num_codebooks=V2_LEVELS,
+        codebook_size=V2_CODES,
+        c0_vocab_size=V2_CODES,
+        num_draft_offsets=2,
+        max_positions=V2_LEVELS + 4,
+    )
+    return V2TemporalConfig(**base), dcfg
+
+
+def tiny_v2_model(
+    window: int = 4, stop_bias=None, seed: int = 0, frontend=None, logit_scale: float = 1.0
+):
+    """An untrained tiny `V2Model` (eval mode; the same weights for the same seed).
+    `stop_bias` (if given) sets the target and draft stop heads' bias; `logit_scale` scales
+    the c0 heads and the depth heads (peaked laws give statistical tests their power)."""
+    import torch
+
+    from codecspec.train.v2_torch import V2Model
+
+    tcfg, dcfg = tiny_v2_configs(frontend, window=window)
+    torch.manual_seed(seed)
+    model = V2Model(tcfg, dcfg).eval()
+    if stop_bias is not None:
+        with torch.no_grad():
+            for dec in (model.temporal.decoder, model.temporal.draft):
+                dec.stop_head.bias.fill_(float(stop_bias))
+    if logit_scale != 1.0:
+        with torch.no_grad():
+            for dec in (model.temporal.decoder, model.temporal.draft):
+                dec.c0_head.weight.mul_(logit_scale)
+            model.depth.heads.mul_(logit_scale)
+    return model
+
+
+def tiny_v2_folder(
+    path, window: int = 4, stop_bias=None, seed: int = 0, logit_scale: float = 1.0
+):
+    """Writes an untrained tiny v2 model folder (`codecspec.tts.v2.V2_FILES`, float32
+    graphs; the weights of `tiny_v2_model(window, stop_bias, seed)`) to `path` and returns it.
+    A very high `stop_bias` stops after the first frame, a very low one never stops."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    from codecspec.codec.codec import CodecConfig
+    from codecspec.codec.v2 import CodecV2, V2Config
+    from codecspec.graphs import build_depth_graph, save_model
+    from codecspec.graphs.storage import round_bf16_exact
+    from codecspec.train.tts_torch import depth_weights
+    from codecspec.train.v2_torch import export_onnx
+    from codecspec.tts.text import Frontend
+    from codecspec.tts.v2 import V2_FORMAT
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    fe = Frontend.from_manifest(V2_ROWS)
+    model = tiny_v2_model(window, stop_bias, seed, fe, logit_scale)
+    tcfg, dcfg = model.temporal.cfg, model.depth.c
+    export_onnx(model.temporal, out)
+    w = depth_weights(model.depth)
+    w["heads"] = round_bf16_exact(w["heads"], "heads")
+    save_model(build_depth_graph(dcfg, w, variant=VARIANT, heads="hidden"), out / "depth.onnx")
+    np.save(out / "depth.heads.npy", w["heads"].astype(np.float16))
+    emb = model.temporal.c0_in.weight.detach().numpy()[:-1]
+    np.save(out / "c0_embeddings.npy", emb / np.linalg.norm(emb, axis=1, keepdims=True))
+    # codec v2 with the depth decoder's shape: 16 levels of 4 x 8 = 32 codes
+    ccfg = V2Config.blocks(grid=(4, 8), n_levels=V2_LEVELS, bins="uniform")
+    spectral = CodecConfig()
+    rng = np.random.default_rng(seed)
+    feats = rng.standard_normal((4 * V2_CODES, spectral.feature_dim)).astype(np.float32)
+    CodecV2.fit(feats, ccfg, spectral, iters=1).save(out / "codec_v2.npz")
+    meta = {
+        "format": V2_FORMAT,
+        "frontend": fe.to_dict(),
+        "sampling": {"temperature": 0.9, "top_k": 50, "top_p": 1.0},
+        "voices": {"en": "en-us", "de": "de"},
+        "default_speaker": fe.speakers.names[0],
+        "frames_per_phoneme": {"en": 1.5, "de": 1.5},
+        "max_pace": 2.0,
+        "temporal_config": tcfg.to_dict(),
+        "depth_config": dcfg.to_dict(),
+    }
+    (out / "model.json").write_text(json.dumps(meta, indent=1))
+    return out
+
+
+if __name__ == "__main__":  # rewrite the checked-in fixture: python tests/tiny_models.py
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    tiny_v2_folder(Path(__file__).parent / "data" / "tiny_v2", stop_bias=-50.0, logit_scale=6.0)

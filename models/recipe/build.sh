@@ -19,3 +19,17 @@ OPENBLAS_NUM_THREADS=1 python3 models/recipe/ship.py --trained "$CACHE/tts" \
     --corpus "$CACHE/corpus" --codec "$CACHE/codec" --out "$OUT"
 python3 models/recipe/vocoder.py --model "$OUT" --corpus "$CACHE/corpus"
 python3 models/recipe/card.py --model "$OUT" --corpus "$CACHE/corpus" --codec "$CACHE/codec"
+
+# Reference model v2 (docs/reference_model_v2.md): codec v2 -> two-stage LM + draft + depth
+# decoder -> shipped folder python/codecspec/models/v2. `train` resumes from the checkpoint in
+# $CACHE/v2/train when one exists: rerunning this script (here, or on a fresh machine with
+# that folder copied over) continues the run instead of starting again.
+V2OUT="${V2OUT:-python/codecspec/models/v2}"
+python3 models/recipe/v2.py --work "$CACHE/v2" codec
+OMP_NUM_THREADS=1 python3 models/recipe/v2.py --work "$CACHE/v2" train \
+    --minutes "${V2_MINUTES:-78}" --threads 1
+mkdir -p "$CACHE/v2/codec_report"
+OMP_NUM_THREADS=1 python3 models/recipe/codec_v2.py --grid 8,8,4,4 --refine 4 \
+    --refine-grid 8,8,4,4 --out "$CACHE/v2/codec_report"
+OPENBLAS_NUM_THREADS=1 python3 models/recipe/v2.py --work "$CACHE/v2" ship --out "$V2OUT"
+python3 models/recipe/v2_card.py --model "$V2OUT"

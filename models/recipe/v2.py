@@ -314,6 +314,41 @@ def measure_acceptance(out: Path, tts, free, tf_h, tf_codes, theta: float) -> di
     return {"acceptance": block, "depth": res, "temporal": temporal, "stop_head": stop}
 
 
+def pcg_tree(out: Path, tts, free, calib, theta: float) -> dict:
+    """The depth tree for PCG verification: group-level acceptance a_g[d][r] of the offsets'
+    drafts on the free-generation frames, the same device latency profile and budget choice
+    as the exact tree; written to tree_pcg.json."""
+    from codecspec.runtime.depth_graph import DepthGraph
+    from codecspec.train.acceptance import group_acceptance_matrix
+    from codecspec.train.calibrate import choose_budget
+    from codecspec.train.data import read_heads, teacher_forced_hidden
+
+    h, codes = np.concatenate(free["h"]), np.concatenate(free["codes"])
+    z = teacher_forced_hidden(DepthGraph(out / "depth.onnx", "cpu"), h, codes[:, 0], codes)
+    groups = tts.depth_groups(theta)
+    acc = group_acceptance_matrix(
+        z, codes, read_heads(out / "depth.onnx"), np.load(out / "offsets.npy"), groups
+    )
+    budget, rows = choose_budget(acc, calib.latency, [r.budget for r in calib.rows])
+    best = next(r for r in rows if r.budget == budget)
+    (out / "tree_pcg.json").write_text(best.tree.to_json())
+    return {
+        "theta": theta,
+        "budget": budget,
+        "top1": acc.top(1).tolist(),
+        "simulated_tokens_per_call": best.simulated_tokens_per_call,
+        "speedup_simulated": best.speedup_simulated,
+        "rows": [
+            {
+                "budget": r.budget,
+                "tokens_per_call": r.simulated_tokens_per_call,
+                "speedup": r.speedup_simulated,
+            }
+            for r in rows
+        ],
+    }
+
+
 def c0_input_embeddings(model) -> np.ndarray:
     """The target LM's c0 input-embedding rows (unit length, start token dropped): the group
     space of the paper (PCG over the target's input embeddings)."""
@@ -455,6 +490,10 @@ def cmd_ship(args) -> int:
     free = free_generation(tts, rows[: args.texts], args.seed)
     acc = measure_acceptance(out, tts, free, hiddens, real, args.theta)
     log(f"acceptance {acc['acceptance']}; stop head {acc['stop_head']}")
+    acc["pcg_tree"] = pcg_tree(out, tts, free, calib, args.theta)
+    meta["pcg_theta"] = args.theta
+    (out / "model.json").write_text(json.dumps(meta, indent=1))
+    log(f"PCG depth tree at θ {args.theta}: {acc['pcg_tree']}")
     log("speech distance to espeak-ng: v1 vs v2")
     dist = speech_distance(tts, rows[: args.texts], corpus, args.seed)
     log(f"v1 {dist['v1']['mean_db']:.2f} dB, v2 {dist['v2']['mean_db']:.2f} dB")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import struct
 import wave
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["read_wav", "write_wav", "resample", "as_mono_float"]
+__all__ = ["read_wav", "write_wav", "WavWriter", "resample", "as_mono_float"]
 
 
 def as_mono_float(wav, name: str = "wav") -> np.ndarray:
@@ -58,13 +59,96 @@ def write_wav(path, wav, sample_rate: int) -> None:
     x = as_mono_float(wav)
     if not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
         raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
-    pcm = np.rint(np.clip(x, -1.0, 1.0) * 32767.0).astype("<i2")
+    pcm = _pcm16(x)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(int(sample_rate))
         w.writeframes(pcm.tobytes())
+
+
+def _pcm16(x: np.ndarray) -> np.ndarray:
+    return np.rint(np.clip(x, -1.0, 1.0) * 32767.0).astype("<i2")
+
+
+class WavWriter:
+    """Mono 16-bit PCM WAV written incrementally (the bytes `write_wav` writes for the same
+    samples): the header goes first with placeholder sizes, `write` appends samples, and
+    `close` fixes the RIFF and data sizes. Used as a context manager (or with try/finally),
+    an interrupted stream (exception, KeyboardInterrupt) leaves a valid, shorter WAV.
+    `update_header=True` also fixes the sizes after every `write`, so even a killed process
+    leaves a readable file (its last chunk at worst missing)."""
+
+    def __init__(self, path, sample_rate: int, update_header: bool = False):
+        if not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
+            raise ValueError(f"sample_rate must be a positive integer, got {sample_rate!r}")
+        self.path, self.sample_rate = Path(path), int(sample_rate)
+        self.update_header = bool(update_header)
+        self.frames = 0  # samples written
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "wb")
+        try:
+            self._f.write(self._header(0))
+        except BaseException:
+            self._f.close()
+            raise
+
+    def _header(self, n: int) -> bytes:
+        data = 2 * n
+        return (
+            b"RIFF"
+            + struct.pack("<I", 36 + data)
+            + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, self.sample_rate, 2 * self.sample_rate, 2, 16)
+            + b"data"
+            + struct.pack("<I", data)
+        )
+
+    @property
+    def closed(self) -> bool:
+        return self._f.closed
+
+    @property
+    def seconds(self) -> float:
+        return self.frames / self.sample_rate
+
+    def write(self, wav) -> None:
+        """Append samples (float, clipped to [-1, 1] and rounded as `write_wav` does)."""
+        if self._f.closed:
+            raise ValueError(f"path: {self.path} is closed")
+        a = np.asarray(wav)
+        if a.size == 0:
+            return
+        x = as_mono_float(a)
+        if (self.frames + x.size) * 2 + 36 > 0xFFFFFFFF:
+            raise ValueError("wav: a WAV file holds at most 4 GiB of samples")
+        self._f.write(_pcm16(x).tobytes())
+        self.frames += x.size
+        if self.update_header:
+            self._patch()
+
+    def _patch(self) -> None:
+        pos = self._f.tell()
+        self._f.seek(0)
+        self._f.write(self._header(self.frames))
+        self._f.seek(pos)
+        self._f.flush()
+
+    def close(self) -> None:
+        """Fix the header's sizes and close (idempotent)."""
+        if self._f.closed:
+            return
+        try:
+            self._patch()
+        finally:
+            self._f.close()
+
+    def __enter__(self) -> WavWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _kaiser(t: np.ndarray, beta: float) -> np.ndarray:

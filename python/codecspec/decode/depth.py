@@ -246,8 +246,9 @@ class DepthDecoder:
                     )
         self.level_groups = level_groups
 
-    def _verify(self, call, tree, n, tokens, heads, g, levels=None):
+    def _verify(self, call, tree, n, tokens, heads, g):
         if self._coarse:  # children of node i sit at level levels[i] + 1
+            levels = self._round_levels
             logits = np.stack([self._target_row(call, i, int(heads[i])) for i in range(n)])
             groups = [self.level_groups[min(int(lv) + 1, self.G - 1)] for lv in levels[:n]]
             return cs.verify_tree_coarse(groups, tree, tokens, logits, self.params, g)
@@ -309,7 +310,8 @@ class DepthDecoder:
             tc.bias[...] = spec["bias"][past]
             tc.heads[:n] = heads
             self._run(tc)
-            r = self._verify(tc, tree, n, tokens, heads, g, levels)
+            self._round_levels = levels  # for coarse verification: per-node level
+            r = self._verify(tc, tree, n, tokens, heads, g)
             nodes = r.nodes
             rows = self._rows[: len(nodes) + 1]
             rows[1:] = nodes  # rows[0] = 0: the root

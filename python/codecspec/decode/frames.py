@@ -9,13 +9,16 @@ stopped) and guards with `max_frames`, recording whether the guard ended a strea
 
 The FSQ family's decoder samples 32 channel heads and a stop head from one step's logits
 (`codecspec.tts.fsq.FSQFrameDecoder`); the RVQ family's runs its depth loop and stops at the
-planned frame count (`codecspec.tts.model.RVQFrameDecoder`). Batching, and later
-streaming, are loops around this one.
+planned frame count (`codecspec.tts.model.RVQFrameDecoder`). `iter_frame_loop` is the loop
+itself, a generator yielding each frame as it is produced (streaming consumes it frame by
+frame: `codecspec.tts.stream`); `run_frame_loop` collects it, so there is one code path.
+Batching is a loop around this one.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,7 +26,14 @@ import numpy as np
 
 import codecspec as cs
 
-__all__ = ["Stepper", "FrameDecoder", "FrameLoop", "run_frame_loop"]
+__all__ = [
+    "Stepper",
+    "FrameDecoder",
+    "FrameLoop",
+    "FrameStep",
+    "iter_frame_loop",
+    "run_frame_loop",
+]
 
 
 class Stepper(Protocol):
@@ -49,12 +59,46 @@ class FrameLoop:
         return not bool(self.stopped.all())
 
 
-def run_frame_loop(stepper, decoder, generator, max_frames: int, progress=None) -> FrameLoop:
-    """Run until every stream has stopped or `max_frames` frames; `progress`: an iterable
-    wrapper (e.g. `codecspec.progress.bar`) for the frame range."""
+@dataclass
+class FrameStep:
+    """One frame of the loop as it is produced (`iter_frame_loop`), with the loop's
+    bookkeeping so far. `codes[b]` belongs to stream b's output iff `keep[b]`: a stream's
+    frames after its own stop are computed (the batch steps on) but discarded."""
+
+    t: int  # frame index (0-based)
+    codes: np.ndarray  # int64 [B, C]: every stream's codes of this frame
+    keep: np.ndarray  # bool [B]: the frame is part of stream b's output (not past its stop)
+    ends: np.ndarray  # int [B]: frame at which stream b stopped (-1: still running)
+    last: bool  # the loop ends after this frame (every stream stopped, or max_frames)
+    step_seconds: float  # stepper time so far
+    decode_seconds: float  # frame decoder time so far
+
+    @property
+    def stopped(self) -> np.ndarray:
+        """bool [B]: stream b's own stop decision has ended it (at this frame or before)."""
+        return self.ends >= 0
+
+
+def _check_max_frames(max_frames) -> int:
     if isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1:
         raise ValueError(f"max_frames: expected a positive int, got {max_frames!r}")
-    frames, ends = [], None
+    return max_frames
+
+
+def iter_frame_loop(
+    stepper, decoder, generator, max_frames: int, progress=None
+) -> Iterator[FrameStep]:
+    """The frame loop as a generator: one `FrameStep` per temporal step, yielded as soon as
+    the frame decoder has produced it, until every stream has stopped or `max_frames` frames
+    (the last step has `last=True`). `progress`: an iterable wrapper (e.g.
+    `codecspec.progress.bar`) for the frame range. `max_frames` is checked at the call, not
+    at the first `next`. `run_frame_loop` collects it."""
+    _check_max_frames(max_frames)
+    return _frame_steps(stepper, decoder, generator, max_frames, progress)
+
+
+def _frame_steps(stepper, decoder, generator, max_frames, progress):
+    ends = None
     step_s = dec_s = 0.0
     prev = None
     it = range(max_frames) if progress is None else progress(range(max_frames))
@@ -65,19 +109,29 @@ def run_frame_loop(stepper, decoder, generator, max_frames: int, progress=None) 
         codes, stop = decoder.decode(out, generator)
         dec_s += time.perf_counter() - t1
         step_s += t1 - t0
-        frames.append(codes)
+        keep = np.ones(len(stop), bool) if ends is None else ends < 0
         ends = np.full(len(stop), -1) if ends is None else ends
         ends = np.where((ends < 0) & np.asarray(stop, bool), t, ends)
-        if np.all(ends >= 0):
+        last = bool(np.all(ends >= 0)) or t == max_frames - 1
+        yield FrameStep(t, codes, keep, ends.copy(), last, step_s, dec_s)
+        if last:
             break
         prev = codes
+
+
+def run_frame_loop(stepper, decoder, generator, max_frames: int, progress=None) -> FrameLoop:
+    """Run until every stream has stopped or `max_frames` frames; `progress`: an iterable
+    wrapper (e.g. `codecspec.progress.bar`) for the frame range. Collects `iter_frame_loop`."""
+    frames, step = [], None
+    for step in iter_frame_loop(stepper, decoder, generator, max_frames, progress):
+        frames.append(step.codes)
     allc = np.stack(frames, axis=1)  # [B, T, C]
-    stopped = ends >= 0
-    lengths = np.where(stopped, ends + 1, allc.shape[1])
+    stopped = step.ends >= 0
+    lengths = np.where(stopped, step.ends + 1, allc.shape[1])
     return FrameLoop(
         codes=[allc[b, : lengths[b]].astype(np.int64) for b in range(len(allc))],
         stopped=stopped,
         steps=len(frames),
-        step_seconds=step_s,
-        decode_seconds=dec_s,
+        step_seconds=step.step_seconds,
+        decode_seconds=step.decode_seconds,
     )

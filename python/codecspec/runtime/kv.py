@@ -79,13 +79,17 @@ class RingKVCache:
         """Store frames `positions` (increasing, one per row of new_* [L, 1, heads, n, hd]);
         rows past len(positions) are dropped (rejected drafts)."""
         pos = np.asarray(positions, np.int64).reshape(-1)
-        if new_keys.shape[:3] != self.keys.shape[:3] or new_keys.shape[4] != self.keys.shape[4]:
+        ks = np.shape(new_keys)
+        if len(ks) != 5 or ks[:3] != self.keys.shape[:3] or ks[4] != self.keys.shape[4]:
             raise ValueError(
-                f"new_keys: expected [*{self.keys.shape[:3]}, n, {self.keys.shape[4]}], "
-                f"got {new_keys.shape}"
+                f"new_keys: expected [*{self.keys.shape[:3]}, n, {self.keys.shape[4]}], got {ks}"
             )
-        if len(pos) > new_keys.shape[3] or new_values.shape != new_keys.shape:
-            raise ValueError(f"positions: {len(pos)} frames, the new K/V hold {new_keys.shape[3]}")
+        if np.shape(new_values) != ks:
+            raise ValueError(
+                f"new_values: expected the shape of new_keys {ks}, got {np.shape(new_values)}"
+            )
+        if len(pos) > ks[3]:
+            raise ValueError(f"positions: {len(pos)} frames, the new K/V hold {ks[3]}")
         first = max(0, len(pos) - self.capacity)  # only the last C frames can be held
         rows = slice(first, len(pos))
         pos = pos[first:]

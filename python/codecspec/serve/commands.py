@@ -130,7 +130,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         default="reference",
-        choices=list(MODEL_NAMES),
+        choices=[m for m in MODEL_NAMES if m != "v2"],  # the engine's families
         help="the shipped model to serve: reference (RVQ, default) or fsq",
     )
     _engine_args(p)

@@ -422,7 +422,10 @@ class Engine:
 def _load_family(model_dir, slots, max_frames, max_phonemes, provider, threads) -> Family:
     """The adapter for the model's family (a shipped name or a folder; model.json decides)."""
     d = resolve_model_dir(model_dir)
-    if model_family(d) == "fsq":
+    family = model_family(d)
+    if family == "v2":
+        raise ValueError("model: the serving engine serves the reference and fsq families, not v2")
+    if family == "fsq":
         from codecspec.serve.fsq import FSQFamily
 
         return FSQFamily(d, slots, max_frames, max_phonemes, provider, threads)

@@ -14,9 +14,16 @@ from __future__ import annotations
 import numpy as np
 
 import codecspec as cs
+from codecspec.train.calibrate import Acceptance
 from codecspec.train.offsets import OffsetDrafter
 
-__all__ = ["depth_acceptance", "warped_probs", "temporal_acceptance", "group_partition"]
+__all__ = [
+    "depth_acceptance",
+    "warped_probs",
+    "temporal_acceptance",
+    "group_partition",
+    "group_acceptance_matrix",
+]
 
 
 def depth_acceptance(z, codes, heads, offsets, level_embeddings, thetas) -> dict:
@@ -101,3 +108,41 @@ def temporal_acceptance(target_logits, draft_logits, params, partition=None) -> 
         out["group"] = float(np.minimum(P, Q).sum(1).mean())
     return out
 
+
+def group_acceptance_matrix(
+    z, codes, heads, offsets, level_groups, num_ranks: int = 8, seed: int = 0
+):
+    """a_g[d][r]: P(the rank-r draft candidate at depth d is the *first* one inside the
+    emitted group), the group-level analogue of calibration's a[d][r], so that
+    `cs.DraftTree.greedy(a_g, budget)` shapes a tree for PCG depth verification. The emitted
+    group of a sampled code c is drawn uniformly from the groups holding it (the coarse law's
+    w[g, c] = 1 / |groups_of(c)|). level_groups: per codec level a `cs.AcousticGroups`."""
+    rng = np.random.default_rng(seed)
+    z = np.asarray(z, np.float32)
+    codes = np.asarray(codes, np.int64)
+    drafter = OffsetDrafter(np.asarray(heads, np.float32), np.asarray(offsets, np.float32))
+    N, G, _ = z.shape
+    K, M = drafter.K, int(num_ranks)
+    counts = np.zeros((K, M + 1), np.int64)
+    ranks = np.full((N, G - 1, K), -1, np.int32)  # as calibrate.draft_ranks, group-level
+    member = {}  # (level, group) -> its codes
+    for lv in range(G - 2):
+        logits = drafter.draft_logits(z[:, lv + 1], lv)  # [N, K, V]
+        for d in range(K):
+            tgt = lv + 2 + d
+            if tgt > G - 1:
+                break
+            top = np.argsort(-logits[:, d], axis=1, kind="stable")[:, :M]
+            grp = level_groups[tgt]
+            for n in range(N):
+                gs = grp.groups_of(int(codes[n, tgt]))
+                key = (tgt, int(gs[rng.integers(len(gs))]))
+                if key not in member:
+                    member[key] = set(grp.members(key[1]).tolist())
+                near = member[key]
+                hit = next((r for r, c in enumerate(top[n]) if int(c) in near), M)
+                counts[d, hit] += 1
+                ranks[n, lv, d] = hit
+    total = counts.sum(axis=1)
+    matrix = counts[:, :M] / np.maximum(total[:, None], 1)
+    return Acceptance(matrix, total, ranks, "offsets (group level)", drafter.num_parameters)

@@ -339,7 +339,21 @@ def export_onnx(tm: V2Temporal, out_dir) -> dict:
             },
             **kw,
         )
+        _stamp_window(paths[name], cfg.window)
     return paths
+
+
+def _stamp_window(path: Path, window: int) -> None:
+    """Record the attention window baked into a step graph's mask in its metadata (the cache
+    input's size is the capacity, which may be larger)."""
+    import onnx
+
+    from codecspec.tts.v2 import WINDOW_KEY
+
+    m = onnx.load(str(path))
+    entry = m.metadata_props.add()
+    entry.key, entry.value = WINDOW_KEY, str(int(window))
+    onnx.save(m, str(path))
 
 
 def jittered_rate(frames: np.ndarray, phonemes: np.ndarray, sigma: float, rng) -> np.ndarray:

@@ -145,7 +145,10 @@ def _speculation_kwargs(args, tts) -> dict:
         return {"draft_len": args.draft_len}
     from codecspec.tts.v2_bench import speculation_config
 
-    kw = speculation_config(args.loops, args.accept, args.beta, args.theta)
+    theta = args.theta
+    if args.accept == "pcg" and theta is None:
+        theta = float(tts.meta.get("pcg_theta", 0.95))
+    kw = speculation_config(args.loops, args.accept, args.beta, theta)
     kw["draft_len"] = args.draft_len
     if args.loops == "temporal":  # the depth loop keeps --mode
         kw.pop("mode")
@@ -191,7 +194,34 @@ def _depth_kwargs(args) -> dict:
     return {"depth": args.depth}
 
 
+def chunk_frames_arg(value: str) -> int:
+    """argparse type of --chunk-frames: an integer >= 1 (frames per streamed chunk)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {n}")
+    return n
+
+
+def _synth_kwargs(args) -> dict:
+    kw = dict(
+        phonemes=args.phonemes,
+        language=args.language,
+        speaker=args.speaker,
+        mode=args.mode,
+        seed=args.seed,
+        rate=args.rate,
+    )
+    if args.max_frames is not None:
+        kw["max_frames"] = args.max_frames
+    return kw
+
+
 def cmd_synth(args) -> int:
+    import time
+
     from codecspec.codec.audio import write_wav
     from codecspec.runtime.threads import threads_in_use
     from codecspec.tts.registry import load_model
@@ -205,21 +235,16 @@ def cmd_synth(args) -> int:
         params=_params(args),
         **_depth_kwargs(args),
     )
-    guard = {} if args.max_frames is None else {"max_frames": args.max_frames}
-    guard["mode"] = args.mode
-    guard.update(_speculation_kwargs(args, tts))
-    s = tts.generate(
-        text,
-        phonemes=args.phonemes,
-        language=args.language,
-        speaker=args.speaker,
-        seed=args.seed,
-        rate=args.rate,
-        progress=not (args.quiet or args.json),
-        **guard,
-    )
+    if args.stream:
+        return _synth_stream(args, tts, text)
+    kw = _synth_kwargs(args)
+    kw.update(_speculation_kwargs(args, tts))
+    t0 = time.perf_counter()
+    s = tts.generate(text, progress=not (args.quiet or args.json), **kw)
+    first_audio_s = time.perf_counter() - t0  # the whole utterance is the first audio
     write_wav(args.output, s.wav, s.sample_rate)
     report = synthesis_report(s, args.output, threads_in_use(args.threads))
+    report["time_to_first_audio_ms"] = 1e3 * first_audio_s
     if report.get("hit_max_frames"):
         print(
             f"warning: the stop head never fired; the max-length guard "
@@ -249,6 +274,79 @@ def cmd_synth(args) -> int:
     for k, v in lines.items():
         print(f"{k:>22}: {v}")
     return 0
+
+
+def stream_report(st, output, threads: int, interrupted: bool = False) -> dict:
+    """The `synth --stream --json` object (an `AudioStream`'s figures)."""
+    n = max(st.frames, 1)
+    ttfa = st.time_to_first_audio
+    return {
+        "output": str(output),
+        "stream": True,
+        "interrupted": interrupted,
+        "stopped": st.stopped,  # every sentence ended by its own length rule, not max_frames
+        "audio_seconds": st.audio_seconds,
+        "frames": st.frames,
+        "sentences": st.sentences,
+        "chunks": st.chunks,
+        "chunk_frames": st.chunk_frames,
+        "mode": st.mode,
+        "time_to_first_audio_ms": None if ttfa is None else 1e3 * ttfa,
+        "frontend_ms": 1e3 * st.frontend_seconds,
+        "temporal_ms_per_frame": 1e3 * st.step_seconds / n,
+        "depth_ms_per_frame": 1e3 * st.decode_seconds / n,  # the frame decoder (with c0)
+        "vocoder_ms": 1e3 * st.vocoder_seconds,
+        "rtf": st.real_time_factor,
+        "peak_rss_mb": peak_rss_mb(),
+        "threads": threads,
+        "sample_rate": st.sample_rate,
+    }
+
+
+def _synth_stream(args, tts, text) -> int:
+    """`synth --stream`: chunks go into the WAV as they come (a valid file at every chunk
+    boundary, and after an interruption); --text-file is spoken sentence by sentence."""
+    from codecspec.codec.audio import WavWriter
+    from codecspec.runtime.threads import threads_in_use
+
+    kw = _synth_kwargs(args)
+    kw.update(_speculation_kwargs(args, tts))
+    split = args.text_file is not None and args.phonemes is None
+    st = tts.stream(text, chunk_frames=args.chunk_frames, split_sentences=split, **kw)
+    interrupted = False
+    writer = WavWriter(args.output, st.sample_rate, update_header=True)
+    try:
+        for chunk in st:
+            writer.write(chunk)
+            if st.chunks == 1 and not (args.quiet or args.json):  # live, before the summary
+                ms = 1e3 * st.time_to_first_audio
+                print(
+                    f"first audio after {ms:.0f} ms, streaming into {args.output}", file=sys.stderr
+                )
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        st.close()
+        writer.close()
+    report = stream_report(st, args.output, threads_in_use(args.threads), interrupted)
+    if args.json:
+        print(json.dumps(report))
+        return 130 if interrupted else 0
+    ttfa = report["time_to_first_audio_ms"]
+    lines = {
+        "wrote": f"{args.output} ({st.sample_rate} Hz, streamed"
+        + (", interrupted)" if interrupted else ")"),
+        "audio seconds": f"{st.audio_seconds:.2f}",
+        "frames": f"{st.frames} in {st.chunks} chunks of {st.chunk_frames}",
+        "sentences": str(st.sentences),
+        "mode": st.mode,
+        "time to first audio": "none" if ttfa is None else f"{ttfa:.0f} ms",
+        "real-time factor": f"{st.real_time_factor:.3f} ({report['threads']} threads)",
+        "peak RSS": f"{report['peak_rss_mb']:.0f} MiB",
+    }
+    for k, v in lines.items():
+        print(f"{k:>22}: {v}")
+    return 130 if interrupted else 0
 
 
 def cmd_bench(args) -> int:
@@ -325,6 +423,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="longest utterance in frames (default 1000; fsq: 2x the text's length)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="write the WAV chunk by chunk as frames are made, print time to first audio; "
+        "--text-file is spoken sentence by sentence",
+    )
+    p.add_argument(
+        "--chunk-frames",
+        type=chunk_frames_arg,
+        default=8,
+        help="--stream: frames per audio chunk (default 8 = 0.64 s)",
+    )
     p.add_argument("-o", "--output", type=Path, default=Path("out.wav"))
     p.add_argument(
         "--mode",

@@ -26,6 +26,7 @@ from codecspec.codec.fsq import FSQCodec, check_levels
 from codecspec.decode.frames import run_frame_loop
 from codecspec.runtime.session import open_session
 from codecspec.tts.model import ReferenceTTS, phonemize
+from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
 from codecspec.tts.text import BOS, EOS, PAD, Frontend
 
 __all__ = ["FSQTTS", "FSQSynthesis", "FSQStepper", "FSQFrameDecoder", "stop_logits_from_prob"]
@@ -273,6 +274,42 @@ class FSQTTS:
         ids = self.frontend.vocab.encode(phonemes)
         return phonemes, np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
 
+    def plan(
+        self,
+        text: str,
+        *,
+        language: str = "en",
+        speaker: Optional[str] = None,
+        seed: int = 0,
+        phonemes: Optional[str] = None,
+        max_frames: Optional[int] = None,
+        mode: str = "auto",
+        rate: float = 1.0,
+    ) -> FramePlan:
+        """One utterance ready for the shared frame loop: phonemes, the encoder graph
+        (`stepper`), this family's `FSQFrameDecoder`, `cs.Generator(seed)` and the guard
+        (`max_frames`, default `max_frames_for` the text). `mode`/`rate` as in `generate`."""
+        if mode not in ("auto", "ar"):
+            raise ValueError(
+                f"mode: the fsq family has one decode loop ('auto' or 'ar'), got {mode!r}"
+            )
+        if rate != 1.0:
+            raise ValueError(f"rate: the fsq family's stop head sets the length; got {rate!r}")
+        lang_id, spk_id = self._ids(language, speaker or self.meta["default_speaker"])
+        phonemes, ids = self.tokens(text, phonemes, language)
+        guard = self.max_frames_for(len(ids)) if max_frames is None else int(max_frames)
+        t0 = time.perf_counter()  # the encoder graph (FSQSynthesis counts it as temporal)
+        stepper = self.stepper([ids], [lang_id], [spk_id])
+        return FramePlan(
+            stepper=stepper,
+            decoder=self.frame_decoder,
+            generator=cs.Generator(seed),
+            max_frames=guard,
+            phonemes=phonemes,
+            frontend_seconds=time.perf_counter() - t0,
+            mode="fsq",
+        )
+
     def generate(
         self,
         text: str,
@@ -291,24 +328,23 @@ class FSQTTS:
         (`max_frames`, default `max_frames_for` the text) does: see `FSQSynthesis.stopped`.
         `mode` and `rate` exist for CLI parity with the RVQ family: one decode loop only
         ("auto"/"ar"), and the stop head, not a rate, sets the length (rate must be 1)."""
-        if mode not in ("auto", "ar"):
-            raise ValueError(
-                f"mode: the fsq family has one decode loop ('auto' or 'ar'), got {mode!r}"
-            )
-        if rate != 1.0:
-            raise ValueError(f"rate: the fsq family's stop head sets the length; got {rate!r}")
-        lang_id, spk_id = self._ids(language, speaker or self.meta["default_speaker"])
-        phonemes, ids = self.tokens(text, phonemes, language)
-        guard = self.max_frames_for(len(ids)) if max_frames is None else int(max_frames)
-        t0 = time.perf_counter()
-        stepper = self.stepper([ids], [lang_id], [spk_id])
-        enc_s = time.perf_counter() - t0
+        plan = self.plan(
+            text,
+            language=language,
+            speaker=speaker,
+            seed=seed,
+            phonemes=phonemes,
+            max_frames=max_frames,
+            mode=mode,
+            rate=rate,
+        )
+        guard = plan.max_frames
         bar = None
         if progress:
             from codecspec.progress import bar as _bar
 
             bar = lambda it: _bar(it, desc="synth fsq", total=guard)  # noqa: E731
-        loop = run_frame_loop(stepper, self.frame_decoder, cs.Generator(seed), guard, bar)
+        loop = run_frame_loop(plan.stepper, plan.decoder, plan.generator, guard, bar)
         codes = loop.codes[0]
         t1 = time.perf_counter()
         wav = self.codec.decode(codes, seed=seed) if decode_audio and len(codes) else None
@@ -316,12 +352,44 @@ class FSQTTS:
             codes=codes,
             wav=wav,
             sample_rate=self.codec.sample_rate,
-            phonemes=phonemes,
+            phonemes=plan.phonemes,
             graph_calls=loop.steps,
             stopped=bool(loop.stopped[0]),
             max_frames=guard,
-            temporal_seconds=enc_s + loop.step_seconds,
+            temporal_seconds=plan.frontend_seconds + loop.step_seconds,
             sampling_seconds=loop.decode_seconds,
             decode_seconds=time.perf_counter() - t1 if wav is not None else 0.0,
             frame_rate=self.codec.frame_rate,
+        )
+
+    def stream(
+        self,
+        text: str,
+        *,
+        language: str = "en",
+        speaker: Optional[str] = None,
+        seed: int = 0,
+        phonemes: Optional[str] = None,
+        max_frames: Optional[int] = None,
+        mode: str = "auto",
+        rate: float = 1.0,
+        chunk_frames: int = DEFAULT_CHUNK_FRAMES,
+        split_sentences: bool = False,
+        **vocoder,
+    ) -> AudioStream:
+        """`generate` as a stream of float32 waveform chunks (`AudioStream`): the RVQ
+        family's `ReferenceTTS.stream`, on this family's plan and codec."""
+        return stream_model(
+            self,
+            text,
+            chunk_frames=chunk_frames,
+            split_sentences=split_sentences,
+            seed=seed,
+            vocoder=vocoder,
+            language=language,
+            speaker=speaker,
+            phonemes=phonemes,
+            max_frames=max_frames,
+            mode=mode,
+            rate=rate,
         )

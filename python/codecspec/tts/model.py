@@ -28,6 +28,7 @@ from codecspec.codec.codec import Codec
 from codecspec.decode.depth import MODES, DepthDecoder
 from codecspec.decode.frames import run_frame_loop
 from codecspec.runtime.session import open_session
+from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
 from codecspec.tts.text import BOS, EOS, Frontend
 
 __all__ = [
@@ -252,7 +253,14 @@ class ReferenceTTS:
         return max(2, int(round(num_phonemes * per / rate)))
 
     # ------------------------------------------------------------------ generation
-    def generate(
+    def _mode(self, mode: str) -> str:
+        if mode == "auto":
+            mode = "spec" if self.speculation_pays else "ar"
+        if mode not in MODES:
+            raise ValueError(f"mode: must be one of {MODES + ('auto',)}, got {mode!r}")
+        return mode
+
+    def plan(
         self,
         text: str,
         *,
@@ -263,17 +271,18 @@ class ReferenceTTS:
         rate: float = 1.0,
         phonemes: Optional[str] = None,
         max_frames: int = 1000,
-        progress: bool = False,
-        decode_audio: bool = True,
-    ) -> Synthesis:
-        """Synthesise `text` (or given IPA `phonemes`). mode "ar" or "spec" (the same output
-        law); "auto" = spec where the folder's device_profile.json found that speculation pays
-        on the calibrating machine, else ar (see `speculation_pays`). The result times each
-        stage: frontend (phonemes, encoder graph), temporal, depth loop, vocoder."""
-        if mode == "auto":
-            mode = "spec" if self.speculation_pays else "ar"
-        if mode not in MODES:
-            raise ValueError(f"mode: must be one of {MODES + ('auto',)}, got {mode!r}")
+    ) -> FramePlan:
+        """One utterance ready for the shared frame loop: phonemes, the encoder graph, this
+        family's stepper (`RVQStepper`) and frame decoder (`RVQFrameDecoder`, `mode` resolved
+        as in `generate`), `cs.Generator(seed)`; the guard is the planned frame count.
+        A subclass with its own `generate` (another family) must provide its own `plan`."""
+        cls = type(self)
+        if cls.generate is not ReferenceTTS.generate and cls.plan is ReferenceTTS.plan:
+            raise NotImplementedError(
+                f"plan: {cls.__name__} overrides generate but not plan; streaming needs the "
+                "family's own plan (its stepper, frame decoder and guard as a FramePlan)"
+            )
+        mode = self._mode(mode)
         speaker = speaker or self.meta["default_speaker"]
         lang_id, spk_id = self._ids(language, speaker)
         t0 = time.perf_counter()
@@ -292,39 +301,106 @@ class ReferenceTTS:
                 "speaker": np.array([spk_id], np.int64),
             },
         )
+        return FramePlan(
+            stepper=RVQStepper(self, TemporalStepper(self.temporal, ck, cv, spk_id, frames)),
+            decoder=RVQFrameDecoder(self, frames, mode),
+            generator=cs.Generator(seed),
+            max_frames=frames,
+            phonemes=phonemes,
+            frontend_seconds=time.perf_counter() - t0,
+            mode=mode,
+        )
+
+    def generate(
+        self,
+        text: str,
+        *,
+        language: str = "en",
+        speaker: Optional[str] = None,
+        mode: str = "auto",
+        seed: int = 0,
+        rate: float = 1.0,
+        phonemes: Optional[str] = None,
+        max_frames: int = 1000,
+        progress: bool = False,
+        decode_audio: bool = True,
+    ) -> Synthesis:
+        """Synthesise `text` (or given IPA `phonemes`). mode "ar" or "spec" (the same output
+        law); "auto" = spec where the folder's device_profile.json found that speculation pays
+        on the calibrating machine, else ar (see `speculation_pays`). The result times each
+        stage: frontend (phonemes, encoder graph), temporal, depth loop, vocoder."""
+        plan = self.plan(
+            text,
+            language=language,
+            speaker=speaker,
+            mode=mode,
+            seed=seed,
+            rate=rate,
+            phonemes=phonemes,
+            max_frames=max_frames,
+        )
+        dec, frames = plan.decoder, plan.max_frames
+        bar = None
+        if progress:
+            from codecspec.progress import bar as _bar
+
+            bar = lambda it: _bar(it, desc=f"synth {dec.mode}", total=frames)  # noqa: E731
+        calls0 = self.depth.stats.calls
         t1 = time.perf_counter()
-        codes, depth_s, calls = self._frames(ck, cv, spk_id, frames, mode, seed, progress)
+        loop = run_frame_loop(plan.stepper, dec, plan.generator, frames, bar)
+        codes = loop.codes[0]
         t2 = time.perf_counter()
         wav = self.codec.decode(codes, seed=seed) if decode_audio else None
         return Synthesis(
             codes=codes,
             wav=wav,
             sample_rate=self.codec.cfg.sample_rate,
-            phonemes=phonemes,
-            mode=mode,
-            depth_calls=calls,
+            phonemes=plan.phonemes,
+            mode=dec.mode,
+            depth_calls=self.depth.stats.calls - calls0,
             depth_codes=frames * (codes.shape[1] - 1),
-            depth_seconds=depth_s,
-            temporal_seconds=t2 - t1 - depth_s,
+            depth_seconds=dec.depth_seconds,
+            temporal_seconds=t2 - t1 - dec.depth_seconds,
             decode_seconds=time.perf_counter() - t2,
             frame_rate=self.codec.cfg.frame_rate,
-            frontend_seconds=t1 - t0,
+            frontend_seconds=plan.frontend_seconds,
         )
 
-    def _frames(self, ck, cv, spk_id, frames, mode, seed, progress):
-        """The shared frame loop (`codecspec.decode.frames`) over this family's stepper and
-        frame decoder: (codes, depth seconds, depth calls); the loop's stepper time and the
-        c0 draws count as temporal."""
-        stepper = RVQStepper(self, TemporalStepper(self.temporal, ck, cv, spk_id, frames))
-        decoder = RVQFrameDecoder(self, frames, mode)
-        calls0 = self.depth.stats.calls
-        bar = None
-        if progress:
-            from codecspec.progress import bar as _bar
-
-            bar = lambda it: _bar(it, desc=f"synth {mode}", total=frames)  # noqa: E731
-        loop = run_frame_loop(stepper, decoder, cs.Generator(seed), frames, bar)
-        return loop.codes[0], decoder.depth_seconds, self.depth.stats.calls - calls0
+    def stream(
+        self,
+        text: str,
+        *,
+        language: str = "en",
+        speaker: Optional[str] = None,
+        mode: str = "auto",
+        seed: int = 0,
+        rate: float = 1.0,
+        phonemes: Optional[str] = None,
+        max_frames: int = 1000,
+        chunk_frames: int = DEFAULT_CHUNK_FRAMES,
+        split_sentences: bool = False,
+        **vocoder,
+    ) -> AudioStream:
+        """`generate` as a stream: an `AudioStream` yielding float32 waveform chunks of about
+        `chunk_frames` frames as the frames are produced (the same codes as `generate` for
+        the same arguments; audio within the chunk vocoder's tolerance, docs/streaming.md).
+        `split_sentences`: speak `text` sentence by sentence (each phonemized and synthesised
+        in turn, sentence i with seed + i, `max_frames` per sentence), one continuous stream.
+        `vocoder`: `context_frames`, `crossfade` of `codecspec.codec.streaming.ChunkVocoder`."""
+        return stream_model(
+            self,
+            text,
+            chunk_frames=chunk_frames,
+            split_sentences=split_sentences,
+            seed=seed,
+            vocoder=vocoder,
+            language=language,
+            speaker=speaker,
+            mode=mode,
+            rate=rate,
+            phonemes=phonemes,
+            max_frames=max_frames,
+        )
 
     def _latent(self, frame_codes: np.ndarray) -> np.ndarray:
         return self._books[self._levels, frame_codes].sum(axis=0)

@@ -38,6 +38,7 @@ __all__ = [
     "CLAUSE",
     "tokenize",
     "normalize",
+    "split_sentences",
     "PhonemeVocab",
     "IdTable",
     "Frontend",
@@ -76,6 +77,24 @@ def _detokenize(tokens: Iterable[str]) -> str:
 def normalize(phonemes: str) -> str:
     """The canonical form of a phoneme string: what ``decode(encode(s))`` gives back."""
     return _detokenize(tokenize(phonemes))
+
+
+# a sentence ends at . ! ? or … (with any closing quotes or brackets) before whitespace
+_SENTENCE_END = re.compile(r"(?<=[.!?\u2026])[\"'\u201d\u2019)\]]*\s+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of a text, in order, whitespace-normalised: a sentence ends at ".", "!",
+    "?" or "…" (and any closing quotes/brackets) followed by whitespace. Abbreviations such as
+    "Dr." also end one (a pause there is harmless for speech)."""
+    if not isinstance(text, str):
+        raise ValueError(f"text: expected a str, got {type(text).__name__}")
+    parts, start = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        parts.append(text[start : m.start() + len(m.group().rstrip())])
+        start = m.end()
+    parts.append(text[start:])
+    return [" ".join(p.split()) for p in parts if p.strip()]
 
 
 class PhonemeVocab:

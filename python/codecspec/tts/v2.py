@@ -27,12 +27,14 @@ from codecspec.decode.temporal import Acceptance, TemporalLoop
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session
 from codecspec.tts.model import ReferenceTTS, Synthesis, phonemize
+from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
 from codecspec.tts.text import BOS, EOS, Frontend
 
 __all__ = ["V2TTS", "V2Stepper", "V2FrameDecoder", "V2_FILES", "V2_FORMAT", "default_v2_dir"]
 
 V2_FORMAT = "codecspec-v2-tts/1"
 TEMPORAL_MODES = ("ar", "spec")
+WINDOW_KEY = "codecspec.window"  # step-graph metadata: the window baked into its mask
 V2_FILES = (
     "model.json",
     "codec_v2.npz",
@@ -181,6 +183,7 @@ class V2TTS(ReferenceTTS):
         self.start_token = int(self.meta["temporal_config"]["c0_vocab_size"])
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
         self.temporal = open_session(str(d / "temporal.onnx"), provider=provider, threads=threads)
+        self._check_window(self.temporal, "temporal.onnx")
         self._draft_path = d / "draft_temporal.onnx"
         self._draft = None
         self._session_args = dict(provider=provider, threads=threads)
@@ -190,13 +193,49 @@ class V2TTS(ReferenceTTS):
         self.depth: DepthDecoder = open_depth_decoder(
             d, depth, params=self.params, provider=provider, threads=threads
         )
+        self._trees = {"exact": self.depth.tree}
+        pcg_tree = d / ("tree_pcg.json" if depth == "positional" else "depth_shared.tree_pcg.json")
+        if pcg_tree.is_file():  # each depth decoder has its own calibration
+            self._trees["pcg"] = cs.DraftTree.from_json(pcg_tree.read_text())
+        self._tree_kind = "exact"
 
     @property
     def draft(self):
         """The draft LM's step session (opened on first use)."""
         if self._draft is None:
-            self._draft = open_session(str(self._draft_path), **self._session_args)
+            draft = open_session(str(self._draft_path), **self._session_args)
+            self._check_window(draft, self._draft_path.name)
+            self._check_vocabulary(draft)
+            self._draft = draft
         return self._draft
+
+    def _check_vocabulary(self, draft) -> None:
+        """A draft LM must propose tokens of the target's c0 vocabulary."""
+
+        def vocab(session):
+            return {o.name: o.shape for o in session.get_outputs()}["c0_logits"][-1]
+
+        if vocab(draft) != vocab(self.temporal):
+            raise ValueError(
+                f"model_dir: the draft LM's c0 vocabulary ({vocab(draft)}) differs from the "
+                f"target's ({vocab(self.temporal)})"
+            )
+
+    def _check_window(self, session, name: str) -> None:
+        """ValueError unless the step graph was exported with model.json's window (its
+        metadata) and its ring cache holds at least that many frames."""
+        baked = session.get_modelmeta().custom_metadata_map.get(WINDOW_KEY)
+        capacity = {i.name: i.shape for i in session.get_inputs()}["cache_keys"][3]
+        if baked is not None and int(baked) != self.window:
+            raise ValueError(
+                f"model_dir: {name} attends over a window of {baked} frames, "
+                f"model.json says window {self.window}"
+            )
+        if not isinstance(capacity, int) or capacity < self.window:
+            raise ValueError(
+                f"model_dir: {name}'s cache holds {capacity} frames, "
+                f"fewer than model.json's window {self.window}"
+            )
 
     def expected_frames(self, num_phonemes: int, language: str, rate: float = 1.0) -> float:
         """r * P: the length the rate input announces (the stop head decides the real one)."""
@@ -239,6 +278,14 @@ class V2TTS(ReferenceTTS):
             self._c0_groups[key] = cs.AcousticGroups.from_embeddings(emb, key)
         return self._c0_groups[key]
 
+    def _use_tree(self, depth_mode: str) -> None:
+        """PCG verification runs on the tree calibrated for group-level acceptance
+        (tree_pcg.json) when the folder has one, exact speculation on tree.json."""
+        want = "pcg" if depth_mode == COARSE_MODE and self._trees.get("pcg") else "exact"
+        if want != self._tree_kind:
+            self.depth.set_tree(self._trees[want])
+            self._tree_kind = want
+
     def depth_groups(self, theta: float) -> list:
         """Per-level similarity groups of the codec at cosine θ (for depth mode "pcg")."""
         return [self.codec.groups(k, float(theta)) for k in range(self.codec.n_levels)]
@@ -260,6 +307,7 @@ class V2TTS(ReferenceTTS):
         if temporal not in TEMPORAL_MODES:
             raise ValueError(f"temporal: expected one of {TEMPORAL_MODES}, got {temporal!r}")
         accept = accept if isinstance(accept, Acceptance) else Acceptance(accept or "exact")
+        self._use_tree(depth_mode)
         if depth_mode == COARSE_MODE:
             theta = self.meta.get("pcg_theta", 0.95) if depth_theta is None else depth_theta
             self.depth.set_groups(self.depth_groups(theta))
@@ -284,7 +332,7 @@ class V2TTS(ReferenceTTS):
             depth_mode=depth_mode,
         )
 
-    def generate(
+    def plan(
         self,
         text: str,
         *,
@@ -295,20 +343,13 @@ class V2TTS(ReferenceTTS):
         rate: float = 1.0,
         phonemes: Optional[str] = None,
         max_frames: Optional[int] = None,
-        progress: bool = False,
-        decode_audio: bool = True,
         temporal: str = "ar",
         accept=None,
         draft_len: int = 3,
         depth_theta: Optional[float] = None,
-    ) -> Synthesis:
-        """Synthesise `text` (or IPA `phonemes`) until the stop head ends it or the guard
-        (`max_frames`, default `max_frames_for` the text) does: `Synthesis.hit_max_frames`.
-
-        mode: the depth loop, "ar" / "spec" (same law) / "pcg" (group law at `depth_theta`) /
-        "auto" (spec where calibration found it pays). temporal: "ar" or "spec" (draft LM +
-        one target call per round, `draft_len` drafts, `accept` an `Acceptance` or rule name).
-        """
+    ) -> FramePlan:
+        """One utterance ready to run: phonemes, the encoder graph and the round loop
+        (`plan.frames`, its `TemporalLoop` as `plan.loop`); arguments as in `generate`."""
         if mode == "auto":
             mode = "spec" if self.speculation_pays else "ar"
         if mode not in MODES + (COARSE_MODE,):
@@ -317,7 +358,6 @@ class V2TTS(ReferenceTTS):
         phonemes, ids, _, spk_id, enc = self.encode_text(text, phonemes, language, speaker)
         expected = self.expected_frames(len(ids) - 2, language, rate)
         guard = self.max_frames_for(expected) if max_frames is None else max_frames
-        t1 = time.perf_counter()
         loop = self.temporal_loop(
             enc,
             spk_id,
@@ -328,26 +368,74 @@ class V2TTS(ReferenceTTS):
             depth_mode=mode,
             depth_theta=depth_theta,
         )
-        calls0 = self.depth.stats.calls
-        frames = loop.frames(cs.Generator(seed), guard)
+        g = cs.Generator(seed)
+        label = mode if temporal == "ar" else f"{temporal}-{loop.accept.label}/{mode}"
+        plan = FramePlan(None, None, g, guard, phonemes, time.perf_counter() - t0, label)
+        plan.frames = loop.frames(g, guard)
+        plan.loop = loop
+        return plan
+
+    def stream(
+        self,
+        text: str,
+        *,
+        chunk_frames: int = DEFAULT_CHUNK_FRAMES,
+        split_sentences: bool = False,
+        seed: int = 0,
+        vocoder: Optional[dict] = None,
+        **plan_kwargs,
+    ) -> AudioStream:
+        """`generate` as a stream of float32 waveform chunks (docs/streaming.md); the plan's
+        arguments as in `generate` (the guard per sentence defaults to `max_frames_for`)."""
+        return stream_model(
+            self,
+            text,
+            chunk_frames=chunk_frames,
+            split_sentences=split_sentences,
+            seed=seed,
+            vocoder=vocoder,
+            **plan_kwargs,
+        )
+
+    def generate(
+        self,
+        text: str,
+        *,
+        progress: bool = False,
+        decode_audio: bool = True,
+        **plan_kwargs,
+    ) -> Synthesis:
+        """Synthesise `text` (or IPA `phonemes`) until the stop head ends it or the guard
+        (`max_frames`, default `max_frames_for` the text) does: `Synthesis.hit_max_frames`.
+
+        Keywords (`plan`): language, speaker, seed, rate, phonemes, max_frames; mode: the depth
+        loop, "ar" / "spec" (same law) / "pcg" (group law at `depth_theta`) / "auto" (spec
+        where calibration found it pays); temporal: "ar" or "spec" (draft LM + one target call
+        per round, `draft_len` drafts, `accept` an `Acceptance` or a rule name)."""
+        t0 = time.perf_counter()
+        plan = self.plan(text, **plan_kwargs)
+        t1 = time.perf_counter()
+        loop, calls0 = plan.loop, self.depth.stats.calls
+        frames = plan.frames
         if progress:
             from codecspec.progress import bar
 
-            frames = bar(frames, desc=f"synth v2 {temporal}/{mode}", total=guard)
+            frames = bar(frames, desc=f"synth v2 {plan.mode}", total=plan.max_frames)
         codes, stopped = [], False
         for c, stop, _ in frames:
             codes.append(c)
             stopped = stop
         codes = np.stack(codes)
         t2 = time.perf_counter()
+        seed = plan_kwargs.get("seed", 0)
         wav = self.codec.decode(codes, seed=seed) if decode_audio else None
         st = loop.stats
         return Synthesis(
             codes=codes,
             wav=wav,
             sample_rate=self.codec.sample_rate,
-            phonemes=phonemes,
-            mode=mode if temporal == "ar" else f"{temporal}-{loop.accept.label}/{mode}",
+            phonemes=plan.phonemes,
+            mode=plan.mode,
             depth_calls=self.depth.stats.calls - calls0,
             depth_codes=len(codes) * (codes.shape[1] - 1),
             depth_seconds=st.depth_seconds,
@@ -356,6 +444,6 @@ class V2TTS(ReferenceTTS):
             frame_rate=self.codec.frame_rate,
             frontend_seconds=t1 - t0,
             hit_max_frames=not stopped,
-            max_frames=guard,
+            max_frames=plan.max_frames,
             temporal_stats=st,
         )

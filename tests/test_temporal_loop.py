@@ -1,0 +1,253 @@
+"""The temporal speculation loop (`codecspec.decode.temporal`) on a tiny v2 model folder.
+
+Laws are tested by histograms over many short utterances (the stop head disabled, so every
+utterance has F frames): per frame position, the c0 law (exact) or the c0 group law (PCG) of
+speculative decoding must match autoregressive decoding, and a deliberately broken verifier
+(accept every draft: the draft LM's law) must be caught by the same test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import codecspec as cs
+from codecspec.decode.temporal import Acceptance, TemporalLoop, expected_tokens_per_call
+from codecspec.fidelity import homogeneity_pvalue
+from codecspec.tts.v2 import V2TTS
+
+FIXTURE = Path(__file__).parent / "data" / "tiny_v2"  # see tests/test_v2_runtime.py
+V2_CODES = 32
+
+F = 3  # frames per utterance in the law tests
+RUNS = 800
+BROKEN_RUNS = 300  # the broken verifier's departure is large: fewer runs catch it
+PHONEMES = "həlˈoʊ wˈɜːld"
+P_MIN = 1e-4  # smallest p-value a correct sampler may show over these few positions
+
+
+@pytest.fixture(scope="module")
+def ar_codes(tts):
+    """AR codes of RUNS utterances, shared by the law tests."""
+    return _run(tts, temporal="ar")[0]
+
+
+@pytest.fixture(scope="module")
+def tts():
+    """Peaked laws (scaled heads) and a stop head that never fires."""
+    t = V2TTS(FIXTURE, provider="cpu", threads=1)
+    t.params = cs.SamplingParams(1.0, 0, 1.0)  # the full law: no top-k cut
+    t.depth.params = t.params
+    return t
+
+
+def _encoded(tts):
+    _, ids, _, spk, enc = tts.encode_text(None, PHONEMES, "en", None)
+    return enc, spk, tts.expected_frames(len(ids) - 2, "en")
+
+
+def _loop(tts, enc, spk, expected, **kw):
+    kw.setdefault("depth_mode", "ar")
+    return tts.temporal_loop(enc, spk, expected, **kw)
+
+
+def _run(tts, runs=RUNS, broken=False, **kw):
+    """codes [runs, F, G] and (pcg) emitted groups [runs, F]."""
+    enc, spk, expected = _encoded(tts)
+    codes, groups = [], []
+    for seed in range(runs):
+        loop = _loop(tts, enc, spk, expected, **kw)
+        if broken:
+            loop._verify = _accept_everything.__get__(loop)
+        frames = [c for c, _, _ in loop.frames(cs.Generator(seed), F)]
+        codes.append(np.stack(frames))
+        groups.append(loop.stats.groups)
+    return np.stack(codes), groups
+
+
+class _Accepted:
+    def __init__(self, tokens, groups):
+        self.tokens, self.num_accepted, self.groups = tokens, len(tokens) - 1, groups
+
+
+def _accept_everything(self, logits, tokens, probs, g):
+    """A broken verifier: every draft accepted, then a bonus token from the target's last row:
+    the emitted law is the draft LM's."""
+    bonus = int(cs.sample(logits[len(tokens)], self.params, g))
+    out = np.append(np.asarray(tokens, np.int32), bonus)
+    grp = None
+    if self.c0_groups is not None:
+        grp = np.array([self.c0_groups.groups_of(int(t))[0] for t in out], np.int32)
+    return _Accepted(out, grp)
+
+
+def _c0_pvalues(a, b) -> list:
+    return [
+        homogeneity_pvalue(
+            np.bincount(a[:, f, 0], minlength=V2_CODES), np.bincount(b[:, f, 0], minlength=V2_CODES)
+        )
+        for f in range(F)
+    ]
+
+
+def test_a_draft_equal_to_the_target_is_always_accepted(tts):
+    enc, spk, expected = _encoded(tts)
+    for n in (1, 3):
+        loop = TemporalLoop(
+            tts.stepper(enc, spk, expected),
+            tts.stepper(enc, spk, expected),  # the target's own graph as the draft
+            tts.depth,
+            tts.params,
+            draft_len=n,
+        )
+        frames = list(loop.frames(cs.Generator(7), 4 * (n + 1)))
+        assert len(frames) == 4 * (n + 1)
+        st = loop.stats
+        assert st.acceptance == 1.0 and st.accepted == st.drafted > 0
+        assert st.tokens_per_call == n + 1
+        assert st.target_calls == 4
+
+
+def test_ar_is_the_zero_draft_case_of_the_same_loop(tts):
+    enc, spk, expected = _encoded(tts)
+    loop = _loop(tts, enc, spk, expected, temporal="ar")
+    frames = list(loop.frames(cs.Generator(3), 5))
+    assert loop.draft is None and loop.draft_len == 0
+    assert loop.stats.target_calls == 5 and loop.stats.tokens_per_call == 1.0
+    # the same seed gives the same codes through generate()
+    s = tts.generate("", phonemes=PHONEMES, seed=3, max_frames=5, mode="ar", decode_audio=False)
+    np.testing.assert_array_equal(s.codes, np.stack([c for c, _, _ in frames]))
+
+
+def test_exact_temporal_and_depth_speculation_keep_the_ar_law(tts, ar_codes):
+    ar = ar_codes
+    sp, _ = _run(tts, temporal="spec", draft_len=2, depth_mode="spec")
+    p_c0 = _c0_pvalues(ar, sp)
+    # a depth level of every frame position, pooled: the depth loop's law under both loops
+    p_depth = [
+        homogeneity_pvalue(
+            np.bincount(ar[:, :, lv].ravel(), minlength=V2_CODES),
+            np.bincount(sp[:, :, lv].ravel(), minlength=V2_CODES),
+        )
+        for lv in (1, 8, 15)
+    ]
+    assert min(p_c0 + p_depth) > P_MIN, (p_c0, p_depth)
+    broken, _ = _run(tts, runs=BROKEN_RUNS, broken=True, temporal="spec", draft_len=2)
+    p_broken = _c0_pvalues(ar, broken)
+    assert min(p_broken[1:]) < 1e-6, p_broken  # frame 0 is the target's in both
+
+
+def test_pcg_loop_keeps_the_group_law_of_c0(tts, ar_codes):
+    theta = 0.3
+    grp = tts.c0_groups(theta)
+    sizes = [len(grp.members(k)) for k in range(grp.num_groups)]
+    assert max(sizes) > 1  # non-trivial groups, or the test would be the exact one
+    rng = np.random.default_rng(0)
+
+    def ar_groups(codes):  # a group per AR token: uniform over the groups holding it
+        return np.array(
+            [[rng.choice(grp.groups_of(int(t))) for t in row] for row in codes[:, :, 0]]
+        )
+
+    ar = ar_codes
+    pcg, groups = _run(tts, temporal="spec", draft_len=2, accept=Acceptance("pcg", theta=theta))
+    ga, gp = ar_groups(ar), np.array(groups)
+    assert gp.shape == (RUNS, F)
+    pv = [
+        homogeneity_pvalue(
+            np.bincount(ga[:, f], minlength=grp.num_groups),
+            np.bincount(gp[:, f], minlength=grp.num_groups),
+        )
+        for f in range(F)
+    ]
+    assert min(pv) > P_MIN, pv
+    # every emitted token lies in its emitted group
+    for row_c, row_g in zip(pcg[:, :, 0], gp):
+        for t, g in zip(row_c, row_g):
+            assert t in grp.members(int(g))
+    _, bg = _run(
+        tts,
+        runs=BROKEN_RUNS,
+        broken=True,
+        temporal="spec",
+        draft_len=2,
+        accept=Acceptance("pcg", theta=theta),
+    )
+    bg = np.array(bg)
+    pb = [
+        homogeneity_pvalue(
+            np.bincount(ga[:, f], minlength=grp.num_groups),
+            np.bincount(bg[:, f], minlength=grp.num_groups),
+        )
+        for f in range(1, F)
+    ]
+    assert min(pb) < 1e-6, pb
+
+
+def test_ssd_accepts_more_and_says_it_is_lossy(tts):
+    exact, _ = _run(tts, runs=150, temporal="spec", draft_len=3)
+    enc, spk, expected = _encoded(tts)
+    acc = {}
+    for beta in (0.0, 0.5):
+        loop = _loop(tts, enc, spk, expected, temporal="spec", accept=Acceptance("ssd", beta=beta))
+        for seed in range(150):
+            loop = _loop(
+                tts, enc, spk, expected, temporal="spec", accept=Acceptance("ssd", beta=beta)
+            )
+            list(loop.frames(cs.Generator(seed), 9))
+            acc.setdefault(beta, []).append(loop.stats.acceptance)
+    assert np.mean(acc[0.5]) > np.mean(acc[0.0]) + 0.05
+    assert Acceptance("ssd", beta=0.5).label == "ssd(beta=0.5)"
+
+
+def test_expected_tokens_per_call():
+    assert expected_tokens_per_call(0.0, 3) == 1.0
+    assert expected_tokens_per_call(1.0, 3) == 4.0
+    assert abs(expected_tokens_per_call(0.5, 2) - 1.75) < 1e-12
+
+
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        (dict(rule="greedy"), "accept"),
+        (dict(rule="ssd", beta=1.5), "beta"),
+        (dict(rule="ssd", beta=float("nan")), "beta"),
+        (dict(rule="ssd", beta=-0.1), "beta"),
+        (dict(rule="pcg", theta=None), "theta"),
+        (dict(rule="pcg", theta=-1.0), "theta"),
+        (dict(rule="pcg", theta=1.5), "theta"),
+        (dict(rule="pcg", theta=float("nan")), "theta"),
+    ],
+)
+def test_bad_acceptance_names_the_argument(kw, name):
+    with pytest.raises(ValueError, match=name):
+        Acceptance(**kw)
+
+
+def test_bad_loop_arguments_name_the_argument(tts):
+    enc, spk, expected = _encoded(tts)
+    t, d = tts.stepper(enc, spk, expected), tts.stepper(enc, spk, expected, draft=True)
+    for bad in (-1, True, 2.0):
+        with pytest.raises(ValueError, match="draft_len"):
+            TemporalLoop(t, d, tts.depth, tts.params, draft_len=bad)
+    with pytest.raises(ValueError, match="draft_len"):  # beyond the ring cache's slack
+        TemporalLoop(t, d, tts.depth, tts.params, draft_len=100)
+    with pytest.raises(ValueError, match="draft"):
+        TemporalLoop(t, None, tts.depth, tts.params, draft_len=2)
+    with pytest.raises(ValueError, match="c0_groups"):
+        TemporalLoop(t, d, tts.depth, tts.params, accept=Acceptance("pcg", theta=0.5))
+    other = cs.AcousticGroups.from_members([[t] for t in range(V2_CODES + 3)], V2_CODES + 3)
+    with pytest.raises(ValueError, match="c0_groups"):
+        TemporalLoop(
+            t, d, tts.depth, tts.params, accept=Acceptance("pcg", theta=0.5), c0_groups=other
+        )
+    loop = TemporalLoop(t, d, tts.depth, tts.params)
+    for bad in (0, -3, True):
+        with pytest.raises(ValueError, match="max_frames"):
+            list(loop.frames(cs.Generator(0), bad))
+    with pytest.raises(ValueError, match="temporal"):
+        tts.generate("", phonemes=PHONEMES, temporal="tree")
+    with pytest.raises(ValueError, match="mode"):
+        tts.depth.decode_frame(np.zeros(32, np.float32), 0, cs.Generator(0), "pcg-ish")
