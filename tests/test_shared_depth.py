@@ -259,3 +259,36 @@ def test_cli_bench_chooses_the_depth_decoder(tmp_path, capsys):
     # --depth on a family without a shared decoder
     assert main(["bench", "--model", "reference", "--depth", "shared", "--no-pipeline"]) == 2
     assert "depth" in capsys.readouterr().err
+
+
+def test_v2_model_runs_either_depth_decoder(tmp_path, capsys):
+    """The checked-in tiny v2 folder plus a shared decoder: AR synthesis draws the same number
+    of times per frame with either decoder, so c0 (which alone drives the temporal LM) is the
+    same and only c1.. differ; speculation runs on the shared one; synth --depth picks it."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from codecspec.cli import main
+    from codecspec.tts.v2 import V2TTS
+
+    fixture = Path(__file__).parent / "data" / "tiny_v2"
+    d = tmp_path / "v2"
+    shutil.copytree(fixture, d)
+    c = DepthDecoderConfig.from_dict(json.loads((d / "model.json").read_text())["depth_config"])
+    save_shared(d / SHARED_FILE, c, sticky_shared(c), share_c0=True, level_embeddings=True)
+    (d / SHARED_TREE).write_text(cs.DraftTree.from_paths([(0,), (1,), (0, 0)]).to_json())
+    phon = "həlˈoʊ wˈɜːld"
+    run = dict(phonemes=phon, seed=4, max_frames=9, decode_audio=False)
+    pos = V2TTS(d, provider="cpu").generate("", mode="ar", **run)
+    tts = V2TTS(d, provider="cpu", depth="shared")
+    assert tts.depth_kind == "shared" and tts.depth.tree.num_nodes == 4
+    sh = tts.generate("", mode="ar", **run)
+    np.testing.assert_array_equal(sh.codes[:, 0], pos.codes[:, 0])
+    assert not np.array_equal(sh.codes[:, 1:], pos.codes[:, 1:])
+    spec = tts.generate("", mode="spec", **run)
+    assert spec.codes.shape == (9, 16) and spec.tokens_per_call > 1.0
+    out = tmp_path / "o.wav"
+    argv = ["synth", "--phonemes", phon, "--model", str(d), "--max-frames", "6", "-o", str(out)]
+    assert main(argv + ["--depth", "shared", "--json", "--threads", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["frames"] == 6 and out.is_file()
