@@ -3,6 +3,7 @@
     python models/recipe/v2.py codec                 # ~/.cache/codecspec/v2/codec (~1 min)
     python models/recipe/v2.py train --minutes 70    # ~/.cache/codecspec/v2/train/ckpt.pt
     python models/recipe/v2.py ship                  # python/codecspec/models/v2
+    python models/recipe/v2.py shared-depth --minutes 10   # + the shared depth decoder
 
 `train` is resumable: run the same command again (on this machine, or on a fresh one with the
 corpus rebuilt by corpus.py and the checkpoint folder copied) and it continues from the last
@@ -516,6 +517,295 @@ def cmd_ship(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- shared depth decoder
+def _export_positional(depth_model, out: Path) -> dict:
+    """depth.onnx (float16 storage) + depth.heads.npy as `ship.export_graphs` writes them."""
+    from codecspec.graphs import build_depth_graph, save_model
+    from codecspec.graphs.storage import round_bf16_exact, store_float16
+    from codecspec.train.tts_torch import depth_weights
+
+    out.mkdir(parents=True, exist_ok=True)
+    w = depth_weights(depth_model)
+    w["heads"] = round_bf16_exact(w["heads"], "heads")
+    graph = store_float16(build_depth_graph(depth_model.c, w, variant="cpu", heads="hidden"))
+    save_model(graph, out / "depth.onnx")
+    np.save(out / "depth.heads.npy", w["heads"].astype(np.float16))
+    return {f: (out / f).stat().st_size for f in ("depth.onnx", "depth.heads.npy")}
+
+
+def _trained_depth(kind: str, cache: Path, steps: int, key: dict, train, held, args):
+    """A depth decoder trained on frozen h_t for `steps` steps (reused from `cache` when the
+    checkpoint step, budget and seed match)."""
+    import torch
+
+    from codecspec.train.depth_train import train_depth
+    from codecspec.train.tts_torch import DepthModel, SharedDepthModel
+    from codecspec.train.tts_train import reference_depth_config
+
+    torch.manual_seed(args.seed)
+    if kind == "shared":
+        model = SharedDepthModel(
+            reference_depth_config(1024, num_layers=args.shared_layers),
+            level_embeddings=args.level_embeddings,
+        )
+    else:
+        model = DepthModel(reference_depth_config(1024))
+    key = dict(key, kind=kind, steps=steps, level_embeddings=args.level_embeddings)
+    path = cache / f"{kind}.pt"
+    if path.is_file():
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+        if ck.get("key") == key:
+            model.load_state_dict(ck["state_dict"])
+            log(f"{kind}: reusing {path} ({ck['train']['seconds']} s of training)")
+            return model.eval(), ck["train"]
+    log(f"training the {kind} depth decoder: {steps} steps of {args.batch} frames")
+    info = train_depth(
+        model, *train, steps=steps, batch=args.batch, lr=args.lr, seed=args.seed, progress=True
+    )
+    info["train_loss_last50"] = float(np.mean(info.pop("train_loss")[-50:]))
+    cache.mkdir(parents=True, exist_ok=True)
+    torch.save({"key": key, "state_dict": model.state_dict(), "train": info}, path)
+    return model.eval(), info
+
+
+def _step_seconds(args, train) -> float:
+    """Seconds per training step of the shared decoder on this machine (3 timed steps)."""
+    import torch
+
+    from codecspec.train.depth_train import train_depth
+    from codecspec.train.tts_torch import SharedDepthModel
+    from codecspec.train.tts_train import reference_depth_config
+
+    m = SharedDepthModel(reference_depth_config(1024, num_layers=args.shared_layers))
+    train_depth(m, *train, steps=1, batch=args.batch)  # warm-up
+    t0 = time.monotonic()
+    train_depth(m, *train, steps=3, batch=args.batch)
+    del m, torch
+    return (time.monotonic() - t0) / 3
+
+
+def _measure_decoder(name, make_decoder, graph_path, heads, calib_dir, hiddens, c0s, args):
+    """Calibrate into `calib_dir` (None: skip) and bench one decoder."""
+    from ship import SAMPLING
+
+    import codecspec as cs
+    from codecspec.train.calibrate import calibrate
+    from codecspec.tts.bench import bench_decoder
+
+    params = cs.SamplingParams(**SAMPLING)
+    profile = None
+    if calib_dir is not None:
+        log(f"{name}: calibrating (offsets, acceptance, latency, tree)")
+        res = calibrate(
+            graph_path,
+            calib_dir,
+            inputs=(hiddens, c0s),
+            frames=args.calib_frames,
+            budgets=(1, 2, 4, 8, 16, 32),
+            params=params,
+            threads=args.threads,
+            seed=args.seed,
+            heads=heads,
+            save_beside_model=False,
+            plots=False,
+            progress=False,
+        )
+        profile = res.profile
+    if make_decoder is None:
+        return profile, None
+    dec = make_decoder(params)
+    log(f"{name}: bench, {args.bench_frames} frames AR vs spec")
+    bench = bench_decoder(
+        dec, hiddens, c0s, args.bench_frames, seed=args.seed, params=params, progress=False
+    )
+    return profile, bench
+
+
+def cmd_shared_depth(args) -> int:
+    """Train the shared depth decoder (and a per-position one on the same frozen h_t and
+    budget), export it into the model folder, calibrate, and compare side by side with the
+    per-position decoders (the jointly trained one `ship` ships, and the same-budget one)."""
+    import shutil
+    import tempfile
+
+    import torch
+
+    import codecspec as cs
+    from codecspec.decode import DepthDecoder
+    from codecspec.decode.shared_depth import (
+        SHARED_FILE,
+        SHARED_OFFSETS,
+        SHARED_PROFILE,
+        SHARED_TREE,
+        shared_decoder_from_dir,
+    )
+    from codecspec.graphs import save_model
+    from codecspec.graphs.shared import build_shared_graph, load_shared, save_shared
+    from codecspec.train.depth_train import heldout_cross_entropy
+    from codecspec.tts.dataset import TTSDataset
+
+    torch.set_num_threads(args.threads)
+    t0 = time.monotonic()
+    corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
+    out = Path(args.model_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = Path(args.cache).expanduser() if args.cache else work / "shared_depth"
+    cache.mkdir(parents=True, exist_ok=True)
+    src = Path(args.checkpoint).expanduser() if args.checkpoint else work / "train" / "ckpt.pt"
+    with tempfile.TemporaryDirectory() as tmp:  # the checkpoint is rewritten while training
+        shutil.copy(src, Path(tmp) / "ckpt.pt")
+        model, ck = load_checkpoint(Path(tmp) / "ckpt.pt")
+    codes = work / "codec" / "codes.npz"
+    train_ds = TTSDataset(corpus, codes, "train")
+    held_ds = TTSDataset(corpus, codes, "test", frontend=train_ds.frontend)
+    log(f"teacher-forced h_t of checkpoint step {ck.get('step')}")
+    train = teacher_forced(model, train_ds, args.train_frames, args.seed + 1)
+    held = teacher_forced(model, held_ds, args.frames, args.seed)
+    joint = model.depth.eval()
+    del model
+
+    steps = args.steps or max(1, int(args.minutes * 60 / _step_seconds(args, train)))
+    key = {"ckpt_step": ck.get("step"), "train_frames": len(train[0]), "seed": args.seed}
+    key |= {"batch": args.batch, "lr": args.lr, "shared_layers": args.shared_layers}
+    shared, shared_info = _trained_depth("shared", cache, steps, key, train, held, args)
+    positional, pos_info = _trained_depth("positional", cache, steps, key, train, held, args)
+
+    # frames as frames.npz ships them (float16 h_t)
+    hiddens = held[0].astype(np.float16).astype(np.float32)
+    real = held[1]
+    c0s = real[:, 0]
+    ce = {
+        "shared": heldout_cross_entropy(shared, hiddens, real),
+        "positional_same_budget": heldout_cross_entropy(positional, hiddens, real),
+        "positional_joint": heldout_cross_entropy(joint, hiddens, real),
+    }
+
+    # export: the shared weights once, into the model folder; the graph is built from them
+    save_shared(
+        out / SHARED_FILE,
+        shared.c,
+        shared.shared_arrays(),
+        share_c0=shared.share_c0,
+        level_embeddings=shared.has_level,
+    )
+    spec, arrays = load_shared(out / SHARED_FILE)
+    t1 = time.monotonic()
+    graph, heads = build_shared_graph(spec, arrays)
+    build_s = time.monotonic() - t1
+    sgraph = cache / "shared" / "depth_shared.onnx"  # calibration input only, not shipped
+    save_model(graph, sgraph)
+    np.save(sgraph.with_name("depth_shared.heads.npy"), heads.astype(np.float16))
+    ce_onnx = _graph_ce(sgraph, heads, hiddens, real)
+
+    if not (out / "frames.npz").is_file():  # what `codecspec bench` decodes
+        n = min(1024, len(c0s))
+        np.savez_compressed(out / "frames.npz", hiddens=held[0][:n].astype(np.float16), c0s=c0s[:n])
+    report = {
+        "checkpoint": str(src),
+        "checkpoint_step": ck.get("step"),
+        "train_frames": len(train[0]),
+        "heldout_frames": len(real),
+        "budget": {"steps": steps, "batch": args.batch, "minutes_requested": args.minutes},
+        "graph_build_seconds": round(build_s, 3),
+        "shared_heldout_ce_onnx_per_level": [round(float(x), 4) for x in ce_onnx],
+    }
+    rows = {}
+
+    def open_shared(p):
+        return shared_decoder_from_dir(out, params=p, provider="cpu", threads=args.threads)
+
+    calib = cache / "shared" / "calibration"
+    prof, _ = _measure_decoder("shared", None, sgraph, heads, calib, hiddens, c0s, args)
+    for src, dst in (
+        ("offsets.npy", SHARED_OFFSETS),
+        ("tree.json", SHARED_TREE),
+        ("device_profile.json", SHARED_PROFILE),
+    ):
+        shutil.copy(calib / src, out / dst)
+    _, bench = _measure_decoder("shared", open_shared, None, None, None, hiddens, c0s, args)
+    nbytes = (out / SHARED_FILE).stat().st_size
+    rows["shared"] = _row(shared, shared_info, nbytes, ce["shared"], prof, bench)
+
+    shipped = ("depth.onnx", "depth.heads.npy", "offsets.npy", "tree.json", "device_profile.json")
+    for name, m, info in (
+        ("positional_joint", joint, {"note": "trained jointly with the temporal LM"}),
+        ("positional_same_budget", positional, pos_info),
+    ):
+        if name == "positional_joint" and all((out / f).is_file() for f in shipped):
+            d, calib = out, None  # the folder's own (shipped) per-position decoder
+            prof = json.loads((out / "device_profile.json").read_text())
+        else:
+            d, calib = cache / name, cache / name / "calibration"
+            _export_positional(m, d)
+        nbytes = sum((d / f).stat().st_size for f in ("depth.onnx", "depth.heads.npy"))
+
+        def open_positional(p, d=d, calib=calib):
+            kw = {}
+            if calib is not None:
+                kw["offsets"] = np.load(calib / "offsets.npy")
+                kw["tree"] = cs.DraftTree.from_json((calib / "tree.json").read_text())
+            return DepthDecoder.from_dir(d, params=p, provider="cpu", threads=args.threads, **kw)
+
+        if calib is not None:
+            prof, _ = _measure_decoder(
+                name, None, d / "depth.onnx", None, calib, hiddens, c0s, args
+            )
+        _, bench = _measure_decoder(name, open_positional, None, None, None, hiddens, c0s, args)
+        rows[name] = _row(m, info, nbytes, ce[name], prof, bench)
+    report["decoders"] = rows
+    sh, pj, pb = rows["shared"], rows["positional_joint"], rows["positional_same_budget"]
+    report["ratios"] = {
+        "parameters_shared_over_positional": sh["parameters"] / pj["parameters"],
+        "bytes_shared_over_positional": sh["bytes"] / pj["bytes"],
+        "ce_shared_over_same_budget": sh["heldout_ce_mean"] / pb["heldout_ce_mean"],
+        "ce_shared_over_joint": sh["heldout_ce_mean"] / pj["heldout_ce_mean"],
+        "tokens_per_call_shared_over_same_budget": sh["tokens_per_call"] / pb["tokens_per_call"],
+    }
+    report["seconds"] = round(time.monotonic() - t0, 1)
+    (out / "shared_depth_report.json").write_text(json.dumps(report, indent=1))
+    log(f"side by side -> {out / 'shared_depth_report.json'}: {report['ratios']}")
+    return 0
+
+
+def _row(model, info, nbytes, ce_levels, profile, bench) -> dict:
+    from codecspec.train.depth_train import count_parameters
+
+    prof = profile or {}
+    return {
+        "parameters": count_parameters(model),
+        "bytes": int(nbytes),
+        "train": info,
+        "heldout_ce_per_level": [round(float(x), 4) for x in ce_levels],
+        "heldout_ce_mean": float(np.mean(ce_levels)),
+        "tokens_per_call_simulated": prof.get("simulated_tokens_per_call"),
+        "speedup_simulated": prof.get("simulated_speedup"),
+        "chosen_budget": prof.get("chosen_budget"),
+        "tree_nodes": bench["tree_nodes"],
+        "tokens_per_call": bench["tokens_per_call"],
+        "speedup": bench["speedup"],
+        "ar_ms_per_frame": bench["ar_ms_per_frame"],
+        "spec_ms_per_frame": bench["spec_ms_per_frame"],
+        "ideal_speedup": bench["ideal_speedup"],
+        "fidelity_min_p": bench["fidelity_min_p"],
+    }
+
+
+def _graph_ce(graph, heads, hiddens, real) -> np.ndarray:
+    """Held-out CE per level of an ONNX depth graph with host heads (teacher-forced)."""
+    from codecspec.runtime.depth_graph import DepthGraph
+    from codecspec.train.data import teacher_forced_hidden
+
+    g = DepthGraph(graph, "cpu", 1)
+    z = teacher_forced_hidden(g, hiddens, real[:, 0], real, progress=False)
+    ce = []
+    for lvl in range(heads.shape[0]):
+        lg = z[:, lvl + 1] @ heads[lvl].T
+        lg = lg - lg.max(1, keepdims=True)
+        lse = np.log(np.exp(lg).sum(1))
+        ce.append(float(np.mean(lse - lg[np.arange(len(lg)), real[:, lvl + 1]])))
+    return np.array(ce)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default="~/.cache/codecspec/corpus")
@@ -551,6 +841,30 @@ def main(argv=None) -> int:
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(fn=cmd_ship)
+    d = sub.add_parser(
+        "shared-depth", help="train + ship the shared-parameter depth decoder, side by side"
+    )
+    d.add_argument("--model-dir", default=str(SHIP_DIR), help="where depth_shared.* go")
+    d.add_argument("--checkpoint", default=None, help="default: <work>/train/ckpt.pt")
+    d.add_argument("--cache", default=None, help="trained decoders (default <work>/shared_depth)")
+    d.add_argument("--minutes", type=float, default=10.0, help="shared decoder training time")
+    d.add_argument("--steps", type=int, default=None, help="training steps (overrides minutes)")
+    d.add_argument("--batch", type=int, default=256, help="frames per step")
+    d.add_argument("--lr", type=float, default=1.5e-3)
+    d.add_argument("--shared-layers", type=int, default=2)
+    d.add_argument(
+        "--level-embeddings",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a learned vector per level added to the shared code embedding",
+    )
+    d.add_argument("--train-frames", type=int, default=60000, help="teacher-forced frames")
+    d.add_argument("--frames", type=int, default=4096, help="held-out frames (CE, calibration)")
+    d.add_argument("--calib-frames", type=int, default=1024)
+    d.add_argument("--bench-frames", type=int, default=300)
+    d.add_argument("--threads", type=int, default=1)
+    d.add_argument("--seed", type=int, default=0)
+    d.set_defaults(fn=cmd_shared_depth)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -36,9 +36,11 @@ __all__ = [
     "TemporalConfig",
     "TemporalModel",
     "DepthModel",
+    "SharedDepthModel",
     "TTSModel",
     "fourier",
     "depth_weights",
+    "depth_loss",
     "export_onnx",
 ]
 
@@ -333,6 +335,106 @@ class DepthModel(nn.Module):
         return torch.einsum("njh,jvh->njv", z, self.heads)
 
 
+class SharedDepthModel(nn.Module):
+    """The depth decoder with every parameter shared across RVQ levels (tied weights of the
+    DepthModel layout, `codecspec.graphs.shared`): one input table (c0 too with share_c0),
+    one LM head, `c.num_layers` layers; the level comes from RoPE at its position and, with
+    level_embeddings, a learned vector per level added to the code embedding.
+
+    forward() computes exactly what DepthModel computes with the expanded weights
+    (`expanded()`), which is what `depth_weights` exports."""
+
+    def __init__(self, c: DepthDecoderConfig, share_c0: bool = True, level_embeddings: bool = True):
+        super().__init__()
+        from codecspec.graphs.shared import shared_shapes
+
+        shared_shapes(c, share_c0, level_embeddings)  # validates the combination
+        self.c, self.share_c0, self.has_level = c, bool(share_c0), bool(level_embeddings)
+        H, V, G = c.hidden_size, c.codebook_size, c.num_codebooks
+        self.table = nn.Parameter(torch.randn(V, H) * 0.02)
+        if not share_c0:
+            self.c0_embedding = nn.Parameter(torch.randn(c.c0_vocab_size, H) * 0.02)
+        if level_embeddings:  # levels 0..G-2 (c_{G-1} is never an input)
+            self.level_embeddings = nn.Parameter(torch.zeros(G - 1, H))
+        self.layers = nn.ModuleList(DepthLayer(c) for _ in range(c.num_layers))
+        self.final_norm = RMSNorm(H, c.rms_norm_eps)
+        self.head = nn.Parameter(torch.randn(V, H) * 0.02)
+        inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2).double() / c.head_dim))
+        ang = torch.arange(G).double()[:, None] * inv[None, :]
+        emb = torch.cat([ang, ang], dim=-1)
+        self.register_buffer("cos", emb.cos().float(), persistent=False)
+        self.register_buffer("sin", emb.sin().float(), persistent=False)
+
+    def _levels(self) -> torch.Tensor:
+        G, H = self.c.num_codebooks, self.c.hidden_size
+        if self.has_level:
+            return self.level_embeddings
+        return torch.zeros(G - 1, H, device=self.table.device)
+
+    def expanded(self) -> dict:
+        """The DepthModel tensors these parameters tie: c0_embedding [C0, H],
+        code_embeddings [G-1, V, H], heads [G-1, V, H]."""
+        G = self.c.num_codebooks
+        lv = self._levels()
+        c0 = self.table if self.share_c0 else self.c0_embedding
+        tail = torch.cat([lv[1:], torch.zeros_like(lv[:1])])
+        return {
+            "c0_embedding": c0 + lv[0],
+            "code_embeddings": self.table[None] + tail[:, None, :],
+            "heads": self.head[None].expand(G - 1, -1, -1),
+        }
+
+    def forward(self, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """Logits [N, G-1, V] of c1..c_{G-1} given h_t [N, H] and teacher codes [N, G]."""
+        G = self.c.num_codebooks
+        lv = self._levels()
+        c0_table = self.table if self.share_c0 else self.c0_embedding
+        x0 = c0_table[codes[:, 0]] + lv[0]
+        rows = self.table[codes[:, 1 : G - 1]] + lv[1:]  # [N, G-2, H]
+        x = torch.cat([hidden[:, None], x0[:, None], rows], dim=1)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin)
+        return self.final_norm(x)[:, 1:] @ self.head.T
+
+    def shared_arrays(self) -> dict:
+        """The shared tensors under `codecspec.graphs.shared` names (float32 numpy)."""
+
+        def t(x: torch.Tensor) -> np.ndarray:
+            return x.detach().cpu().float().numpy()
+
+        out = {
+            "table": t(self.table),
+            "head": t(self.head),
+            "final_norm": t(self.final_norm.weight),
+        }
+        if not self.share_c0:
+            out["c0_embedding"] = t(self.c0_embedding)
+        if self.has_level:
+            out["level_embeddings"] = t(self.level_embeddings)
+        for i, layer in enumerate(self.layers):
+            for name in ("input_norm", "q_norm", "k_norm", "post_norm"):
+                out[f"layers.{i}.{name}"] = t(getattr(layer, name).weight)
+            for name in (
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ):
+                out[f"layers.{i}.{name}"] = t(getattr(layer, name).weight)
+        return out
+
+
+def depth_loss(model: nn.Module, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """Per-frame, per-level cross-entropy [N, G-1] of a DepthModel or SharedDepthModel."""
+    dl = model(hidden, codes)
+    return F.cross_entropy(
+        dl.reshape(-1, dl.shape[-1]), codes[:, 1:].reshape(-1), reduction="none"
+    ).view(len(codes), -1)
+
+
 class TTSModel(nn.Module):
     def __init__(self, tcfg: TemporalConfig, dcfg: DepthDecoderConfig):
         super().__init__()
@@ -369,15 +471,24 @@ class TTSModel(nn.Module):
 
 # ---------------------------------------------------------------------- export
 def depth_weights(model: DepthModel, offsets: Optional[np.ndarray] = None) -> DepthDecoderWeights:
-    """The depth decoder's tensors under codecspec's names (zero draft offsets by default)."""
+    """The depth decoder's tensors under codecspec's names (zero draft offsets by default).
+    A SharedDepthModel exports its tied tensors expanded into the same layout."""
     c = model.c
 
     def t(x: torch.Tensor) -> np.ndarray:
         return x.detach().cpu().float().numpy()
 
     w = DepthDecoderWeights()
-    w["c0_embedding"] = t(model.c0_embedding.weight)
-    w["code_embeddings"] = t(model.code_embeddings)
+    if isinstance(model, SharedDepthModel):
+        tied = {k: t(v) for k, v in model.expanded().items()}
+    else:
+        tied = {
+            "c0_embedding": t(model.c0_embedding.weight),
+            "code_embeddings": t(model.code_embeddings),
+            "heads": t(model.heads),
+        }
+    w["c0_embedding"] = tied["c0_embedding"]
+    w["code_embeddings"] = tied["code_embeddings"]
     for i, layer in enumerate(model.layers):
         p = f"layers.{i}."
         w[p + "input_norm"] = t(layer.input_norm.weight)
@@ -387,7 +498,7 @@ def depth_weights(model: DepthModel, offsets: Optional[np.ndarray] = None) -> De
         w[p + "k_norm"] = t(layer.k_norm.weight)
         w[p + "post_norm"] = t(layer.post_norm.weight)
     w["final_norm"] = t(model.final_norm.weight)
-    w["heads"] = t(model.heads)
+    w["heads"] = tied["heads"]
     w["draft_offsets"] = (
         np.zeros((c.num_draft_offsets, c.hidden_size), np.float32) if offsets is None else offsets
     )

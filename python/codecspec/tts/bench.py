@@ -25,7 +25,13 @@ import codecspec as cs
 from codecspec.decode.depth import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 
-__all__ = ["load_frames", "load_bench_texts", "bench_depth_loop", "bench_pipeline"]
+__all__ = [
+    "load_frames",
+    "load_bench_texts",
+    "bench_depth_loop",
+    "bench_decoder",
+    "bench_pipeline",
+]
 
 BENCH_TEXTS = Path(__file__).with_name("bench_texts.json")
 
@@ -138,14 +144,30 @@ def bench_depth_loop(
     threads: Optional[int] = None,
     params: Optional[cs.SamplingParams] = None,
     progress: bool = True,
+    depth: str = "positional",
 ) -> dict:
     """AR vs speculative on the same frames; keys as documented for `codecspec bench`.
-    `params`: sampling (default: the model folder's model.json, else T 0.9, top-k 50)."""
+    `params`: sampling (default: the model folder's model.json, else T 0.9, top-k 50).
+    `depth`: the folder's "positional" or "shared" depth decoder."""
+    from codecspec.decode.shared_depth import check_depth, open_depth_decoder
+
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 2:
         raise ValueError(f"frames: expected an int >= 2, got {frames!r}")
+    check_depth(depth)
     hiddens, c0s = load_frames(model_dir)
     params = params or _model_params(model_dir)
-    dec = DepthDecoder.from_dir(model_dir, provider=provider, threads=threads, params=params)
+    dec = open_depth_decoder(model_dir, depth, provider=provider, threads=threads, params=params)
+    out = {"depth": depth}
+    out.update(
+        bench_decoder(dec, hiddens, c0s, frames, seed=seed, params=params, progress=progress)
+    )
+    return out
+
+
+def bench_decoder(
+    dec: DepthDecoder, hiddens, c0s, frames: int, *, seed: int, params, progress: bool
+) -> dict:
+    """`bench_depth_loop` on an open decoder and given frames (h_t [N, H], c0 [N])."""
     run = interleaved_ar_spec(dec, hiddens, c0s, frames, seed, progress)
     times, calls = run.times, run.calls
     ar_ms, spec_ms = run.median_ms("ar"), run.median_ms("spec")

@@ -173,6 +173,27 @@ def _speculation_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-len", type=int, default=3, help="v2: c0 drafts per temporal round")
 
 
+def _depth_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--depth",
+        choices=["positional", "shared"],
+        default=None,
+        help="v2: which depth decoder of the folder runs (default positional; shared = "
+        "depth_shared.npz, one set of weights for every level)",
+    )
+
+
+def _depth_kwargs(args) -> dict:
+    """{"depth": ...} for a v2 model when --depth is given; other families have one."""
+    if args.depth is None:
+        return {}
+    from codecspec.tts.registry import model_family
+
+    if model_family(args.model) != "v2":
+        raise ValueError("depth: --depth applies to v2 models only")
+    return {"depth": args.depth}
+
+
 def chunk_frames_arg(value: str) -> int:
     """argparse type of --chunk-frames: an integer >= 1 (frames per streamed chunk)."""
     try:
@@ -207,7 +228,13 @@ def cmd_synth(args) -> int:
 
     text = _synth_text(args) if args.phonemes is None else (args.text or "")
     check_output(args.output)
-    tts = load_model(args.model, provider=args.provider, threads=args.threads, params=_params(args))
+    tts = load_model(
+        args.model,
+        provider=args.provider,
+        threads=args.threads,
+        params=_params(args),
+        **_depth_kwargs(args),
+    )
     if args.stream:
         return _synth_stream(args, tts, text)
     kw = _synth_kwargs(args)
@@ -334,6 +361,7 @@ def cmd_bench(args) -> int:
         progress=not args.json,
     )
     family = model_family(args.model)
+    common.update(_depth_kwargs(args))
     if family == "v2":  # temporal and depth loops: AR vs speculation, both on the pipeline
         from codecspec.tts.v2_bench import bench_v2
 
@@ -425,6 +453,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _sampling(p)
     _speculation_options(p)
+    _depth_options(p)
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
@@ -444,6 +473,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _sampling(p)
     _speculation_options(p)
+    _depth_options(p)
     p.set_defaults(func=cmd_bench)
 
 

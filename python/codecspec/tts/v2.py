@@ -139,7 +139,11 @@ class V2FrameDecoder:
 
 class V2TTS(ReferenceTTS):
     """Loads a v2 model folder (V2_FILES; default: the shipped one). The frontend accessors,
-    `speculation_pays` and the v1 API's argument rules are the reference family's."""
+    `speculation_pays` and the v1 API's argument rules are the reference family's.
+
+    depth: "positional" (depth.onnx, the per-position decoder) or "shared" (depth_shared.npz,
+    the shared-parameter decoder, `codecspec.decode.shared_depth`); a folder needs the files
+    of the one chosen."""
 
     def __init__(
         self,
@@ -147,18 +151,26 @@ class V2TTS(ReferenceTTS):
         provider: str = "auto",
         threads: Optional[int] = None,
         params: Optional[cs.SamplingParams] = None,
+        depth: str = "positional",
     ):
+        from codecspec.decode.shared_depth import check_depth, depth_files, profile_path
+
+        self.depth_kind = check_depth(depth)
         d = Path(model_dir) if model_dir is not None else default_v2_dir()
-        missing = [f for f in V2_FILES if not (d / f).is_file()]
+        need = [f for f in V2_FILES if f not in depth_files("positional")] + list(
+            depth_files(depth)
+        )
+        missing = [f for f in need if not (d / f).is_file()]
         if missing:
+            how = "models/recipe/v2.py" + (" shared-depth" if depth == "shared" else "")
             raise FileNotFoundError(
-                f"model_dir: {d} lacks {missing}; rebuild it with models/recipe/v2.py"
+                f"model_dir: {d} lacks {missing} (depth={depth!r}); rebuild it with {how}"
             )
         self.dir = d
         self.meta = json.loads((d / "model.json").read_text())
         if self.meta.get("format") != V2_FORMAT:
             raise ValueError(f"model_dir: {d} is not a v2 model ({self.meta.get('format')!r})")
-        prof = d / "device_profile.json"
+        prof = profile_path(d, depth)
         self._speculation_pays = (
             bool(json.loads(prof.read_text()).get("speculation_pays", True))
             if prof.is_file()
@@ -176,12 +188,15 @@ class V2TTS(ReferenceTTS):
         self._draft = None
         self._session_args = dict(provider=provider, threads=threads)
         self._c0_groups: dict = {}
-        self.depth = DepthDecoder.from_dir(
-            d, params=self.params, provider=provider, threads=threads
+        from codecspec.decode.shared_depth import open_depth_decoder
+
+        self.depth: DepthDecoder = open_depth_decoder(
+            d, depth, params=self.params, provider=provider, threads=threads
         )
         self._trees = {"exact": self.depth.tree}
-        if (d / "tree_pcg.json").is_file():
-            self._trees["pcg"] = cs.DraftTree.from_json((d / "tree_pcg.json").read_text())
+        pcg_tree = d / ("tree_pcg.json" if depth == "positional" else "depth_shared.tree_pcg.json")
+        if pcg_tree.is_file():  # each depth decoder has its own calibration
+            self._trees["pcg"] = cs.DraftTree.from_json(pcg_tree.read_text())
         self._tree_kind = "exact"
 
     @property

@@ -72,12 +72,13 @@ def bench_v2(
     threads: Optional[int] = None,
     params: Optional[cs.SamplingParams] = None,
     progress: bool = True,
+    depth: str = "positional",
 ) -> dict:
     from codecspec.runtime import session_threads
     from codecspec.tts.quality import swap_distortion
     from codecspec.tts.v2 import V2TTS
 
-    tts = V2TTS(model_dir, provider=provider, threads=threads, params=params)
+    tts = V2TTS(model_dir, provider=provider, threads=threads, params=params, depth=depth)
     if accept == "pcg" and theta is None:
         theta = float(tts.meta.get("pcg_theta", 0.95))
     if loops is None:
