@@ -63,7 +63,22 @@ def test_auto_mode_follows_the_calibration(tts):
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 def test_synth_cli_writes_a_wav(tmp_path, capsys):
     out = tmp_path / "hello.wav"
-    assert main(["synth", "Hello world.", "-o", str(out), "--provider", "cpu", "-q"]) == 0
+    assert (
+        main(
+            [
+                "synth",
+                "--model",
+                "reference",
+                "Hello world.",
+                "-o",
+                str(out),
+                "--provider",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 0
+    )
     wav, sr = read_wav(out)
     printed = capsys.readouterr().out
     assert "real-time factor" in printed and "tokens per call" in printed
@@ -95,7 +110,7 @@ PIPELINE_KEYS = {
 
 
 def _synth_json(argv, capsys) -> dict:
-    assert main(["synth", *argv, "--provider", "cpu", "--json"]) == 0
+    assert main(["synth", "--model", "reference", *argv, "--provider", "cpu", "--json"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1, "--json prints exactly one line"
     return json.loads(out[0])
@@ -145,7 +160,7 @@ def test_synth_bad_arguments_fail_in_one_line(tmp_path, capsys, argv, message):
     (tmp_path / "empty.txt").write_text(" \n\n", encoding="utf-8")
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    assert main(["synth", *argv]) == 2
+    assert main(["synth", "--model", "reference", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(message, err[0]), err
 
@@ -153,13 +168,24 @@ def test_synth_bad_arguments_fail_in_one_line(tmp_path, capsys, argv, message):
 @pytest.mark.parametrize("value", ["0", "-2", "two"])
 def test_thread_count_below_one_is_refused(capsys, value):
     with pytest.raises(SystemExit) as e:
-        main(["synth", "Hi", "--threads", value])
+        main(["synth", "--model", "reference", "Hi", "--threads", value])
     assert e.value.code == 2
     assert "--threads" in capsys.readouterr().err
 
 
 def test_bench_json_keys(capsys):
-    argv = ["bench", "--json", "--frames", "50", "--texts", "1", "--provider", "cpu"]
+    argv = [
+        "bench",
+        "--model",
+        "reference",
+        "--json",
+        "--frames",
+        "50",
+        "--texts",
+        "1",
+        "--provider",
+        "cpu",
+    ]
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out)
     assert BENCH_KEYS <= set(res) and PIPELINE_KEYS <= set(res)

@@ -349,7 +349,18 @@ def _env():
 @needs_model
 def test_synth_stream_cli_writes_a_valid_wav_and_prints_time_to_first_audio(tmp_path):
     out = tmp_path / "s.wav"
-    cmd = [sys.executable, "-m", "codecspec.cli", "synth", "", "--phonemes", LONG, "--stream"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "codecspec.cli",
+        "synth",
+        "--model",
+        "reference",
+        "",
+        "--phonemes",
+        LONG,
+        "--stream",
+    ]
     cmd += ["-o", str(out), "--mode", "ar", "--threads", "1", "--chunk-frames", "4"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env(), check=False)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -367,7 +378,18 @@ def test_synth_stream_text_file_is_spoken_sentence_by_sentence(tmp_path, capsys)
 
     f, out = tmp_path / "long.txt", tmp_path / "long.wav"
     f.write_text("Hello world.\nThis is a test,\nwrapped over lines. Goodbye!\n", encoding="utf-8")
-    argv = ["synth", "--text-file", str(f), "--stream", "-o", str(out), "--mode", "ar"]
+    argv = [
+        "synth",
+        "--model",
+        "reference",
+        "--text-file",
+        str(f),
+        "--stream",
+        "-o",
+        str(out),
+        "--mode",
+        "ar",
+    ]
     assert main(argv + ["--json", "--chunk-frames", "4"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["sentences"] == 3 and res["stopped"] and not res["interrupted"]
@@ -381,7 +403,19 @@ def test_synth_json_reports_time_to_first_audio(tmp_path, capsys):
 
     for extra in ([], ["--stream"]):
         out = tmp_path / f"j{len(extra)}.wav"
-        argv = ["synth", "", "--phonemes", HELLO, "-o", str(out), "--mode", "ar", "--json"]
+        argv = [
+            "synth",
+            "--model",
+            "reference",
+            "",
+            "--phonemes",
+            HELLO,
+            "-o",
+            str(out),
+            "--mode",
+            "ar",
+            "--json",
+        ]
         assert main(argv + extra) == 0
         res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert res["time_to_first_audio_ms"] > 0 and res["peak_rss_mb"] > 10
@@ -403,7 +437,19 @@ def test_synth_stream_interrupted_keeps_a_valid_wav(tmp_path, capsys, monkeypatc
 
     monkeypatch.setattr(AudioStream, "__next__", interrupting)
     out = tmp_path / "cut.wav"
-    argv = ["synth", "", "--phonemes", LONG, "--stream", "-o", str(out), "--chunk-frames", "4"]
+    argv = [
+        "synth",
+        "--model",
+        "reference",
+        "",
+        "--phonemes",
+        LONG,
+        "--stream",
+        "-o",
+        str(out),
+        "--chunk-frames",
+        "4",
+    ]
     assert main(argv + ["--mode", "ar", "--json"]) == 130
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["interrupted"] and res["chunks"] == 2
@@ -422,7 +468,7 @@ def test_synth_stream_bad_chunk_size_is_refused(capsys, argv, message):
     from codecspec.cli import main
 
     with pytest.raises(SystemExit) as e:
-        main(["synth", "--stream", *argv])
+        main(["synth", "--model", "reference", "--stream", *argv])
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
@@ -441,6 +487,6 @@ def test_synth_stream_bad_inputs_fail_before_synthesis(tmp_path, capsys, argv, m
     (tmp_path / "empty.txt").write_text(" \n\n", encoding="utf-8")
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    assert main(["synth", "--stream", *argv]) == 2
+    assert main(["synth", "--model", "reference", "--stream", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(message, err[0]), err

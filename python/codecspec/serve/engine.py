@@ -420,8 +420,9 @@ class Engine:
 
 
 def _load_family(model_dir, slots, max_frames, max_phonemes, provider, threads) -> Family:
-    """The adapter for the model's family (a shipped name or a folder; model.json decides)."""
-    d = resolve_model_dir(model_dir)
+    """The adapter for the model's family (a shipped name or a folder; model.json decides;
+    None = the reference v1, the engine's default family)."""
+    d = resolve_model_dir("reference" if model_dir is None else model_dir)
     family = model_family(d)
     if family == "v2":
         raise ValueError("model: the serving engine serves the reference and fsq families, not v2")

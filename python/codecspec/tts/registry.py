@@ -1,7 +1,8 @@
 """Model folders by name or path, and the family each one belongs to (model.json "format").
 
 load_model("fsq")          # the shipped FSQ family (python/codecspec/models/fsq)
-load_model("reference")    # the shipped RVQ reference (python/codecspec/models/reference)
+load_model()               # the default: reference model v2
+load_model("reference")    # the shipped RVQ reference v1 (python/codecspec/models/reference)
 load_model("v2")           # the shipped reference model v2 (python/codecspec/models/v2)
 load_model("/path/to/dir") # whichever family the folder's model.json names
 """
@@ -22,18 +23,25 @@ FAMILIES = {
 
 
 def resolve_model_dir(name_or_dir=None) -> Path:
-    """A shipped model's folder by name (None = the reference, or CODECSPEC_MODEL_DIR), or
-    the given folder."""
+    """A shipped model's folder by name, or the given folder. None = the default model:
+    CODECSPEC_MODEL_DIR if set, else reference model v2 (its speech is closer to espeak-ng's
+    than v1's: docs/reference_model_v2.md), else v1 where a checkout lacks the v2 folder."""
+    import os
+
     from codecspec.tts.fsq import default_fsq_dir
     from codecspec.tts.model import default_model_dir
+    from codecspec.tts.v2 import default_v2_dir
 
-    if name_or_dir is None or name_or_dir == "reference":
+    if name_or_dir is None:
+        if os.environ.get("CODECSPEC_MODEL_DIR"):
+            return default_model_dir()
+        v2 = default_v2_dir()
+        return v2 if (v2 / "model.json").is_file() else default_model_dir()
+    if name_or_dir == "reference":
         return default_model_dir()
     if name_or_dir == "fsq":
         return default_fsq_dir()
     if name_or_dir == "v2":
-        from codecspec.tts.v2 import default_v2_dir
-
         return default_v2_dir()
     return Path(name_or_dir)
 

@@ -286,6 +286,15 @@ class V2TTS(ReferenceTTS):
             self.depth.set_tree(self._trees[want])
             self._tree_kind = want
 
+    def pcg_c0_groups(self, theta: float, c0_space: Optional[str] = None) -> cs.AcousticGroups:
+        """c0 groups for temporal PCG: "embedding" (the target LM's input embeddings, the
+        paper's choice) or "codec" (codec v2's c0 code space); None = model.json's
+        "pcg_c0_space" (the recipe measures which has non-trivial groups), else embedding."""
+        space = c0_space or self.meta.get("pcg_c0_space", "embedding")
+        if space not in ("embedding", "codec"):
+            raise ValueError(f"c0_space: expected 'embedding' or 'codec', got {space!r}")
+        return self.c0_groups(theta) if space == "embedding" else self.codec.groups(0, theta)
+
     def depth_groups(self, theta: float) -> list:
         """Per-level similarity groups of the codec at cosine θ (for depth mode "pcg")."""
         return [self.codec.groups(k, float(theta)) for k in range(self.codec.n_levels)]
@@ -301,7 +310,7 @@ class V2TTS(ReferenceTTS):
         draft_len: int = 3,
         depth_mode: str = "ar",
         depth_theta: Optional[float] = None,
-        c0_space: str = "embedding",
+        c0_space: Optional[str] = None,
     ) -> TemporalLoop:
         """The round loop over this utterance: temporal "ar" (draft_len 0) or "spec"."""
         if temporal not in TEMPORAL_MODES:
@@ -313,13 +322,7 @@ class V2TTS(ReferenceTTS):
             self.depth.set_groups(self.depth_groups(theta))
         groups = None
         if temporal == "spec" and accept.rule == "pcg":
-            if c0_space not in ("embedding", "codec"):
-                raise ValueError(f"c0_space: expected 'embedding' or 'codec', got {c0_space!r}")
-            groups = (
-                self.c0_groups(accept.theta)
-                if c0_space == "embedding"
-                else self.codec.groups(0, accept.theta)
-            )
+            groups = self.pcg_c0_groups(accept.theta, c0_space)
         spec = temporal == "spec"
         return TemporalLoop(
             self.stepper(enc, spk_id, expected),
@@ -347,6 +350,7 @@ class V2TTS(ReferenceTTS):
         accept=None,
         draft_len: int = 3,
         depth_theta: Optional[float] = None,
+        c0_space: Optional[str] = None,
     ) -> FramePlan:
         """One utterance ready to run: phonemes, the encoder graph and the round loop
         (`plan.frames`, its `TemporalLoop` as `plan.loop`); arguments as in `generate`."""
@@ -367,6 +371,7 @@ class V2TTS(ReferenceTTS):
             draft_len=draft_len,
             depth_mode=mode,
             depth_theta=depth_theta,
+            c0_space=c0_space,
         )
         g = cs.Generator(seed)
         label = mode if temporal == "ar" else f"{temporal}-{loop.accept.label}/{mode}"

@@ -155,7 +155,7 @@ def bench_v2(
         rng = np.random.default_rng(seed)
         pvals = {}
         if spec_kw["temporal"] == "spec":
-            grp = tts.c0_groups(theta)
+            grp = tts.pcg_c0_groups(theta)
             ga = _group_samples(grp, codes["ar"][:, 0], rng)
             gs = np.concatenate([np.asarray(r.temporal_stats.groups, np.int64) for r in sp])
             pvals["c0"] = homogeneity_pvalue(
@@ -168,7 +168,7 @@ def bench_v2(
         q = out["quality"]
         if spec_kw["temporal"] == "spec":
             q["swap_added_db_c0"] = swap_distortion(
-                tts.codec, codes["ar"], {0: tts.c0_groups(theta)}, 1.0, seed
+                tts.codec, codes["ar"], {0: tts.pcg_c0_groups(theta)}, 1.0, seed
             )
         if spec_kw["mode"] == "pcg":
             groups = dict(enumerate(tts.depth_groups(theta)))
