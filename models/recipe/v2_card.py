@@ -77,7 +77,7 @@ def plot_spectrograms(model: Path, corpus: Path, path: Path) -> None:
         a.set_ylabel("mel band")
     ax[-1].set_xlabel("10 ms sub-frame")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=60)
 
 
 def card(model: Path, corpus: Path) -> str:
@@ -233,6 +233,12 @@ def card(model: Path, corpus: Path) -> str:
     )
     if (model / "spectrograms.png").is_file():
         L.append("![spectrograms](spectrograms.png)\n")
+        L.append(
+            "Read by eye, the spectrograms are mixed: v2 follows espeak-ng's segment timing "
+            "and formant regions more closely than v1, but smears the harmonics (its fine "
+            "codec levels are coarse grids), where v1 keeps sharper harmonics at the wrong "
+            "places. The DTW distance above weighs both.\n"
+        )
     b = rep["bench"]
     cal = rep["calibration"]
     L.append("## Depth loop on this machine\n")
