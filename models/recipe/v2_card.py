@@ -248,7 +248,57 @@ def card(model: Path, corpus: Path) -> str:
         f"{b['ar_ms_per_frame']:.2f} ms/frame, speculative {b['spec_ms_per_frame']:.2f} "
         f"ms/frame ({b['speedup']:.2f}x, {b['tokens_per_call']:.2f} tokens per call).\n"
     )
+    sd_path = model / "shared_depth_report.json"
+    if sd_path.is_file():
+        L.append(shared_depth_section(json.loads(sd_path.read_text())))
     return "\n".join(L)
+
+
+def shared_depth_section(r: dict) -> str:
+    """The two depth decoders side by side (models/recipe/v2.py shared-depth)."""
+    d = r["decoders"]
+    names = (
+        ("positional_joint", "per-position (shipped, trained with the LM)"),
+        ("positional_same_budget", "per-position, same frozen h_t and budget"),
+        ("shared", "shared (tied)"),
+    )
+    rows = [
+        [
+            label,
+            f"{d[k]['parameters'] / 1e6:.2f} M",
+            f"{d[k]['bytes'] / 1e6:.1f} MB",
+            f"{d[k]['heldout_ce_mean']:.3f}",
+            f"{d[k]['tokens_per_call']:.3f}",
+            f"{d[k]['speedup']:.2f}x",
+            f"{d[k]['ar_ms_per_frame']:.1f}",
+        ]
+        for k, label in names
+        if k in d
+    ]
+    ratios = r["ratios"]
+    return (
+        "## Depth decoders side by side (per-position vs fully shared)\n\n"
+        f'`V2TTS(depth="shared")`, `--depth shared` (docs/shared_depth.md). Both trained on '
+        f"h_t of the shipped checkpoint ({r['budget']['steps']} steps of "
+        f"{r['budget']['batch']} frames for the two decoders trained here; "
+        f"{r['heldout_frames']} held-out frames):\n\n"
+        + _table(
+            [
+                "decoder",
+                "parameters",
+                "bytes",
+                "held-out CE",
+                "tokens/call",
+                "spec speed-up",
+                "AR ms/frame",
+            ],
+            rows,
+        )
+        + f"\n\nShared over per-position: parameters "
+        f"{ratios['parameters_shared_over_positional']:.3f}, held-out CE "
+        f"{ratios['ce_shared_over_same_budget']:.4f} of the same-budget decoder's, tokens per "
+        f"call {ratios['tokens_per_call_shared_over_same_budget']:.3f} of it.\n"
+    )
 
 
 def main(argv=None) -> int:
