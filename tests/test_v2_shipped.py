@@ -96,7 +96,7 @@ def test_synth_and_bench_json(tmp_path, capsys):
 @pytest.mark.slow
 def test_speculative_depth_law_matches_autoregressive_on_the_shipped_model():
     hiddens, c0s = load_frames(MODEL)
-    n = 2000
+    n = 1000
     idx = np.arange(n) % len(c0s)
     h, c = hiddens[idx], c0s[idx]
 
