@@ -38,7 +38,7 @@ def _pcg(theta: float, space: str = "codec") -> dict:
 
 # name: (generate() keywords, seeds: "main" points get every seed, sweep points the first)
 CONFIGS = {
-    "AR": ({"mode": "ar"}, "main"),
+    "AR": ({"mode": "ar", "temporal": "ar"}, "main"),
     "SD": ({"temporal": "spec", "accept": Acceptance("exact")}, "main"),
     "SSD b=0.2": ({"temporal": "spec", "accept": Acceptance("ssd", beta=0.2)}, "main"),
     "SSD b=0.4": ({"temporal": "spec", "accept": Acceptance("ssd", beta=0.4)}, "sweep"),
@@ -48,8 +48,8 @@ CONFIGS = {
     "PCG t=0.9": (_pcg(0.9), "sweep"),
     "PCG t=0.8": (_pcg(0.8), "sweep"),
     "PCG-emb t=0.8": (_pcg(0.8, "embedding"), "sweep"),
-    "depth spec": ({"mode": "spec"}, "sweep"),
-    "depth PCG t=0.95": ({"mode": "pcg", "depth_theta": 0.95}, "sweep"),
+    "depth spec": ({"mode": "spec", "temporal": "ar"}, "sweep"),
+    "depth PCG t=0.95": ({"mode": "pcg", "depth_theta": 0.95, "temporal": "ar"}, "sweep"),
     "both exact": ({"temporal": "spec", "mode": "spec"}, "sweep"),
     "both PCG t=0.95": (_pcg(0.95) | {"mode": "pcg", "depth_theta": 0.95}, "sweep"),
 }

@@ -33,7 +33,8 @@ from codecspec.tts.text import BOS, EOS, Frontend
 __all__ = ["V2TTS", "V2Stepper", "V2FrameDecoder", "V2_FILES", "V2_FORMAT", "default_v2_dir"]
 
 V2_FORMAT = "codecspec-v2-tts/1"
-TEMPORAL_MODES = ("ar", "spec")
+TEMPORAL_MODES = ("ar", "spec")  # and "auto": spec where bench/speculation_sweep.py found
+# exact temporal speculation faster than AR on the shipping machine (model.json)
 WINDOW_KEY = "codecspec.window"  # step-graph metadata: the window baked into its mask
 V2_FILES = (
     "model.json",
@@ -312,9 +313,14 @@ class V2TTS(ReferenceTTS):
         depth_theta: Optional[float] = None,
         c0_space: Optional[str] = None,
     ) -> TemporalLoop:
-        """The round loop over this utterance: temporal "ar" (draft_len 0) or "spec"."""
+        """The round loop over this utterance: temporal "ar" (draft_len 0), "spec" or
+        "auto" (spec where the model's measurement found it pays)."""
+        if temporal == "auto":
+            temporal = "spec" if self.meta.get("temporal_speculation_pays") else "ar"
         if temporal not in TEMPORAL_MODES:
-            raise ValueError(f"temporal: expected one of {TEMPORAL_MODES}, got {temporal!r}")
+            raise ValueError(
+                f"temporal: expected one of {TEMPORAL_MODES + ('auto',)}, got {temporal!r}"
+            )
         accept = accept if isinstance(accept, Acceptance) else Acceptance(accept or "exact")
         self._use_tree(depth_mode)
         if depth_mode == COARSE_MODE:
@@ -346,7 +352,7 @@ class V2TTS(ReferenceTTS):
         rate: float = 1.0,
         phonemes: Optional[str] = None,
         max_frames: Optional[int] = None,
-        temporal: str = "ar",
+        temporal: str = "auto",
         accept=None,
         draft_len: int = 3,
         depth_theta: Optional[float] = None,
@@ -374,7 +380,7 @@ class V2TTS(ReferenceTTS):
             c0_space=c0_space,
         )
         g = cs.Generator(seed)
-        label = mode if temporal == "ar" else f"{temporal}-{loop.accept.label}/{mode}"
+        label = mode if loop.draft_len == 0 else f"spec-{loop.accept.label}/{mode}"
         plan = FramePlan(None, None, g, guard, phonemes, time.perf_counter() - t0, label)
         plan.frames = loop.frames(g, guard)
         plan.loop = loop

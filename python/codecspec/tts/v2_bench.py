@@ -37,7 +37,7 @@ def speculation_config(loops: str, accept: str, beta: float, theta: Optional[flo
     if accept == "ssd" and not temporal:
         raise ValueError("accept: 'ssd' is a temporal-loop rule (use --loops temporal|both)")
     return {
-        "temporal": "spec" if temporal else "ar",
+        "temporal": "spec" if temporal else "ar",  # explicit: the model's "auto" may be spec
         "accept": rule,
         "mode": ("pcg" if accept == "pcg" else "spec") if depth else "ar",
         "depth_theta": theta if accept == "pcg" else None,
@@ -92,7 +92,7 @@ def bench_v2(
     spec_kw["draft_len"] = draft_len
     sentences = load_bench_texts(texts)
     warm = sentences[0]["phonemes"]
-    tts.generate("", phonemes=warm, decode_audio=False, mode="ar")
+    tts.generate("", phonemes=warm, decode_audio=False, mode="ar", temporal="ar")
     tts.generate("", phonemes=warm, decode_audio=False, **spec_kw)
     runs: dict = {"ar": [], "spec": []}
     it = range(len(sentences))
@@ -103,7 +103,7 @@ def bench_v2(
     for i in it:
         t = sentences[i]
         for m in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
-            kw = spec_kw if m == "spec" else {"mode": "ar"}
+            kw = spec_kw if m == "spec" else {"mode": "ar", "temporal": "ar"}
             runs[m].append(
                 tts.generate("", phonemes=t["phonemes"], language=t["language"], seed=i, **kw)
             )
