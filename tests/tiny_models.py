@@ -94,9 +94,7 @@ def tiny_v2_model(
     return model
 
 
-def tiny_v2_folder(
-    path, window: int = 4, stop_bias=None, seed: int = 0, logit_scale: float = 1.0
-):
+def tiny_v2_folder(path, window: int = 4, stop_bias=None, seed: int = 0, logit_scale: float = 1.0):
     """Writes an untrained tiny v2 model folder (`codecspec.tts.v2.V2_FILES`, float32
     graphs; the weights of `tiny_v2_model(window, stop_bias, seed)`) to `path` and returns it.
     A very high `stop_bias` stops after the first frame, a very low one never stops."""
