@@ -124,7 +124,10 @@ def _stop_and_temporal(s) -> dict:
     """Families with a stop head: did the guard end it; v2: the temporal loop's figures."""
     out = {}
     if getattr(s, "max_frames", None) is not None:
-        out["hit_max_frames"] = bool(s.hit_max_frames)
+        hit = getattr(s, "hit_max_frames", None)
+        if hit is None:  # the FSQ family says whether its stop head ended it
+            hit = not bool(getattr(s, "stopped", True))
+        out["hit_max_frames"] = bool(hit)
         out["max_frames"] = int(s.max_frames)
     st = getattr(s, "temporal_stats", None)
     if st is not None:
