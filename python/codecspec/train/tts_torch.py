@@ -552,6 +552,30 @@ STEP_OUTPUTS = ("hidden", "c0_logits", "new_keys", "new_values")
 ENCODER_OUTPUTS = ("cross_keys", "cross_values", "draft_cross_keys", "draft_cross_values")
 
 
+EXPORT_KW = dict(opset_version=17, dynamo=False, do_constant_folding=True)
+
+
+def export_encoder(tm, out):
+    """encoder.onnx: phonemes, language, speaker -> both decoders' cross K/V (any temporal
+    model with `encode`, `decoder.cross_kv`, `draft.cross_kv`: v1's and v2's)."""
+    from pathlib import Path
+
+    path = Path(out) / "encoder.onnx"
+    axes = {n: {3: "P"} for n in ENCODER_OUTPUTS}
+    axes["phonemes"] = {1: "P"}
+    one = torch.zeros(1, dtype=torch.long)
+    torch.onnx.export(
+        _EncoderExport(tm).eval(),  # eval wrappers: export restores their mode afterwards
+        (torch.ones(1, 7, dtype=torch.long), one, one),
+        str(path),
+        input_names=["phonemes", "language", "speaker"],
+        output_names=list(ENCODER_OUTPUTS),
+        dynamic_axes=axes,
+        **EXPORT_KW,
+    )
+    return path
+
+
 def export_onnx(tm: TemporalModel, out_dir) -> dict:
     """Write encoder.onnx (both decoders' cross K/V), temporal.onnx and draft_temporal.onnx."""
     from pathlib import Path
@@ -559,21 +583,9 @@ def export_onnx(tm: TemporalModel, out_dir) -> dict:
     out = Path(out_dir)
     tm = tm.eval()
     cfg = tm.cfg
-    ph = torch.ones(1, 7, dtype=torch.long)
     one = torch.zeros(1, dtype=torch.long)
-    kw = dict(opset_version=17, dynamo=False, do_constant_folding=True)
-    paths = {"encoder": out / "encoder.onnx"}
-    axes = {n: {3: "P"} for n in ENCODER_OUTPUTS}
-    axes["phonemes"] = {1: "P"}
-    torch.onnx.export(
-        _EncoderExport(tm).eval(),  # eval wrappers: export restores their mode afterwards
-        (ph, one, one),
-        str(paths["encoder"]),
-        input_names=["phonemes", "language", "speaker"],
-        output_names=list(ENCODER_OUTPUTS),
-        dynamic_axes=axes,
-        **kw,
-    )
+    kw = EXPORT_KW
+    paths = {"encoder": export_encoder(tm, out)}
     for name, dec in (("temporal", tm.decoder), ("draft_temporal", tm.draft)):
         L = len(dec.layers)
         cross = torch.zeros(L, 1, cfg.num_heads, 7, cfg.head_dim)

@@ -279,31 +279,18 @@ STEP_INPUTS = (
     "cache_positions",  # int64 [C]: frame index held by each slot, -1 = empty
 )
 STEP_OUTPUTS = ("hidden", "c0_logits", "stop_logits", "new_keys", "new_values")
-ENCODER_OUTPUTS = ("cross_keys", "cross_values", "draft_cross_keys", "draft_cross_values")
 
 
 def export_onnx(tm: V2Temporal, out_dir) -> dict:
     """encoder.onnx (both decoders' cross K/V), temporal.onnx and draft_temporal.onnx."""
-    from codecspec.train.tts_torch import _EncoderExport
+    from codecspec.train.tts_torch import EXPORT_KW, export_encoder
 
     out = Path(out_dir)
     tm = tm.eval()
     cfg = tm.cfg
-    ph = torch.ones(1, 7, dtype=torch.long)
     one = torch.zeros(1, dtype=torch.long)
-    kw = dict(opset_version=17, dynamo=False, do_constant_folding=True)
-    paths = {"encoder": out / "encoder.onnx"}
-    axes = {n: {3: "P"} for n in ENCODER_OUTPUTS}
-    axes["phonemes"] = {1: "P"}
-    torch.onnx.export(
-        _EncoderExport(tm).eval(),
-        (ph, one, one),
-        str(paths["encoder"]),
-        input_names=["phonemes", "language", "speaker"],
-        output_names=list(ENCODER_OUTPUTS),
-        dynamic_axes=axes,
-        **kw,
-    )
+    kw = EXPORT_KW
+    paths = {"encoder": export_encoder(tm, out)}
     W = cfg.window + CACHE_SLACK  # the cache capacity
     for name, dec in (("temporal", tm.decoder), ("draft_temporal", tm.draft)):
         L = len(dec.layers)
