@@ -209,6 +209,8 @@ def trim_silence(x: np.ndarray, margin: float = 0.1, threshold: float = 1e-3) ->
 
 def synth(job: dict) -> dict:
     """Render one job with espeak-ng; writes the 16 kHz WAV, returns its manifest row."""
+    if job.get("timed"):
+        return synth_timed(job)
     out = Path(job["root"]) / job["path"]
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="codecspec-espeak-") as tmp:
@@ -241,6 +243,26 @@ def synth(job: dict) -> dict:
     row = {k: job[k] for k in ROW_KEYS if k in job}
     row.update(phonemes=" | ".join(clauses), duration=round(y.size / SAMPLE_RATE, 4))
     row.update(num_samples=int(y.size), sample_rate=SAMPLE_RATE)
+    return row
+
+
+def synth_timed(job: dict) -> dict:
+    """Render one job through espeak-ng's library: the WAV plus every phoneme's start time.
+
+    The audio is not trimmed, so the times stay valid: row ``events`` = [[mnemonic, start_ms],
+    ...] and ``end_ms`` on the written 16 kHz file's time axis (the aligned model's input)."""
+    from codecspec.tts.espeak import render
+
+    out = Path(job["root"]) / job["path"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    r = render(job["text"], job["voice"], job["rate"], job["pitch"], job["gap"])
+    y = resample(r.audio, r.sample_rate, SAMPLE_RATE)
+    write_wav(out, y, SAMPLE_RATE)
+    row = {k: job[k] for k in ROW_KEYS if k in job}
+    row.update(phonemes=" ".join(r.phonemes), duration=round(y.size / SAMPLE_RATE, 4))
+    row.update(num_samples=int(y.size), sample_rate=SAMPLE_RATE)
+    row.update(events=[[p, float(t)] for p, t in zip(r.phonemes, r.starts_ms)])
+    row.update(end_ms=round(1000.0 * y.size / SAMPLE_RATE, 3))
     return row
 
 
@@ -284,6 +306,7 @@ def plan_text(lang: str, li: int, pos: int, text: str, args, test: bool) -> list
                 rate=int(rng.integers(args.rate[0], args.rate[1] + 1)),
                 gap=int(rng.integers(args.gap[0], args.gap[1] + 1)),
                 split="test" if test else "train",
+                timed=bool(getattr(args, "timed", False)),
             )
         )
     return jobs
@@ -437,6 +460,11 @@ def parse_args(argv=None):
     ap.add_argument("--batch", type=int, default=32, help="texts per language per round")
     ap.add_argument("--no-install", action="store_true", help="never call apt-get")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
+    ap.add_argument(
+        "--timed",
+        action="store_true",
+        help="render through espeak-ng's library and keep each phoneme's start time (v3)",
+    )
     args = ap.parse_args(argv)
     args.languages = [s for s in args.languages.split(",") if s]
     args.variants = [s for s in args.variants.split(",") if s]

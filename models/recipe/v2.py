@@ -106,6 +106,7 @@ def cmd_train(args) -> int:
         window=args.window,
         draft_layers=args.draft_layers,
         ce_draft=args.ce_draft,
+        aligned=getattr(args, "aligned", False),
     )
     dcfg = reference_depth_config(1024)
     log(f"train {train.stats()['frames']} frames, held-out {val.stats()['frames']} frames")
@@ -169,6 +170,7 @@ def teacher_forced(model, ds, max_frames: int, seed: int):
                 t["speaker"],
                 t["codes"][..., 0],
                 t["frames_per_phoneme"],
+                t.get("track"),
             )[0]
             m = t["frame_mask"]
             hs.append(h[m].numpy())
@@ -196,6 +198,7 @@ def onnx_parity(tts, model, ds) -> dict:
             t["speaker"],
             t["codes"][..., 0],
             t["frames_per_phoneme"],
+            t.get("track"),
         )
     enc = tts.encoder.run(
         None,
@@ -207,6 +210,8 @@ def onnx_parity(tts, model, ds) -> dict:
     )
     spk = int(t["speaker"][0])
     expected = float(t["frames_per_phoneme"][0]) * (int(t["phoneme_lengths"][0]) - 2)
+    if "track" in t:  # v3: the phoneme track is the pace
+        expected = t["track"][0].numpy()
     c0 = t["codes"][0, :, 0].numpy()
     worst = {"c0": 0.0, "stop": 0.0, "draft_c0": 0.0}
     for draft in (False, True):
@@ -221,6 +226,16 @@ def onnx_parity(tts, model, ds) -> dict:
     worst["frames"] = len(c0)
     worst["window"] = tts.window
     return worst
+
+
+def row_pace(tts, r: dict, num_phonemes: int):
+    """A held-out row's pace: v2's expected length, or v3's track from the row's timing."""
+    if not getattr(tts, "aligned", False):
+        return tts.expected_frames(num_phonemes, r["language"])
+    from codecspec.tts.aligned import phoneme_track
+
+    starts = [float(t) for _, t in r["events"]]
+    return phoneme_track(starts, float(r["end_ms"]), 1000.0 / tts.codec.frame_rate)
 
 
 class _Recorder:
@@ -251,7 +266,7 @@ def free_generation(tts, rows, seed: int) -> dict:
     rec = dict(h=[], codes=[], lt=[], ld=[], frames=[], ref_frames=[], stopped=[])
     for i, r in enumerate(bar(rows, desc="free generation")):
         _, ids, _, spk, enc = tts.encode_text(None, r["phonemes"], r["language"], r["variant"])
-        expected = tts.expected_frames(len(ids) - 2, r["language"])
+        expected = row_pace(tts, r, len(ids) - 2)
         steps = _Recorder(tts.stepper(enc, spk, expected), tts.stepper(enc, spk, expected, True))
         loop = run_frame_loop(
             steps, V2FrameDecoder(tts, "ar"), cs.Generator(seed + i), tts.max_frames_for(expected)
@@ -371,9 +386,10 @@ def speech_distance(v2, rows, corpus: Path, seed: int) -> dict:
     for i, r in enumerate(bar(rows, desc="speech distance")):
         ref, _ = read_wav(str(corpus / r["path"]))
         for name, m in (("v1", v1), ("v2", v2)):
+            aligned = getattr(m, "aligned", False)  # v3 reads espeak-ng's timing of the text
             s = m.generate(
-                "",
-                phonemes=r["phonemes"],
+                r["text"] if aligned else "",
+                phonemes=None if aligned else r["phonemes"],
                 language=r["language"],
                 speaker=r["variant"],
                 mode="ar",
@@ -396,27 +412,25 @@ def speech_distance(v2, rows, corpus: Path, seed: int) -> dict:
     return out
 
 
-def cmd_ship(args) -> int:
+def export_folder(args, out: Path):
+    """The runnable part of a shipped folder from the checkpoint: graphs, codec, model.json.
+    Returns (model, checkpoint, meta, sizes, train set, held-out set)."""
     import shutil
 
-    from ship import SAMPLING, VOICES, depth_entropy, export_graphs, frames_per_phoneme
+    from ship import SAMPLING, VOICES, export_graphs, frames_per_phoneme
 
-    import codecspec as cs
-    from codecspec.codec.data import load_manifest
-    from codecspec.train.ablate import ablate
-    from codecspec.train.calibrate import calibrate
     from codecspec.train.v2_torch import export_onnx
-    from codecspec.tts.bench import bench_depth_loop
     from codecspec.tts.dataset import TTSDataset
-    from codecspec.tts.v2 import V2_FORMAT, V2TTS
+    from codecspec.tts.v2 import V2_FORMAT
 
-    t0 = time.monotonic()
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model, ck = load_checkpoint(work / "train" / "ckpt.pt")
     codes = work / "codec" / "codes.npz"
-    shutil.copy(work / "codec" / "codec_v2.npz", out / "codec_v2.npz")
+    aligned = bool(getattr(args, "aligned", False))
+    codec_file = "codec.npz" if aligned else "codec_v2.npz"
+    codec_src = ROOT / "python/codecspec/models/reference/codec.npz" if aligned else None
+    shutil.copy(codec_src or work / "codec" / "codec_v2.npz", out / codec_file)
     train = TTSDataset(corpus, codes, "train")
     held = TTSDataset(corpus, codes, "test", frontend=train.frontend)
     log(f"exporting graphs (draft: {ck['draft_choice']})")
@@ -443,7 +457,35 @@ def cmd_ship(args) -> int:
         "parameters": params_count,
         "draft_choice": ck["draft_choice"],
     }
+    if aligned:  # v3: espeak-ng's phoneme timing conditions every frame, v1's codec speaks
+        meta.update(
+            conditioning="phoneme_track",
+            codec_file=codec_file,
+            voices={k: v for k, v in VOICES.items() if k in train.frontend.languages},
+            espeak_rate=170,
+            espeak_pitch=50,
+        )
     (out / "model.json").write_text(json.dumps(meta, indent=1))
+    return model, ck, meta, sizes, train, held
+
+
+def cmd_ship(args) -> int:
+    import shutil
+
+    from ship import SAMPLING, depth_entropy
+
+    import codecspec as cs
+    from codecspec.codec.data import load_manifest
+    from codecspec.train.ablate import ablate
+    from codecspec.train.calibrate import calibrate
+    from codecspec.tts.bench import bench_depth_loop
+    from codecspec.tts.v2 import V2TTS
+
+    t0 = time.monotonic()
+    corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
+    out = Path(args.out)
+    model, ck, meta, sizes, train, held = export_folder(args, out)
+    params_count = meta["parameters"]
     tts = V2TTS(out, provider="cpu", threads=args.threads)
     parity = onnx_parity(tts, model, held)
     log(f"ORT vs torch: {parity}")
@@ -507,7 +549,9 @@ def cmd_ship(args) -> int:
         "calibration": calib.profile,
         "ablation": json.loads((out / "ablation" / "ablation.json").read_text()),
         "bench": bench,
-        "codec": json.loads((work / "codec" / "codec.json").read_text()),
+        "codec": json.loads((work / "codec" / "codec.json").read_text())
+        if (work / "codec" / "codec.json").is_file()
+        else {"file": meta.get("codec_file"), "source": "the v1 reference codec"},
         "codec_report": json.loads(codec_rep.read_text()) if codec_rep.is_file() else None,
         "speech_distance": dist,
         "seconds": round(time.monotonic() - t0, 1),
@@ -806,14 +850,8 @@ def _graph_ce(graph, heads, hiddens, real) -> np.ndarray:
     return np.array(ce)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", default="~/.cache/codecspec/corpus")
-    ap.add_argument("--work", default="~/.cache/codecspec/v2", help="codec, checkpoints")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("codec", help="fit codec v2 and encode the corpus")
-    c.set_defaults(fn=cmd_codec)
-    t = sub.add_parser("train", help="train (or resume) temporal LM + draft + depth decoder")
+def add_train_args(t) -> None:
+    """The `train` options (shared with the v3 recipe)."""
     t.add_argument("--out", default=None, help="checkpoint folder (default: <work>/train)")
     t.add_argument("--minutes", type=float, default=70.0, help="training time in total")
     t.add_argument("--max-steps", type=int, default=None)
@@ -831,15 +869,31 @@ def main(argv=None) -> int:
     t.add_argument("--rate-jitter", type=float, default=0.15, help="log-normal sigma of r")
     t.add_argument("--depth-frames", type=int, default=384)
     t.add_argument("--lr", type=float, default=1.5e-3)
-    t.set_defaults(fn=cmd_train)
-    s = sub.add_parser("ship", help="export, calibrate, measure: the shipped model folder")
-    s.add_argument("--out", default=str(SHIP_DIR))
+
+
+def add_ship_args(s, ship_dir) -> None:
+    """The `ship` options (shared with the v3 recipe)."""
+    s.add_argument("--out", default=str(ship_dir))
     s.add_argument("--frames", type=int, default=4096, help="held-out frames for calibration")
     s.add_argument("--ship-frames", type=int, default=1024, help="frames kept in frames.npz")
     s.add_argument("--texts", type=int, default=50, help="held-out texts generated")
     s.add_argument("--theta", type=float, default=0.95, help="θ of the acceptance block")
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--seed", type=int, default=0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default="~/.cache/codecspec/corpus")
+    ap.add_argument("--work", default="~/.cache/codecspec/v2", help="codec, checkpoints")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("codec", help="fit codec v2 and encode the corpus")
+    c.set_defaults(fn=cmd_codec)
+    t = sub.add_parser("train", help="train (or resume) temporal LM + draft + depth decoder")
+    add_train_args(t)
+    t.set_defaults(fn=cmd_train)
+    s = sub.add_parser("ship", help="export, calibrate, measure: the shipped model folder")
+    add_ship_args(s, SHIP_DIR)
     s.set_defaults(fn=cmd_ship)
     d = sub.add_parser(
         "shared-depth", help="train + ship the shared-parameter depth decoder, side by side"

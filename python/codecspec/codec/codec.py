@@ -258,6 +258,41 @@ class Codec:
     def nbytes(self) -> int:
         return int(self.mean.nbytes + self.components.nbytes + self.codebooks.nbytes)
 
+    # ---- what a codec LM runtime asks of any codec (codec v2 answers the same) -------------
+    @property
+    def n_levels(self) -> int:
+        return self.cfg.n_codebooks
+
+    @property
+    def sample_rate(self) -> int:
+        return self.cfg.sample_rate
+
+    @property
+    def frame_rate(self) -> float:
+        return self.cfg.frame_rate
+
+    @property
+    def spectral(self) -> CodecConfig:
+        """The log-mel front end (codec v2 names its own so)."""
+        return self.cfg
+
+    def embeddings(self, level: int) -> np.ndarray:
+        """float32 [K, pca_dim]: level `level`'s codebook vectors at unit length (the space
+        its similarity groups are drawn in)."""
+        if isinstance(level, bool) or not isinstance(level, (int, np.integer)):
+            raise ValueError(f"level: expected an int, got {level!r}")
+        if not 0 <= level < self.n_levels:
+            raise ValueError(f"level: expected 0..{self.n_levels - 1}, got {level}")
+        e = self._books[level]
+        return e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+
+    def groups(self, level: int, threshold: float):
+        """`cs.AcousticGroups` of level `level`'s codes at cosine >= `threshold` between
+        their codebook vectors (PCG over this codec's code space)."""
+        import codecspec as cs
+
+        return cs.AcousticGroups.from_embeddings(self.embeddings(level), float(threshold))
+
 
 def write_table(path, fmt: str, config: dict, **arrays) -> int:
     """A compressed .npz codec table: `format` = fmt, `config` as sorted JSON, `arrays`;

@@ -75,6 +75,11 @@ class V2TemporalConfig:
     # a second draft trained on cross-entropy alone, beside the distilled one: the ablation
     # of distillation at full training length for ~5% more compute (not exported)
     ce_draft: bool = False
+    # v3: `progress` is the phoneme track u_t of `codecspec.tts.aligned` (espeak-ng's timing):
+    # the frame input reads the position inside the phoneme and cross-attention gets a prior
+    # centred on the phoneme being spoken, of width `align_sigma` phonemes
+    aligned: bool = False
+    align_sigma: float = 0.6
 
     def __post_init__(self):
         if not 1 <= self.window <= 128:
@@ -91,6 +96,15 @@ class V2TemporalConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def align_bias(progress: torch.Tensor, num_keys: int, sigma: float) -> torch.Tensor:
+    """Additive cross-attention prior [..., n, P]: -(p + 0.5 - u)^2 / (2 sigma^2) for the
+    encoder position p of every key and the phoneme position u of every frame (phoneme i
+    spans [i, i + 1), so its keys sit at i + 0.5)."""
+    keys = torch.arange(num_keys, device=progress.device, dtype=progress.dtype) + 0.5
+    d = keys - progress.unsqueeze(-1)
+    return -(d * d) / (2.0 * sigma * sigma)
 
 
 def band_bias(positions: torch.Tensor, key_positions: torch.Tensor, window: int) -> torch.Tensor:
@@ -125,7 +139,7 @@ class V2FrameDecoder(nn.Module):
             x = layer(x, k, v, self_bias, ck, cv, cross_bias)
         return self._out(x)
 
-    def step(self, x, cache_k, cache_v, bias, cross_k, cross_v):
+    def step(self, x, cache_k, cache_v, bias, cross_k, cross_v, cross_bias=None):
         """n new frames x [1, n, D] over a cache [L, 1, heads, W, hd]; bias [n, W + n].
         Returns hidden, c0 logits, stop logits and the new frames' K/V [L, 1, heads, n, hd]."""
         new_k, new_v = [], []
@@ -135,7 +149,7 @@ class V2FrameDecoder(nn.Module):
             new_v.append(v)
             k = torch.cat([cache_k[i], k], dim=2)
             v = torch.cat([cache_v[i], v], dim=2)
-            x = layer(x, k, v, bias, cross_k[i], cross_v[i], None)
+            x = layer(x, k, v, bias, cross_k[i], cross_v[i], cross_bias)
         h, logits, stop = self._out(x)
         return h, logits, stop, torch.stack(new_k), torch.stack(new_v)
 
@@ -158,18 +172,33 @@ class V2Temporal(nn.Module):
 
     def frame_inputs(self, prev_tokens, progress, speaker):
         """prev_tokens [B, T] (start_token on the first frame), progress [B, T], speaker [B]."""
+        if self.cfg.aligned:  # the position inside the phoneme; which phoneme: cross_prior
+            progress = progress - torch.floor(progress)
         x = self.c0_in(prev_tokens) + self.frame_pos(fourier(progress, self.cfg.fourier_bands))
         return x + self.frame_speaker(speaker)[:, None, :]
 
-    def forward(self, phonemes, ph_lengths, language, speaker, c0, frames_per_phoneme):
-        """Teacher-forced on target c0 [B, T]. frames_per_phoneme [B] is the rate input r.
+    def cross_prior(self, progress, num_keys: int):
+        """The aligned model's cross-attention prior [B, 1, T, P] (None for v2)."""
+        if not self.cfg.aligned:
+            return None
+        return align_bias(progress, num_keys, self.cfg.align_sigma).unsqueeze(1)
+
+    def forward(self, phonemes, ph_lengths, language, speaker, c0, frames_per_phoneme, track=None):
+        """Teacher-forced on target c0 [B, T]. frames_per_phoneme [B] is the rate input r;
+        track [B, T] the phoneme track of an aligned model (which ignores r).
         Returns (hidden, c0 logits, stop logits) of the target and (c0, stop) of the draft."""
         memory, cross_bias = self.encode(phonemes, ph_lengths, language, speaker)
         b, t = c0.shape
         prev = torch.cat([torch.full_like(c0[:, :1], self.cfg.start_token), c0[:, :-1]], dim=1)
         idx = torch.arange(t, device=c0.device)
-        denom = frames_per_phoneme[:, None] * (ph_lengths[:, None].float() - 2.0).clamp(min=1.0)
-        progress = (idx[None, :].float() + 0.5) / denom
+        if self.cfg.aligned:
+            if track is None:
+                raise ValueError("track: an aligned model needs the phoneme track")
+            progress = track
+            cross_bias = cross_bias + self.cross_prior(track, memory.shape[1])
+        else:
+            denom = frames_per_phoneme[:, None] * (ph_lengths[:, None].float() - 2.0).clamp(min=1.0)
+            progress = (idx[None, :].float() + 0.5) / denom
         x = self.frame_inputs(prev, progress, speaker)
         band = band_bias(idx, idx, self.cfg.window)
         h, logits, stop = self.decoder(x, self.decoder.cross_kv(memory), cross_bias, band)
@@ -203,6 +232,7 @@ class V2Model(nn.Module):
             batch["speaker"],
             batch["codes"][..., 0],
             batch["frames_per_phoneme"],
+            batch.get("track"),
         )
         mask, codes = batch["frame_mask"], batch["codes"]
         c0 = codes[..., 0][mask]
@@ -263,7 +293,8 @@ class _StepExport(nn.Module):
         keys = torch.cat([cache_positions, positions])
         bias = band_bias(positions, keys, self.window)
         # a new frame must not see later new frames (positions are increasing)
-        h, logits, stop, nk, nv = self.dec.step(x, cache_k, cache_v, bias, cross_k, cross_v)
+        prior = self.tm.cross_prior(progress[None], cross_k.shape[3])
+        h, logits, stop, nk, nv = self.dec.step(x, cache_k, cache_v, bias, cross_k, cross_v, prior)
         return h[0], logits[0], stop[0], nk, nv
 
 

@@ -38,7 +38,8 @@ def to_tensors(b: Batch, rate_jitter: float = 0.0, rng=None) -> dict:
     rng = rng or np.random.default_rng(0)
     rate = jittered_rate(b.frame_lengths, phon, rate_jitter, rng)
     idx = np.arange(codes.shape[1])[None, :]
-    return {
+    extra = {} if b.progress is None else {"track": torch.from_numpy(b.progress)}
+    return extra | {
         "phonemes": torch.from_numpy(b.phonemes.astype(np.int64)),
         "phoneme_lengths": torch.from_numpy(b.phoneme_lengths.astype(np.int64)),
         "language": torch.from_numpy(b.language.astype(np.int64)),

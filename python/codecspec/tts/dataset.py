@@ -19,6 +19,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from codecspec.codec.data import load_codes, load_manifest
+from codecspec.tts.aligned import phoneme_track
 from codecspec.tts.text import PAD, Frontend
 
 __all__ = ["Utterance", "Batch", "TTSDataset"]
@@ -31,6 +32,7 @@ class Utterance:
     language: int
     speaker: int
     codes: np.ndarray  # int16 [T, levels]
+    track: Optional[np.ndarray] = None  # float32 [T] phoneme positions (a timed corpus)
 
     @property
     def frames(self) -> int:
@@ -48,6 +50,7 @@ class Batch:
     speaker: np.ndarray  # int32 [B]
     codes: np.ndarray  # int32 [B, T_max, levels], padded with the dataset's code_pad
     frame_lengths: np.ndarray  # int32 [B]
+    progress: Optional[np.ndarray] = None  # float32 [B, T_max] phoneme track (timed corpus)
 
     @property
     def frame_mask(self) -> np.ndarray:
@@ -159,6 +162,11 @@ class TTSDataset:
                         f"{r['num_samples']} samples give {want}; codes and corpus disagree"
                     )
             ph = frontend.vocab.encode(r["phonemes"], bos=add_bos_eos, eos=add_bos_eos)
+            track = None
+            if "events" in r:
+                starts = [float(t) for _, t in r["events"]]
+                end = float(r.get("end_ms", starts[-1]))
+                track = phoneme_track(starts, end, 1000.0 / frame_rate, frames=c.shape[0])
             self._unk += int(np.count_nonzero(ph == frontend.vocab.unk_id))
             utts.append(
                 Utterance(
@@ -167,6 +175,7 @@ class TTSDataset:
                     language=frontend.languages.id(r["language"]),
                     speaker=frontend.speakers.id(r[speaker_field]),
                     codes=c,
+                    track=track,
                 )
             )
         self.utterances: list[Utterance] = utts
@@ -188,9 +197,13 @@ class TTSDataset:
         flen = np.array([u.frames for u in us], dtype=np.int32)
         ph = np.full((len(us), int(plen.max())), PAD, dtype=np.int32)
         codes = np.full((len(us), int(flen.max()), self.levels), self.code_pad, dtype=np.int32)
+        timed = all(u.track is not None for u in us)
+        progress = np.zeros(codes.shape[:2], dtype=np.float32) if timed else None
         for k, u in enumerate(us):
             ph[k, : plen[k]] = u.phonemes
             codes[k, : flen[k]] = u.codes
+            if timed:
+                progress[k, : flen[k]] = u.track
         return Batch(
             ids=[u.id for u in us],
             phonemes=ph,
@@ -199,6 +212,7 @@ class TTSDataset:
             speaker=np.array([u.speaker for u in us], dtype=np.int32),
             codes=codes,
             frame_lengths=flen,
+            progress=progress,
         )
 
     def batch_indices(

@@ -70,6 +70,19 @@ def tokenize(phonemes: str) -> list[str]:
     return out
 
 
+def tokenize_mnemonics(phonemes: str) -> list[str]:
+    """espeak-ng phoneme mnemonics separated by whitespace (a timed corpus's ``phonemes``)."""
+    if not isinstance(phonemes, str):
+        raise ValueError(f"phonemes: expected a str, got {type(phonemes).__name__}")
+    return phonemes.split()
+
+
+# how each vocabulary kind splits a phoneme string: IPA characters (espeak-ng -x --ipa), or
+# espeak-ng's own mnemonics as its phoneme events name them (the aligned model)
+VOCAB_KINDS = ("ipa", "mnemonic")
+_TOKENIZERS = {"ipa": tokenize, "mnemonic": tokenize_mnemonics}
+
+
 def _detokenize(tokens: Iterable[str]) -> str:
     return "".join(f" {CLAUSE} " if t == CLAUSE else t for t in tokens)
 
@@ -103,7 +116,10 @@ class PhonemeVocab:
     Symbols are sorted by code point, so the table depends only on the set of symbols.
     """
 
-    def __init__(self, symbols: Iterable[str]):
+    def __init__(self, symbols: Iterable[str], kind: str = "ipa"):
+        if kind not in VOCAB_KINDS:
+            raise ValueError(f"kind: expected one of {VOCAB_KINDS}, got {kind!r}")
+        self.kind = kind
         syms = sorted(set(symbols))
         for s in syms:
             if not isinstance(s, str) or not s:
@@ -117,18 +133,25 @@ class PhonemeVocab:
     pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
 
     @classmethod
-    def from_strings(cls, strings: Iterable[str]) -> PhonemeVocab:
+    def from_strings(cls, strings: Iterable[str], kind: str = "ipa") -> PhonemeVocab:
         """Every token of the given phoneme strings."""
         symbols: set[str] = set()
         for s in strings:
-            symbols.update(tokenize(s))
-        return cls(symbols)
+            symbols.update(_TOKENIZERS[kind](s) if kind in _TOKENIZERS else tokenize(s))
+        return cls(symbols, kind)
 
     @classmethod
     def from_manifest(cls, rows: Sequence[Mapping], split: str | None = "train") -> PhonemeVocab:
-        """Built from the ``phonemes`` of the manifest rows of ``split`` (None: every row)."""
+        """Built from the ``phonemes`` of the manifest rows of ``split`` (None: every row).
+        A corpus rendered with phoneme timing (rows with ``events``) holds espeak-ng's
+        mnemonics, space-separated: its vocabulary is of kind ``"mnemonic"``."""
         rows = _rows_of_split(rows, split)
-        return cls.from_strings(_field(r, "phonemes", "rows") for r in rows)
+        kind = "mnemonic" if all("events" in r for r in rows) else "ipa"
+        return cls.from_strings((_field(r, "phonemes", "rows") for r in rows), kind)
+
+    def tokenize(self, phonemes: str) -> list[str]:
+        """The tokens of a phoneme string, as this vocabulary's kind splits it."""
+        return _TOKENIZERS[self.kind](phonemes)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -137,7 +160,11 @@ class PhonemeVocab:
         return token in self._index and token not in RESERVED
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, PhonemeVocab) and self.tokens == other.tokens
+        return (
+            isinstance(other, PhonemeVocab)
+            and self.tokens == other.tokens
+            and self.kind == other.kind
+        )
 
     def __repr__(self) -> str:
         return f"PhonemeVocab({len(self)} tokens: {len(RESERVED)} reserved + {len(self.symbols)})"
@@ -150,7 +177,7 @@ class PhonemeVocab:
         self, phonemes: str, *, bos: bool = False, eos: bool = False, strict: bool = False
     ) -> np.ndarray:
         """int32 ids of ``phonemes``; unknown tokens become ``unk`` (ValueError when ``strict``)."""
-        toks = tokenize(phonemes)
+        toks = self.tokenize(phonemes)
         if strict:
             unknown = sorted({t for t in toks if t not in self._index or t in RESERVED})
             if unknown:
@@ -176,10 +203,13 @@ class PhonemeVocab:
             if i in (PAD, BOS, EOS):
                 continue
             toks.append(UNK_TEXT if i == UNK else self.tokens[i])
-        return _detokenize(toks)
+        return " ".join(toks) if self.kind == "mnemonic" else _detokenize(toks)
 
     def to_dict(self) -> dict:
-        return {"reserved": list(RESERVED), "symbols": list(self.symbols)}
+        d = {"reserved": list(RESERVED), "symbols": list(self.symbols)}
+        if self.kind != "ipa":  # older files have no kind: they are IPA
+            d["kind"] = self.kind
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping) -> PhonemeVocab:
@@ -187,7 +217,7 @@ class PhonemeVocab:
             raise ValueError("d: expected a mapping with a 'symbols' list")
         if list(d.get("reserved", RESERVED)) != list(RESERVED):
             raise ValueError(f"d: reserved tokens {d.get('reserved')} differ from {RESERVED}")
-        return cls(d["symbols"])
+        return cls(d["symbols"], d.get("kind", "ipa"))
 
     def save(self, path) -> None:
         _write_json(path, self.to_dict())

@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.codec.codec import Codec
 from codecspec.codec.v2 import CodecV2
 from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder
 from codecspec.decode.temporal import Acceptance, TemporalLoop
@@ -38,7 +39,6 @@ TEMPORAL_MODES = ("ar", "spec")  # and "auto": spec where bench/speculation_swee
 WINDOW_KEY = "codecspec.window"  # step-graph metadata: the window baked into its mask
 V2_FILES = (
     "model.json",
-    "codec_v2.npz",
     "encoder.onnx",
     "temporal.onnx",
     "draft_temporal.onnx",
@@ -65,7 +65,7 @@ class V2Stepper:
         cross_keys,
         cross_values,
         speaker: int,
-        rate_frames: float,
+        pace,
         start_token: int,
         window: int,
     ):
@@ -79,7 +79,12 @@ class V2Stepper:
         self.cache = RingKVCache(L, heads, capacity, hd)
         self.window = int(window)
         self.session, self.t = session, 0
-        self.rate_frames = float(rate_frames)  # r * P: the expected length in frames
+        # v2: r * P, the expected length in frames; v3: the phoneme track u_t itself (frames
+        # past its end stay at its last value)
+        if np.ndim(pace) == 0:
+            self.rate_frames, self.track = float(pace), None
+        else:
+            self.rate_frames, self.track = float(len(pace)), np.asarray(pace, np.float32)
         self.start_token = int(start_token)
         self.vocab_size = int(start_token)  # c0 codes 0..V-1; V itself is the start token
         self.feeds = {
@@ -99,7 +104,10 @@ class V2Stepper:
         f = self.feeds
         f["prev_tokens"] = prev
         f["positions"] = pos
-        f["progress"] = ((pos + 0.5) / self.rate_frames).astype(np.float32)
+        if self.track is None:
+            f["progress"] = ((pos + 0.5) / self.rate_frames).astype(np.float32)
+        else:
+            f["progress"] = self.track[np.minimum(pos, len(self.track) - 1)]
         return tuple(self.session.run(None, f))
 
     def commit(self, out: tuple, n: int) -> None:
@@ -158,9 +166,13 @@ class V2TTS(ReferenceTTS):
 
         self.depth_kind = check_depth(depth)
         d = Path(model_dir) if model_dir is not None else default_v2_dir()
+        meta_path = d / "model.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        codec_file = meta.get("codec_file", "codec_v2.npz")
         need = [f for f in V2_FILES if f not in depth_files("positional")] + list(
             depth_files(depth)
         )
+        need.append(codec_file)
         missing = [f for f in need if not (d / f).is_file()]
         if missing:
             how = "models/recipe/v2.py" + (" shared-depth" if depth == "shared" else "")
@@ -179,7 +191,9 @@ class V2TTS(ReferenceTTS):
         )
         self.frontend = Frontend.from_dict(self.meta["frontend"])
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
-        self.codec = CodecV2.load(d / "codec_v2.npz")
+        # v3 ("aligned") reads espeak-ng's phoneme track and speaks through the v1 codec
+        self.aligned = self.meta.get("conditioning") == "phoneme_track"
+        self.codec = (Codec if codec_file == "codec.npz" else CodecV2).load(d / codec_file)
         self.window = int(self.meta["temporal_config"]["window"])
         self.start_token = int(self.meta["temporal_config"]["c0_vocab_size"])
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
@@ -244,15 +258,39 @@ class V2TTS(ReferenceTTS):
             raise ValueError(f"rate: expected a number in [0.25, 4], got {rate!r}")
         return max(1.0, num_phonemes * self.meta["frames_per_phoneme"][language] / rate)
 
-    def max_frames_for(self, expected: float) -> int:
-        """The max-length guard: `max_pace` times the announced length, plus 8 frames."""
-        return int(math.ceil(self.meta["max_pace"] * expected)) + 8
+    def max_frames_for(self, expected) -> int:
+        """The max-length guard: `max_pace` times the announced length (an aligned model's:
+        its track's), plus 8 frames."""
+        n = expected if np.ndim(expected) == 0 else len(expected)
+        return int(math.ceil(self.meta["max_pace"] * n)) + 8
+
+    def espeak_voice(self, language: str, speaker: Optional[str]) -> str:
+        """The espeak-ng voice whose timing an aligned model follows (language + variant)."""
+        return f"{self.meta['voices'][language]}+{speaker or self.meta['default_speaker']}"
+
+    def phoneme_track(self, text: str, language: str, speaker, rate: float = 1.0):
+        """(mnemonics, track u_t) of `text` as espeak-ng times it for this voice; `rate`
+        scales the words per minute the model was trained around."""
+        from codecspec.tts.aligned import phoneme_track
+        from codecspec.tts.espeak import RATE_RANGE, render
+
+        if not (isinstance(rate, (int, float)) and 0.25 <= rate <= 4.0):
+            raise ValueError(f"rate: expected a number in [0.25, 4], got {rate!r}")
+        wpm = int(np.clip(round(self.meta["espeak_rate"] * rate), *RATE_RANGE))
+        r = render(text, self.espeak_voice(language, speaker), wpm, self.meta["espeak_pitch"])
+        track = phoneme_track(r.starts_ms, r.end_ms, 1000.0 / self.codec.frame_rate)
+        return " ".join(r.phonemes), track
 
     def encode_text(self, text, phonemes, language, speaker):
-        """(phonemes, ids with bos/eos, lang id, speaker id, encoder outputs)."""
+        """(phonemes, ids with bos/eos, lang id, speaker id, encoder outputs). An aligned
+        model's phonemes are espeak-ng mnemonics (`phoneme_track` gives them with timing)."""
         lang_id, spk_id = self._ids(language, speaker or self.meta["default_speaker"])
         if phonemes is None:
-            phonemes = phonemize(text, self.meta["voices"][language])
+            phonemes = (
+                self.phoneme_track(text, language, speaker)[0]
+                if self.aligned
+                else phonemize(text, self.meta["voices"][language])
+            )
         ids = self.frontend.vocab.encode(phonemes)
         ids = np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
         enc = self.encoder.run(
@@ -264,6 +302,18 @@ class V2TTS(ReferenceTTS):
             },
         )
         return phonemes, ids, lang_id, spk_id, enc
+
+    def prepare_text(self, text, phonemes, language, speaker, rate: float = 1.0):
+        """`encode_text`'s outputs and the aligned model's phoneme track (else None)."""
+        if not self.aligned:
+            return self.encode_text(text, phonemes, language, speaker) + (None,)
+        if phonemes is not None:
+            raise ValueError(
+                "phonemes: this model follows espeak-ng's phoneme timing; give text instead"
+            )
+        self._ids(language, speaker or self.meta["default_speaker"])  # names checked first
+        mnemonics, track = self.phoneme_track(text, language, speaker, rate)
+        return self.encode_text(None, mnemonics, language, speaker) + (track,)
 
     def stepper(self, enc, spk_id: int, expected: float, draft: bool = False) -> V2Stepper:
         ck, cv = (enc[2], enc[3]) if draft else (enc[0], enc[1])
@@ -365,8 +415,10 @@ class V2TTS(ReferenceTTS):
         if mode not in MODES + (COARSE_MODE,):
             raise ValueError(f"mode: must be one of {MODES + (COARSE_MODE, 'auto')}, got {mode!r}")
         t0 = time.perf_counter()
-        phonemes, ids, _, spk_id, enc = self.encode_text(text, phonemes, language, speaker)
-        expected = self.expected_frames(len(ids) - 2, language, rate)
+        phonemes, ids, _, spk_id, enc, track = self.prepare_text(
+            text, phonemes, language, speaker, rate
+        )
+        expected = self.expected_frames(len(ids) - 2, language, rate) if track is None else track
         guard = self.max_frames_for(expected) if max_frames is None else max_frames
         loop = self.temporal_loop(
             enc,

@@ -1,0 +1,68 @@
+"""The aligned model's conditioning: espeak-ng's phoneme timing and the phoneme track."""
+
+import numpy as np
+import pytest
+
+from codecspec.tts.aligned import FIRST_PHONEME, phoneme_track, track_frames
+from codecspec.tts.text import PhonemeVocab
+
+
+def test_track_follows_the_phoneme_at_each_frame_centre():
+    # phonemes at 0, 100, 250 ms, ending at 400 ms; frames of 80 ms: centres 40, 120, 200, 280, 360
+    u = phoneme_track([0.0, 100.0, 250.0], 400.0, 80.0)
+    assert u.dtype == np.float32 and len(u) == track_frames(400.0, 80.0) == 5
+    np.testing.assert_allclose(
+        u - FIRST_PHONEME,
+        [0.4, 1 + 20 / 150, 1 + 100 / 150, 2 + 30 / 150, 2 + 110 / 150],
+        atol=1e-6,
+    )
+    assert np.all(np.diff(u) > 0)
+
+
+def test_zero_length_phonemes_are_skipped_and_the_end_is_clamped():
+    u = phoneme_track([0.0, 100.0, 100.0, 200.0], 240.0, 80.0, frames=6)
+    idx = np.floor(u).astype(int) - FIRST_PHONEME
+    assert 1 not in idx  # the phoneme of zero length never holds a frame centre
+    assert np.all(u < FIRST_PHONEME + 4) and u[-1] == u[-2]  # past the end: the last phoneme
+
+
+@pytest.mark.parametrize(
+    "args, name",
+    [
+        (([], 10.0, 80.0), "starts_ms"),
+        (([0.0, 50.0, 20.0], 100.0, 80.0), "starts_ms"),
+        (([0.0, 50.0], 10.0, 80.0), "end_ms"),
+        (([0.0], 10.0, 0.0), "frame_ms"),
+    ],
+)
+def test_bad_tracks_name_the_argument(args, name):
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        phoneme_track(*args)
+
+
+def test_mnemonic_vocabulary_round_trips():
+    v = PhonemeVocab.from_strings(["h @ l oU", "w 3: l d _:"], kind="mnemonic")
+    assert "oU" in v and "3:" in v and "o" not in v
+    ids = v.encode("h @ l oU w 3: l d")
+    assert v.decode(ids) == "h @ l oU w 3: l d"
+    assert PhonemeVocab.from_dict(v.to_dict()) == v
+    assert PhonemeVocab.from_dict(v.to_dict()) != PhonemeVocab(v.symbols)  # kind matters
+
+
+def test_espeak_library_times_every_phoneme():
+    espeak = pytest.importorskip("codecspec.tts.espeak")
+    if not espeak.available():
+        pytest.skip("libespeak-ng.so.1 is not installed (apt-get install espeak-ng)")
+    r = espeak.render("Hello world, this is a test.", "en-us+f1", 170, 50)
+    assert r.sample_rate > 0 and r.audio.dtype == np.float32 and r.audio.size > r.sample_rate
+    assert r.phonemes[:4] == ("h", "@", "l", "oU")
+    assert np.all(np.diff(r.starts_ms) >= 0) and r.end_ms >= r.starts_ms[-1]
+    assert r.end_ms == pytest.approx(1000.0 * r.audio.size / r.sample_rate, abs=1.0)
+    slow = espeak.render("Hello world, this is a test.", "en-us+f1", 100, 50)
+    assert slow.end_ms > 1.3 * r.end_ms  # the rate reaches the library
+    with pytest.raises(ValueError, match=r"^rate\b"):
+        espeak.render("Hello", "en-us", 20)
+    with pytest.raises(ValueError, match=r"^voice\b"):
+        espeak.render("Hello", "no-such-voice-xx")
+    with pytest.raises(ValueError, match=r"^text\b"):
+        espeak.render("  ", "en-us")
