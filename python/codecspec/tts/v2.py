@@ -272,12 +272,12 @@ class V2TTS(ReferenceTTS):
         """(mnemonics, track u_t) of `text` as espeak-ng times it for this voice; `rate`
         scales the words per minute the model was trained around."""
         from codecspec.tts.aligned import phoneme_track
-        from codecspec.tts.espeak import RATE_RANGE, render
+        from codecspec.tts.espeak import RATE_RANGE, timing
 
         if not (isinstance(rate, (int, float)) and 0.25 <= rate <= 4.0):
             raise ValueError(f"rate: expected a number in [0.25, 4], got {rate!r}")
         wpm = int(np.clip(round(self.meta["espeak_rate"] * rate), *RATE_RANGE))
-        r = render(text, self.espeak_voice(language, speaker), wpm, self.meta["espeak_pitch"])
+        r = timing(text, self.espeak_voice(language, speaker), wpm, self.meta["espeak_pitch"])
         track = phoneme_track(r.starts_ms, r.end_ms, 1000.0 / self.codec.frame_rate)
         return " ".join(r.phonemes), track
 

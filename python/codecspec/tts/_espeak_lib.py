@@ -1,0 +1,123 @@
+"""espeak-ng's C library through ctypes, with no dependency beyond the standard library.
+
+`codecspec.tts.espeak` builds on this; run as a script (``python -I _espeak_lib.py`` with a
+JSON request on stdin) it answers with the phoneme timing of one text from a freshly
+initialised library. The library keeps state from one synthesis to the next (its waveform
+generator's phase), which moves phoneme times by a few ms from call to call; a fresh process
+per request makes the timing a function of the request alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import sys
+
+# espeak_EVENT_TYPE values and API constants (speak_lib.h)
+_EV_END_OF_LIST, _EV_PHONEME = 0, 7
+_AUDIO_OUTPUT_SYNCHRONOUS = 2
+_OPTION_PHONEME_EVENTS = 0x0001
+_CHARS_UTF8 = 1
+_POS_CHARACTER = 1
+_RATE, _PITCH, _WORDGAP = 1, 3, 7
+
+
+class EspeakError(RuntimeError):
+    """The espeak-ng library is missing or refused a request."""
+
+
+class _Id(ctypes.Union):
+    _fields_ = [("number", ctypes.c_int), ("name", ctypes.c_char_p), ("string", ctypes.c_char * 8)]
+
+
+class _Event(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("unique_identifier", ctypes.c_uint),
+        ("text_position", ctypes.c_int),
+        ("length", ctypes.c_int),
+        ("audio_position", ctypes.c_int),
+        ("sample", ctypes.c_int),
+        ("user_data", ctypes.c_void_p),
+        ("id", _Id),
+    ]
+
+
+_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.POINTER(_Event)
+)
+
+
+class Library:
+    """The loaded library, initialised once per process with phoneme events on."""
+
+    def __init__(self):
+        name = ctypes.util.find_library("espeak-ng") or "libespeak-ng.so.1"
+        try:
+            self.lib = ctypes.CDLL(name)
+        except OSError as e:
+            raise EspeakError(
+                "espeak-ng's library (libespeak-ng.so.1) is not installed: "
+                "apt-get install espeak-ng"
+            ) from e
+        rate = self.lib.espeak_Initialize(
+            _AUDIO_OUTPUT_SYNCHRONOUS, 0, None, _OPTION_PHONEME_EVENTS
+        )
+        if rate <= 0:
+            raise EspeakError(f"espeak_Initialize failed ({rate})")
+        self.sample_rate = int(rate)
+        self.pcm: list = []
+        self.events: list = []
+        self._cb = _CALLBACK(self._collect)  # keep a reference: the library holds a raw pointer
+        self.lib.espeak_SetSynthCallback(self._cb)
+        self.lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+
+    def _collect(self, wav, n, events) -> int:
+        if n > 0:
+            self.pcm.append(ctypes.string_at(wav, 2 * n))
+        i = 0
+        while events[i].type != _EV_END_OF_LIST:
+            e = events[i]
+            if e.type == _EV_PHONEME:
+                self.events.append((e.id.string.decode("utf-8", "replace"), e.audio_position))
+            i += 1
+        return 0
+
+    def synthesize(self, text: str, voice: str, rate: int, pitch: int, gap: int):
+        """(int16 PCM bytes, [(mnemonic, start ms)]); ValueError naming a bad voice."""
+        if self.lib.espeak_SetVoiceByName(voice.encode("utf-8")) != 0:
+            raise ValueError(f"voice: espeak-ng has no voice {voice!r}")
+        self.lib.espeak_SetParameter(_RATE, int(rate), 0)
+        self.lib.espeak_SetParameter(_PITCH, int(pitch), 0)
+        self.lib.espeak_SetParameter(_WORDGAP, int(gap), 0)
+        self.pcm, self.events = [], []
+        data = text.encode("utf-8") + b"\0"
+        err = self.lib.espeak_Synth(data, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
+        if err != 0:
+            raise EspeakError(f"espeak_Synth failed ({err})")
+        pcm, events = b"".join(self.pcm), self.events
+        self.pcm, self.events = [], []
+        return pcm, events
+
+
+def _serve() -> int:
+    """One request on stdin -> the timing (no audio) as JSON on stdout."""
+    req = json.loads(sys.stdin.read())
+    try:
+        lib = Library()
+        pcm, events = lib.synthesize(
+            req["text"], req["voice"], req["rate"], req["pitch"], req["gap"]
+        )
+    except (ValueError, EspeakError) as e:
+        json.dump({"error": str(e), "type": type(e).__name__}, sys.stdout)
+        return 0
+    json.dump(
+        {"sample_rate": lib.sample_rate, "num_samples": len(pcm) // 2, "events": events},
+        sys.stdout,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve())
