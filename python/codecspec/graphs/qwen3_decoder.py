@@ -295,26 +295,31 @@ def decoder_tensor_shapes(c: SpeechDecoderConfig) -> dict[str, tuple[int, ...]]:
 
 
 def random_decoder_tensors(c: SpeechDecoderConfig, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded random tensors of the official names and shapes (benchmarks, tests): conv and
-    linear weights ~ N(0, 1/fan_in), norms and scales near their trained ranges."""
+    """Seeded random float32 tensors of the official names and shapes (benchmarks, tests):
+    linear and conv weights ~ N(0, 1/fan_in), norms, scales and usages in plausible ranges."""
     rng = np.random.default_rng(seed)
+    f32 = np.float32
+
+    def uniform(lo, hi, shape):
+        return f32(lo) + f32(hi - lo) * rng.random(shape, dtype=f32)
+
     out = {}
     for name, shape in decoder_tensor_shapes(c).items():
         leaf = name.rsplit(".", 1)[-1]
         if leaf == "cluster_usage":
-            a = rng.uniform(0.5, 4.0, shape)
+            a = uniform(0.5, 4.0, shape)
         elif leaf in ("alpha", "beta"):
-            a = rng.normal(0.0, 0.2, shape)
+            a = f32(0.2) * rng.standard_normal(shape, dtype=f32)
         elif leaf in ("scale", "gamma"):
-            a = rng.uniform(0.01, 0.2, shape)
+            a = uniform(0.01, 0.2, shape)
         elif "norm" in name and leaf == "weight":
-            a = rng.uniform(0.8, 1.2, shape)
+            a = uniform(0.8, 1.2, shape)
         elif leaf == "bias" or len(shape) == 1:
-            a = rng.normal(0.0, 0.02, shape)
+            a = f32(0.02) * rng.standard_normal(shape, dtype=f32)
         else:
             fan_in = int(np.prod(shape[1:]))  # linear [out, in]; conv [out, in/groups, k]
-            a = rng.normal(0.0, 1.0 / math.sqrt(fan_in), shape)
-        out[name] = a.astype(np.float32)
+            a = f32(1.0 / math.sqrt(fan_in)) * rng.standard_normal(shape, dtype=f32)
+        out[name] = a
     return out
 
 
