@@ -126,8 +126,9 @@ def test_bad_codes(dec, codes):
 
 
 def test_bad_chunk_frames(dec):
-    with pytest.raises(ValueError, match="chunk_frames"):
-        list(dec.stream([np.zeros((2, 16), dtype=np.int64)], chunk_frames=0))
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="chunk_frames"):
+            dec.stream([np.zeros((2, 16), dtype=np.int64)], chunk_frames=bad)
 
 
 # ---------------------------------------------------------------------- folder and cache

@@ -224,6 +224,9 @@ class SpeechDecoder:
         concatenated equal `decode()` of all the codes to float32 rounding."""
         if isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int) or chunk_frames < 1:
             raise ValueError(f"chunk_frames: expected an int >= 1, got {chunk_frames!r}")
+        return self._stream(code_iter, chunk_frames)
+
+    def _stream(self, code_iter: Iterable, chunk_frames: int) -> Iterator[np.ndarray]:
         cur = _Cursor(self)
         pending: list[np.ndarray] = []
         n_pending = 0
