@@ -28,45 +28,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 from codecspec.families.qwen3_tts.decoder import SpeechDecoder  # noqa: E402
 from codecspec.graphs.qwen3_decoder import (  # noqa: E402
-    random_decoder_tensors,
-    speech_decoder_config,
+    PUBLISHED_DECODER_CONFIG,
+    write_random_speech_tokenizer,
 )
-from codecspec.graphs.safetensors_io import write_safetensors  # noqa: E402
 
-COMMON = {
-    "codebook_size": 2048,
-    "codebook_dim": 512,
-    "latent_dim": 1024,
-    "num_quantizers": 16,
-    "num_hidden_layers": 8,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 16,
-    "sliding_window": 72,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000,
-    "upsample_rates": [8, 5, 4, 3],
-    "upsampling_ratios": [2, 2],
-    "decoder_dim": 1536,
-}
 SHAPES = {
-    "published": {**COMMON, "hidden_size": 512, "head_dim": 64, "intermediate_size": 1024},
-    "class-defaults": {**COMMON, "hidden_size": 1024, "intermediate_size": 3072},
+    "published": PUBLISHED_DECODER_CONFIG,
+    "class-defaults": {
+        **{k: v for k, v in PUBLISHED_DECODER_CONFIG.items() if k != "head_dim"},
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+    },
 }
-
-
-def write_folder(folder: Path, shape: str, seed: int = 0) -> int:
-    """A speech_tokenizer folder with random decoder weights; returns the weight bytes."""
-    root = {
-        "model_type": "qwen3_tts_tokenizer_12hz",
-        "decoder_config": SHAPES[shape],
-        "output_sample_rate": 24000,
-        "decode_upsample_rate": 1920,
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(root, indent=2))
-    tensors = random_decoder_tensors(speech_decoder_config(root), seed)
-    write_safetensors(folder / "model.safetensors", tensors)
-    return sum(a.nbytes for a in tensors.values())
 
 
 def timed(fn):
@@ -94,7 +67,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="qwen3-dec-bench-") as tmp:
         folder, cache = Path(tmp) / "speech_tokenizer", Path(tmp) / "cache"
-        weight_bytes = write_folder(folder, args.shape)
+        weight_bytes = write_random_speech_tokenizer(folder, SHAPES[args.shape])
         dec, cold_s = timed(lambda: SpeechDecoder.load(folder, cache, threads=args.threads))
         graph_bytes = os.path.getsize(dec.graph_path)
         del dec

@@ -24,6 +24,11 @@ Run (needs torch, transformers==4.57.3, `qwen-tts==0.1.1 --no-deps`, accelerate,
 It writes OUT/speech_tokenizer/{config.json,model.safetensors} and OUT/decoder_fixtures.npz
 and prints the clipped fraction, the eager-vs-sdpa attention difference (the official
 implementation's own float32 noise floor) and the fixture sizes.
+
+`--check-full-size FRAMES` instead compares codecspec with the official decoder at the released
+decoder shape (seeded random weights, `write_random_speech_tokenizer`; nothing checked in):
+whole decode, streamed decode, and `chunked_decode(chunk_size=80)` for FRAMES frames
+(needs codecspec importable, e.g. PYTHONPATH=python).
 """
 
 from __future__ import annotations
@@ -137,11 +142,63 @@ def _redraw(decoder, rng: np.random.Generator) -> None:
                 cb.embedding_sum[low] *= 1e-5  # clamped to 1e-5: rows stay O(1)
 
 
+def check_full_size(frames: int, seed: int) -> None:
+    """Max abs error of codecspec vs the official decoder at the released shape."""
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file
+
+    from codecspec.families.qwen3_tts.decoder import SpeechDecoder
+    from codecspec.graphs.qwen3_decoder import (
+        PUBLISHED_DECODER_CONFIG,
+        write_random_speech_tokenizer,
+    )
+
+    _import_official()
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
+        Qwen3TTSTokenizerV2DecoderConfig,
+    )
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
+        Qwen3TTSTokenizerV2Decoder,
+    )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = os.path.join(tmp, "speech_tokenizer")
+        write_random_speech_tokenizer(folder, PUBLISHED_DECODER_CONFIG, seed)
+        official = Qwen3TTSTokenizerV2Decoder(
+            Qwen3TTSTokenizerV2DecoderConfig(**PUBLISHED_DECODER_CONFIG)
+        ).eval()
+        state = load_file(os.path.join(folder, "model.safetensors"))
+        state = {k[len("decoder.") :]: v for k, v in state.items()}
+        missing, unexpected = official.load_state_dict(state, strict=False)
+        assert not unexpected and all("input_proj" in k for k in missing if "quantizer" in k)
+        ours = SpeechDecoder.load(folder, cache_dir=os.path.join(tmp, "cache"))
+        codes = np.random.default_rng(seed).integers(0, 2048, (frames, 16))
+        with torch.inference_mode():
+            t = torch.from_numpy(codes).T[None]
+            ref = official.chunked_decode(t)[0, 0].numpy()
+            ref80 = official.chunked_decode(t, chunk_size=80)[0, 0].numpy()
+        whole = ours.decode(codes)
+        blocks = (codes[i : i + 3] for i in range(0, frames, 3))
+        streamed = np.concatenate(list(ours.stream(blocks, chunk_frames=5)))
+        ours80 = SpeechDecoder(ours.session, ours.config, ours.graph_path, 80, 25)
+        print(f"full size, {frames} frames: audio std {ref.std():.3f}")
+        print(f"  decode vs official:           {np.max(np.abs(whole - ref)):.2e}")
+        print(f"  stream vs official:           {np.max(np.abs(streamed - ref)):.2e}")
+        print(f"  chunk 80 decode vs official:  {np.max(np.abs(ours80.decode(codes) - ref80)):.2e}")
+        print(f"  chunk 80 vs chunk 300 (official): {np.max(np.abs(ref80 - ref)):.2e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="tests/data/qwen3_tiny_tokenizer")
     ap.add_argument("--seed", type=int, default=18)
+    ap.add_argument("--check-full-size", type=int, metavar="FRAMES")
     args = ap.parse_args()
+    if args.check_full_size:
+        check_full_size(args.check_full_size, args.seed)
+        return
 
     import torch
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -227,3 +229,18 @@ def test_cache_is_reused_and_keyed_by_content(tmp_path, monkeypatch, fx):
     assert changed.graph_path != first.graph_path
     assert len(_entries(cache)) == 2
     assert np.max(np.abs(changed.decode(fx["codes_5"]) - fx["wav_5"])) > 1e-3
+
+
+def test_run_path_needs_no_torch(tmp_path):
+    """Loading and decoding work with torch (and transformers) made unimportable."""
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"
+        "sys.modules['transformers'] = None\n"
+        "import numpy as np\n"
+        "from codecspec.families.qwen3_tts.decoder import SpeechDecoder\n"
+        f"d = SpeechDecoder.load({str(FOLDER)!r}, cache_dir={str(tmp_path)!r})\n"
+        "assert d.decode(np.zeros((2, 16), dtype=np.int64)).shape == (3840,)\n"
+        "assert 'torch' not in [m.split('.')[0] for m in sys.modules if sys.modules[m]]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

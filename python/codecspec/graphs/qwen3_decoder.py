@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass
 from typing import Callable, Optional
 
@@ -55,6 +56,8 @@ __all__ = [
     "state_io_names",
     "read_decoder_metadata",
     "random_decoder_tensors",
+    "write_random_speech_tokenizer",
+    "PUBLISHED_DECODER_CONFIG",
 ]
 
 DECODER_GRAPH_VERSION = "1"
@@ -80,6 +83,30 @@ _DEFAULTS = {
     "rms_norm_eps": 1e-5,
     "num_hidden_layers": 8,
     "num_quantizers": 16,
+    "upsample_rates": [8, 5, 4, 3],
+    "upsampling_ratios": [2, 2],
+    "decoder_dim": 1536,
+}
+
+
+# decoder_config of the released Qwen3-TTS-Tokenizer-12Hz, as several public copies of its
+# config.json give it (the file itself could not be read here).
+PUBLISHED_DECODER_CONFIG = {
+    "codebook_size": 2048,
+    "codebook_dim": 512,
+    "hidden_size": 512,
+    "head_dim": 64,
+    "latent_dim": 1024,
+    "intermediate_size": 1024,
+    "num_quantizers": 16,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "sliding_window": 72,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000,
+    "hidden_act": "silu",
+    "attention_bias": False,
     "upsample_rates": [8, 5, 4, 3],
     "upsampling_ratios": [2, 2],
     "decoder_dim": 1536,
@@ -321,6 +348,27 @@ def random_decoder_tensors(c: SpeechDecoderConfig, seed: int = 0) -> dict[str, n
             a = f32(1.0 / math.sqrt(fan_in)) * rng.standard_normal(shape, dtype=f32)
         out[name] = a
     return out
+
+
+def write_random_speech_tokenizer(folder, decoder_config: dict, seed: int = 0) -> int:
+    """A speech_tokenizer folder (config.json + model.safetensors) holding seeded random
+    decoder weights under the official names; returns the weight bytes. For benchmarks and
+    full-size parity checks (no encoder weights: the decoder does not read them)."""
+    from .safetensors_io import write_safetensors
+
+    root = {
+        "model_type": MODEL_TYPE,
+        "decoder_config": dict(decoder_config),
+        "output_sample_rate": 24000,
+    }
+    c = speech_decoder_config(root)
+    root["decode_upsample_rate"] = c.samples_per_frame
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(root, f, indent=2)
+    tensors = random_decoder_tensors(c, seed)
+    write_safetensors(os.path.join(folder, "model.safetensors"), tensors)
+    return sum(a.nbytes for a in tensors.values())
 
 
 # ---------------------------------------------------------------------- graph pieces
