@@ -36,6 +36,7 @@ from codecspec.graphs.qwen3_decoder import (
     state_io_names,
 )
 from codecspec.graphs.safetensors_io import SafetensorsFile
+from codecspec.runtime.session import open_session
 
 __all__ = ["SpeechDecoder", "default_cache_dir", "OFFICIAL_CHUNK_SIZE", "OFFICIAL_LEFT_CONTEXT"]
 
@@ -179,8 +180,6 @@ class SpeechDecoder:
         speech tokenizer (25 Hz config, missing or truncated safetensors, wrong shapes); nothing
         is left in the cache then. chunk_size / left_context default to the official decode().
         """
-        from codecspec.runtime.session import open_session
-
         folder = Path(speech_tokenizer_dir)
         config, files, where = _read_folder(folder)
         key = _content_key(folder, files)
