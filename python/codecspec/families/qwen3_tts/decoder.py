@@ -1,0 +1,286 @@
+"""The Qwen3-TTS 12 Hz speech tokenizer's decoder on ONNX Runtime: codes [frames, 16] -> 24 kHz
+audio, whole or streamed, without torch.
+
+`SpeechDecoder.load(speech_tokenizer_dir)` builds the stateful decoder graph
+(`codecspec.graphs.qwen3_decoder`) from the folder's safetensors once and caches it under a key
+made of the folder's content (config.json and every safetensors file) and the graph version.
+
+Output law: the official `Qwen3TTSTokenizerV2Model.decode` runs `chunked_decode` — segments
+of `chunk_size` = 300 frames, each decoded from scratch with up to `left_context` = 25 frames of
+the previous codes in front, whose audio is dropped. Inside a segment the decoder is causal, so
+the stateful graph reproduces the segment's whole forward exactly (up to float summation
+order) whatever the call sizes; at every segment start the state is reset and the context
+frames are replayed, as the official code does. `decode` and `stream` therefore give the same
+audio, and the official audio, to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+
+from codecspec.graphs.qwen3_decoder import (
+    DECODER_GRAPH_VERSION,
+    SpeechDecoderConfig,
+    build_speech_decoder_graph,
+    decoder_tensor_shapes,
+    speech_decoder_config,
+    state_io_names,
+)
+from codecspec.graphs.safetensors_io import SafetensorsFile
+from codecspec.runtime.session import open_session
+
+__all__ = ["SpeechDecoder", "default_cache_dir", "OFFICIAL_CHUNK_SIZE", "OFFICIAL_LEFT_CONTEXT"]
+
+# Qwen3TTSTokenizerV2Decoder.chunked_decode defaults, used by the official decode().
+OFFICIAL_CHUNK_SIZE = 300
+OFFICIAL_LEFT_CONTEXT = 25
+# Frames per graph call in decode(): bounds the activations (~ frames * 1920 * channels).
+DECODE_BLOCK_FRAMES = 50
+_GRAPH_FILE = "decoder.onnx"
+_HASH_BLOCK = 1 << 23
+
+PathLike = Union[str, os.PathLike]
+
+
+def default_cache_dir() -> Path:
+    """$CODECSPEC_CACHE_DIR, else $XDG_CACHE_HOME/codecspec, else ~/.cache/codecspec."""
+    env = os.environ.get("CODECSPEC_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "codecspec"
+
+
+# ---------------------------------------------------------------------- folder reading
+def _folder_error(folder: Path, msg: str) -> ValueError:
+    return ValueError(f"speech_tokenizer_dir: {folder}: {msg}")
+
+
+def _read_folder(folder: Path) -> tuple[SpeechDecoderConfig, list[Path], dict]:
+    """(config, safetensors files, tensor name -> SafetensorsFile); ValueError naming the
+    folder for anything that is not a complete 12 Hz speech tokenizer."""
+    if not folder.is_dir():
+        raise _folder_error(folder, "not a directory")
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise _folder_error(folder, "no config.json (not a Qwen3-TTS speech tokenizer folder)")
+    try:
+        root = json.loads(cfg_path.read_text(encoding="utf-8"))
+        config = speech_decoder_config(root)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _folder_error(folder, f"config.json is not valid JSON ({e})") from None
+    except ValueError as e:
+        raise _folder_error(folder, str(e)) from None
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise _folder_error(folder, "no *.safetensors file")
+    where: dict[str, SafetensorsFile] = {}
+    for f in files:
+        try:
+            st = SafetensorsFile(f)
+        except ValueError as e:
+            raise _folder_error(folder, f"{f.name}: {e}") from None
+        for name in st.keys():
+            where[name] = st
+    missing = [n for n in decoder_tensor_shapes(config) if n not in where]
+    if missing:
+        raise _folder_error(folder, f"{len(missing)} decoder tensors missing, e.g. {missing[0]}")
+    return config, files, where
+
+
+def _content_key(folder: Path, files: list[Path]) -> str:
+    h = hashlib.sha256(f"qwen3-speech-decoder/{DECODER_GRAPH_VERSION}\n".encode())
+    for path in [folder / "config.json", *files]:
+        h.update(f"{path.name}\n{path.stat().st_size}\n".encode())
+        with open(path, "rb") as f:
+            while block := f.read(_HASH_BLOCK):
+                h.update(block)
+    return h.hexdigest()[:32]
+
+
+def _build_into_cache(folder: Path, config, where, entry: Path) -> None:
+    """Build and write the graph to a temporary folder, then rename it into place: a cache
+    entry exists complete or not at all."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
+    try:
+        try:
+            model = build_speech_decoder_graph(config, lambda name: where[name].get(name))
+        except ValueError as e:
+            raise _folder_error(folder, str(e)) from None
+        with open(tmp / _GRAPH_FILE, "wb") as f:
+            f.write(model.SerializeToString())
+        (tmp / "config.json").write_text(config.to_json())
+        try:
+            os.rename(tmp, entry)
+        except OSError:
+            if not (entry / _GRAPH_FILE).is_file():  # not a concurrent builder's entry
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- the decoder
+class _Cursor:
+    """Where one decode/stream is: frames done, the current segment's state and position."""
+
+    def __init__(self, decoder: SpeechDecoder) -> None:
+        self.frame = 0
+        self.position = 0
+        self.states = decoder._zero_states()
+        self.history = np.zeros((0, decoder.num_quantizers), dtype=np.int64)
+
+
+class SpeechDecoder:
+    """Codes -> audio with the stateful decoder graph (see the module docstring)."""
+
+    def __init__(
+        self,
+        session,
+        config: SpeechDecoderConfig,
+        graph_path: Path,
+        chunk_size: int = OFFICIAL_CHUNK_SIZE,
+        left_context: int = OFFICIAL_LEFT_CONTEXT,
+    ) -> None:
+        for name, v, low in (("chunk_size", chunk_size, 1), ("left_context", left_context, 0)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ValueError(f"{name}: expected an int >= {low}, got {v!r}")
+        self.session = session
+        self.config = config
+        self.graph_path = graph_path
+        self.chunk_size = chunk_size
+        self.left_context = left_context
+        self._states = state_io_names(session.get_inputs())
+        self._out_names = ["audio"] + [s[1] for s in self._states]
+
+    # -------------------------------------------------------------- construction
+    @classmethod
+    def load(
+        cls,
+        speech_tokenizer_dir: PathLike,
+        cache_dir: Optional[PathLike] = None,
+        provider: str = "cpu",
+        *,
+        threads: Optional[int] = None,
+        chunk_size: int = OFFICIAL_CHUNK_SIZE,
+        left_context: int = OFFICIAL_LEFT_CONTEXT,
+    ) -> SpeechDecoder:
+        """Build (first time) or reuse the cached graph of a speech_tokenizer/ folder.
+
+        ValueError names `speech_tokenizer_dir` for a folder that is not a complete 12 Hz
+        speech tokenizer (25 Hz config, missing or truncated safetensors, wrong shapes); nothing
+        is left in the cache then. chunk_size / left_context default to the official decode().
+        """
+        folder = Path(speech_tokenizer_dir)
+        config, files, where = _read_folder(folder)
+        key = _content_key(folder, files)
+        entry = Path(cache_dir if cache_dir is not None else default_cache_dir())
+        entry = entry / f"qwen3-speech-decoder-{key}"
+        if not (entry / _GRAPH_FILE).is_file():
+            _build_into_cache(folder, config, where, entry)
+        session = open_session(entry / _GRAPH_FILE, provider=provider, threads=threads)
+        return cls(session, config, entry / _GRAPH_FILE, chunk_size, left_context)
+
+    # -------------------------------------------------------------- properties
+    @property
+    def sample_rate(self) -> int:
+        return self.config.sample_rate
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.config.samples_per_frame
+
+    @property
+    def num_quantizers(self) -> int:
+        return self.config.num_quantizers
+
+    @property
+    def codebook_size(self) -> int:
+        return self.config.codebook_size
+
+    # -------------------------------------------------------------- decoding
+    def decode(self, codes) -> np.ndarray:
+        """codes int [frames, num_quantizers] -> float32 [frames * samples_per_frame]."""
+        codes = self._check_codes(codes, "codes")
+        cur = _Cursor(self)
+        parts = list(self._advance(cur, codes, DECODE_BLOCK_FRAMES))
+        if not parts:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(parts)
+
+    def stream(self, code_iter: Iterable, chunk_frames: int = 4) -> Iterator[np.ndarray]:
+        """Decode blocks of codes (int [n, num_quantizers], n >= 0) as they arrive; yields the
+        audio of every `chunk_frames` frames (the last chunk may be shorter). The chunks
+        concatenated equal `decode()` of all the codes to float32 rounding."""
+        if isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int) or chunk_frames < 1:
+            raise ValueError(f"chunk_frames: expected an int >= 1, got {chunk_frames!r}")
+        return self._stream(code_iter, chunk_frames)
+
+    def _stream(self, code_iter: Iterable, chunk_frames: int) -> Iterator[np.ndarray]:
+        cur = _Cursor(self)
+        pending: list[np.ndarray] = []
+        n_pending = 0
+        for i, block in enumerate(code_iter):
+            block = self._check_codes(block, f"code_iter block {i}: codes")
+            pending.append(block)
+            n_pending += len(block)
+            while n_pending >= chunk_frames:
+                allc = np.concatenate(pending)
+                yield np.concatenate(list(self._advance(cur, allc[:chunk_frames], chunk_frames)))
+                pending, n_pending = [allc[chunk_frames:]], n_pending - chunk_frames
+        if n_pending:
+            yield np.concatenate(list(self._advance(cur, np.concatenate(pending), chunk_frames)))
+
+    # -------------------------------------------------------------- internals
+    def _check_codes(self, codes, name: str) -> np.ndarray:
+        a = np.asarray(codes)
+        Q, K = self.num_quantizers, self.codebook_size
+        if a.ndim != 2 or a.shape[1] != Q:
+            raise ValueError(f"{name}: expected shape [frames, {Q}], got {list(a.shape)}")
+        if a.size and not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"{name}: expected integer codes, got dtype {a.dtype}")
+        if a.size and (a.min() < 0 or a.max() >= K):
+            raise ValueError(f"{name}: values must be in [0, {K}), got {a.min()}..{a.max()}")
+        return a.astype(np.int64, copy=False)
+
+    def _zero_states(self) -> dict[str, np.ndarray]:
+        return {s_in: np.zeros(shape, dtype=np.float32) for s_in, _, shape in self._states}
+
+    def _run(self, cur: _Cursor, codes: np.ndarray) -> np.ndarray:
+        feeds = {"codes": codes, "position": np.array([cur.position], dtype=np.int64)}
+        feeds.update(cur.states)
+        out = self.session.run(self._out_names, feeds)
+        cur.states = {s_in: v for (s_in, _, _), v in zip(self._states, out[1:])}
+        cur.position += len(codes)
+        return out[0]
+
+    def _start_segment(self, cur: _Cursor) -> None:
+        """Fresh state, then the context frames (their audio dropped), as chunked_decode."""
+        cur.states = self._zero_states()
+        cur.position = 0
+        ctx = cur.history[len(cur.history) - min(self.left_context, cur.frame) :]
+        for i in range(0, len(ctx), DECODE_BLOCK_FRAMES):
+            self._run(cur, ctx[i : i + DECODE_BLOCK_FRAMES])
+
+    def _advance(self, cur: _Cursor, codes: np.ndarray, max_frames: int) -> Iterator[np.ndarray]:
+        """Audio of `codes`, continuing `cur`, in graph calls of at most max_frames frames."""
+        i = 0
+        while i < len(codes):
+            if cur.frame and cur.frame % self.chunk_size == 0 and cur.position != 0:
+                self._start_segment(cur)
+            to_boundary = self.chunk_size - cur.frame % self.chunk_size
+            m = min(len(codes) - i, max_frames, to_boundary)
+            block = codes[i : i + m]
+            yield self._run(cur, block)
+            cur.history = np.concatenate([cur.history, block])[-max(self.left_context, 1) :]
+            cur.frame += m
+            i += m
