@@ -136,6 +136,7 @@ class FSQFamily(Family):
             frames=None,
             expected=int(np.ceil(len(ids) * unit)),
             limit=limit,
+            tokens=len(ids),
             # FSQStepper's float32 arithmetic, so the pace input is the same bits
             pace=np.float32(1.0) / (np.float32(len(ids)) * unit),
             cross=tuple(cross),
