@@ -26,14 +26,15 @@ def test_capacity_grows_step_by_step_from_one_batch_size():
     # one size seen: half its time is fixed cost; at most twice the size seen
     assert realtime_capacity([(1, 0.010)] * 3, 0.064, 64) == 2
     assert realtime_capacity([(4, 0.040)] * 3, 0.064, 64) == 8
-    assert realtime_capacity([(4, 0.040)] * 3, 0.030, 64) == 2
+    assert realtime_capacity([(4, 0.040)] * 3, 0.031, 64) == 2
 
 
 def test_capacity_is_robust_to_outliers_and_noise():
     steps = [(n, 0.020 + 0.005 * n) for n in (2, 4) for _ in range(9)] + [(4, 5.0)]
     assert realtime_capacity(steps, 0.064, 64) == 8, "a median, not a mean"
-    flat = [(2, 0.030), (4, 0.029)]  # a negative slope: proportional cost instead
-    assert realtime_capacity(flat, 0.064, 64) == 8
+    # a negative slope: the proportional line through the costliest size (15 ms a stream)
+    flat = [(2, 0.030), (4, 0.029)]
+    assert realtime_capacity(flat, 0.064, 64) == 4
 
 
 @pytest.fixture(scope="module")
