@@ -58,7 +58,11 @@ def auth(key=KEY) -> dict:
 def post(server, body: dict, headers=None, **kw):
     body = {"input": HELLO, "input_format": "ipa", **body}
     return httpx.post(
-        server.url + "/v1/audio/speech", json=body, headers=headers or auth(), timeout=120, **kw
+        server.url + "/v1/audio/speech",
+        json=body,
+        headers=auth() if headers is None else headers,
+        timeout=120,
+        **kw,
     )
 
 
@@ -75,21 +79,28 @@ def idle(server) -> bool:
     return m["active_streams"] == 0 and m["queue_depth"] == 0
 
 
-def test_the_tts_quickstart_runs_unchanged(client, server):
+def test_the_tts_quickstart_runs_unchanged(client, server, tmp_path):
+    # OpenAI's text-to-speech quickstart, with only base_url (and the key) changed.
     before = server.engine.metrics()["frames_total"]
-    with client.audio.speech.with_raw_response.create(
+    speech_file_path = tmp_path / "speech.mp3"
+    with client.audio.speech.with_streaming_response.create(
         model="gpt-4o-mini-tts",
         voice="coral",
         input="Today is a wonderful day to build something people love!",
         instructions="Speak in a cheerful and positive tone.",
-    ) as raw:
-        pass
-    r = raw.parse()
-    assert raw.headers["content-type"] == "audio/mpeg"  # OpenAI's default format: mp3
-    assert raw.headers["x-codecspec-ignored"] == "instructions"
-    rate, x = decoded(r.content)
+    ) as response:
+        response.stream_to_file(speech_file_path)
+    assert response.headers["content-type"] == "audio/mpeg"  # OpenAI's default format: mp3
+    assert response.headers["x-codecspec-ignored"] == "instructions"
+    rate, x = decoded(speech_file_path.read_bytes())
     assert rate == 24000 and len(x) / rate > 1.0 and np.abs(x).max() > 0.01
     assert server.engine.metrics()["frames_total"] > before
+
+
+def test_plain_create(client):
+    r = client.audio.speech.create(model="tts-1", voice="verse", input="Hello world.")
+    rate, x = decoded(r.content)
+    assert rate == 24000 and len(x) > 0.3 * rate
 
 
 def test_streaming_response_runs_unchanged(client, tmp_path):
@@ -235,7 +246,7 @@ def test_not_found_and_method_not_allowed_are_openai_errors(server):
         auth(KEY[:-1]),
         {"Authorization": KEY},
         {"Authorization": f"Basic {KEY}"},
-        {"Authorization": "Bearer "},
+        {"Authorization": "Bearer"},
     ],
     ids=["missing", "wrong", "prefix", "no-scheme", "basic", "empty"],
 )
