@@ -253,8 +253,9 @@ class Engine:
     def _overloaded(self) -> Optional[Overloaded]:
         if self._draining or not self._running:
             return Overloaded("server: shutting down", retry_after=5.0)
-        # Pending streams take free slots at the next step: only the rest wait in the queue.
-        if len(self._pending) >= self.max_queue + self._open_slots():
+        # Memory bounds the queue: pending streams may fill the free slots and max_queue more
+        # (realtime admission may keep some of them waiting for capacity, not for memory).
+        if len(self._pending) >= self.max_queue + len(self._free):
             self.stats.rejected += 1
             return Overloaded(
                 f"server: {self.max_streams} streams busy and {self.max_queue} queued",
@@ -301,7 +302,7 @@ class Engine:
         with self._cv:
             if self._draining or len(self._pending) + len(streams) > self.max_queue + len(
                 self._free
-            ):  # a batch may use every free slot (admission still paces who joins)
+            ):
                 raise Overloaded("server: not enough room for the batch", self._retry_after())
             for s in streams:
                 s.handle.submitted = t0
@@ -341,10 +342,6 @@ class Engine:
         return realtime_capacity(
             list(self.stats.step_times), REALTIME_HEADROOM / self.frame_rate, self.max_streams
         )
-
-    def _open_slots(self) -> int:
-        """Slots a queued stream could take at the next step."""
-        return max(0, min(len(self._free), self.capacity() - len(self._active)))
 
     # ------------------------------------------------------------------ state
     def metrics(self) -> dict:
