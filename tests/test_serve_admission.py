@@ -66,8 +66,8 @@ def test_admit_max_and_slow_playback_run_streams_together(engine, monkeypatch):
     # The broken variant of the test above: with capacity the slots, streams overlap.
     monkeypatch.setattr(engine, "frame_rate", 1e-3)  # every step is far within a frame
     late = engine.metrics()["late_frames_total"]
-    assert engine.capacity() >= 2
     monkeypatch.setattr(engine, "admit", "max")
+    assert engine.capacity() == engine.max_streams
     hs = _admitted_together(engine, 3)
     assert hs[1].first_frame_at < hs[0].done_at
     assert engine.metrics()["late_frames_total"] == late, "nothing late at this pace"
@@ -133,3 +133,17 @@ def test_key_sources_and_loopback(monkeypatch):
         api_key_of(args())
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1")
+
+
+def test_playback_stalls_of_a_client():
+    from codecspec.serve.bench import playback
+
+    bps = 32000.0  # 16 kHz 16-bit: 32000 bytes per audio second
+    # 0.24 s first, then 0.24 s every 0.2 s: always ahead of playback
+    on_time = [(0.0, 44 + 7680)] + [(0.2 * k, 7680) for k in range(1, 10)]
+    stall, rtf = playback(on_time, bps)
+    assert stall == 0.0 and rtf < 1.0
+    # the broken variant: 0.24 s of audio every 0.4 s falls behind
+    late = [(0.0, 44 + 7680)] + [(0.4 * k, 7680) for k in range(1, 10)]
+    stall, rtf = playback(late, bps)
+    assert stall > 1.0 and rtf > 1.0

@@ -115,7 +115,9 @@ def cmd_loadtest(args) -> int:
                 f"5xx={r['status_5xx']} 4xx={r['status_4xx']}: aggregate "
                 f"{r['aggregate_realtime']:.2f}x real time, RTF p50 "
                 f"{r['per_stream_rtf_p50']:.2f} p95 {r['per_stream_rtf_p95']:.2f}, TTFA p50 "
-                f"{r['ttfa_ms_p50']:.0f} ms p95 {r['ttfa_ms_p95']:.0f} ms",
+                f"{r['ttfa_ms_p50']:.0f} ms p95 {r['ttfa_ms_p95']:.0f} ms; after first audio: "
+                f"{r['streams_slower_than_realtime_after_first_audio']} slower than real time "
+                f"(RTF p95 {r['play_rtf_p95']:.2f}), {r['streams_stalled']} stalled",
                 flush=True,
             )
     if args.json:
