@@ -174,8 +174,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         default="reference",
-        choices=[m for m in MODEL_NAMES if m != "v2"],  # the engine's families
-        help="the shipped model to serve: reference (RVQ, default) or fsq",
+        choices=list(MODEL_NAMES),
+        help="the shipped model to serve: reference (RVQ, default), fsq or v2",
     )
     p.add_argument(
         "--admit",

@@ -519,7 +519,9 @@ def _load_family(model_dir, slots, max_frames, max_phonemes, provider, threads) 
     d = resolve_model_dir("reference" if model_dir is None else model_dir)
     family = model_family(d)
     if family == "v2":
-        raise ValueError("model: the serving engine serves the reference and fsq families, not v2")
+        from codecspec.serve.v2 import V2Family
+
+        return V2Family(d, slots, max_frames, max_phonemes, provider, threads)
     if family == "fsq":
         from codecspec.serve.fsq import FSQFamily
 

@@ -88,6 +88,7 @@ class FSQFamily(Family):
 
     name = "fsq"
     model_names = ("codecspec-fsq",)
+    known_length = False  # the stop head decides
     modes = ("ar",)
 
     def __init__(self, model_dir, slots, max_frames, max_phonemes, provider, threads):
