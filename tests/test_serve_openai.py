@@ -370,3 +370,33 @@ def test_overload_is_a_rate_limit_error_with_retry_after(server):
         for s in held:
             s.close()
     assert wait_for(lambda: idle(server), 60)
+
+
+def test_an_abandoned_whole_wav_stops_decoding():
+    # A stop-head model's WAV is sent whole at the end: a client that leaves before then
+    # must not cost the rest of the decode (the issue: it used to decode to the end).
+    def slow(req, t):
+        if req.seed == 31:
+            import time
+
+            time.sleep(0.02)  # a stream surely still decoding when its client leaves
+
+    with LocalServer(lambda: Engine("fsq", max_streams=2, threads=1, fault=slow)) as fsq:
+        s = socket.create_connection(("127.0.0.1", fsq.port))
+        data = json.dumps(
+            {"input": LONG, "input_format": "ipa", "response_format": "wav", "seed": 31}
+        ).encode()
+        head = (
+            "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        )
+        s.sendall(head.encode() + data)
+        assert wait_for(lambda: _stream_of(fsq, 31) is not None, 60)
+        stream = _stream_of(fsq, 31)
+        assert wait_for(lambda: stream.handle.count >= 3, 60)
+        s.close()
+        assert wait_for(lambda: stream.handle.cancelled, 30), "the server did not notice"
+        at_cancel = stream.handle.count
+        assert wait_for(lambda: idle(fsq), 30)
+        assert stream.handle.count <= at_cancel + 1 < stream.state.limit
+        assert fsq.engine.metrics()["streams_cancelled_total"] == 1
