@@ -428,6 +428,9 @@ async def _until_gone(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
+        # A server that answers at once with empty body messages (some ASGI proxies) must
+        # not turn this into a busy loop.
+        await asyncio.sleep(0.05)
 
 
 async def _unless_gone(request: Request, awaitable):
