@@ -400,3 +400,17 @@ def test_an_abandoned_whole_wav_stops_decoding():
         assert wait_for(lambda: idle(fsq), 30)
         assert stream.handle.count <= at_cancel + 1 < stream.state.limit
         assert fsq.engine.metrics()["streams_cancelled_total"] == 1
+        # a format this model cannot stream: WAV over SSE needs the length in advance
+        body = {"input": HELLO, "input_format": "ipa", "response_format": "wav"}
+        frames = fsq.engine.metrics()["frames_total"]
+        r = httpx.post(fsq.url + "/v1/audio/speech", json={**body, "stream_format": "sse"})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == "response_format"
+        assert err["code"] == "unsupported_value"
+        assert fsq.engine.metrics()["frames_total"] == frames, "nothing decoded"
+        sse = httpx.post(
+            fsq.url + "/v1/audio/speech",
+            json={**body, "response_format": "pcm", "stream_format": "sse"},
+            timeout=120,
+        )
+        assert sse.status_code == 200 and "speech.audio.done" in sse.text
