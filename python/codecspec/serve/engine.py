@@ -1,13 +1,16 @@
-"""Continuous batching of many TTS streams in one process, for either model family.
+"""Continuous batching of many TTS streams in one process, for every shipped model family.
 
 One engine thread runs steps. A step decodes one frame of every active stream through the
 model family's adapter (`codecspec.serve.family.Family`): for the RVQ reference one batched
 temporal call, one c0 draw per sampling law, then the depth loop batched across streams
 (`BatchedDepth`: AR and speculative streams side by side, ragged trees verified in one core
 call); for the FSQ family one batched step call and the factorised heads + stop head
-(`codecspec.serve.fsq`). Streams join and leave only between steps (frame boundaries): a
-stream ends at its planned length (RVQ) or its stop head (FSQ); one whose client went away
-is dropped at the next boundary, and its slot is reused.
+(`codecspec.serve.fsq`); for v2 each stream's own round loop (`codecspec.serve.v2`).
+Streams join and leave only between steps (frame boundaries): a stream ends at its planned
+length (RVQ) or its stop head (FSQ, v2); one whose client went away is dropped at the next
+boundary, and its slot is reused; a queued one leaves the queue at once. With admit
+"realtime" only as many streams decode together as the engine's recent step times say stay
+faster than playback (`realtime_capacity`).
 
 Each stream draws from its own counter-based generator (`Generator(seed)`, or a fork of the
 engine's base generator when no seed is given), so its codes do not depend on which other
