@@ -44,6 +44,8 @@ class V2Family(Family):
 
     def __init__(self, model_dir, slots, max_frames, max_phonemes, provider, threads):
         self.tts = V2TTS(model_dir, provider=provider, threads=threads)
+        if getattr(self.tts, "aligned", False):  # its pace is espeak-ng's phoneme track
+            raise ValueError("model: folders aligned to a phoneme track are not served yet")
         self.max_frames, self.max_phonemes = max_frames, max_phonemes
         self.codec = self.tts.codec
         self.sample_rate = int(self.codec.sample_rate)
