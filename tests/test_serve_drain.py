@@ -37,7 +37,7 @@ def test_sigterm_drains_in_flight_streams():
     proc = subprocess.Popen(cmd + ["--max-streams", "2", "--threads", "1"], env=env)
     try:
         assert wait_for(lambda: _up(url), timeout=120, every=0.2), "server did not come up"
-        body = {"input": LONG, "input_format": "ipa", "seed": 1}
+        body = {"input": LONG, "input_format": "ipa", "seed": 1, "response_format": "wav"}
         with httpx.stream("POST", url + "/v1/audio/speech", json=body, timeout=120) as r:
             assert r.status_code == 200
             it = r.iter_bytes()

@@ -93,6 +93,27 @@ def test_synth_and_bench_json(tmp_path, capsys):
     assert res["loops"] == "auto" and res["accept"] == "exact"
 
 
+def test_bench_depth_loop_with_the_group_rule(capsys):
+    # --loops depth --accept pcg: the temporal loop is AR (no c0 groups needed), the depth
+    # loop runs group-level acceptance.
+    argv = ["bench", "--model", "v2", "--frames", "6", "--texts", "1", "--json", "--threads", "1"]
+    assert main(argv + ["--loops", "depth", "--accept", "pcg"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["depth_mode"] == "pcg" and res["loops"] == "depth"
+    assert res["temporal_tokens_per_call"] == 1.0, "the temporal loop is AR"
+
+
+def test_an_ar_temporal_loop_keeps_the_exact_law(tts):
+    from codecspec.decode.temporal import Acceptance
+
+    ar = tts.generate("", phonemes=HELLO, seed=4, temporal="ar", mode="ar", decode_audio=False)
+    pcg = Acceptance("pcg", theta=0.9)
+    same = tts.generate(
+        "", phonemes=HELLO, seed=4, temporal="ar", accept=pcg, mode="ar", decode_audio=False
+    )
+    assert np.array_equal(ar.codes, same.codes)
+
+
 @pytest.mark.slow
 def test_speculative_depth_law_matches_autoregressive_on_the_shipped_model():
     hiddens, c0s = load_frames(MODEL)

@@ -1,26 +1,32 @@
 """The OpenAI-compatible speech server: FastAPI over one continuous-batching `Engine`.
 
-POST /v1/audio/speech streams audio (chunked) as the engine decodes frames: the codes of a
-few frames are vocoded (in a worker thread, outside the engine's step) and sent at once.
-The response starts only after the first frame, so a request that fails before any audio
-gets a proper error status. GET /health, GET /metrics (Prometheus text format).
+POST /v1/audio/speech takes OpenAI's request (`model`, `input`, `voice`, `instructions`,
+`response_format`, `speed`, `stream_format`) plus codecspec's own fields, and streams audio
+as the engine decodes frames: the codes of a few frames are vocoded and encoded (in a worker
+thread, outside the engine's step) and sent at once, as raw audio or as OpenAI's server-sent
+events (`speech.audio.delta`, `speech.audio.done`). The response starts only after the first
+frame, so a request that fails before any audio gets a proper error status; a client that
+leaves before then stops its stream at the next step (or leaves the queue at once).
+
+Every error is OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: 400
+`invalid_request_error` for any invalid request (never FastAPI's 422), 401 for a missing or
+wrong key, 404 / 405, 429 `rate_limit_error` with Retry-After, 5xx `server_error`.
 
 A request names a model and a voice from fixed lists, never a path: the server loads its one
 model folder at start-up (`codecspec serve --model reference|fsq`). `codecspec-reference` and
 `codecspec-fsq` name a family; OpenAI's model names name whichever model was loaded.
-
-The RVQ reference knows a stream's length from its phonemes, so its WAV streams with an exact
-header. The FSQ family's stop head decides the length as it goes: its `pcm` streams, its
-`wav` is sent whole when the stream ends, so that the header's sizes are the real ones.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
+import json
+import logging
 import math
 import os
-import struct
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal, Optional, Union
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -28,41 +34,69 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from codecspec.serve.audio import (
+    FORMATS,
+    MEDIA_TYPES,
+    OPENAI_RATE,
+    available_formats,
+    encoder,
+    wav_header,
+)
 from codecspec.serve.engine import Engine, Overloaded, SpeechRequest, StreamFailed
 from codecspec.tts.model import PhonemizerError
 
+log = logging.getLogger("codecspec.serve")
+
 # OpenAI's model names map onto whichever model the server loaded; the family names only
 # onto their own family (see engine.family.model_names).
-OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-MODEL_NAMES = ("codecspec-reference", "codecspec-fsq") + OPENAI_MODELS
-# OpenAI's voices mapped onto the reference model's speakers; its own names work too.
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
+MODEL_NAMES = ("codecspec-reference", "codecspec-fsq", "codecspec-v2") + OPENAI_MODELS
+# OpenAI's built-in voices, each with the speaker it prefers; a model without that speaker
+# gets one of its own by the voice's position (see voice_map).
 OPENAI_VOICES = {
     "alloy": "f1",
+    "ash": "m5",
+    "ballad": "m3",
+    "coral": "f2",
     "echo": "m1",
     "fable": "f2",
-    "onyx": "m3",
     "nova": "f3",
-    "shimmer": "f4",
-    "ash": "m5",
+    "onyx": "m3",
     "sage": "m7",
+    "shimmer": "f4",
+    "verse": "m5",
+    "marin": "f4",
+    "cedar": "m1",
 }
 FIRST_CHUNK_FRAMES = 3  # a short first chunk keeps the time to first audio low
 CHUNK_FRAMES = 10
 CONTEXT_FRAMES = 2  # vocoded with each chunk and dropped: smoother chunk boundaries
+MAX_BODY_BYTES = 64 * 1024  # a request is a few hundred characters of text
+
+
+class VoiceRef(BaseModel):
+    """OpenAI's custom-voice object; here `id` names one of the model's speakers."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    id: str
 
 
 class SpeechBody(BaseModel):
-    """OpenAI's /v1/audio/speech fields, plus codecspec's own (seed, mode, accept, sampling)."""
+    """OpenAI's /v1/audio/speech fields, plus codecspec's own (seed, mode, accept, sampling).
+    Strict: a field of the wrong JSON type is refused, never coerced."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     model: Optional[str] = None  # None: the loaded model
     input: str
-    input_format: Literal["text", "ipa"] = "text"  # ipa: espeak-ng IPA instead of text
-    voice: str = "alloy"
-    response_format: Literal["wav", "pcm"] = "wav"
+    voice: Union[str, VoiceRef] = "alloy"
+    instructions: Optional[str] = Field(None, max_length=4096)
+    response_format: Literal[FORMATS] = "mp3"  # type: ignore[valid-type]
     speed: float = Field(1.0, ge=0.25, le=4.0, allow_inf_nan=False)
+    stream_format: Literal["audio", "sse"] = "audio"
+    input_format: Literal["text", "ipa"] = "text"  # ipa: espeak-ng IPA instead of text
     language: str = "en"
     seed: Optional[int] = Field(None, ge=0, lt=2**63)
     mode: Literal["auto", "ar", "spec"] = "auto"
@@ -72,10 +106,30 @@ class SpeechBody(BaseModel):
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
 
 
-def _error(status: int, message: str, param: Optional[str] = None, headers=None) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    body = {"error": {"message": message, "type": kind, "param": param}}
-    return JSONResponse(body, status_code=status, headers=headers)
+# --------------------------------------------------------------------------- errors
+ERROR_TYPES = {401: "authentication_error", 429: "rate_limit_error"}
+ERROR_CODES = {
+    401: "invalid_api_key",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    429: "rate_limit_exceeded",
+    500: "decoding_failed",
+    503: "unavailable",
+}
+
+
+def error_body(
+    status: int, message: str, param: Optional[str] = None, code: Optional[str] = None
+) -> dict:
+    """OpenAI's error object: type by status class, a machine-readable code."""
+    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    code = code or ERROR_CODES.get(status, "invalid_value" if status == 400 else None)
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _error(status: int, message: str, param=None, headers=None, code=None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param, code), status, headers=headers)
 
 
 def _field_of(message: str) -> Optional[str]:
@@ -83,42 +137,104 @@ def _field_of(message: str) -> Optional[str]:
     return head if head.isidentifier() else None
 
 
-def wav_header(num_samples: int, sample_rate: int) -> bytes:
-    data = 2 * num_samples
-    return b"RIFF" + struct.pack(
-        "<I4s4sIHHIIHH4sI",
-        36 + data,
-        b"WAVE",
-        b"fmt ",
-        16,
-        1,
-        1,
-        sample_rate,
-        2 * sample_rate,
-        2,
-        16,
-        b"data",
-        data,
-    )
+# Pydantic's error kinds -> OpenAI-style codes (400 in every case)
+_VALIDATION_CODES = {
+    "missing": "missing_required_parameter",
+    "extra_forbidden": "unknown_parameter",
+    "json_invalid": "invalid_json",
+    "literal_error": "unsupported_value",
+}
 
 
-def pcm16(wav: np.ndarray) -> bytes:
-    return (np.clip(wav, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+def _validation_error(errs: list) -> JSONResponse:
+    first = errs[0] if errs else {}
+    param = _loc(first) if first else "body"
+    kind = str(first.get("type", ""))
+    code = _VALIDATION_CODES.get(kind)
+    if code is None:
+        code = "invalid_type" if kind.endswith("_type") or "parsing" in kind else "invalid_value"
+    msgs = "; ".join(f"{_loc(e)}: {e['msg']}" for e in errs) or "body: invalid request"
+    return _error(400, msgs, param, code=code)
+
+
+def _loc(err: dict) -> str:
+    """The field a validation error is about ("body" for JSON that does not parse)."""
+    names = [str(x) for x in err.get("loc", ()) if isinstance(x, str) and x != "body"]
+    names = [n for n in names if n not in ("str", "VoiceRef")]  # union branches of `voice`
+    return ".".join(names[:1]) or "body"
+
+
+# --------------------------------------------------------------------------- API keys
+class KeyCheck:
+    """ASGI middleware: with a key set, every request but the open paths needs
+    `Authorization: Bearer <key>` (compared in constant time; the key is never logged or
+    echoed), else 401 in OpenAI's shape before the body is read. Also refuses bodies over
+    MAX_BODY_BYTES (413) from their Content-Length."""
+
+    def __init__(self, app, key: Optional[str], open_paths=("/health",), on_refuse=None):
+        self.app, self.open_paths, self.on_refuse = app, tuple(open_paths), on_refuse
+        self.key = None if key is None else key.encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {}
+        for k, v in scope.get("headers", ()):
+            headers.setdefault(k.lower(), v)  # the first of repeated headers
+        refusal = self._refusal(scope["path"], headers)
+        if refusal is None:
+            return await self.app(scope, receive, send)
+        if self.on_refuse is not None:
+            self.on_refuse(refusal.status_code)
+        await refusal(scope, receive, send)
+
+    def _refusal(self, path: str, headers: dict) -> Optional[JSONResponse]:
+        if self.key is not None and path not in self.open_paths:
+            bad = self._key_error(headers.get(b"authorization"))
+            if bad is not None:
+                return _error(401, bad, None, headers={"WWW-Authenticate": "Bearer"})
+        length = headers.get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+            return _error(413, f"body: at most {MAX_BODY_BYTES} bytes", "body")
+        return None
+
+    def _key_error(self, auth: Optional[bytes]) -> Optional[str]:
+        if auth is None:
+            return "Authorization: missing; send 'Authorization: Bearer <API key>'"
+        scheme, _, token = auth.partition(b" ")
+        if scheme.lower() != b"bearer" or not token.strip():
+            return "Authorization: malformed; expected 'Bearer <API key>'"
+        if not hmac.compare_digest(token.strip(), self.key):
+            return "Authorization: incorrect API key"
+        return None
+
+
+# --------------------------------------------------------------------------- audio out
+def chunk_frames(sent: int) -> int:
+    """Frames in the next chunk after `sent`: a short first chunk, then never more than the
+    client already holds, so a stream decoded at real-time pace never starves playback."""
+    return FIRST_CHUNK_FRAMES if sent == 0 else min(CHUNK_FRAMES, sent)
 
 
 class AudioStream:
-    """Turns a stream's frames into audio bytes chunk by chunk."""
+    """Turns a stream's frames into encoded audio bytes chunk by chunk (vocoder, resampler
+    and encoder run in a worker thread)."""
 
-    def __init__(self, engine: Engine, handle, first, seed: int, iters: int):
+    def __init__(self, engine: Engine, handle, first, seed: int, iters: int, fmt: str):
         self.engine, self.handle, self.seed, self.iters = engine, handle, seed, iters
         self.codes = [first]
         self.sent = 0  # frames already vocoded and sent
+        self.encoder = encoder(fmt, engine.sample_rate)
+
+    def _encode(self, block: np.ndarray, start: int) -> bytes:
+        wav = self.engine.family.codec.decode(block, self.iters, self.seed)
+        return self.encoder.feed(wav[start:])
 
     async def chunks(self):
         hop = self.engine.family.hop
         done = False
         while not done:
-            want = FIRST_CHUNK_FRAMES if self.sent == 0 else CHUNK_FRAMES
+            want = chunk_frames(self.sent)
             while len(self.codes) - self.sent < want:
                 frame = await self.handle.next()
                 if frame is None:
@@ -129,23 +245,42 @@ class AudioStream:
                 break
             lo = max(0, self.sent - CONTEXT_FRAMES)
             block = np.stack(self.codes[lo:])
-            decode = self.engine.family.codec.decode
-            wav = await run_in_threadpool(decode, block, self.iters, self.seed)
-            self.sent, start = len(self.codes), (self.sent - lo) * hop
-            yield pcm16(wav[start:])
+            start = (self.sent - lo) * hop
+            self.sent = len(self.codes)
+            out = await run_in_threadpool(self._encode, block, start)
+            if out:
+                yield out
+        tail = await run_in_threadpool(self.encoder.close)
+        if tail:
+            yield tail
 
 
+def sse_event(kind: str, **fields) -> bytes:
+    return f"data: {json.dumps({'type': kind, **fields})}\n\n".encode()
+
+
+# --------------------------------------------------------------------------- the app
 def create_app(
-    engine_factory: Callable[[], Engine], drain_timeout: float = 60.0, vocoder_iters: int = 32
+    engine_factory: Callable[[], Engine],
+    drain_timeout: float = 60.0,
+    vocoder_iters: int = 32,
+    api_key: Optional[str] = None,
+    metrics_open: bool = False,
 ) -> FastAPI:
     """The HTTP app over the engine that `engine_factory` returns (created at start-up).
     `vocoder_iters`: Griffin-Lim iterations per chunk (the codec's default 32; fewer trade
-    quality for CPU, which the vocoder dominates at many streams)."""
+    quality for CPU, which the vocoder dominates at many streams). `api_key`: required as
+    `Authorization: Bearer <key>` on every path but /health (and /metrics when
+    `metrics_open`)."""
     from contextlib import asynccontextmanager
+
+    if api_key is not None and not api_key.strip():
+        raise ValueError("api_key: an empty key would admit anyone; pass None for no key")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.engine = await run_in_threadpool(engine_factory)
+        app.state.formats = await run_in_threadpool(available_formats)
         yield
         # Uvicorn has already waited for in-flight responses; finish anything left over.
         await run_in_threadpool(app.state.engine.shutdown, True, drain_timeout)
@@ -153,14 +288,31 @@ def create_app(
     app = FastAPI(title="codecspec speech server", lifespan=lifespan)
     app.state.requests = {}
     app.state.vocoder_iters = int(vocoder_iters)
+    open_paths = ("/health", "/metrics") if metrics_open else ("/health",)
+    app.add_middleware(
+        KeyCheck, key=api_key, open_paths=open_paths, on_refuse=lambda s: _count(app, s)
+    )
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
-        errs = exc.errors()
-        param = _loc(errs[0]) if errs else "body"
-        msgs = "; ".join(f"{_loc(e)}: {e['msg']}" for e in errs)
-        _count(app, 422)
-        return _error(422, msgs, param)
+        _count(app, 400)
+        return _validation_error(exc.errors())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        _count(app, exc.status_code)
+        status = exc.status_code
+        message = str(exc.detail)
+        if status == 404:
+            message = f"{request.method} {request.url.path}: no such endpoint"
+        elif status == 405:
+            message = f"{request.method} {request.url.path}: method not allowed"
+        return _error(status, message, "body" if status == 400 else None, exc.headers)
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception):
+        log.exception("request failed")
+        return _error(500, "internal error", code="internal_error")
 
     @app.get("/health")
     async def health():
@@ -172,13 +324,17 @@ def create_app(
             "active_streams": m["active_streams"],
             "queue_depth": m["queue_depth"],
             "max_streams": m["max_streams"],
+            "capacity": m["capacity"],
         }
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/v1/models")
     async def models():
         names = served_models(app.state.engine)
-        return {"object": "list", "data": [{"id": n, "object": "model"} for n in names]}
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "owned_by": "codecspec"} for n in names],
+        }
 
     @app.get("/metrics")
     async def metrics():
@@ -186,20 +342,25 @@ def create_app(
 
     @app.post("/v1/audio/speech")
     async def speech(body: SpeechBody, request: Request):
-        return await _speech(app, body)
+        return await _speech(app, body, request)
 
     return app
-
-
-def _loc(err: dict) -> str:
-    """The field a validation error is about ("body" for JSON that does not parse)."""
-    names = [str(x) for x in err.get("loc", ()) if isinstance(x, str) and x != "body"]
-    return ".".join(names) or "body"
 
 
 def served_models(engine: Engine) -> tuple:
     """The `model` names this server answers: its family's own and OpenAI's."""
     return tuple(engine.family.model_names) + OPENAI_MODELS
+
+
+def voice_map(speakers: list) -> dict:
+    """OpenAI's voice names -> this model's speakers: each voice's preferred speaker when the
+    model has it, else the model's speaker at the voice's position (so every voice works on
+    every model); the speakers' own names map to themselves."""
+    out = {}
+    for i, (voice, preferred) in enumerate(OPENAI_VOICES.items()):
+        out[voice] = preferred if preferred in speakers else speakers[i % len(speakers)]
+    out.update({s: s for s in speakers})
+    return out
 
 
 def _model_error(engine: Engine, model: str) -> Optional[str]:
@@ -215,16 +376,37 @@ def _count(app: FastAPI, status: int) -> None:
     app.state.requests[status] = app.state.requests.get(status, 0) + 1
 
 
-async def _speech(app: FastAPI, body: SpeechBody):
+def _refuse(app: FastAPI, status: int, message: str, param=None, code=None, headers=None):
+    _count(app, status)
+    return _error(status, message, param, headers=headers, code=code)
+
+
+def _checked(app: FastAPI, body: SpeechBody):
+    """(SpeechRequest, None) or (None, the 400 response naming the field)."""
     engine: Engine = app.state.engine
-    bad_model = None if body.model is None else _model_error(engine, body.model)
-    if bad_model is not None:
-        _count(app, 400)
-        return _error(400, bad_model, "model")
+    if body.model is not None:
+        bad = _model_error(engine, body.model)
+        if bad is not None:
+            return None, _refuse(app, 400, bad, "model", code="model_not_found")
+    name = body.voice if isinstance(body.voice, str) else body.voice.id
+    voices = voice_map(list(engine.voices))
+    if name not in voices:
+        known = list(OPENAI_VOICES) + list(engine.voices)
+        return None, _refuse(app, 400, f"voice: expected one of {known}, got {name!r}", "voice")
+    fmt = body.response_format
+    if fmt not in app.state.formats:
+        msg = f"response_format: {fmt!r} is not available here; this server has {app.state.formats}"
+        return None, _refuse(app, 400, msg, "response_format", code="unsupported_value")
+    if fmt == "wav" and body.stream_format == "sse" and not _known_length(engine):
+        msg = (
+            f"response_format: 'wav' over sse needs the length in advance, which the "
+            f"{engine.family.name} model's stop head decides as it goes; ask for pcm"
+        )
+        return None, _refuse(app, 400, msg, "response_format", code="unsupported_value")
     req = SpeechRequest(
         input=body.input,
         input_format=body.input_format,
-        voice=OPENAI_VOICES.get(body.voice, body.voice),
+        voice=voices[name],
         language=body.language,
         speed=body.speed,
         mode=body.mode,
@@ -233,77 +415,160 @@ async def _speech(app: FastAPI, body: SpeechBody):
         top_k=body.top_k,
         top_p=body.top_p,
     )
+    return req, None
+
+
+def _known_length(engine: Engine) -> bool:
+    return engine.family.known_length
+
+
+async def _until_gone(request: Request) -> None:
+    """Returns when the client disconnects (its body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+        # A server that answers at once with empty body messages (some ASGI proxies) must
+        # not turn this into a busy loop.
+        await asyncio.sleep(0.05)
+
+
+async def _unless_gone(request: Request, awaitable):
+    """The awaitable's result, or None (and the awaitable cancelled) if the client leaves
+    first: no audio is decoded for a client that has gone."""
+    work = asyncio.ensure_future(awaitable)
+    gone = asyncio.ensure_future(_until_gone(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    return None
+
+
+async def _speech(app: FastAPI, body: SpeechBody, request: Request):
+    engine: Engine = app.state.engine
+    req, refusal = _checked(app, body)
+    if refusal is not None:
+        return refusal
     try:
         handle = await run_in_threadpool(engine.submit, req, asyncio.get_running_loop())
     except Overloaded as e:
         status = 503 if engine._draining else 429
-        _count(app, status)
         retry = {"Retry-After": str(max(1, math.ceil(e.retry_after)))}
-        return _error(status, str(e), None, headers=retry)
+        return _refuse(app, status, str(e), headers=retry)
     except ValueError as e:
-        _count(app, 400)
-        return _error(400, str(e), _field_of(str(e)))
+        return _refuse(app, 400, str(e), _field_of(str(e)))
     except PhonemizerError as e:  # this server cannot phonemize text (no espeak-ng)
-        _count(app, 503)
-        return _error(503, f"input_format: text is unavailable here ({e}); send ipa", None)
+        msg = f"input_format: text is unavailable here ({e}); send ipa"
+        return _refuse(app, 503, msg, code="phonemizer_unavailable")
     try:
-        first = await handle.next()
-        if first is None:
-            raise StreamFailed("the stream ended before its first frame")
+        first = await _unless_gone(request, _first_frame(handle))
     except StreamFailed as e:
-        _count(app, 500)
-        return _error(500, f"decoding failed: {e}")
+        handle.cancel()
+        return _refuse(app, 500, f"decoding failed: {e}")
     except asyncio.CancelledError:
         handle.cancel()
         raise
-    if handle.frames is None and body.response_format == "wav":
-        return await _whole_wav(app, engine, handle, first, body)
+    if first is None:  # the client left before its first audio: stop decoding now
+        handle.cancel()
+        _count(app, 499)
+        return Response(status_code=499)
+    headers = _headers(engine, handle, body)
+    if body.instructions is not None and not engine.family.takes_instructions:
+        headers["X-Codecspec-Ignored"] = "instructions"
+        log.info("instructions ignored: the %s model takes none", engine.family.name)
+    iters = app.state.vocoder_iters
+    audio = AudioStream(engine, handle, first, body.seed or 0, iters, body.response_format)
+    if body.response_format == "wav" and not _known_length(engine):
+        return await _whole_wav(app, engine, handle, audio, request, headers)
     _count(app, 200)
-    return _stream_response(engine, handle, first, body, app.state.vocoder_iters)
+    if body.stream_format == "sse":
+        return _sse_response(engine, handle, audio, body, headers)
+    return _stream_response(engine, handle, audio, body, headers)
 
 
-def _headers(engine: Engine, frames: Optional[int]) -> dict:
+async def _first_frame(handle):
+    first = await handle.next()
+    if first is None:
+        raise StreamFailed("the stream ended before its first frame")
+    return first
+
+
+def _headers(engine: Engine, handle, body: SpeechBody) -> dict:
+    rate = engine.sample_rate if body.response_format == "wav" else OPENAI_RATE
     headers = {
-        "X-Codecspec-Sample-Rate": str(engine.sample_rate),
+        "X-Codecspec-Sample-Rate": str(rate),
         "X-Codecspec-Process": str(os.getpid()),  # which replica answered (scale-out tests)
     }
-    if frames is not None:  # known in advance (RVQ), or at the end of a whole WAV (FSQ)
-        headers["X-Codecspec-Frames"] = str(frames)
-        headers["X-Codecspec-Samples"] = str(frames * engine.family.hop)
+    if handle.frames is not None:  # known in advance (RVQ)
+        headers["X-Codecspec-Frames"] = str(handle.frames)
+        if body.response_format == "wav":
+            headers["X-Codecspec-Samples"] = str(handle.frames * engine.family.hop)
     return headers
 
 
-async def _whole_wav(app: FastAPI, engine: Engine, handle, first, body: SpeechBody):
+async def _whole_wav(app: FastAPI, engine: Engine, handle, audio: AudioStream, request, headers):
     """A stream whose length the stop head decides, as one WAV with exact sizes."""
-    audio = AudioStream(engine, handle, first, body.seed or 0, app.state.vocoder_iters)
+
+    async def collect():
+        return b"".join([c async for c in audio.chunks()])
+
     try:
-        pcm = b"".join([c async for c in audio.chunks()])
+        pcm = await _unless_gone(request, collect())
     except StreamFailed as e:
-        _count(app, 500)
-        return _error(500, f"decoding failed: {e}")
+        return _refuse(app, 500, f"decoding failed: {e}")
     finally:
         handle.cancel()  # disconnect or failure: the engine drops the stream at its next step
+    if pcm is None:
+        _count(app, 499)
+        return Response(status_code=499)
     _count(app, 200)
+    headers["X-Codecspec-Frames"] = str(handle.count)
+    headers["X-Codecspec-Samples"] = str(len(pcm) // 2)
     wav = wav_header(len(pcm) // 2, engine.sample_rate) + pcm
-    return Response(wav, media_type="audio/wav", headers=_headers(engine, handle.count))
+    return Response(wav, media_type=MEDIA_TYPES["wav"], headers=headers)
 
 
-def _stream_response(engine: Engine, handle, first, body: SpeechBody, iters: int):
-    sr = engine.sample_rate
-    audio = AudioStream(engine, handle, first, body.seed or 0, iters)
-
+def _stream_response(engine: Engine, handle, audio: AudioStream, body: SpeechBody, headers):
     async def gen():
         try:
             if body.response_format == "wav":  # only for streams of known length
-                yield wav_header(handle.frames * engine.family.hop, sr)
+                yield wav_header(handle.frames * engine.family.hop, engine.sample_rate)
             async for chunk in audio.chunks():
                 yield chunk
         finally:
             # Disconnect or failure: the engine drops the stream at its next step.
             handle.cancel()
 
-    media = "audio/wav" if body.response_format == "wav" else "audio/pcm"
-    return StreamingResponse(gen(), media_type=media, headers=_headers(engine, handle.frames))
+    media = MEDIA_TYPES[body.response_format]
+    return StreamingResponse(gen(), media_type=media, headers=headers)
+
+
+def _sse_response(engine: Engine, handle, audio: AudioStream, body: SpeechBody, headers):
+    """OpenAI's stream_format "sse": base64 audio in `speech.audio.delta` events, then
+    `speech.audio.done` with usage (input phonemes, frames decoded). A stream that fails
+    after its first audio ends with an `error` event instead."""
+
+    async def gen():
+        try:
+            if body.response_format == "wav":  # only for streams of known length
+                header = wav_header(handle.frames * engine.family.hop, engine.sample_rate)
+                yield sse_event("speech.audio.delta", audio=base64.b64encode(header).decode())
+            async for chunk in audio.chunks():
+                yield sse_event("speech.audio.delta", audio=base64.b64encode(chunk).decode())
+            n_in, n_out = handle.tokens, handle.count
+            usage = {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
+            yield sse_event("speech.audio.done", usage=usage)
+        except StreamFailed as e:
+            yield sse_event("error", error=error_body(500, f"decoding failed: {e}")["error"])
+        finally:
+            handle.cancel()
+
+    headers = {**headers, "Cache-Control": "no-cache"}
+    return StreamingResponse(gen(), media_type="text/event-stream", headers=headers)
 
 
 def prometheus_text(app: FastAPI) -> str:
@@ -316,6 +581,7 @@ def prometheus_text(app: FastAPI) -> str:
         "active_streams": "streams decoded in the current step",
         "queue_depth": "admitted requests waiting for a slot",
         "max_streams": "slots of the engine",
+        "capacity": "streams the engine admits together (realtime: its real-time estimate)",
         "frames_per_second": "frames decoded per second over the last steps",
         "tokens_per_call": "depth codes per depth call of one stream since start",
         "batch_tokens_per_call": "depth codes per batched depth graph call since start",
@@ -328,6 +594,8 @@ def prometheus_text(app: FastAPI) -> str:
         "streams_failed": "streams whose decoding raised",
         "streams_cancelled": "streams whose client went away",
         "rejected": "requests refused for overload",
+        "late_frames": "frames decoded after their real-time playback deadline",
+        "late_streams": "streams with at least one frame past its playback deadline",
     }
 
     class _Collector:

@@ -149,6 +149,27 @@ class Result:
     ttfa_s: float
     valid: bool
     error: Optional[str] = None
+    stall_s: float = 0.0  # playback stalls of a client that plays from its first audio
+    play_rtf: float = 0.0  # after the first audio: wall seconds / audio seconds
+
+
+def playback(arrivals: list, bytes_per_second: float, header: int = 44) -> tuple:
+    """(stall seconds, real-time factor after the first audio) of a client that starts
+    playing at its first audio bytes: `arrivals` is [(seconds, bytes)] in order. A stall is
+    time the player waits with nothing left to play (the stream fell behind real time)."""
+    if not arrivals:
+        return 0.0, 0.0
+    t0 = arrivals[0][0]
+    have = max(arrivals[0][1] - header, 0) / bytes_per_second  # audio seconds received
+    stall = 0.0
+    for t, n in arrivals[1:]:
+        played = t - t0 - stall  # playback clock, paused while stalled
+        if played > have:
+            stall += played - have
+        have += n / bytes_per_second
+    first = max(arrivals[0][1] - header, 0) / bytes_per_second
+    span = arrivals[-1][0] - t0
+    return stall, span / max(have - first, 1e-9) if have > first else 0.0
 
 
 def check_wav(body: bytes) -> tuple[bool, float]:
@@ -165,13 +186,15 @@ def check_wav(body: bytes) -> tuple[bool, float]:
 async def _one(client, url: str, payload: dict) -> Result:
     t0 = time.perf_counter()
     ttfa = None
-    chunks = []
+    chunks, arrivals = [], []
     try:
         async with client.stream("POST", url, json=payload) as r:
             async for c in r.aiter_bytes():
+                now = time.perf_counter()
                 if ttfa is None and c:
-                    ttfa = time.perf_counter() - t0
+                    ttfa = now - t0
                 chunks.append(c)
+                arrivals.append((now, len(c)))
             status = r.status_code
     except Exception as e:  # a lost response: recorded, not raised
         return Result(0, 0.0, time.perf_counter() - t0, 0.0, False, repr(e))
@@ -182,7 +205,9 @@ async def _one(client, url: str, payload: dict) -> Result:
             status, 0.0, latency, ttfa or latency, False, body[:200].decode(errors="replace")
         )
     ok, audio = check_wav(body)
-    return Result(status, audio, latency, ttfa or latency, ok)
+    rate = struct.unpack("<I", body[24:28])[0] if ok else 16000
+    stall, play_rtf = playback(arrivals, 2.0 * rate)
+    return Result(status, audio, latency, ttfa or latency, ok, None, stall, play_rtf)
 
 
 async def load_test(
@@ -239,5 +264,14 @@ async def load_test(
         status_5xx=sum(r.status >= 500 for r in flat),
         status_4xx=sum(400 <= r.status < 500 for r in flat),
         errors=sorted({r.error for r in flat if r.error})[:5],
+        # after their first audio: streams slower than real time, and playback stalls
+        streams_slower_than_realtime_after_first_audio=sum(r.play_rtf > 1.0 for r in good),
+        play_rtf_p50=_pct([r.play_rtf for r in good], 50),
+        play_rtf_p95=_pct([r.play_rtf for r in good], 95),
+        play_rtf_max=float(max([r.play_rtf for r in good], default=float("nan"))),
+        streams_stalled=sum(r.stall_s > 0.0 for r in good),
+        streams_stalled_over_100ms=sum(r.stall_s > 0.1 for r in good),
+        stall_ms_p95=1e3 * _pct([r.stall_s for r in good], 95),
+        stall_ms_max=1e3 * float(max([r.stall_s for r in good], default=float("nan"))),
     )
     return row

@@ -4,13 +4,53 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
+import os
 from pathlib import Path
+from typing import Optional
 
 from codecspec.tts.commands import threads_arg
 from codecspec.tts.registry import MODEL_NAMES
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
+KEY_ENV = "CODECSPEC_API_KEY"
+SERVE_EXTRA = "codecspec serve needs the serve extra: pip install 'codecspec[serve]'"
+
+
+def serve_modules():
+    """(uvicorn, create_app, Engine), or SystemExit with one line naming the extra."""
+    try:
+        import uvicorn
+
+        from codecspec.serve.app import create_app
+        from codecspec.serve.engine import Engine
+    except ImportError as e:
+        raise SystemExit(f"{SERVE_EXTRA} (missing: {e.name or e})") from None
+    return uvicorn, create_app, Engine
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def api_key_of(args) -> Optional[str]:
+    """--api-key, else $CODECSPEC_API_KEY, else None; SystemExit for a server that would
+    leave the loopback interface without a key (unless --allow-no-key)."""
+    key = args.api_key if args.api_key is not None else os.environ.get(KEY_ENV)
+    if key is not None and not key.strip():
+        raise SystemExit(f"--api-key / {KEY_ENV}: empty; give a key or leave it unset")
+    if key is None and not is_loopback(args.host) and not args.allow_no_key:
+        raise SystemExit(
+            f"--host {args.host}: refusing to serve beyond this machine without a key; give "
+            f"--api-key KEY (or {KEY_ENV}), or --allow-no-key to serve anyone who connects"
+        )
+    return key
 
 
 def _ints(s: str) -> list[int]:
@@ -36,10 +76,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args) -> int:
-    import uvicorn
-
-    from codecspec.serve.app import create_app
-    from codecspec.serve.engine import Engine
+    uvicorn, create_app, Engine = serve_modules()
+    key = api_key_of(args)
 
     def factory():
         return Engine(
@@ -48,10 +86,14 @@ def cmd_serve(args) -> int:
             max_queue=args.max_queue,
             provider=args.provider,
             threads=args.threads,
+            admit=args.admit,
         )
 
+    app = create_app(
+        factory, vocoder_iters=args.vocoder_iters, api_key=key, metrics_open=args.metrics_open
+    )
     uvicorn.run(
-        create_app(factory, vocoder_iters=args.vocoder_iters),
+        app,
         host=args.host,
         port=args.port,
         log_level="warning",
@@ -73,7 +115,9 @@ def cmd_loadtest(args) -> int:
                 f"5xx={r['status_5xx']} 4xx={r['status_4xx']}: aggregate "
                 f"{r['aggregate_realtime']:.2f}x real time, RTF p50 "
                 f"{r['per_stream_rtf_p50']:.2f} p95 {r['per_stream_rtf_p95']:.2f}, TTFA p50 "
-                f"{r['ttfa_ms_p50']:.0f} ms p95 {r['ttfa_ms_p95']:.0f} ms",
+                f"{r['ttfa_ms_p50']:.0f} ms p95 {r['ttfa_ms_p95']:.0f} ms; after first audio: "
+                f"{r['streams_slower_than_realtime_after_first_audio']} slower than real time "
+                f"(RTF p95 {r['play_rtf_p95']:.2f}), {r['streams_stalled']} stalled",
                 flush=True,
             )
     if args.json:
@@ -130,8 +174,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         default="reference",
-        choices=[m for m in MODEL_NAMES if m != "v2"],  # the engine's families
-        help="the shipped model to serve: reference (RVQ, default) or fsq",
+        choices=list(MODEL_NAMES),
+        help="the shipped model to serve: reference (RVQ, default), fsq or v2",
+    )
+    p.add_argument(
+        "--admit",
+        default="realtime",
+        choices=["realtime", "max"],
+        help="realtime (default): admit only the streams the engine can decode faster than "
+        "playback (measured), queue the rest; max: fill every slot",
+    )
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require 'Authorization: Bearer KEY' (default: ${KEY_ENV}; none on loopback)",
+    )
+    p.add_argument("--metrics-open", action="store_true", help="serve /metrics without the key")
+    p.add_argument(
+        "--allow-no-key",
+        action="store_true",
+        help="allow a non-loopback --host without an API key (anyone who connects is served)",
     )
     _engine_args(p)
     p.set_defaults(func=cmd_serve)

@@ -1,13 +1,16 @@
-"""Continuous batching of many TTS streams in one process, for either model family.
+"""Continuous batching of many TTS streams in one process, for every shipped model family.
 
 One engine thread runs steps. A step decodes one frame of every active stream through the
 model family's adapter (`codecspec.serve.family.Family`): for the RVQ reference one batched
 temporal call, one c0 draw per sampling law, then the depth loop batched across streams
 (`BatchedDepth`: AR and speculative streams side by side, ragged trees verified in one core
 call); for the FSQ family one batched step call and the factorised heads + stop head
-(`codecspec.serve.fsq`). Streams join and leave only between steps (frame boundaries): a
-stream ends at its planned length (RVQ) or its stop head (FSQ); one whose client went away
-is dropped at the next boundary, and its slot is reused.
+(`codecspec.serve.fsq`); for v2 each stream's own round loop (`codecspec.serve.v2`).
+Streams join and leave only between steps (frame boundaries): a stream ends at its planned
+length (RVQ) or its stop head (FSQ, v2); one whose client went away is dropped at the next
+boundary, and its slot is reused; a queued one leaves the queue at once. With admit
+"realtime" only as many streams decode together as the engine's recent step times say stay
+faster than playback (`realtime_capacity`).
 
 Each stream draws from its own counter-based generator (`Generator(seed)`, or a fork of the
 engine's base generator when no seed is given), so its codes do not depend on which other
@@ -33,6 +36,11 @@ from codecspec.tts.registry import model_family, resolve_model_dir
 
 MAX_INPUT_CHARS = 400
 SPEED_RANGE = (0.25, 4.0)
+ADMIT_POLICIES = ("realtime", "max")
+# Realtime admission keeps a step within this share of a frame's playback time, leaving the
+# rest for jitter on a shared machine and the vocoder's chunks.
+REALTIME_HEADROOM = 0.8
+STEP_WINDOW = 256  # recent steps the capacity estimate is fitted on
 
 
 class Overloaded(RuntimeError):
@@ -72,8 +80,9 @@ class StreamHandle:
     the stream's length when known in advance (RVQ: planned from the phonemes), None when
     the model's stop head decides (FSQ); `count`: frames decoded so far."""
 
-    def __init__(self, stream_id: int, frames: Optional[int], loop=None):
+    def __init__(self, stream_id: int, frames: Optional[int], loop=None, on_cancel=None):
         self.id, self.frames, self.count = stream_id, frames, 0
+        self._on_cancel = on_cancel  # the engine's: a queued stream leaves the queue at once
         self._loop = loop
         self._aq = asyncio.Queue() if loop is not None else None
         self._items: deque = deque()
@@ -82,6 +91,8 @@ class StreamHandle:
         self.submitted = time.perf_counter()
         self.first_frame_at: Optional[float] = None  # perf_counter times, set by the engine
         self.done_at: Optional[float] = None
+        self.late = False  # some frame came later than real-time playback needed it
+        self.tokens = 0  # input phoneme ids
 
     def _put(self, item) -> None:
         now = time.perf_counter()
@@ -120,8 +131,13 @@ class StreamHandle:
             yield frame
 
     def cancel(self) -> None:
-        """The consumer is gone: the engine frees the stream's slot at the next step."""
+        """The consumer is gone: a queued stream leaves the queue now, an active one frees
+        its slot at the next step."""
+        if self.cancelled:
+            return
         self.cancelled = True
+        if self._on_cancel is not None:
+            self._on_cancel(self)
 
 
 @dataclass
@@ -141,7 +157,11 @@ class EngineStats:
     streams_failed: int = 0
     streams_cancelled: int = 0
     rejected: int = 0
+    late_frames: int = 0  # frames decoded after their real-time playback deadline
+    late_streams: int = 0  # streams with at least one late frame
     recent: deque = field(default_factory=lambda: deque(maxlen=64))  # (time, frames)
+    # (streams, seconds) of recent steps' decode calls: the real-time capacity estimate
+    step_times: deque = field(default_factory=lambda: deque(maxlen=STEP_WINDOW))
 
 
 class Engine:
@@ -155,7 +175,11 @@ class Engine:
     (2-core machine, 16 streams: 3.8 s at 1 thread vs 14.4 s at 2 spinning threads); scale
     across cores with replicas (`codecspec.serve.ray`) instead. `fault`: an
     optional callable(request, frame) run per stream per step inside that stream's error
-    boundary (fault-injection tests use it to make one stream raise)."""
+    boundary (fault-injection tests use it to make one stream raise).
+
+    admit: "max" lets queued streams take any free slot; "realtime" (the server's default)
+    only as many as `capacity()` says the engine can decode faster than playback, from its
+    own recent step times; the rest wait in the queue (still bounded by max_queue)."""
 
     def __init__(
         self,
@@ -167,9 +191,13 @@ class Engine:
         max_input_chars: int = MAX_INPUT_CHARS,
         max_frames: int = 480,
         fault: Optional[Callable[[SpeechRequest, int], None]] = None,
+        admit: str = "max",
     ):
         if int(max_streams) < 1:
             raise ValueError(f"max_streams: must be >= 1, got {max_streams}")
+        if admit not in ADMIT_POLICIES:
+            raise ValueError(f"admit: expected one of {ADMIT_POLICIES}, got {admit!r}")
+        self.admit = admit
         self.max_streams = int(max_streams)
         self.max_queue = self.max_streams if max_queue is None else int(max_queue)
         self.max_input_chars, self.max_frames = int(max_input_chars), int(max_frames)
@@ -228,7 +256,8 @@ class Engine:
     def _overloaded(self) -> Optional[Overloaded]:
         if self._draining or not self._running:
             return Overloaded("server: shutting down", retry_after=5.0)
-        # Pending streams take free slots at the next step: only the rest wait in the queue.
+        # Memory bounds the queue: pending streams may fill the free slots and max_queue more
+        # (realtime admission may keep some of them waiting for capacity, not for memory).
         if len(self._pending) >= self.max_queue + len(self._free):
             self.stats.rejected += 1
             return Overloaded(
@@ -290,7 +319,32 @@ class Engine:
             sid = self._ids
         gen = cs.Generator(int(req.seed)) if req.seed is not None else self._base.fork(sid)
         state = self.family.prepare(req, gen)
-        return _Stream(handle=StreamHandle(sid, state.frames, loop), request=req, state=state)
+        handle = StreamHandle(sid, state.frames, loop, on_cancel=self._cancel_queued)
+        handle.tokens = state.tokens
+        return _Stream(handle=handle, request=req, state=state)
+
+    def _cancel_queued(self, handle: StreamHandle) -> None:
+        """A queued stream whose client went away leaves the queue now (an active one is
+        dropped by the loop at the next frame boundary)."""
+        with self._cv:
+            for s in self._pending:
+                if s.handle is handle:
+                    self._pending.remove(s)
+                    self.stats.streams_cancelled += 1
+                    handle._put(("done", None))
+                    return
+            self._cv.notify()  # an idle-waiting loop drops an active stream sooner
+
+    # ------------------------------------------------------------------ admission
+    def capacity(self) -> int:
+        """How many streams may decode together: max_streams with admit="max"; with
+        "realtime", the most whose step the recent step times predict within
+        REALTIME_HEADROOM of one frame's playback time (at least 1)."""
+        if self.admit == "max":
+            return self.max_streams
+        return realtime_capacity(
+            list(self.stats.step_times), REALTIME_HEADROOM / self.frame_rate, self.max_streams
+        )
 
     # ------------------------------------------------------------------ state
     def metrics(self) -> dict:
@@ -317,6 +371,9 @@ class Engine:
             "streams_failed_total": self.stats.streams_failed,
             "streams_cancelled_total": self.stats.streams_cancelled,
             "rejected_total": self.stats.rejected,
+            "late_frames_total": self.stats.late_frames,
+            "late_streams_total": self.stats.late_streams,
+            "capacity": self.capacity(),
         }
 
     def shutdown(self, drain: bool = True, timeout: float = 60.0) -> None:
@@ -354,7 +411,8 @@ class Engine:
         for s in list(self._active.values()):
             if s.handle.cancelled:
                 self._leave(s, None, cancelled=True)
-        while self._pending and self._free:
+        room = self.capacity() - len(self._active)
+        while self._pending and self._free and room > 0:
             s = self._pending.popleft()
             if s.handle.cancelled:
                 self.stats.streams_cancelled += 1
@@ -362,6 +420,7 @@ class Engine:
                 continue
             s.slot = self._free.pop()
             self._active[s.slot] = s
+            room -= 1
             try:
                 self.family.load(s.slot, s.state)
             except Exception as e:  # this stream's own input: it alone fails
@@ -394,7 +453,9 @@ class Engine:
         self.stats.recent.append((now, len(streams)))
 
     def _decode(self, streams: list) -> None:
+        t0 = time.perf_counter()
         frames = self.family.step(streams, self._check_stream)
+        self.stats.step_times.append((len(streams), time.perf_counter() - t0))
         with self._cv:
             for s, f in zip(streams, frames):
                 self._emit(s, f)
@@ -413,10 +474,46 @@ class Engine:
             self._leave(s, f.error)
             return
         s.handle._put(("frame", f.codes))
+        self._deadline(s.handle, s.t)
         s.t += 1
         self.stats.frames += 1
         if f.ended:
             self._leave(s, None)
+
+    def _deadline(self, h: StreamHandle, t: int) -> None:
+        """Frame t is late when it comes after its playback time, counted from the stream's
+        first frame at real-time pace (the client plays from its first audio)."""
+        if t == 0 or time.perf_counter() <= h.first_frame_at + t / self.frame_rate:
+            return
+        self.stats.late_frames += 1
+        if not h.late:
+            h.late = True
+            self.stats.late_streams += 1
+
+
+def realtime_capacity(steps: list, budget: float, most: int) -> int:
+    """The most streams n <= `most` whose predicted step time a + b n stays within `budget`
+    seconds, from recent (streams, seconds) steps: a line through the median time at each
+    batch size seen; with one batch size seen, half of its time is taken as fixed cost (a
+    prior the next batch size corrects). At most twice the largest batch seen (no far
+    extrapolation); at least 1, and 1 before any step was measured."""
+    if not steps:
+        return 1
+    by_n: dict = {}
+    for n, dt in steps:
+        by_n.setdefault(int(n), []).append(float(dt))
+    ns = np.array(sorted(by_n), float)
+    med = np.array([np.median(by_n[int(n)]) for n in ns])
+    if len(ns) >= 2:
+        b, a = np.polyfit(ns, med, 1)
+        if b <= 0:  # noise: fall back to the proportional (no fixed cost) line
+            a, b = 0.0, float(np.max(med / ns))
+    else:
+        a = b = 0.5 * med[0]
+        b /= ns[0]
+    a = max(float(a), 0.0)
+    n = int((budget - a) // b) if b > 0 else most
+    return int(max(1, min(n, most, 2 * int(ns.max()))))
 
 
 def _load_family(model_dir, slots, max_frames, max_phonemes, provider, threads) -> Family:
@@ -425,7 +522,9 @@ def _load_family(model_dir, slots, max_frames, max_phonemes, provider, threads) 
     d = resolve_model_dir("reference" if model_dir is None else model_dir)
     family = model_family(d)
     if family == "v2":
-        raise ValueError("model: the serving engine serves the reference and fsq families, not v2")
+        from codecspec.serve.v2 import V2Family
+
+        return V2Family(d, slots, max_frames, max_phonemes, provider, threads)
     if family == "fsq":
         from codecspec.serve.fsq import FSQFamily
 

@@ -47,6 +47,7 @@ class StreamState:
     frames: Optional[int]
     expected: int
     limit: int
+    tokens: int = 0  # input phoneme ids (usage reports)
 
 
 @dataclass
@@ -100,6 +101,8 @@ class Family:
     """The interface (see the module doc); subclasses set the attributes in __init__."""
 
     name: str  # "reference" | "fsq"
+    takes_instructions = False  # whether a request's `instructions` steer the voice
+    known_length = True  # the frame count is known at submission (else a stop head decides)
     model_names: tuple  # what an HTTP request's `model` may say for this family
     modes: tuple  # decode modes a request may ask for, besides "auto"
     tts: object  # the single-stream model (its .generate is the reference for the engine)
@@ -194,6 +197,7 @@ class ReferenceFamily(Family):
             frames=frames,
             expected=frames,
             limit=frames,
+            tokens=len(ids),
             spec=mode == "spec",
             cross=tuple(cross),
         )

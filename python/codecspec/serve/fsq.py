@@ -88,6 +88,7 @@ class FSQFamily(Family):
 
     name = "fsq"
     model_names = ("codecspec-fsq",)
+    known_length = False  # the stop head decides
     modes = ("ar",)
 
     def __init__(self, model_dir, slots, max_frames, max_phonemes, provider, threads):
@@ -136,6 +137,7 @@ class FSQFamily(Family):
             frames=None,
             expected=int(np.ceil(len(ids) * unit)),
             limit=limit,
+            tokens=len(ids),
             # FSQStepper's float32 arithmetic, so the pace input is the same bits
             pace=np.float32(1.0) / (np.float32(len(ids)) * unit),
             cross=tuple(cross),

@@ -377,9 +377,11 @@ class V2TTS(ReferenceTTS):
             theta = self.meta.get("pcg_theta", 0.95) if depth_theta is None else depth_theta
             self.depth.set_groups(self.depth_groups(theta))
         groups = None
-        if temporal == "spec" and accept.rule == "pcg":
-            groups = self.pcg_c0_groups(accept.theta, c0_space)
         spec = temporal == "spec"
+        if not spec:  # an AR temporal loop drafts nothing: the rule is the exact AR law
+            accept = Acceptance()
+        elif accept.rule == "pcg":
+            groups = self.pcg_c0_groups(accept.theta, c0_space)
         return TemporalLoop(
             self.stepper(enc, spk_id, expected),
             self.stepper(enc, spk_id, expected, draft=True) if spec else None,
