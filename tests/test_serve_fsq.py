@@ -139,7 +139,7 @@ def speech(server, **body):
 def test_http_fsq_returns_a_valid_wav(server):
     from codecspec.serve.bench import check_wav
 
-    r = speech(server, model="codecspec-fsq", seed=3, voice="nova")
+    r = speech(server, model="codecspec-fsq", seed=3, voice="nova", response_format="wav")
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == "audio/wav"
     ok, seconds = check_wav(r.content)
@@ -150,10 +150,10 @@ def test_http_fsq_returns_a_valid_wav(server):
     with wave.open(io.BytesIO(r.content)) as w:  # a standard reader agrees
         assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16000, 1, 2)
         assert w.getnframes() == frames * 1280
-    # pcm streams (no length known in advance); the same seed gives the same audio
+    # pcm streams (no length known in advance) at OpenAI's 24 kHz: the same audio resampled
     pcm = speech(server, model="tts-1", seed=3, voice="nova", response_format="pcm")
     assert pcm.status_code == 200 and "X-Codecspec-Frames" not in pcm.headers
-    assert pcm.content == r.content[44:]
+    assert abs(len(pcm.content) // 2 - 1.5 * frames * 1280) <= 64
     assert np.abs(np.frombuffer(pcm.content, "<i2")).max() > 100, "silent output"
 
 
@@ -162,7 +162,7 @@ def test_http_fsq_returns_a_valid_wav(server):
     [
         ({"model": "codecspec-reference"}, 400, "model"),  # a model this server did not load
         ({"model": "/srv/models/fsq"}, 400, "model"),
-        ({"model_dir": "/tmp"}, 422, "model_dir"),
+        ({"model_dir": "/tmp"}, 400, "model_dir"),
         ({"mode": "spec"}, 400, "mode"),
         ({"speed": 1.5}, 400, "speed"),
     ],
