@@ -81,3 +81,31 @@ def test_serve_model_v2_over_http():
         assert ok and int(r.headers["X-Codecspec-Frames"]) == len(want)
         pcm = httpx.post(url, json={**body, "model": "tts-1"}, timeout=120)
         assert pcm.status_code == 200 and pcm.headers["content-type"] == "audio/mpeg"
+
+
+def test_an_aligned_model_is_served_bit_identical_to_generate():
+    """Reference model v3's runtime (the tiny aligned folder): text in, espeak-ng's phoneme
+    track as the pace, the same codes as `generate` with the same seed, beside another
+    stream; IPA input is refused (the model needs espeak-ng's timing of the text)."""
+    from pathlib import Path
+
+    from codecspec.serve.engine import SpeechRequest
+    from codecspec.tts import espeak
+    from codecspec.tts.v2 import V2TTS
+
+    if not espeak.available():
+        pytest.skip("libespeak-ng.so.1 is not installed (apt-get install espeak-ng)")
+    folder = Path(__file__).parent / "data" / "tiny_v3"
+    e = Engine(str(folder), max_streams=2, max_queue=2, threads=1)
+    try:
+        assert e.family.model_names == ("codecspec-v3",)
+        texts = ["Hello world, a big feel.", "This is a test."]
+        hs = e.submit_many([SpeechRequest(t, seed=5 + k) for k, t in enumerate(texts)])
+        single = V2TTS(folder, provider="cpu", threads=1)
+        for k, (h, t) in enumerate(zip(hs, texts)):
+            want = single.generate(t, seed=5 + k, decode_audio=False).codes
+            assert np.array_equal(codes(h), want.astype(np.int64)), k
+        with pytest.raises(ValueError, match="input_format"):
+            e.submit(ipa(HELLO))
+    finally:
+        e.shutdown(drain=False)

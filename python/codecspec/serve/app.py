@@ -52,7 +52,12 @@ log = logging.getLogger("codecspec.serve")
 # OpenAI's model names map onto whichever model the server loaded; the family names only
 # onto their own family (see engine.family.model_names).
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
-MODEL_NAMES = ("codecspec-reference", "codecspec-fsq", "codecspec-v2") + OPENAI_MODELS
+MODEL_NAMES = (
+    "codecspec-reference",
+    "codecspec-fsq",
+    "codecspec-v2",
+    "codecspec-v3",
+) + OPENAI_MODELS
 # OpenAI's built-in voices, each with the speaker it prefers; a model without that speaker
 # gets one of its own by the voice's position (see voice_map).
 OPENAI_VOICES = {

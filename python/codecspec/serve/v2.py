@@ -44,8 +44,8 @@ class V2Family(Family):
 
     def __init__(self, model_dir, slots, max_frames, max_phonemes, provider, threads):
         self.tts = V2TTS(model_dir, provider=provider, threads=threads)
-        if getattr(self.tts, "aligned", False):  # its pace is espeak-ng's phoneme track
-            raise ValueError("model: folders aligned to a phoneme track are not served yet")
+        if self.tts.aligned:  # reference model v3: the same runtime, its own name
+            self.name, self.model_names = "v3", ("codecspec-v3",)
         self.max_frames, self.max_phonemes = max_frames, max_phonemes
         self.codec = self.tts.codec
         self.sample_rate = int(self.codec.sample_rate)
@@ -65,19 +65,23 @@ class V2Family(Family):
     def prepare(self, req, generator: cs.Generator) -> V2State:
         tts = self.tts
         lang_id, spk_id = tts._ids(req.language, req.voice or tts.meta["default_speaker"])
-        ids = encode_input(tts, req, self.max_phonemes)
-        expected = tts.expected_frames(len(ids) - 2, req.language, float(req.speed))
+        if tts.aligned:  # v3: the pace is espeak-ng's phoneme track of the text
+            enc, ids, expected = self._aligned_input(req)
+        else:
+            ids = encode_input(tts, req, self.max_phonemes)
+            expected = tts.expected_frames(len(ids) - 2, req.language, float(req.speed))
         limit = tts.max_frames_for(expected)
         if limit > self.max_frames:
             raise ValueError(f"input: may need {limit} frames, more than {self.max_frames}")
-        enc = tts.encoder.run(
-            None,
-            {
-                "phonemes": ids[None],
-                "language": np.array([lang_id], np.int64),
-                "speaker": np.array([spk_id], np.int64),
-            },
-        )
+        if not tts.aligned:
+            enc = tts.encoder.run(
+                None,
+                {
+                    "phonemes": ids[None],
+                    "language": np.array([lang_id], np.int64),
+                    "speaker": np.array([spk_id], np.int64),
+                },
+            )
         # V2TTS.plan's choices for mode "auto": the depth loop's calibration, the temporal
         # loop's measurement in model.json; an explicit mode sets both loops.
         if req.mode == "auto":
@@ -89,11 +93,23 @@ class V2Family(Family):
             params=tts.params,
             speaker=spk_id,
             frames=None,
-            expected=int(np.ceil(expected)),
+            expected=int(np.ceil(expected if np.ndim(expected) == 0 else len(expected))),
             limit=limit,
             tokens=len(ids),
             plan=(enc, spk_id, expected, depth, temporal),
         )
+
+    def _aligned_input(self, req):
+        """(encoder outputs, ids, phoneme track) of a request to an aligned model: text only
+        (its phonemes and their timing both come from espeak-ng)."""
+        if req.input_format != "text":
+            raise ValueError("input_format: this model reads text (espeak-ng times its phonemes)")
+        _, ids, _, _, enc, track = self.tts.prepare_text(
+            req.input, None, req.language, req.voice, float(req.speed)
+        )
+        if len(ids) > self.max_phonemes:
+            raise ValueError(f"input: {len(ids) - 2} phonemes, more than the limit")
+        return enc, ids, track
 
     def load(self, slot: int, state: V2State) -> None:
         enc, spk_id, expected, depth, temporal = state.plan

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
-MODEL_HELP = "model name (v2, reference, fsq) or folder (default: v2, the shipped reference v2)"
+MODEL_HELP = "model name (v3, v2, reference, fsq) or folder (default: v3, the shipped reference v3)"
 
 
 def threads_arg(value: str) -> int:

@@ -1,9 +1,11 @@
 """Model folders by name or path, and the family each one belongs to (model.json "format").
 
 load_model("fsq")          # the shipped FSQ family (python/codecspec/models/fsq)
-load_model()               # the default: reference model v2
+load_model()               # the default: reference model v3 (it says the text)
 load_model("reference")    # the shipped RVQ reference v1 (python/codecspec/models/reference)
 load_model("v2")           # the shipped reference model v2 (python/codecspec/models/v2)
+load_model("v3")           # the shipped reference model v3 (python/codecspec/models/v3; the v2
+                           # family's runtime, told espeak-ng's phoneme timing)
 load_model("/path/to/dir") # whichever family the folder's model.json names
 """
 
@@ -14,7 +16,7 @@ from pathlib import Path
 
 __all__ = ["MODEL_NAMES", "resolve_model_dir", "model_family", "load_model"]
 
-MODEL_NAMES = ("reference", "fsq", "v2")
+MODEL_NAMES = ("reference", "fsq", "v2", "v3")
 FAMILIES = {
     "codecspec-reference-tts/1": "reference",
     "codecspec-fsq-tts/1": "fsq",
@@ -24,25 +26,29 @@ FAMILIES = {
 
 def resolve_model_dir(name_or_dir=None) -> Path:
     """A shipped model's folder by name, or the given folder. None = the default model:
-    CODECSPEC_MODEL_DIR if set, else reference model v2 (its speech is closer to espeak-ng's
-    than v1's: docs/reference_model_v2.md), else v1 where a checkout lacks the v2 folder."""
+    CODECSPEC_MODEL_DIR if set, else reference model v3 (the one a recognizer understands:
+    docs/reference_model_v3.md), else v2, else v1 where a checkout lacks those folders."""
     import os
 
     from codecspec.tts.fsq import default_fsq_dir
     from codecspec.tts.model import default_model_dir
-    from codecspec.tts.v2 import default_v2_dir
+    from codecspec.tts.v2 import default_v2_dir, default_v3_dir
 
     if name_or_dir is None:
         if os.environ.get("CODECSPEC_MODEL_DIR"):
             return default_model_dir()
-        v2 = default_v2_dir()
-        return v2 if (v2 / "model.json").is_file() else default_model_dir()
+        for d in (default_v3_dir(), default_v2_dir()):
+            if (d / "model.json").is_file():
+                return d
+        return default_model_dir()
     if name_or_dir == "reference":
         return default_model_dir()
     if name_or_dir == "fsq":
         return default_fsq_dir()
     if name_or_dir == "v2":
         return default_v2_dir()
+    if name_or_dir == "v3":
+        return default_v3_dir()
     return Path(name_or_dir)
 
 

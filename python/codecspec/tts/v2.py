@@ -31,7 +31,15 @@ from codecspec.tts.model import ReferenceTTS, Synthesis, phonemize
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
 from codecspec.tts.text import BOS, EOS, Frontend
 
-__all__ = ["V2TTS", "V2Stepper", "V2FrameDecoder", "V2_FILES", "V2_FORMAT", "default_v2_dir"]
+__all__ = [
+    "V2TTS",
+    "V2Stepper",
+    "V2FrameDecoder",
+    "V2_FILES",
+    "V2_FORMAT",
+    "default_v2_dir",
+    "default_v3_dir",
+]
 
 V2_FORMAT = "codecspec-v2-tts/1"
 TEMPORAL_MODES = ("ar", "spec")  # and "auto": spec where bench/speculation_sweep.py found
@@ -50,6 +58,11 @@ V2_FILES = (
 
 def default_v2_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "models" / "v2"
+
+
+def default_v3_dir() -> Path:
+    """The shipped aligned model (the v2 family's runtime reading a phoneme track)."""
+    return Path(__file__).resolve().parents[1] / "models" / "v3"
 
 
 class V2Stepper:
