@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-
 from tiny_models import V2_CODES, V2_LEVELS, VARIANT, tiny_v2_configs
 
 # a tiny timed manifest: espeak-ng mnemonics (what its phoneme events name), English only
