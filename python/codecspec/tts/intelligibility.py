@@ -569,6 +569,7 @@ def evaluate(
     recognizer: Optional[Recognizer] = None,
     progress: bool = True,
     resamples: int = RESAMPLES,
+    desc: str = "synthesise + recognise",
 ) -> dict:
     """Synthesise every sentence with every seed (`synthesize(text, seed) -> (wav,
     sample_rate)`), transcribe each clip as it is made, and return `score`'s report.
@@ -585,7 +586,7 @@ def evaluate(
     if progress:
         from codecspec.progress import bar
 
-        it = bar(jobs, desc="synthesise + recognise", total=len(jobs))
+        it = bar(jobs, desc=desc, total=len(jobs))
     records = []
     for row, seed in it:
         wav, sr = synthesize(row["text"], seed)
