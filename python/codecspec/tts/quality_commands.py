@@ -80,12 +80,12 @@ def quality_reports(
     before any synthesis."""
     from codecspec.tts.intelligibility import (
         Recognizer,
-        _sentence_table,
         espeak_synthesizer,
         evaluate,
+        resolve_sentences,
     )
 
-    rows = _sentence_table(sentences)
+    rows = resolve_sentences(sentences)
     rec = recognizer or Recognizer(threads=threads)
     if model == ESPEAK:
         synth = espeak_synthesizer()
