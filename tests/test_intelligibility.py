@@ -266,6 +266,37 @@ def test_recognizer_rejects_bad_arguments(kw, match):
         intel.Recognizer(**kw)
 
 
+def test_model_synthesizer_speaks_stored_phonemes_unless_aligned():
+    from codecspec.tts.quality_commands import model_synthesizer
+
+    class Fake:
+        aligned = False
+
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, text, **kw):
+            self.calls.append((text, kw.get("phonemes"), kw["seed"]))
+
+            class S:
+                wav, sample_rate = np.zeros(160, np.float32), 16000
+
+            return S()
+
+    rows = load_sentences(1)
+    for aligned, expected in (
+        (False, ("", rows[0]["phonemes"], 3)),
+        (True, (rows[0]["text"], None, 3)),
+    ):
+        tts = Fake()
+        tts.aligned = aligned
+        wav, sr = model_synthesizer(tts, rows, mode="ar")(rows[0]["text"], 3)
+        assert tts.calls == [expected] and sr == 16000
+    tts = Fake()
+    model_synthesizer(tts, rows)("Another text.", 0)  # not an evaluation sentence: its text
+    assert tts.calls == [("Another text.", None, 0)]
+
+
 def test_quality_modes_are_checked():
     from codecspec.tts.commands import bench_quality_modes
     from codecspec.tts.quality_commands import mode_kwargs

@@ -49,8 +49,10 @@ def mode_kwargs(family: str, mode: str, tts=None, beta: float = 0.3, theta=None)
 def model_synthesizer(tts, sentences: list, **generate_kwargs) -> Callable:
     """`synthesize(text, seed) -> (wav, sample_rate)` through a loaded model. Texts of
     `sentences` are spoken from their stored espeak-ng phonemes (no espeak-ng needed); other
-    texts go through the model's own frontend."""
-    phonemes = {s["text"]: s.get("phonemes") for s in sentences}
+    texts, and every text of a model that follows espeak-ng's phoneme timing (`aligned`,
+    which refuses bare phonemes), go through the model's own frontend."""
+    aligned = bool(getattr(tts, "aligned", False))
+    phonemes = {} if aligned else {s["text"]: s.get("phonemes") for s in sentences}
 
     def synthesize(text: str, seed: int):
         ph = phonemes.get(text)
