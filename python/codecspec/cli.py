@@ -423,11 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
     )
+    from codecspec.tts.intelligibility import RecognizerUnavailable
     from codecspec.tts.model import PhonemizerError
 
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, PhonemizerError) as e:
+    except (ValueError, FileNotFoundError, PhonemizerError, RecognizerUnavailable) as e:
         print(f"codecspec {args.command}: error: {e}", file=sys.stderr)
         return 2
 

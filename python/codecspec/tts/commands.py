@@ -382,19 +382,59 @@ def cmd_bench(args) -> int:
                     **common,
                 )
             )
-        return _print_bench(res, args.json)
+        table = _bench_quality(args, family, res)
+        _print_bench(res, args.json)
+        return _print_table(table, args.json)
     if family == "fsq":  # one graph call per frame: its own figures
         from codecspec.tts.fsq_bench import bench_fsq, print_bench
 
         res = bench_fsq(resolve_model_dir(args.model), args.utterances, batch=args.batch, **common)
-        return print_bench(res, args.json)
+        table = _bench_quality(args, family, res)
+        print_bench(res, args.json)
+        return _print_table(table, args.json)
     model = resolve_model_dir(args.model)
     res = bench_depth_loop(model, args.frames, **common)
     if not args.no_pipeline:
         res.update(bench_pipeline(model, texts=args.texts, **common))
         # The issue this answers: the depth loop inside synthesis vs alone, same run.
         res["depth_in_pipeline_ratio"] = res["pipeline_depth_ms_per_frame"] / res["ar_ms_per_frame"]
-    return _print_bench(res, args.json)
+    table = _bench_quality(args, family, res)
+    _print_bench(res, args.json)
+    return _print_table(table, args.json)
+
+
+def bench_quality_modes(family: str, loops, accept: str) -> list:
+    """AR and the speculative side the bench measured: v2 `loops[/accept]` (both loops,
+    exact, when --loops is not given), v1 depth speculation, FSQ AR only."""
+    if family == "v2":
+        spec = "both" if loops is None else loops
+        return ["ar", spec if accept == "exact" else f"{spec}/{accept}"]
+    return ["ar", "spec"] if family == "reference" else ["ar"]
+
+
+def _bench_quality(args, family: str, res: dict):
+    """--quality: intelligibility of AR and the bench's speculative modes. Adds the figures
+    to `res` ("intelligibility") and returns the table to print after the bench's lines."""
+    if not args.quality:
+        return None
+    from codecspec.tts.intelligibility import report_table
+    from codecspec.tts.quality_commands import run_quality, summary
+
+    modes = bench_quality_modes(family, args.loops, args.accept)
+    reports = run_quality(args, args.model, modes, prefix="quality_")
+    res["intelligibility"] = summary(reports)
+    rec = next(iter(reports.values()))
+    res["intelligibility_recognizer"] = rec["recognizer"]
+    res["intelligibility_sentences"] = rec["sentences"]
+    return report_table(reports)
+
+
+def _print_table(table, as_json: bool) -> int:
+    """The intelligibility table after the bench's lines (in --json it is in the object)."""
+    if table is not None and not as_json:
+        print()
+        print(table)
+    return 0
 
 
 def _print_bench(res: dict, as_json: bool) -> int:
@@ -402,7 +442,7 @@ def _print_bench(res: dict, as_json: bool) -> int:
         print(json.dumps(res))
         return 0
     for k, v in res.items():
-        if k in ("fidelity_pvalues", "group_fidelity_pvalues"):
+        if k in ("fidelity_pvalues", "group_fidelity_pvalues", "intelligibility"):
             continue
         if isinstance(v, dict):
             v = "  ".join(
@@ -474,10 +514,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-pipeline", action="store_true", help="only the depth loop, not text -> waveform"
     )
+    p.add_argument(
+        "--quality",
+        action="store_true",
+        help="also score intelligibility (words recognised, WER; needs codecspec[quality]) "
+        "of AR and the speculative mode on the held-out evaluation sentences",
+    )
+    from codecspec.tts.quality_commands import quality_options
+
+    quality_options(p, prefix="quality-")
     _sampling(p)
     _speculation_options(p)
     _depth_options(p)
     p.set_defaults(func=cmd_bench)
+    from codecspec.tts.quality_commands import register as register_quality
+
+    register_quality(sub)
 
 
 if __name__ == "__main__":  # pragma: no cover

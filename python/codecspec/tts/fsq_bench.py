@@ -128,5 +128,7 @@ def print_bench(res: dict, as_json: bool) -> int:
         print(json.dumps(res))
         return 0
     for k, v in res.items():
+        if k == "intelligibility":  # its own table follows
+            continue
         print(f"{k:>28}: {v:.4g}" if isinstance(v, float) else f"{k:>28}: {v}")
     return 0
