@@ -514,16 +514,17 @@ def cmd_ship(args) -> int:
     )
     for f in ("offsets.npy", "tree.json", "device_profile.json"):
         shutil.copy(out / "calibration" / f, out / f)
-    log("ablation: head reuse vs offsets vs Medusa heads")
-    ablate(
-        out / "depth.onnx",
-        out / "ablation",
-        inputs=(hiddens, c0s),
-        frames=len(c0s),
-        params=params,
-        seed=args.seed,
-        threads=args.threads,
-    )
+    if args.ablation:
+        log("ablation: head reuse vs offsets vs Medusa heads")
+        ablate(
+            out / "depth.onnx",
+            out / "ablation",
+            inputs=(hiddens, c0s),
+            frames=len(c0s),
+            params=params,
+            seed=args.seed,
+            threads=args.threads,
+        )
     entropy = depth_entropy(out, hiddens, c0s, real)
     tts = V2TTS(out, provider="cpu", threads=args.threads)  # with offsets and tree now
     rows = [r for r in load_manifest(corpus) if r["split"] == "test"]
@@ -536,9 +537,11 @@ def cmd_ship(args) -> int:
     meta["pcg_theta"] = args.theta
     (out / "model.json").write_text(json.dumps(meta, indent=1))
     log(f"PCG depth tree at θ {args.theta}: {acc['pcg_tree']}")
-    log("speech distance to espeak-ng: v1 vs v2")
-    dist = speech_distance(tts, rows[: args.texts], corpus, args.seed)
-    log(f"v1 {dist['v1']['mean_db']:.2f} dB, v2 {dist['v2']['mean_db']:.2f} dB")
+    dist = None
+    if args.distance:
+        log("speech distance to espeak-ng: v1 vs this model")
+        dist = speech_distance(tts, rows[: args.texts], corpus, args.seed)
+        log(f"v1 {dist['v1']['mean_db']:.2f} dB, this model {dist['v2']['mean_db']:.2f} dB")
     bench = bench_depth_loop(out, 300, seed=args.seed, provider="cpu", threads=args.threads)
     codec_rep = work / "codec_report" / "report.json"
     report = {
@@ -547,7 +550,9 @@ def cmd_ship(args) -> int:
         | {"curves": ck["curves"], "parameters": params_count},
         "entropy": entropy,
         "calibration": calib.profile,
-        "ablation": json.loads((out / "ablation" / "ablation.json").read_text()),
+        "ablation": json.loads((out / "ablation" / "ablation.json").read_text())
+        if args.ablation
+        else None,
         "bench": bench,
         "codec": json.loads((work / "codec" / "codec.json").read_text())
         if (work / "codec" / "codec.json").is_file()
@@ -880,6 +885,18 @@ def add_ship_args(s, ship_dir) -> None:
     s.add_argument("--theta", type=float, default=0.95, help="θ of the acceptance block")
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument(
+        "--ablation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="head reuse vs offsets vs Medusa heads (trains Medusa heads: the longest step)",
+    )
+    s.add_argument(
+        "--distance",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="DTW log-mel distance to espeak-ng, beside v1 (the old secondary quality figure)",
+    )
 
 
 def main(argv=None) -> int:
