@@ -125,7 +125,8 @@ def table(res: dict) -> str:
             f"| {m['ms_per_frame']:.1f} | {m['c0_per_target_call']:.2f} "
             f"| {m['depth_codes_per_call']:.2f} "
             f"| {100 * m['words_recognised']:.1f} ({100 * lo:.1f}–{100 * hi:.1f}) "
-            f"| {100 * m['wer']:.0f} ({100 * wlo:.0f}–{100 * whi:.0f}) | {100 * m['runaway']:.0f}% |"
+            f"| {100 * m['wer']:.0f} ({100 * wlo:.0f}–{100 * whi:.0f}) "
+            f"| {100 * m['runaway']:.0f}% |"
         )
     return head + "\n".join(lines) + "\n"
 
