@@ -1,0 +1,323 @@
+"""Text -> codes -> waveform for a Qwen3-TTS 12 Hz checkpoint folder, torch-free.
+
+Per request: validate the arguments against the checkpoint, build the official prompt rows,
+prefill the talker, then per frame: sample c0 (talker rules), decode c1..c15 with the depth
+loop (autoregressive or speculative; the verification uses exactly the AR warp, so the law is
+the same), and feed the talker the sum of the frame's 16 code embeddings plus the next
+trailing text row (or tts_pad). Stops at eos or after max_new_tokens sampled tokens, as
+transformers' generate does (the last sampled token then gets no frame).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+
+import codecspec as cs
+
+from .checkpoint import Qwen3Checkpoint
+from .graphs import build_or_load, text_embedding_rows
+from .talker import Talker, TalkerSampler
+from .text import NONE, SPEAKER, Prompt, build_prompt, load_text_tokenizer
+
+__all__ = ["Qwen3TTS", "Qwen3Result", "MODES"]
+
+MODES = ("ar", "spec")
+SAMPLE_RATE = 24000
+SAMPLES_PER_FRAME = 1920
+
+
+@dataclasses.dataclass
+class Qwen3Result:
+    codes: np.ndarray  # int64 [frames, G]
+    hit_max_frames: bool
+    prompt: Prompt
+    seconds: dict  # prefill, talker, depth
+
+    @property
+    def frames(self) -> int:
+        return len(self.codes)
+
+
+class Qwen3TTS:
+    """A loaded checkpoint: graphs built (or found in the cache), sessions open."""
+
+    def __init__(self, ck: Qwen3Checkpoint, entry: Path, provider="auto", threads=None):
+        from codecspec.decode.depth import DepthDecoder
+
+        self.ck, self.entry, self.spec = ck, entry, ck.spec
+        self.provider, self.threads = provider, threads
+        self.tok = load_text_tokenizer(ck.dir)
+        self.talker = Talker(
+            entry / "talker.onnx", np.load(entry / "codec_head.npy"), provider, threads
+        )
+        from codecspec.runtime.session import open_session
+
+        self.text_proj = open_session(
+            str(entry / "text_proj.onnx"), provider=provider, threads=threads
+        )
+        self.codec_table = np.load(entry / "codec_embedding.npy")
+        self.code_tables = np.load(entry / "code_embedding.npy")
+        calib = self._calibration()
+        self.depth = DepthDecoder(entry / "depth.onnx", provider=provider, threads=threads, **calib)
+        self._pad_row = None
+        self._decoder = None
+
+    @classmethod
+    def load(
+        cls, model_dir, cache_dir=None, provider="auto", threads=None, rebuild=False, log=None
+    ):
+        ck = Qwen3Checkpoint(model_dir)
+        entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
+        return cls(ck, entry, provider=provider, threads=threads)
+
+    def _calibration(self) -> dict:
+        """Offsets and tree from `codecspec calibrate --model DIR`, stored beside the graphs."""
+        kw: dict = {}
+        off = self.entry / "offsets.npy"
+        tree = self.entry / "tree.json"
+        if off.is_file():
+            kw["offsets"] = np.load(off)
+        if tree.is_file():
+            kw["tree"] = cs.DraftTree.from_json(tree.read_text())
+        return kw
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def model_type(self) -> str:
+        return self.ck.model_type
+
+    @property
+    def speakers(self) -> list[str]:
+        return sorted(self.spec.speakers)
+
+    @property
+    def languages(self) -> list[str]:
+        return self.spec.supported_languages
+
+    @property
+    def sample_rate(self) -> int:
+        return SAMPLE_RATE
+
+    # ------------------------------------------------------------------ validation
+    def check_request(self, text, speaker, language, instruct) -> tuple:
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("text: must be a non-empty string")
+        language = "auto" if language is None else str(language)
+        if language.lower() not in self.languages:
+            raise ValueError(
+                f"language: {language!r} is not one of this checkpoint's {self.languages}"
+            )
+        if self.model_type == "base":
+            raise ValueError(
+                "model: Base (voice-clone) checkpoints are not supported yet; use a "
+                "CustomVoice or VoiceDesign checkpoint"
+            )
+        if speaker:
+            if self.model_type != "custom_voice":
+                raise ValueError(f"speaker: a {self.model_type} checkpoint has no speakers")
+            if speaker.lower() not in self.spec.speakers:
+                raise ValueError(f"speaker: {speaker!r} is not one of {self.speakers}")
+        if instruct and not self.ck.accepts_instruct:
+            raise ValueError(
+                f"instruct: this {self.model_type} checkpoint (size {self.ck.model_size!r}) "
+                "ignores instructions"
+            )
+        return text, speaker or None, language, instruct or None
+
+    def sampling(self, temperature: Optional[float] = None):
+        """(talker params, depth params) from generation_config.json; temperature 0 = greedy
+        for both (do_sample=False, subtalker_dosample=False), penalty kept."""
+        gd = self.ck.generation
+        t_talk = gd.temperature if gd.do_sample else 0.0
+        t_depth = gd.subtalker_temperature if gd.subtalker_dosample else 0.0
+        if temperature is not None:
+            t_talk = t_depth = float(temperature)
+        talk = cs.SamplingParams(
+            t_talk, gd.top_k, gd.top_p, repetition_penalty=gd.repetition_penalty
+        )
+        depth = cs.SamplingParams(t_depth, gd.subtalker_top_k, gd.subtalker_top_p)
+        return talk, depth
+
+    # ------------------------------------------------------------------ embeddings
+    def _project(self, ids: np.ndarray) -> np.ndarray:
+        rows = text_embedding_rows(self.ck, ids)
+        return self.text_proj.run(["projected"], {"text_embeds": rows})[0]
+
+    def prompt_embeds(self, p: Prompt) -> tuple[np.ndarray, np.ndarray]:
+        """(prefill rows [n, H], trailing rows [m, H])."""
+        H = self.spec.hidden_size
+        out = np.zeros((len(p), H), np.float32)
+        has_text = p.text_ids != NONE
+        all_ids = np.concatenate(
+            [p.text_ids[has_text], p.trailing_ids, [self.spec.text["tts_pad"]]]
+        )
+        proj = self._project(all_ids)
+        n_text = int(has_text.sum())
+        out[has_text] += proj[:n_text]
+        trailing = proj[n_text : n_text + len(p.trailing_ids)]
+        self._pad_row = proj[-1]
+        codec = p.codec_ids
+        for i in np.flatnonzero(codec >= 0):
+            out[i] += self.codec_table[codec[i]]
+        for i in np.flatnonzero(codec == SPEAKER):
+            out[i] += self.codec_table[p.speaker_id]
+        return out, trailing
+
+    def frame_embed(self, codes: np.ndarray) -> np.ndarray:
+        e = self.codec_table[codes[0]].copy()
+        for j in range(1, len(codes)):
+            e += self.code_tables[j - 1, codes[j]]
+        return e
+
+    # ------------------------------------------------------------------ generation
+    def generate_codes(
+        self,
+        text: str,
+        *,
+        speaker: Optional[str] = None,
+        language: Optional[str] = None,
+        instruct: Optional[str] = None,
+        mode: str = "ar",
+        temperature: Optional[float] = None,
+        seed: int = 0,
+        max_frames: Optional[int] = None,
+        streaming_text: bool = False,
+    ) -> Qwen3Result:
+        codes, info = [], {}
+        for frame in self.iter_frames(
+            text,
+            speaker=speaker,
+            language=language,
+            instruct=instruct,
+            mode=mode,
+            temperature=temperature,
+            seed=seed,
+            max_frames=max_frames,
+            streaming_text=streaming_text,
+            info=info,
+        ):
+            codes.append(frame)
+        G = self.spec.num_code_groups
+        arr = np.asarray(codes, np.int64).reshape(-1, G)
+        return Qwen3Result(arr, info["hit_max_frames"], info["prompt"], info["seconds"])
+
+    def iter_frames(
+        self,
+        text: str,
+        *,
+        speaker=None,
+        language=None,
+        instruct=None,
+        mode="ar",
+        temperature=None,
+        seed=0,
+        max_frames=None,
+        streaming_text=False,
+        info: Optional[dict] = None,
+    ) -> Iterator[np.ndarray]:
+        """Codes int64 [G] frame by frame (the order the speech decoder consumes them)."""
+        if mode not in MODES:
+            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
+        text, speaker, language, instruct = self.check_request(text, speaker, language, instruct)
+        max_new = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
+        if max_new < 1:
+            raise ValueError(f"max_frames: must be >= 0, got {max_frames}")
+        talk_p, depth_p = self.sampling(temperature)
+        self.depth.params = depth_p
+        sampler = TalkerSampler(
+            self.spec.vocab_size,
+            self.spec.codec["eos"],
+            self.spec.suppressed_ids,
+            talk_p,
+            self.ck.generation.min_new_tokens,
+        )
+        p = build_prompt(
+            self.tok,
+            self.spec,
+            text,
+            language=language,
+            speaker=speaker,
+            instruct=instruct,
+            streaming_text=streaming_text,
+        )
+        budget = self.talker.max_positions - len(p)
+        if budget < 1:
+            raise ValueError(
+                f"text: {len(p)} prompt positions exceed the talker's budget of "
+                f"{self.talker.max_positions - 1}"
+            )
+        max_new = min(max_new, budget)
+        info = {} if info is None else info
+        info.update(prompt=p, hit_max_frames=False)
+        secs = info["seconds"] = {"prefill": 0.0, "talker": 0.0, "depth": 0.0}
+        g = cs.Generator(seed)
+        g_talk, g_depth = g.fork(1), g.fork(2)
+        t0 = time.perf_counter()
+        embeds, trailing = self.prompt_embeds(p)
+        hidden = self.talker.prefill(embeds, capacity=len(p) + min(max_new, 512))
+        secs["prefill"] = time.perf_counter() - t0
+        history: list[int] = []
+        eos = self.spec.codec["eos"]
+        step = 0
+        while True:
+            c0 = sampler.sample(self.talker.logits(hidden), history, g_talk)
+            history.append(c0)
+            if c0 == eos:
+                break
+            if len(history) >= max_new:
+                info["hit_max_frames"] = True
+                break
+            t1 = time.perf_counter()
+            codes = self.depth.decode_frame(hidden, c0, g_depth, mode)
+            t2 = time.perf_counter()
+            secs["depth"] += t2 - t1
+            yield codes
+            e = self.frame_embed(codes)
+            e += trailing[step] if step < len(trailing) else self._pad_row
+            step += 1
+            hidden = self.talker.step(e)
+            secs["talker"] += time.perf_counter() - t2
+
+    # ------------------------------------------------------------------ audio
+    def speech_decoder(self):
+        """The 12 Hz speech-tokenizer decoder (families.qwen3_tts.decoder), loaded on use."""
+        if self._decoder is None:
+            from .decoder import SpeechDecoder
+
+            self._decoder = SpeechDecoder.load(
+                self.ck.speech_tokenizer_dir,
+                cache_dir=self.entry.parent.parent,
+                provider=self.provider,
+            )
+        return self._decoder
+
+    def synthesize(self, text: str, **kw) -> tuple[np.ndarray, Qwen3Result]:
+        """(waveform float32 at 24 kHz, the codes result)."""
+        r = self.generate_codes(text, **kw)
+        dec = self.speech_decoder()
+        wav = dec.decode(r.codes) if len(r.codes) else np.zeros(0, np.float32)
+        return np.asarray(wav, np.float32).reshape(-1), r
+
+    def describe(self) -> dict:
+        return {
+            "model": str(self.ck.dir),
+            "type": self.model_type,
+            "size": self.ck.model_size,
+            "speakers": self.speakers,
+            "languages": self.languages,
+            "graphs": str(self.entry),
+        }
+
+
+def load(model_dir, **kw) -> Qwen3TTS:
+    return Qwen3TTS.load(model_dir, **kw)
+
+
+def describe_json(tts: Qwen3TTS) -> str:
+    return json.dumps(tts.describe())
