@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
-MODEL_HELP = "model name (v2, reference, fsq) or folder (default: v2, the shipped reference v2)"
+MODEL_HELP = (
+    "model name (v2, reference, fsq) or folder (default: v2, the shipped reference v2); "
+    "synth: also a Qwen3-TTS 12 Hz checkpoint folder"
+)
 
 
 def threads_arg(value: str) -> int:
@@ -211,7 +214,7 @@ def chunk_frames_arg(value: str) -> int:
 def _synth_kwargs(args) -> dict:
     kw = dict(
         phonemes=args.phonemes,
-        language=args.language,
+        language=args.language or "en",
         speaker=args.speaker,
         mode=args.mode,
         seed=args.seed,
@@ -226,9 +229,21 @@ def cmd_synth(args) -> int:
     import time
 
     from codecspec.codec.audio import write_wav
+    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
     from codecspec.runtime.threads import threads_in_use
     from codecspec.tts.registry import load_model
 
+    args.output_given = args.output is not None
+    if args.output is None:
+        args.output = Path("out.wav")
+    if is_qwen3_folder(args.model):
+        from codecspec.families.qwen3_tts.cli import synth
+
+        return synth(args)
+    if args.instruct is not None or args.streaming_text:
+        raise ValueError("--instruct / --streaming-text: Qwen3-TTS checkpoints (--model DIR) only")
+    if args.codes_out is not None and args.stream:
+        raise ValueError("--codes-out: not with --stream")
     text = _synth_text(args) if args.phonemes is None else (args.text or "")
     check_output(args.output)
     tts = load_model(
@@ -246,6 +261,10 @@ def cmd_synth(args) -> int:
     s = tts.generate(text, progress=not (args.quiet or args.json), **kw)
     first_audio_s = time.perf_counter() - t0  # the whole utterance is the first audio
     write_wav(args.output, s.wav, s.sample_rate)
+    if args.codes_out is not None:
+        import numpy as np
+
+        np.save(args.codes_out, np.asarray(s.codes, np.int64))
     report = synthesis_report(s, args.output, threads_in_use(args.threads))
     report["time_to_first_audio_ms"] = 1e3 * first_audio_s
     if report.get("hit_max_frames"):
@@ -415,7 +434,9 @@ def _print_bench(res: dict, as_json: bool) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("synth", help="text to speech with the shipped reference model")
+    p = sub.add_parser(
+        "synth", help="text to speech with a shipped model or a Qwen3-TTS checkpoint folder"
+    )
     p.add_argument("text", nargs="?", default=None, help="text to speak (or --text-file)")
     p.add_argument("--text-file", type=Path, default=None, help="read the text from a UTF-8 file")
     p.add_argument("--phonemes", default=None, help="espeak-ng IPA instead of text")
@@ -438,7 +459,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=8,
         help="--stream: frames per audio chunk (default 8 = 0.64 s)",
     )
-    p.add_argument("-o", "--output", type=Path, default=Path("out.wav"))
+    p.add_argument("-o", "--output", type=Path, default=None, help="WAV (default out.wav)")
+    p.add_argument(
+        "--codes-out",
+        type=Path,
+        default=None,
+        help="also write the codes (int64 .npy [frames, codebooks]); with a Qwen3-TTS "
+        "folder and no -o, only the codes",
+    )
+    p.add_argument(
+        "--instruct", default=None, help="Qwen3-TTS: voice/style instruction (VoiceDesign, 1.7B)"
+    )
+    p.add_argument(
+        "--streaming-text",
+        action="store_true",
+        help="Qwen3-TTS: the official streaming-text prompt (text fed one token per frame)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help="Qwen3-TTS: where built graphs are kept (default $CODECSPEC_CACHE or "
+        "~/.cache/codecspec)",
+    )
     p.add_argument(
         "--mode",
         choices=["auto", "ar", "spec", "pcg"],
@@ -447,8 +489,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(same output law); pcg = group-level acceptance (v2)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--language", default="en", help="en, de, es or it (default en)")
-    p.add_argument("--speaker", default=None, help="espeak-ng voice variant, e.g. f3 or m1")
+    p.add_argument(
+        "--language",
+        default=None,
+        help="en, de, es or it (default en); Qwen3-TTS: a language its config names, e.g. "
+        "english (default auto)",
+    )
+    p.add_argument(
+        "--speaker",
+        default=None,
+        help="espeak-ng voice variant, e.g. f3 or m1; Qwen3-TTS CustomVoice: a speaker name",
+    )
     p.add_argument("--rate", type=float, default=1.0, help="speaking rate (default 1.0)")
     p.add_argument("--provider", default="auto", choices=PROVIDERS)
     p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")

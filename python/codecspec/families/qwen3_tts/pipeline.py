@@ -44,15 +44,43 @@ class Qwen3Result:
         return len(self.codes)
 
 
+def check_request(ck: Qwen3Checkpoint, text, speaker, language, instruct) -> tuple:
+    """(text, speaker or None, language, instruct or None), or a ValueError naming the
+    argument: what the checkpoint supports, checked before anything is built."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text: must be a non-empty string")
+    language = "auto" if language is None else str(language)
+    if language.lower() not in ck.spec.supported_languages:
+        raise ValueError(
+            f"language: {language!r} is not one of this checkpoint's {ck.spec.supported_languages}"
+        )
+    if ck.model_type == "base":
+        raise ValueError(
+            "model: Base (voice-clone) checkpoints are not supported yet; use a "
+            "CustomVoice or VoiceDesign checkpoint"
+        )
+    if speaker:
+        if ck.model_type != "custom_voice":
+            raise ValueError(f"speaker: a {ck.model_type} checkpoint has no speakers")
+        if speaker.lower() not in ck.spec.speakers:
+            raise ValueError(f"speaker: {speaker!r} is not one of {sorted(ck.spec.speakers)}")
+    if instruct and not ck.accepts_instruct:
+        raise ValueError(
+            f"instruct: this {ck.model_type} checkpoint (size {ck.model_size!r}) "
+            "ignores instructions"
+        )
+    return text, speaker or None, language, instruct or None
+
+
 class Qwen3TTS:
     """A loaded checkpoint: graphs built (or found in the cache), sessions open."""
 
-    def __init__(self, ck: Qwen3Checkpoint, entry: Path, provider="auto", threads=None):
+    def __init__(self, ck: Qwen3Checkpoint, entry: Path, provider="auto", threads=None, tok=None):
         from codecspec.decode.depth import DepthDecoder
 
         self.ck, self.entry, self.spec = ck, entry, ck.spec
         self.provider, self.threads = provider, threads
-        self.tok = load_text_tokenizer(ck.dir)
+        self.tok = load_text_tokenizer(ck.dir) if tok is None else tok
         self.talker = Talker(
             entry / "talker.onnx", np.load(entry / "codec_head.npy"), provider, threads
         )
@@ -73,8 +101,9 @@ class Qwen3TTS:
         cls, model_dir, cache_dir=None, provider="auto", threads=None, rebuild=False, log=None
     ):
         ck = Qwen3Checkpoint(model_dir)
+        tok = load_text_tokenizer(ck.dir)  # before building: a folder without one fails fast
         entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
-        return cls(ck, entry, provider=provider, threads=threads)
+        return cls(ck, entry, provider=provider, threads=threads, tok=tok)
 
     def _calibration(self) -> dict:
         """Offsets and tree from `codecspec calibrate --model DIR`, stored beside the graphs."""
@@ -106,29 +135,7 @@ class Qwen3TTS:
 
     # ------------------------------------------------------------------ validation
     def check_request(self, text, speaker, language, instruct) -> tuple:
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("text: must be a non-empty string")
-        language = "auto" if language is None else str(language)
-        if language.lower() not in self.languages:
-            raise ValueError(
-                f"language: {language!r} is not one of this checkpoint's {self.languages}"
-            )
-        if self.model_type == "base":
-            raise ValueError(
-                "model: Base (voice-clone) checkpoints are not supported yet; use a "
-                "CustomVoice or VoiceDesign checkpoint"
-            )
-        if speaker:
-            if self.model_type != "custom_voice":
-                raise ValueError(f"speaker: a {self.model_type} checkpoint has no speakers")
-            if speaker.lower() not in self.spec.speakers:
-                raise ValueError(f"speaker: {speaker!r} is not one of {self.speakers}")
-        if instruct and not self.ck.accepts_instruct:
-            raise ValueError(
-                f"instruct: this {self.model_type} checkpoint (size {self.ck.model_size!r}) "
-                "ignores instructions"
-            )
-        return text, speaker or None, language, instruct or None
+        return check_request(self.ck, text, speaker, language, instruct)
 
     def sampling(self, temperature: Optional[float] = None):
         """(talker params, depth params) from generation_config.json; temperature 0 = greedy
