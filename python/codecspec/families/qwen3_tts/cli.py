@@ -12,8 +12,9 @@ import numpy as np
 def _mode(args, tts) -> str:
     if args.mode == "pcg":
         raise ValueError("--mode: pcg is not available for Qwen3-TTS checkpoints (ar or spec)")
-    if args.mode == "auto":  # speculation where `codecspec calibrate --model DIR` chose a tree
-        return "spec" if (tts.entry / "tree.json").is_file() else "ar"
+    if args.mode == "auto":  # spec where `codecspec calibrate --model DIR` measured it pays
+        f = tts.entry / "speculation.json"
+        return "spec" if f.is_file() and json.loads(f.read_text()).get("speculate") else "ar"
     return args.mode
 
 

@@ -227,8 +227,10 @@ class Qwen3TTS:
         max_frames=None,
         streaming_text=False,
         info: Optional[dict] = None,
+        trace: Optional[list] = None,
     ) -> Iterator[np.ndarray]:
-        """Codes int64 [G] frame by frame (the order the speech decoder consumes them)."""
+        """Codes int64 [G] frame by frame (the order the speech decoder consumes them).
+        `trace` collects (talker hidden state, c0) of every frame (the calibration corpus)."""
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
         text, speaker, language, instruct = self.check_request(text, speaker, language, instruct)
@@ -280,6 +282,8 @@ class Qwen3TTS:
             if len(history) >= max_new:
                 info["hit_max_frames"] = True
                 break
+            if trace is not None:
+                trace.append((hidden.copy(), c0))
             t1 = time.perf_counter()
             codes = self.depth.decode_frame(hidden, c0, g_depth, mode)
             t2 = time.perf_counter()
