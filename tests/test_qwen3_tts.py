@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip("tokenizers")  # the [qwen3] extra (also in [test])
+
 from codecspec.families.qwen3_tts.checkpoint import Qwen3Checkpoint
 from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
 from codecspec.families.qwen3_tts.text import build_prompt, load_text_tokenizer
@@ -461,3 +463,22 @@ def test_cli_synth_wav_end_to_end(tmp_path, monkeypatch):
     audio, sr = read_wav(wav)
     assert sr == 24000
     assert len(audio) == 1920 * len(_cases("custom_equal")[1]["case_0_codes"])
+
+
+@pytest.mark.slow
+def test_calibrate_stores_offsets_and_tree_and_spec_stays_exact(tmp_path):
+    """calibrate --model DIR on the tiny checkpoint; afterwards the speculative loop uses the
+    trained offsets and tree and its greedy codes are still the official ones."""
+    from codecspec.families.qwen3_tts.calibrate import calibrate_checkpoint
+
+    result, entry = calibrate_checkpoint(
+        DATA / "design_wide", cache_dir=tmp_path, frames=48, budgets=(1, 2), progress=False
+    )
+    for name in ("offsets.npy", "tree.json", "speculation.json"):
+        assert (entry / name).is_file()
+    tts = Qwen3TTS.load(DATA / "design_wide", cache_dir=tmp_path)
+    assert np.abs(tts.depth.offsets).max() > 0
+    cases, z = _cases("design_wide")
+    for i, c in enumerate(cases):
+        r = tts.generate_codes(c["text"], mode="spec", temperature=0, **_request(tts, c))
+        assert np.array_equal(r.codes, z[f"case_{i}_codes"])
