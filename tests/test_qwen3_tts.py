@@ -482,3 +482,77 @@ def test_calibrate_stores_offsets_and_tree_and_spec_stays_exact(tmp_path):
     for i, c in enumerate(cases):
         r = tts.generate_codes(c["text"], mode="spec", temperature=0, **_request(tts, c))
         assert np.array_equal(r.codes, z[f"case_{i}_codes"])
+
+
+def test_stream_equals_whole_decode(models):
+    """Needs the 12 Hz decoder: streamed audio of a request = the whole decode of its codes."""
+    pytest.importorskip("codecspec.families.qwen3_tts.decoder")
+    tts = models["custom_equal"]
+    kw = dict(speaker="aiden", language="english", temperature=0)
+    wav, r = tts.synthesize("Hello world.", **kw)
+    streamed = np.concatenate(list(tts.stream("Hello world.", **kw)))
+    assert len(streamed) == len(wav) == 1920 * r.frames
+    np.testing.assert_allclose(streamed, wav, atol=1e-4, rtol=0)
+
+
+class _StandInDecoder:
+    """The SpeechDecoder interface (load / decode / stream / sample_rate) with a trivial
+    waveform, to test codecspec's plumbing around the real decoder where it is absent."""
+
+    sample_rate = 24000
+    loaded_from = None
+
+    @classmethod
+    def load(cls, speech_tokenizer_dir, cache_dir=None, provider="cpu"):
+        cls.loaded_from = Path(speech_tokenizer_dir)
+        return cls()
+
+    def decode(self, codes):
+        codes = np.asarray(codes)
+        assert codes.ndim == 2 and codes.shape[1] == 16
+        return np.repeat(codes[:, 0].astype(np.float32) / 64.0, 1920)
+
+    def stream(self, code_iter):
+        for frame in code_iter:
+            yield self.decode(np.asarray(frame)[None, :])
+
+
+@pytest.fixture
+def stand_in_decoder(monkeypatch):
+    import types
+
+    mod = types.ModuleType("codecspec.families.qwen3_tts.decoder")
+    mod.SpeechDecoder = _StandInDecoder
+    monkeypatch.setitem(sys.modules, "codecspec.families.qwen3_tts.decoder", mod)
+    return _StandInDecoder
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_cli_wav_plumbing_with_a_stand_in_decoder(tmp_path, monkeypatch, stand_in_decoder, stream):
+    from codecspec.cli import main
+    from codecspec.codec.audio import read_wav
+
+    monkeypatch.setenv("CODECSPEC_CACHE", str(tmp_path / "cache"))
+    wav = tmp_path / "out.wav"
+    argv = [
+        "synth",
+        "Hello world.",
+        "--model",
+        str(DATA / "custom_equal"),
+        "--speaker",
+        "aiden",
+        "--language",
+        "english",
+        "--temperature",
+        "0",
+        "-o",
+        str(wav),
+        "--json",
+    ]
+    assert main(argv + (["--stream"] if stream else [])) == 0
+    audio, sr = read_wav(wav)
+    codes = _cases("custom_equal")[1]["case_0_codes"]
+    assert sr == 24000 and len(audio) == 1920 * len(codes)
+    want = np.repeat(codes[:, 0] / 64.0, 1920)
+    np.testing.assert_allclose(audio, want, atol=1 / 32767)
+    assert stand_in_decoder.loaded_from == DATA / "custom_equal" / "speech_tokenizer"

@@ -22,6 +22,47 @@ def _write_codes(path, codes: np.ndarray) -> None:
     np.save(path, np.asarray(codes, np.int64))
 
 
+def _request_kwargs(args, mode: str) -> dict:
+    return dict(
+        speaker=args.speaker,
+        language=args.language,
+        instruct=args.instruct,
+        mode=mode,
+        temperature=args.temperature,
+        seed=args.seed,
+        max_frames=args.max_frames,
+        streaming_text=args.streaming_text,
+    )
+
+
+def _stream(args, tts, text: str, mode: str, load_s: float) -> int:
+    """--stream: audio chunks go into the WAV as the decoder's streaming form emits them."""
+    from codecspec.codec.audio import WavWriter
+
+    info: dict = {}
+    t0 = time.perf_counter()
+    first = None
+    with WavWriter(args.output, tts.sample_rate, update_header=True) as w:
+        for chunk in tts.stream(text, info=info, **_request_kwargs(args, mode)):
+            if first is None and chunk.size:
+                first = time.perf_counter() - t0
+            w.write(chunk)
+        seconds = w.seconds
+    report = {
+        "output": str(args.output),
+        "mode": mode,
+        "audio_seconds": seconds,
+        "load_seconds": round(load_s, 3),
+        "time_to_first_audio_ms": None if first is None else round(1e3 * first, 1),
+        "total_seconds": round(time.perf_counter() - t0, 3),
+        "hit_max_frames": info.get("hit_max_frames"),
+    }
+    print(
+        json.dumps(report) if args.json else "\n".join(f"{k:>24}: {v}" for k, v in report.items())
+    )
+    return 0
+
+
 def synth(args) -> int:
     """Text -> codes (-> 16-bit 24 kHz WAV) with a Qwen3-TTS checkpoint folder."""
     from codecspec.tts.commands import _synth_text, check_output
@@ -29,8 +70,8 @@ def synth(args) -> int:
     from .checkpoint import Qwen3Checkpoint
     from .pipeline import Qwen3TTS, check_request
 
-    if args.stream:
-        raise ValueError("--stream: not available for Qwen3-TTS checkpoints yet")
+    if args.stream and args.codes_out is not None:
+        raise ValueError("--codes-out: not with --stream")
     if args.phonemes is not None:
         raise ValueError("--phonemes: Qwen3-TTS reads text, not phonemes")
     text = _synth_text(args)
@@ -45,16 +86,9 @@ def synth(args) -> int:
     )
     load_s = time.perf_counter() - t0
     mode = _mode(args, tts)
-    kw = dict(
-        speaker=args.speaker,
-        language=args.language,
-        instruct=args.instruct,
-        mode=mode,
-        temperature=args.temperature,
-        seed=args.seed,
-        max_frames=args.max_frames,
-        streaming_text=args.streaming_text,
-    )
+    if args.stream:
+        return _stream(args, tts, text, mode, load_s)
+    kw = _request_kwargs(args, mode)
     t1 = time.perf_counter()
     r = tts.generate_codes(text, **kw)
     gen_s = time.perf_counter() - t1

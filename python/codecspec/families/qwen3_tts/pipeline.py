@@ -315,6 +315,14 @@ class Qwen3TTS:
         wav = dec.decode(r.codes) if len(r.codes) else np.zeros(0, np.float32)
         return np.asarray(wav, np.float32).reshape(-1), r
 
+    def stream(self, text: str, info: Optional[dict] = None, **kw) -> Iterator[np.ndarray]:
+        """Float32 audio chunks as frames are made: the decoder's streaming form fed by the
+        frame iterator (`iter_frames` arguments; `info` gets prompt / seconds / hit_max_frames)."""
+        dec = self.speech_decoder()
+        frames = self.iter_frames(text, info=info, **kw)
+        for chunk in dec.stream(frames):
+            yield np.asarray(chunk, np.float32).reshape(-1)
+
     def describe(self) -> dict:
         return {
             "model": str(self.ck.dir),
