@@ -556,3 +556,23 @@ def test_cli_wav_plumbing_with_a_stand_in_decoder(tmp_path, monkeypatch, stand_i
     want = np.repeat(codes[:, 0] / 64.0, 1920)
     np.testing.assert_allclose(audio, want, atol=1 / 32767)
     assert stand_in_decoder.loaded_from == DATA / "custom_equal" / "speech_tokenizer"
+
+
+def test_index_naming_a_missing_shard(tmp_path):
+    d = _copy(tmp_path)
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"talker.codec_head.weight": "model-00002-of-00002.safetensors"}})
+    )
+    assert "model-00002-of-00002" in _load_error(d, tmp_path)
+
+
+def test_sampling_defaults_and_overrides(models):
+    tts = models["custom_equal"]
+    talk, depth = tts.sampling()
+    assert (talk.temperature, talk.top_k, talk.top_p) == (pytest.approx(0.9), 50, 1.0)
+    assert talk.repetition_penalty == pytest.approx(1.05) and depth.repetition_penalty == 1.0
+    talk, depth = tts.sampling(0, 5, 0.5)
+    assert talk.greedy and depth.greedy and talk.top_k == depth.top_k == 5
+    assert talk.repetition_penalty == pytest.approx(1.05)
+    with pytest.raises(ValueError, match="top_p"):
+        tts.generate_codes("Hi.", speaker="aiden", top_p=2.0)

@@ -29,6 +29,8 @@ def _request_kwargs(args, mode: str) -> dict:
         instruct=args.instruct,
         mode=mode,
         temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
         seed=args.seed,
         max_frames=args.max_frames,
         streaming_text=args.streaming_text,

@@ -137,18 +137,19 @@ class Qwen3TTS:
     def check_request(self, text, speaker, language, instruct) -> tuple:
         return check_request(self.ck, text, speaker, language, instruct)
 
-    def sampling(self, temperature: Optional[float] = None):
-        """(talker params, depth params) from generation_config.json; temperature 0 = greedy
-        for both (do_sample=False, subtalker_dosample=False), penalty kept."""
+    def sampling(self, temperature=None, top_k=None, top_p=None):
+        """(talker params, depth params) from generation_config.json; an override applies to
+        both models. temperature 0 = greedy for both (do_sample=False,
+        subtalker_dosample=False), with the talker's penalty and suppression kept."""
         gd = self.ck.generation
         t_talk = gd.temperature if gd.do_sample else 0.0
         t_depth = gd.subtalker_temperature if gd.subtalker_dosample else 0.0
         if temperature is not None:
             t_talk = t_depth = float(temperature)
-        talk = cs.SamplingParams(
-            t_talk, gd.top_k, gd.top_p, repetition_penalty=gd.repetition_penalty
-        )
-        depth = cs.SamplingParams(t_depth, gd.subtalker_top_k, gd.subtalker_top_p)
+        k_talk, k_depth = (gd.top_k, gd.subtalker_top_k) if top_k is None else (top_k, top_k)
+        p_talk, p_depth = (gd.top_p, gd.subtalker_top_p) if top_p is None else (top_p, top_p)
+        talk = cs.SamplingParams(t_talk, k_talk, p_talk, repetition_penalty=gd.repetition_penalty)
+        depth = cs.SamplingParams(t_depth, k_depth, p_depth)
         return talk, depth
 
     # ------------------------------------------------------------------ embeddings
@@ -192,6 +193,8 @@ class Qwen3TTS:
         instruct: Optional[str] = None,
         mode: str = "ar",
         temperature: Optional[float] = None,
+        top_k: Optional[int] = None,
+        top_p: Optional[float] = None,
         seed: int = 0,
         max_frames: Optional[int] = None,
         streaming_text: bool = False,
@@ -204,6 +207,8 @@ class Qwen3TTS:
             instruct=instruct,
             mode=mode,
             temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
             seed=seed,
             max_frames=max_frames,
             streaming_text=streaming_text,
@@ -223,6 +228,8 @@ class Qwen3TTS:
         instruct=None,
         mode="ar",
         temperature=None,
+        top_k=None,
+        top_p=None,
         seed=0,
         max_frames=None,
         streaming_text=False,
@@ -237,7 +244,7 @@ class Qwen3TTS:
         max_new = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
         if max_new < 1:
             raise ValueError(f"max_frames: must be >= 0, got {max_frames}")
-        talk_p, depth_p = self.sampling(temperature)
+        talk_p, depth_p = self.sampling(temperature, top_k, top_p)
         self.depth.params = depth_p
         sampler = TalkerSampler(
             self.spec.vocab_size,
