@@ -324,15 +324,26 @@ class Qwen3Checkpoint:
         except (ValueError, FileNotFoundError) as e:
             raise _err(str(e)) from None
 
-    def content_hash(self) -> str:
-        """sha256 over the files the built graphs depend on (config, generation defaults,
-        shard index, every shard's bytes) and the cache format: the graph cache key."""
-        h = hashlib.sha256(CACHE_FORMAT.encode())
+    def hashed_files(self) -> list[Path]:
+        """The files the built graphs depend on: config, generation defaults, shard index and
+        every shard."""
         names = ["config.json", "generation_config.json", "model.safetensors.index.json"]
-        files = [self.dir / n for n in names] + list(self._shards)
+        return [f for f in [self.dir / n for n in names] + list(self._shards) if f.is_file()]
+
+    def content_hash(self, memo: Optional[Path] = None) -> str:
+        """sha256 over the `hashed_files` bytes and the cache format: the graph cache key.
+
+        `memo`: a JSON file remembering the hash of a folder whose files kept their sizes and
+        modification times, so a second run does not read gigabytes again."""
+        files = self.hashed_files()
+        stamp = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+        key = str(self.dir.resolve())
+        memos = _read_memo(memo)
+        hit = memos.get(key)
+        if hit and hit.get("stamp") == stamp and hit.get("format") == CACHE_FORMAT:
+            return hit["hash"]
+        h = hashlib.sha256(CACHE_FORMAT.encode())
         for f in files:
-            if not f.is_file():
-                continue
             h.update(f.name.encode() + b"\0" + str(f.stat().st_size).encode() + b"\0")
             with open(f, "rb") as fh:
                 while True:
@@ -340,7 +351,31 @@ class Qwen3Checkpoint:
                     if not block:
                         break
                     h.update(block)
-        return h.hexdigest()[:32]
+        digest = h.hexdigest()[:32]
+        if memo is not None:
+            memos[key] = {"stamp": stamp, "format": CACHE_FORMAT, "hash": digest}
+            _write_memo(memo, memos)
+        return digest
+
+
+def _read_memo(memo: Optional[Path]) -> dict:
+    if memo is None or not memo.is_file():
+        return {}
+    try:
+        d = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _write_memo(memo: Path, memos: dict) -> None:
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(memos))
+        tmp.replace(memo)
+    except OSError:
+        pass  # a read-only cache only costs the next run a re-hash
 
 
 def open_checkpoint(directory) -> Qwen3Checkpoint:
