@@ -578,3 +578,19 @@ def test_sampling_defaults_and_overrides(models):
     assert talk.repetition_penalty == pytest.approx(1.05)
     with pytest.raises(ValueError, match="top_p"):
         tts.generate_codes("Hi.", speaker="aiden", top_p=2.0)
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["calibrate"], "model:"),
+        (["calibrate", "x.onnx", "--model", "y"], "--model:"),
+        (["calibrate", "x.onnx"], "--output:"),
+    ],
+)
+def test_cli_calibrate_argument_errors(argv, needle, capsys):
+    from codecspec.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err
