@@ -381,7 +381,7 @@ r = tts.generate_codes("Hello world.", speaker="aiden", language="english", temp
 assert "torch" not in sys.modules
 print(r.codes.shape[0])
 """
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "python"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) == len(_cases("custom_equal")[1]["case_0_codes"])
