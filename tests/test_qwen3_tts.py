@@ -379,6 +379,11 @@ tts = Qwen3TTS.load({str(DATA / "custom_equal")!r}, cache_dir={str(tmp_path)!r})
 r = tts.generate_codes("Hello world.", speaker="aiden", language="english", temperature=0,
                        mode="spec")
 assert "torch" not in sys.modules
+try:
+    import torch  # the blocker works: this must fail
+    raise SystemExit("torch was importable")
+except ImportError:
+    pass
 print(r.codes.shape[0])
 """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
