@@ -378,10 +378,6 @@ def _write_memo(memo: Path, memos: dict) -> None:
         pass  # a read-only cache only costs the next run a re-hash
 
 
-def open_checkpoint(directory) -> Qwen3Checkpoint:
-    return Qwen3Checkpoint(directory)
-
-
 def is_qwen3_folder(path: Optional[str]) -> bool:
     """Whether `path` looks like a Qwen3-TTS checkpoint folder (config.json says so)."""
     if not path:

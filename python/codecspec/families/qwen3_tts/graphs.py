@@ -28,7 +28,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import onnx
@@ -240,7 +239,7 @@ def build_or_load(ck: Qwen3Checkpoint, cache_dir=None, rebuild: bool = False, lo
     return entry
 
 
-def text_embedding_rows(ck: Qwen3Checkpoint, ids: np.ndarray, _cache: Optional[dict] = None):
+def text_embedding_rows(ck: Qwen3Checkpoint, ids: np.ndarray) -> np.ndarray:
     """Rows `ids` of the talker's text-embedding table, read from the checkpoint (float32)."""
     from codecspec.graphs.safetensors_io import SafetensorsFile
 

@@ -11,7 +11,6 @@ transformers' generate does (the last sampled token then gets no frame).
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -339,11 +338,3 @@ class Qwen3TTS:
             "languages": self.languages,
             "graphs": str(self.entry),
         }
-
-
-def load(model_dir, **kw) -> Qwen3TTS:
-    return Qwen3TTS.load(model_dir, **kw)
-
-
-def describe_json(tts: Qwen3TTS) -> str:
-    return json.dumps(tts.describe())
