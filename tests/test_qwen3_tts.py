@@ -520,8 +520,8 @@ class _StandInDecoder:
         return np.repeat(codes[:, 0].astype(np.float32) / 64.0, 1920)
 
     def stream(self, code_iter):
-        for frame in code_iter:
-            yield self.decode(np.asarray(frame)[None, :])
+        for block in code_iter:  # blocks of codes [n, 16], as the real decoder takes them
+            yield self.decode(block)
 
 
 @pytest.fixture

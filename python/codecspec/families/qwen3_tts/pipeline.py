@@ -325,8 +325,9 @@ class Qwen3TTS:
         """Float32 audio chunks as frames are made: the decoder's streaming form fed by the
         frame iterator (`iter_frames` arguments; `info` gets prompt / seconds / hit_max_frames)."""
         dec = self.speech_decoder()
-        frames = self.iter_frames(text, info=info, **kw)
-        for chunk in dec.stream(frames):
+        # The decoder's stream takes blocks of codes [n, 16]: one block per frame made.
+        blocks = (f[None, :] for f in self.iter_frames(text, info=info, **kw))
+        for chunk in dec.stream(blocks):
             yield np.asarray(chunk, np.float32).reshape(-1)
 
     def describe(self) -> dict:
