@@ -599,3 +599,15 @@ def test_cli_calibrate_argument_errors(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err
+
+
+def test_bench_reports_both_modes_and_greedy_equality(tmp_path):
+    from codecspec.families.qwen3_tts.bench import bench_qwen3
+
+    res = bench_qwen3(
+        DATA / "custom_equal", texts=2, max_frames=8, cache_dir=tmp_path, temperature=0
+    )
+    assert res["greedy_spec_equals_ar"] is True
+    assert res["ar"]["frames"] == res["spec"]["frames"] > 0
+    assert res["ar"]["depth_calls_per_frame"] == 15
+    assert res["spec"]["depth_calls_per_frame"] <= 15 and res["depth_speedup"] > 0

@@ -371,9 +371,36 @@ def _synth_stream(args, tts, text) -> int:
     return 130 if interrupted else 0
 
 
+def _bench_qwen3(args) -> int:
+    from codecspec.families.qwen3_tts.bench import bench_qwen3
+
+    res = bench_qwen3(
+        args.model,
+        texts=args.texts or 4,
+        max_frames=args.frames,
+        provider=args.provider,
+        threads=args.threads,
+        seed=args.seed,
+        temperature=args.temperature,
+    )
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    for mode in ("ar", "spec"):
+        print(f"{mode:>5}: " + ", ".join(f"{k} {v:.3g}" for k, v in res[mode].items()))
+    print(f"depth loop speed-up (spec vs ar): {res['depth_speedup']:.3f}")
+    if "greedy_spec_equals_ar" in res:
+        print(f"greedy spec codes == ar codes: {res['greedy_spec_equals_ar']}")
+    return 0
+
+
 def cmd_bench(args) -> int:
+    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
     from codecspec.tts.bench import bench_depth_loop, bench_pipeline
     from codecspec.tts.registry import model_family, resolve_model_dir
+
+    if is_qwen3_folder(args.model):
+        return _bench_qwen3(args)
 
     common = dict(
         seed=args.seed,
