@@ -611,3 +611,19 @@ def test_bench_reports_both_modes_and_greedy_equality(tmp_path):
     assert res["ar"]["frames"] == res["spec"]["frames"] > 0
     assert res["ar"]["depth_calls_per_frame"] == 15
     assert res["spec"]["depth_calls_per_frame"] <= 15 and res["depth_speedup"] > 0
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32", "f16"])
+def test_safetensors_rows_read_only_the_rows_asked_for(tmp_path, dtype):
+    from codecspec.graphs.safetensors_io import SafetensorsFile, write_safetensors
+
+    table = np.random.default_rng(0).standard_normal((50, 7)).astype(np.float32)
+    write_safetensors(tmp_path / "t.safetensors", {"t": table, "v": table[0]}, dtype)
+    f = SafetensorsFile(tmp_path / "t.safetensors")
+    ids = np.array([3, 0, 49, 3])
+    assert np.array_equal(f.rows("t", ids), f.get("t")[ids])
+    for bad in ([50], [-1]):
+        with pytest.raises(ValueError, match="row ids"):
+            f.rows("t", np.array(bad))
+    with pytest.raises(ValueError, match="2-D"):
+        f.rows("v", ids)
