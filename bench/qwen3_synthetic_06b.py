@@ -117,6 +117,7 @@ def write_checkpoint(d: Path, seed: int = 0) -> None:
         head_dim=128,
         intermediate_size=3072,
         vocab_size=2048,
+        layer_types=["full_attention"] * 5,
     )
     cfg["tts_model_size"] = "0b6"
     (d / "config.json").write_text(json.dumps(cfg, indent=2))

@@ -627,3 +627,14 @@ def test_safetensors_rows_read_only_the_rows_asked_for(tmp_path, dtype):
             f.rows("t", np.array(bad))
     with pytest.raises(ValueError, match="2-D"):
         f.rows("v", ids)
+
+
+def test_layer_types_must_match_the_layer_count(tmp_path):
+    d = _copy(tmp_path)
+    _edit_config(
+        d,
+        lambda c: c["talker_config"]["code_predictor_config"].update(
+            layer_types=["full_attention"] * 7
+        ),
+    )
+    assert "layer_types" in _load_error(d, tmp_path)

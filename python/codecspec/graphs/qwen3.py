@@ -120,6 +120,11 @@ def config_from_qwen3_tts(
     for layer_type in cp.get("layer_types") or ():
         if layer_type != "full_attention":
             raise ValueError(f"code_predictor_config.layer_types: {layer_type!r} not supported")
+    n_types, n_layers = len(cp.get("layer_types") or ()), cp.get("num_hidden_layers")
+    if n_types and n_layers is not None and n_types != n_layers:
+        raise ValueError(
+            f"code_predictor_config.layer_types: {n_types} entries for {n_layers} layers"
+        )
     rope = cp.get("rope_scaling") or cp.get("rope_parameters") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in (None, "default"):
