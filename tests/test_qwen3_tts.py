@@ -638,3 +638,10 @@ def test_layer_types_must_match_the_layer_count(tmp_path):
         ),
     )
     assert "layer_types" in _load_error(d, tmp_path)
+
+
+def test_unwritable_cache_dir_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ValueError, match="^cache_dir:"):
+        Qwen3TTS.load(DATA / "custom_equal", cache_dir=blocker / "cache")

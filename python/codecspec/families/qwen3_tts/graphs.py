@@ -223,8 +223,14 @@ def build_or_load(ck: Qwen3Checkpoint, cache_dir=None, rebuild: bool = False, lo
         shutil.rmtree(entry)
     if entry.is_dir() and all((entry / f).is_file() for f in FILES):
         return entry
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    except OSError as e:
+        raise ValueError(
+            f"cache_dir: cannot build graphs in {entry.parent} ({e.strerror}); "
+            "set --cache-dir or $CODECSPEC_CACHE to a writable folder"
+        ) from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide a shared cache from others
