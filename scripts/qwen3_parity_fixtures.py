@@ -174,6 +174,17 @@ def variants() -> dict:
             languages=langs,
             seed=1,
         ),
+        # Base (voice clone, x-vector-only mode): a tiny speaker encoder gives the speaker row.
+        "base_xvector": dict(
+            model_type="base",
+            size="0b6",
+            talker=dict(hidden=32, layers=2, heads=4, kv=2, head_dim=16, inter=64),
+            predictor=dict(hidden=32, layers=1, heads=4, kv=2, head_dim=16, inter=48),
+            spk_id={},
+            spk_is_dialect={},
+            languages=langs,
+            seed=3,
+        ),
         # VoiceDesign, talker wider than the predictor (projection = Linear with bias).
         "design_wide": dict(
             model_type="voice_design",
@@ -231,7 +242,16 @@ def make_config(v: dict, text_ids: dict, text_vocab: int) -> Qwen3TTSConfig:
     )
     return Qwen3TTSConfig(
         talker_config=talker,
-        speaker_encoder_config={"enc_dim": t["hidden"], "sample_rate": 24000},
+        speaker_encoder_config={
+            "enc_dim": t["hidden"],
+            "sample_rate": 24000,
+            "enc_channels": [16, 16, 16, 32],
+            "enc_kernel_sizes": [5, 3, 3, 1],
+            "enc_dilations": [1, 2, 3, 1],
+            "enc_attention_channels": 8,
+            "enc_res2net_scale": 8,
+            "enc_se_channels": 8,
+        },
         tokenizer_type="qwen3_tts_tokenizer_12hz",
         tts_model_size=v["size"],
         tts_model_type=v["model_type"],
@@ -258,8 +278,9 @@ def redraw(model: torch.nn.Module, seed: int) -> None:
                 v = 0.2 * torch.randn(prm.shape, generator=g)
             elif "embedding" in name:
                 v = torch.randn(prm.shape, generator=g)
-            else:
-                v = torch.randn(prm.shape, generator=g) * (1.5 / prm.shape[-1] ** 0.5)
+            else:  # fan-in: input width (x kernel size for convolutions)
+                fan_in = int(np.prod(prm.shape[1:]))
+                v = torch.randn(prm.shape, generator=g) * (1.5 / fan_in**0.5)
             prm.copy_(v.to(torch.bfloat16).to(torch.float32))
 
 
@@ -310,6 +331,25 @@ def speech_tokenizer_config() -> dict:
     }
 
 
+# A reference recording for voice cloning: 0.6 s of a gliding two-tone signal at 24 kHz as
+# 16-bit samples; the official code gets exactly what codecspec's read_wav gives back (int/32768).
+_t = np.arange(int(0.6 * 24000)) / 24000.0
+REF_PCM = np.round(
+    32767 * 0.3 * (np.sin(2 * np.pi * (180 + 90 * _t) * _t) + 0.5 * np.sin(2 * np.pi * 770 * _t))
+).astype("<i2")
+REF_AUDIO = (REF_PCM.astype(np.float32) / 32768.0).astype(np.float32)
+
+
+def write_ref_wav(path: str) -> None:
+    import wave
+
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(24000)
+        w.writeframes(REF_PCM.tobytes())
+
+
 # ---------------------------------------------------------------------- recording
 class Recorder:
     """Captures the talker's input embeddings and logits over one generate() call."""
@@ -347,6 +387,13 @@ def cases(model_type: str) -> list[dict]:
                 streaming=True,
             ),
         ]
+    if model_type == "base":
+        return [
+            dict(text="Hello world.", language="english", ref_audio="ref.wav"),
+            dict(text="The quick brown fox.", language="auto", ref_audio="ref.wav"),
+            dict(text="A tiny tokenizer.", language="english", ref_audio="ref.wav",
+                 streaming=True),
+        ]
     return [
         dict(text="Hello world.", instruct="Speak slowly and clearly.", language="english"),
         dict(text="A tiny tokenizer.", instruct="", language="auto"),
@@ -375,13 +422,25 @@ def record(wrapper: Qwen3TTSModel, case: dict, keep_logits: bool) -> dict:
             codes_out.extend(it["audio_codes"] for it in items)
             return [np.zeros(1, np.float32)], 24000
 
+        def encode(self, wavs, sr):  # x-vector-only mode computes, then drops, these codes
+            return types.SimpleNamespace(audio_codes=[torch.zeros(1, GROUPS, dtype=torch.long)])
+
     model.speech_tokenizer = CodesOnly()
     model.generate = spy
     rec = Recorder(model.talker)
     greedy = dict(do_sample=False, subtalker_dosample=False)
     nonstream = not case.get("streaming", False)
     try:
-        if model.tts_model_type == "custom_voice":
+        if model.tts_model_type == "base":
+            wrapper.generate_voice_clone(
+                text=case["text"],
+                language=case["language"],
+                ref_audio=(REF_AUDIO, 24000),
+                x_vector_only_mode=True,
+                non_streaming_mode=nonstream,
+                **greedy,
+            )
+        elif model.tts_model_type == "custom_voice":
             wrapper.generate_custom_voice(
                 text=case["text"],
                 speaker=case["speaker"],
@@ -411,6 +470,9 @@ def record(wrapper: Qwen3TTSModel, case: dict, keep_logits: bool) -> dict:
         "embeds": torch.cat(rec.embeds).numpy().astype(np.float32),
         "streaming": np.int64(0 if nonstream else 1),
     }
+    if model.tts_model_type == "base":
+        xvec = seen["voice_clone_prompt"]["ref_spk_embedding"][0]
+        out["xvector"] = xvec.float().numpy().astype(np.float32)
     if keep_logits:
         out["logits"] = torch.cat(rec.logits).numpy().astype(np.float32)
     return out
@@ -441,6 +503,8 @@ def build_variant(out_root: str, name: str, v: dict, with_speech_weights: bool) 
     with open(os.path.join(d, "generation_config.json"), "w") as f:
         json.dump(GENERATION_CONFIG, f, indent=2)
     write_speech_tokenizer(os.path.join(d, "speech_tokenizer"), with_speech_weights)
+    if v["model_type"] == "base":
+        write_ref_wav(os.path.join(out_root, "ref.wav"))
 
     from transformers import Qwen2TokenizerFast
 
@@ -483,8 +547,8 @@ def write_speech_tokenizer(d: str, with_weights: bool) -> None:
         state = {k: v for k, v in m.state_dict().items() if k.startswith("decoder.")}
         from safetensors.torch import save_file
 
-        save_file(
-            {k: v.to(torch.float32).contiguous() for k, v in state.items()},
+        save_file(  # bf16: half the bytes in the repository
+            {k: v.to(torch.bfloat16).contiguous() for k, v in state.items()},
             os.path.join(d, "model.safetensors"),
             metadata={"format": "pt"},
         )

@@ -21,10 +21,10 @@ pytest.importorskip("tokenizers")  # the [qwen3] extra (also in [test])
 
 from codecspec.families.qwen3_tts.checkpoint import Qwen3Checkpoint
 from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
-from codecspec.families.qwen3_tts.text import build_prompt, load_text_tokenizer
+from codecspec.families.qwen3_tts.text import SPEAKER, build_prompt, load_text_tokenizer
 
 DATA = Path(__file__).parent / "data" / "qwen3_tiny"
-VARIANTS = ("custom_equal", "design_wide")
+VARIANTS = ("custom_equal", "design_wide", "base_xvector")
 
 
 def _cases(variant):
@@ -50,12 +50,23 @@ def _request(tts, case):
     # The official wrapper drops instruct for 0.6B CustomVoice checkpoints; codecspec refuses
     # it there instead (see test_bad_input), so the parity request leaves it out.
     instruct = case.get("instruct") if tts.ck.accepts_instruct else None
-    return dict(
+    kw = dict(
         speaker=case.get("speaker"),
         language=case["language"],
         instruct=instruct,
         streaming_text=case.get("streaming", False),
     )
+    if case.get("ref_audio"):
+        kw["ref_audio"] = DATA / case["ref_audio"]
+    return kw
+
+
+def _prompt_kw(tts, case):
+    kw = _request(tts, case)
+    if kw.pop("ref_audio", None) is not None:
+        kw["speaker_vector"] = True
+        tts._xvector = tts.speaker_vector(DATA / case["ref_audio"])
+    return kw
 
 
 # ---------------------------------------------------------------------- text front end
@@ -74,6 +85,7 @@ def test_prompt_ids_match_official_token_by_token(variant, i):
         speaker=c.get("speaker"),
         instruct=instruct,
         streaming_text=c.get("streaming", False),
+        speaker_vector=bool(c.get("ref_audio")),
     )
     assert p.prompt_ids.tolist() == z[f"case_{i}_prompt_ids"].tolist()
     assert p.instruct_ids.tolist() == z[f"case_{i}_instruct_ids"].tolist()
@@ -84,11 +96,17 @@ def test_prompt_embeddings_match_official(models, variant, i):
     """The talker's prefill rows (layout, tags, speaker, dialect, instruct, text projection)."""
     cases, z = _cases(variant)
     tts = models[variant]
-    p = build_prompt(tts.tok, tts.spec, cases[i]["text"], **_request(tts, cases[i]))
+    p = build_prompt(tts.tok, tts.spec, cases[i]["text"], **_prompt_kw(tts, cases[i]))
     emb, _ = tts.prompt_embeds(p)
     ref = z[f"case_{i}_embeds"]
     assert emb.shape[0] + len(z[f"case_{i}_codes"]) == ref.shape[0]
-    np.testing.assert_allclose(emb, ref[: len(emb)], atol=1e-5, rtol=0)
+    ref = ref[: len(emb)]
+    xrow = (p.codec_ids == SPEAKER) & (p.speaker_id is None)  # a Base prompt's x-vector row
+    np.testing.assert_allclose(emb[~xrow], ref[~xrow], atol=1e-5, rtol=0)
+    # The x-vector (|x| up to ~70 here) carries the official float32 speaker encoder's
+    # rounding: compare it relative to its own scale.
+    for i in np.flatnonzero(xrow):
+        np.testing.assert_allclose(emb[i], ref[i], atol=1e-5 * np.abs(ref[i]).max(), rtol=0)
 
 
 def test_dialect_speaker_gets_its_dialect_tag(models):
@@ -106,7 +124,7 @@ def test_dialect_speaker_gets_its_dialect_tag(models):
 def test_teacher_forced_talker_logits_within_1e_4(models, variant):
     cases, z = _cases(variant)
     tts = models[variant]
-    p = build_prompt(tts.tok, tts.spec, cases[0]["text"], **_request(tts, cases[0]))
+    p = build_prompt(tts.tok, tts.spec, cases[0]["text"], **_prompt_kw(tts, cases[0]))
     emb, trailing = tts.prompt_embeds(p)
     codes, ref = z["case_0_codes"], z["case_0_logits"]
     h = tts.talker.prefill(emb, capacity=4)  # small on purpose: the cache must grow
@@ -357,12 +375,50 @@ def test_text_over_the_token_budget(tmp_path):
     assert len(r.prompt) + r.frames <= 24
 
 
-def test_base_checkpoints_are_refused(tmp_path):
-    d = _copy(tmp_path)
-    _edit_config(d, lambda c: c.update(tts_model_type="base"))
-    tts = Qwen3TTS.load(d, cache_dir=tmp_path / "cache")
-    with pytest.raises(ValueError, match="^model: Base"):
-        tts.generate_codes("Hello.")
+def test_xvector_matches_official(models):
+    z = _cases("base_xvector")[1]
+    x = models["base_xvector"].speaker_vector(DATA / "ref.wav")
+    ref = z["case_0_xvector"]
+    np.testing.assert_allclose(x, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
+
+
+def _write_wav(path, wav, sr):
+    import wave
+
+    with wave.open(str(path), "wb") as w:  # write_wav refuses an empty file; a user may not
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sr)
+        w.writeframes(np.round(np.asarray(wav) * 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.mark.parametrize(
+    "variant,ref,needle",
+    [
+        ("base_xvector", None, "Base checkpoint clones"),
+        ("custom_equal", "ref.wav", "does not clone"),
+        ("base_xvector", "missing.wav", "no such file"),
+        ("base_xvector", "rate16k.wav", "16000 Hz"),
+        ("base_xvector", "empty.wav", "too short"),
+        ("base_xvector", "notwav.wav", "not a readable"),
+    ],
+)
+def test_bad_reference_audio(models, tmp_path, variant, ref, needle):
+    _write_wav(tmp_path / "rate16k.wav", np.zeros(16000, np.float32), 16000)
+    _write_wav(tmp_path / "empty.wav", np.zeros(0, np.float32), 24000)
+    (tmp_path / "notwav.wav").write_bytes(b"RIFF nonsense")
+    path = None if ref is None else (DATA / ref if ref == "ref.wav" else tmp_path / ref)
+    kw = {"speaker": "aiden"} if variant == "custom_equal" else {}
+    with pytest.raises(ValueError) as e:
+        models[variant].generate_codes("Hello.", ref_audio=path, **kw)
+    assert str(e.value).startswith("ref_audio:") and needle in str(e.value)
+
+
+def test_base_refuses_speaker_and_instruct(models):
+    for kw, arg in ((dict(speaker="aiden"), "speaker"), (dict(instruct="Warm."), "instruct")):
+        with pytest.raises(ValueError, match=f"^{arg}:"):
+            models["base_xvector"].generate_codes("Hi.", ref_audio=DATA / "ref.wav", **kw)
 
 
 # ---------------------------------------------------------------------- no torch, CLI
@@ -645,3 +701,29 @@ def test_unwritable_cache_dir_is_a_one_line_error(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(ValueError, match="^cache_dir:"):
         Qwen3TTS.load(DATA / "custom_equal", cache_dir=blocker / "cache")
+
+
+def test_cli_synth_base_voice_clone_codes(tmp_path, monkeypatch):
+    from codecspec.cli import main
+
+    monkeypatch.setenv("CODECSPEC_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "codes.npy"
+    argv = [
+        "synth",
+        "Hello world.",
+        "--model",
+        str(DATA / "base_xvector"),
+        "--ref-audio",
+        str(DATA / "ref.wav"),
+        "--language",
+        "english",
+        "--temperature",
+        "0",
+        "--mode",
+        "spec",
+        "--codes-out",
+        str(out),
+        "--json",
+    ]
+    assert main(argv) == 0
+    assert np.array_equal(np.load(out), _cases("base_xvector")[1]["case_0_codes"])

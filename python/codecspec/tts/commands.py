@@ -240,8 +240,10 @@ def cmd_synth(args) -> int:
         from codecspec.families.qwen3_tts.cli import synth
 
         return synth(args)
-    if args.instruct is not None or args.streaming_text:
-        raise ValueError("--instruct / --streaming-text: Qwen3-TTS checkpoints (--model DIR) only")
+    if args.instruct is not None or args.streaming_text or args.ref_audio is not None:
+        raise ValueError(
+            "--instruct / --streaming-text / --ref-audio: Qwen3-TTS checkpoints (--model DIR) only"
+        )
     if args.codes_out is not None and args.stream:
         raise ValueError("--codes-out: not with --stream")
     text = _synth_text(args) if args.phonemes is None else (args.text or "")
@@ -496,6 +498,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--instruct", default=None, help="Qwen3-TTS: voice/style instruction (VoiceDesign, 1.7B)"
+    )
+    p.add_argument(
+        "--ref-audio",
+        default=None,
+        help="Qwen3-TTS Base: a 24 kHz WAV of the voice to clone (x-vector-only mode)",
     )
     p.add_argument(
         "--streaming-text",

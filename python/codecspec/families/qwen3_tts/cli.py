@@ -27,6 +27,7 @@ def _request_kwargs(args, mode: str) -> dict:
         speaker=args.speaker,
         language=args.language,
         instruct=args.instruct,
+        ref_audio=args.ref_audio,
         mode=mode,
         temperature=args.temperature,
         top_k=args.top_k,
@@ -70,14 +71,17 @@ def synth(args) -> int:
     from codecspec.tts.commands import _synth_text, check_output
 
     from .checkpoint import Qwen3Checkpoint
-    from .pipeline import Qwen3TTS, check_request
+    from .pipeline import Qwen3TTS, check_request, load_reference
 
     if args.stream and args.codes_out is not None:
         raise ValueError("--codes-out: not with --stream")
     if args.phonemes is not None:
         raise ValueError("--phonemes: Qwen3-TTS reads text, not phonemes")
     text = _synth_text(args)
-    check_request(Qwen3Checkpoint(args.model), text, args.speaker, args.language, args.instruct)
+    ck = Qwen3Checkpoint(args.model)
+    check_request(ck, text, args.speaker, args.language, args.instruct, args.ref_audio)
+    if args.ref_audio is not None:
+        load_reference(args.ref_audio)  # a bad WAV fails before any graph is built
     want_audio = args.codes_out is None or args.output_given
     if want_audio:
         check_output(args.output)

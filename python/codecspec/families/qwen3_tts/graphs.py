@@ -16,6 +16,7 @@ into place only when complete, so an error or an interrupt leaves nothing half-b
   code_embedding.npy  the predictor's 15 tables [G-1, V_code, H] (the next talker input sums
                       them with the c0 row)
   codec_head.npy      the talker's codec head [V, H]
+  speaker_encoder.npz Base checkpoints: the speaker encoder's tensors (run in numpy)
   meta.json           what was built, from what
 Text-embedding rows are read from the checkpoint per request (the table is 151936 x 2048).
 """
@@ -61,6 +62,7 @@ _LAYER = {
     "up_proj": "mlp.up_proj.weight",
     "down_proj": "mlp.down_proj.weight",
 }
+SPEAKER_FILE = "speaker_encoder.npz"  # Base checkpoints: the x-vector encoder's tensors
 # Talker positions the graph's RoPE cache covers at most (prompt + frames); the official
 # config allows 32768, far more than one request of this runtime needs.
 MAX_TALKER_POSITIONS = 8192
@@ -185,6 +187,15 @@ def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
     save_model(build_depth_graph(dcfg, dw, variant="cpu", heads="hidden"), out / "depth.onnx")
     np.save(out / "depth.heads.npy", np.asarray(dw["heads"], np.float32))
     np.save(out / "code_embedding.npy", np.asarray(dw["code_embeddings"], np.float32))
+    if ck.model_type == "base":
+        tensors = ck.tensors()
+        try:
+            names = [n for n in tensors._where if n.startswith("speaker_encoder.")]
+            if not names:
+                raise ValueError("model: a Base checkpoint without speaker_encoder.* tensors")
+            np.savez(out / SPEAKER_FILE, **{n: tensors.get(n) for n in names})
+        finally:
+            tensors.close()
     meta = {
         "format": CACHE_FORMAT,
         "content_hash": key,
@@ -221,7 +232,8 @@ def build_or_load(ck: Qwen3Checkpoint, cache_dir=None, rebuild: bool = False, lo
     entry = cache_entry(ck, cache_dir)
     if rebuild and entry.is_dir():
         shutil.rmtree(entry)
-    if entry.is_dir() and all((entry / f).is_file() for f in FILES):
+    want = FILES + ((SPEAKER_FILE,) if ck.model_type == "base" else ())
+    if entry.is_dir() and all((entry / f).is_file() for f in want):
         return entry
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)

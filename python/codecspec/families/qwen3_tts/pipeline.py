@@ -43,21 +43,19 @@ class Qwen3Result:
         return len(self.codes)
 
 
-def check_request(ck: Qwen3Checkpoint, text, speaker, language, instruct) -> tuple:
+def check_request(ck: Qwen3Checkpoint, text, speaker, language, instruct, ref_audio=None) -> tuple:
     """(text, speaker or None, language, instruct or None), or a ValueError naming the
     argument: what the checkpoint supports, checked before anything is built."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: must be a non-empty string")
     language = "auto" if language is None else str(language)
-    if language.lower() not in ck.spec.supported_languages:
-        raise ValueError(
-            f"language: {language!r} is not one of this checkpoint's {ck.spec.supported_languages}"
-        )
-    if ck.model_type == "base":
-        raise ValueError(
-            "model: Base (voice-clone) checkpoints are not supported yet; use a "
-            "CustomVoice or VoiceDesign checkpoint"
-        )
+    supported = ck.spec.supported_languages
+    if language.lower() not in supported:
+        raise ValueError(f"language: {language!r} is not one of this checkpoint's {supported}")
+    if ck.model_type == "base" and ref_audio is None:
+        raise ValueError("ref_audio: a Base checkpoint clones a voice: give a 24 kHz reference WAV")
+    if ck.model_type != "base" and ref_audio is not None:
+        raise ValueError(f"ref_audio: a {ck.model_type} checkpoint does not clone voices")
     if speaker:
         if ck.model_type != "custom_voice":
             raise ValueError(f"speaker: a {ck.model_type} checkpoint has no speakers")
@@ -69,6 +67,38 @@ def check_request(ck: Qwen3Checkpoint, text, speaker, language, instruct) -> tup
             "ignores instructions"
         )
     return text, speaker or None, language, instruct or None
+
+
+def load_reference(ref_audio) -> np.ndarray:
+    """A reference recording: a WAV path or (samples, sample_rate); 24 kHz, not empty."""
+    from codecspec.families.qwen3_tts.speaker import SAMPLE_RATE
+
+    if isinstance(ref_audio, tuple) and len(ref_audio) == 2:
+        wav, sr = np.asarray(ref_audio[0], np.float32), ref_audio[1]
+        if wav.ndim == 2:  # [samples, channels]
+            wav = wav.mean(axis=1)
+    else:
+        import wave
+
+        from codecspec.codec.audio import read_wav
+
+        try:
+            wav, sr = read_wav(ref_audio)
+        except FileNotFoundError:
+            raise ValueError(f"ref_audio: no such file: {ref_audio}") from None
+        except (OSError, EOFError, ValueError, wave.Error) as e:
+            raise ValueError(f"ref_audio: {ref_audio} is not a readable PCM WAV ({e})") from None
+    wav = wav.reshape(-1)
+    if int(sr) != SAMPLE_RATE:
+        raise ValueError(
+            f"ref_audio: {int(sr)} Hz; the speaker encoder takes {SAMPLE_RATE} Hz audio "
+            "(resample it first)"
+        )
+    if wav.size < 1024:  # shorter than one analysis window of the speaker encoder
+        raise ValueError(f"ref_audio: {wav.size} samples is empty or too short (>= 1024)")
+    if not np.all(np.isfinite(wav)):
+        raise ValueError("ref_audio: contains NaN or inf")
+    return wav
 
 
 class Qwen3TTS:
@@ -94,6 +124,8 @@ class Qwen3TTS:
         self.depth = DepthDecoder(entry / "depth.onnx", provider=provider, threads=threads, **calib)
         self._pad_row = None
         self._decoder = None
+        self._speaker = None
+        self._xvector: Optional[np.ndarray] = None
 
     @classmethod
     def load(
@@ -133,8 +165,20 @@ class Qwen3TTS:
         return SAMPLE_RATE
 
     # ------------------------------------------------------------------ validation
-    def check_request(self, text, speaker, language, instruct) -> tuple:
-        return check_request(self.ck, text, speaker, language, instruct)
+    def check_request(self, text, speaker, language, instruct, ref_audio=None) -> tuple:
+        return check_request(self.ck, text, speaker, language, instruct, ref_audio)
+
+    def speaker_vector(self, ref_audio) -> np.ndarray:
+        """The x-vector of a reference recording (Base checkpoints)."""
+        from .graphs import SPEAKER_FILE
+        from .speaker import SpeakerEncoder
+
+        wav = load_reference(ref_audio)
+        if self._speaker is None:
+            with np.load(self.entry / SPEAKER_FILE) as z:
+                tensors = {k: z[k] for k in z.files}
+            self._speaker = SpeakerEncoder(tensors, self.ck.root.get("speaker_encoder_config"))
+        return self._speaker(wav)
 
     def sampling(self, temperature=None, top_k=None, top_p=None):
         """(talker params, depth params) from generation_config.json; an override applies to
@@ -173,7 +217,7 @@ class Qwen3TTS:
         for i in np.flatnonzero(codec >= 0):
             out[i] += self.codec_table[codec[i]]
         for i in np.flatnonzero(codec == SPEAKER):
-            out[i] += self.codec_table[p.speaker_id]
+            out[i] += self.codec_table[p.speaker_id] if p.speaker_id is not None else self._xvector
         return out, trailing
 
     def frame_embed(self, codes: np.ndarray) -> np.ndarray:
@@ -190,6 +234,7 @@ class Qwen3TTS:
         speaker: Optional[str] = None,
         language: Optional[str] = None,
         instruct: Optional[str] = None,
+        ref_audio=None,
         mode: str = "ar",
         temperature: Optional[float] = None,
         top_k: Optional[int] = None,
@@ -204,6 +249,7 @@ class Qwen3TTS:
             speaker=speaker,
             language=language,
             instruct=instruct,
+            ref_audio=ref_audio,
             mode=mode,
             temperature=temperature,
             top_k=top_k,
@@ -225,6 +271,7 @@ class Qwen3TTS:
         speaker=None,
         language=None,
         instruct=None,
+        ref_audio=None,
         mode="ar",
         temperature=None,
         top_k=None,
@@ -239,7 +286,11 @@ class Qwen3TTS:
         `trace` collects (talker hidden state, c0) of every frame (the calibration corpus)."""
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
-        text, speaker, language, instruct = self.check_request(text, speaker, language, instruct)
+        text, speaker, language, instruct = self.check_request(
+            text, speaker, language, instruct, ref_audio
+        )
+        if ref_audio is not None:
+            self._xvector = self.speaker_vector(ref_audio)
         max_new = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
         if max_new < 1:
             raise ValueError(f"max_frames: must be >= 0, got {max_frames}")
@@ -260,6 +311,7 @@ class Qwen3TTS:
             speaker=speaker,
             instruct=instruct,
             streaming_text=streaming_text,
+            speaker_vector=ref_audio is not None,
         )
         budget = self.talker.max_positions - len(p)
         if budget < 1:

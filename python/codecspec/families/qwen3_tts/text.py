@@ -197,8 +197,11 @@ def build_prompt(
     speaker: Optional[str] = None,
     instruct: Optional[str] = None,
     streaming_text: bool = False,
+    speaker_vector: bool = False,
 ) -> Prompt:
-    """The official prompt rows for one request (arguments already validated)."""
+    """The official prompt rows for one request (arguments already validated).
+    speaker_vector: a Base checkpoint's x-vector takes the speaker row (its value is added by
+    the caller; Prompt.speaker_id stays None)."""
     c, t = spec.codec, spec.text
     ids = encode(tok, assistant_text(text))
     ins = encode(tok, instruct_text(instruct)) if instruct else np.zeros(0, np.int64)
@@ -208,7 +211,9 @@ def build_prompt(
     else:
         tags = [c["think"], c["think_bos"], lang_id, c["think_eos"]]
     spk = None
-    if speaker:
+    if speaker_vector:  # Base voice clone: the speaker row is the reference's x-vector
+        tags = tags + [SPEAKER]
+    elif speaker:
         spk = spec.speakers[speaker.lower()]
         spk = int(spk[0] if isinstance(spk, (list, tuple)) else spk)
         tags = tags + [SPEAKER]
