@@ -14,7 +14,11 @@ speech_tokenizer/) and tests/data/qwen3_tiny/<variant>.fixtures.npz with what th
                            one row per decode step)
   case_<i>_logits          the talker's logits at every one of those positions [T, V]
                            (teacher-forced on the official trajectory; only for case 0)
-and the case texts / speakers / languages / instructs in <variant>.cases.json.
+  case_<i>_xvector         Base: the speaker encoder's x-vector of ref.wav
+and the case texts / speakers / languages / instructs in <variant>.cases.json. Variants:
+custom_equal (CustomVoice, equal widths, speakers + a dialect speaker), design_wide
+(VoiceDesign, talker wider than the predictor), base_xvector (Base, voice clone in
+x-vector-only mode from tests/data/qwen3_tiny/ref.wav, generate_voice_clone).
 
 Needs torch, transformers==4.57.3, `pip install qwen-tts==0.1.1 --no-deps`, accelerate, einops
 (plus librosa, soundfile as qwen_tts imports them). qwen_tts imports sox and torchaudio for its

@@ -727,3 +727,19 @@ def test_cli_synth_base_voice_clone_codes(tmp_path, monkeypatch):
     ]
     assert main(argv) == 0
     assert np.array_equal(np.load(out), _cases("base_xvector")[1]["case_0_codes"])
+
+
+def test_bench_on_a_base_checkpoint_needs_and_uses_a_reference(tmp_path):
+    from codecspec.families.qwen3_tts.bench import bench_qwen3
+
+    with pytest.raises(ValueError, match="^ref_audio:"):
+        bench_qwen3(DATA / "base_xvector", texts=1, max_frames=4, cache_dir=tmp_path)
+    res = bench_qwen3(
+        DATA / "base_xvector",
+        texts=1,
+        max_frames=4,
+        cache_dir=tmp_path,
+        temperature=0,
+        ref_audio=DATA / "ref.wav",
+    )
+    assert res["greedy_spec_equals_ar"] is True and res["ar"]["frames"] > 0

@@ -86,6 +86,7 @@ def _calibrate_qwen3(args, model_dir) -> int:
         provider=args.provider,
         threads=args.threads,
         seed=args.seed,
+        ref_audio=args.ref_audio,
     )
     print(result.summary() if hasattr(result, "summary") else result)
     print(_where_on_the_map(result))
@@ -395,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the result beside its built graphs",
     )
     p.add_argument("--cache-dir", default=None, help="Qwen3-TTS: graph cache (see synth)")
+    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
     p.add_argument("-o", "--output", default=None, help="output directory (depth graphs)")
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24, 32])

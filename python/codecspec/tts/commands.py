@@ -384,6 +384,7 @@ def _bench_qwen3(args) -> int:
         threads=args.threads,
         seed=args.seed,
         temperature=args.temperature,
+        ref_audio=args.ref_audio,
     )
     if args.json:
         print(json.dumps(res))
@@ -545,6 +546,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
+    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--provider", default="auto", choices=PROVIDERS)

@@ -24,6 +24,7 @@ def bench_qwen3(
     threads=None,
     seed: int = 0,
     temperature=None,
+    ref_audio=None,
 ) -> dict:
     tts = Qwen3TTS.load(model_dir, cache_dir=cache_dir, provider=provider, threads=threads)
     acc = {m: {"frames": 0, "talker": 0.0, "depth": 0.0, "calls": 0} for m in ("ar", "spec")}
@@ -31,7 +32,7 @@ def bench_qwen3(
     for i in range(int(texts)):
         text, lang = CALIBRATION_TEXTS[i % len(CALIBRATION_TEXTS)]
         kw = dict(max_frames=max_frames, seed=seed + i, temperature=temperature)
-        kw.update(_request(tts, text, lang, i))
+        kw.update(_request(tts, text, lang, i, ref_audio))
         codes = {}
         for mode in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
             tts.depth.stats.reset()

@@ -34,8 +34,12 @@ CALIBRATION_TEXTS = (
 )
 
 
-def _request(tts: Qwen3TTS, text: str, language: str, i: int) -> dict:
+def _request(tts: Qwen3TTS, text: str, language: str, i: int, ref_audio=None) -> dict:
     kw: dict = {"language": language if language in tts.languages else "auto"}
+    if tts.model_type == "base":
+        if ref_audio is None:
+            raise ValueError("ref_audio: a Base checkpoint needs a reference WAV (--ref-audio)")
+        kw["ref_audio"] = ref_audio
     if tts.model_type == "custom_voice" and tts.speakers:
         kw["speaker"] = tts.speakers[i % len(tts.speakers)]
     if tts.model_type == "voice_design":
@@ -43,7 +47,9 @@ def _request(tts: Qwen3TTS, text: str, language: str, i: int) -> dict:
     return kw
 
 
-def collect_corpus(tts: Qwen3TTS, frames: int, seed: int = 0, max_frames: int = 400):
+def collect_corpus(
+    tts: Qwen3TTS, frames: int, seed: int = 0, max_frames: int = 400, ref_audio=None
+):
     """(hiddens [N, H], c0s [N]) from free generation, N <= frames."""
     hiddens: list = []
     c0s: list = []
@@ -52,7 +58,11 @@ def collect_corpus(tts: Qwen3TTS, frames: int, seed: int = 0, max_frames: int = 
         text, lang = CALIBRATION_TEXTS[i % len(CALIBRATION_TEXTS)]
         trace: list = []
         for _ in tts.iter_frames(
-            text, seed=seed + i, max_frames=max_frames, trace=trace, **_request(tts, text, lang, i)
+            text,
+            seed=seed + i,
+            max_frames=max_frames,
+            trace=trace,
+            **_request(tts, text, lang, i, ref_audio),
         ):
             pass
         hiddens += [h for h, _ in trace]
@@ -74,11 +84,12 @@ def calibrate_checkpoint(
     threads: Optional[int] = None,
     seed: int = 0,
     progress: bool = True,
+    ref_audio=None,
 ):
     from codecspec.train.calibrate import calibrate
 
     tts = Qwen3TTS.load(model_dir, cache_dir=cache_dir, provider=provider, threads=threads)
-    hiddens, c0s = collect_corpus(tts, frames, seed)
+    hiddens, c0s = collect_corpus(tts, frames, seed, ref_audio=ref_audio)
     _, depth_params = tts.sampling()
     out = tts.entry / "calibration"
     result = calibrate(
