@@ -395,8 +395,7 @@ def cases(model_type: str) -> list[dict]:
         return [
             dict(text="Hello world.", language="english", ref_audio="ref.wav"),
             dict(text="The quick brown fox.", language="auto", ref_audio="ref.wav"),
-            dict(text="A tiny tokenizer.", language="english", ref_audio="ref.wav",
-                 streaming=True),
+            dict(text="A tiny tokenizer.", language="english", ref_audio="ref.wav", streaming=True),
         ]
     return [
         dict(text="Hello world.", instruct="Speak slowly and clearly.", language="english"),
