@@ -355,3 +355,14 @@ def test_parity_with_official_pytorch_code_predictor(tmp_path):
         out = _run_graph(cfg, w, variant, feeds)
         np.testing.assert_allclose(out["hidden"], z.numpy(), atol=1e-4, rtol=1e-4)
         np.testing.assert_allclose(out["logits"], logits.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_omitted_head_dim_and_kv_heads_take_the_official_class_defaults():
+    import copy
+
+    root = copy.deepcopy(QWEN_0_6B_CONFIG)
+    cp = root["talker_config"]["code_predictor_config"]
+    del cp["head_dim"], cp["num_key_value_heads"]
+    cp["hidden_size"], cp["num_attention_heads"] = 512, 8  # hidden / heads would be 64
+    c = config_from_qwen3_tts(root)
+    assert c.head_dim == 128 and c.num_kv_heads == 8

@@ -10,13 +10,23 @@ ArrayLike = npt.ArrayLike
 __version__: str
 
 class SamplingParams:
-    def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None: ...
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        repetition_penalty: float = 1.0,
+    ) -> None:
+        """repetition_penalty > 0 (1 = off) acts in warp / sample when a history is passed;
+        the verify functions and sample_factorized refuse a penalty other than 1."""
     @property
     def temperature(self) -> float: ...
     @property
     def top_k(self) -> int: ...
     @property
     def top_p(self) -> float: ...
+    @property
+    def repetition_penalty(self) -> float: ...
     @property
     def greedy(self) -> bool: ...
 
@@ -78,9 +88,17 @@ class VerifyResult:
     @property
     def groups(self) -> Optional[npt.NDArray[np.int32]]: ...
 
-def warp(logits: ArrayLike, params: SamplingParams) -> npt.NDArray[np.float32]: ...
+def warp(
+    logits: ArrayLike, params: SamplingParams, history: Optional[ArrayLike] = None
+) -> npt.NDArray[np.float32]:
+    """history: earlier token ids of this stream (1-D, each in [0, V)); the repetition
+    penalty applies to their logits before temperature / top-k / top-p."""
+
 def sample(
-    logits: ArrayLike, params: SamplingParams, generator: Generator
+    logits: ArrayLike,
+    params: SamplingParams,
+    generator: Generator,
+    history: Optional[ArrayLike] = None,
 ) -> npt.NDArray[np.int32]: ...
 def topk(logits: ArrayLike, k: int) -> npt.NDArray[np.int32]: ...
 def verify_chain(

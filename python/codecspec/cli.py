@@ -75,9 +75,39 @@ def cmd_import_qwen3(args) -> int:
     return 0
 
 
+def _calibrate_qwen3(args, model_dir) -> int:
+    from codecspec.families.qwen3_tts.calibrate import calibrate_checkpoint
+
+    result, entry = calibrate_checkpoint(
+        model_dir,
+        cache_dir=args.cache_dir,
+        frames=args.frames,
+        budgets=tuple(args.budgets),
+        provider=args.provider,
+        threads=args.threads,
+        seed=args.seed,
+        ref_audio=args.ref_audio,
+    )
+    print(result.summary() if hasattr(result, "summary") else result)
+    print(_where_on_the_map(result))
+    print(f"stored offsets.npy and tree.json beside the graphs in {entry}")
+    return 0
+
+
 def cmd_calibrate(args) -> int:
+    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
     from codecspec.train.calibrate import calibrate
 
+    if args.model is not None and args.model_opt is not None:
+        raise ValueError("--model: give the model once (positional or --model)")
+    model = args.model if args.model is not None else args.model_opt
+    if model is None:
+        raise ValueError("model: give a depth graph (.onnx) or --model DIR (Qwen3-TTS)")
+    if is_qwen3_folder(model):
+        return _calibrate_qwen3(args, model)
+    if args.output is None:
+        raise ValueError("--output: required for a depth graph (-o DIR)")
+    args.model = model
     result = calibrate(
         args.model,
         args.output,
@@ -357,8 +387,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_import_qwen3)
 
     p = sub.add_parser("calibrate", help="acceptance, latency profile and draft tree for a device")
-    p.add_argument("model")
-    p.add_argument("-o", "--output", required=True, help="output directory")
+    p.add_argument("model", nargs="?", default=None, help="depth graph (.onnx)")
+    p.add_argument(
+        "--model",
+        dest="model_opt",
+        default=None,
+        help="a Qwen3-TTS checkpoint folder: calibrate on its own free generation and store "
+        "the result beside its built graphs",
+    )
+    p.add_argument("--cache-dir", default=None, help="Qwen3-TTS: graph cache (see synth)")
+    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
+    p.add_argument("-o", "--output", default=None, help="output directory (depth graphs)")
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24, 32])
     p.add_argument("--offsets", help="trained offsets (default: train them)")

@@ -120,6 +120,11 @@ def config_from_qwen3_tts(
     for layer_type in cp.get("layer_types") or ():
         if layer_type != "full_attention":
             raise ValueError(f"code_predictor_config.layer_types: {layer_type!r} not supported")
+    n_types, n_layers = len(cp.get("layer_types") or ()), cp.get("num_hidden_layers")
+    if n_types and n_layers is not None and n_types != n_layers:
+        raise ValueError(
+            f"code_predictor_config.layer_types: {n_types} entries for {n_layers} layers"
+        )
     rope = cp.get("rope_scaling") or cp.get("rope_parameters") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in (None, "default"):
@@ -130,10 +135,11 @@ def config_from_qwen3_tts(
 
     hidden = int(get(cp, _CP_DEFAULTS, "hidden_size"))
     heads = int(get(cp, _CP_DEFAULTS, "num_attention_heads"))
-    head_dim = cp.get("head_dim")
-    head_dim = hidden // heads if head_dim is None else int(head_dim)
-    kv = cp.get("num_key_value_heads")
-    kv = heads if kv is None else int(kv)
+    # Absent keys take Qwen3TTSTalkerCodePredictorConfig's defaults (head_dim 128, 8 KV
+    # heads), not values derived from the other sizes.
+    head_dim = int(get(cp, _CP_DEFAULTS, "head_dim"))
+    kv = cp.get("num_key_value_heads", _CP_DEFAULTS["num_key_value_heads"])
+    kv = heads if kv is None else int(kv)  # an explicit null means MHA there
     groups = cp.get("num_code_groups", talker.get("num_code_groups"))
     groups = _CP_DEFAULTS["num_code_groups"] if groups is None else int(groups)
     talker_hidden = int(get(talker, _TALKER_DEFAULTS, "hidden_size"))

@@ -106,6 +106,25 @@ class SafetensorsFile:
             out = raw.astype(np.float32)
         return out.reshape(shape)
 
+    def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of a 2-D tensor as float32 [len(ids), cols], reading only those rows
+        (an embedding lookup without loading the whole table)."""
+        dtype, shape, begin, end = self._entry(name)
+        if dtype not in DTYPES or len(shape) != 2:
+            raise ValueError(f"{self.path}: tensor {name!r} is not a 2-D float tensor")
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= shape[0]):
+            raise ValueError(f"{self.path}: row ids outside [0, {shape[0]}) for {name!r}")
+        if self._mm is None:
+            self._mm = np.memmap(self.path, dtype=np.uint8, mode="r")
+        np_dtype, width = DTYPES[dtype]
+        buf = self._mm[self._data_start + begin : self._data_start + end]
+        table = np.frombuffer(buf, dtype=np_dtype).reshape(shape)
+        raw = table[ids]
+        if dtype == "BF16":
+            return (raw.astype(np.uint32) << 16).view(np.float32)
+        return raw.astype(np.float32)
+
     def close(self) -> None:
         self._mm = None
 

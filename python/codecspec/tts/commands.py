@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
-MODEL_HELP = "model name (v3, v2, reference, fsq) or folder (default: v3, the shipped reference v3)"
+MODEL_HELP = (
+    "model name (v3, v2, reference, fsq) or folder (default: v3, the shipped reference v3); "
+    "synth: also a Qwen3-TTS 12 Hz checkpoint folder"
+)
 
 
 def threads_arg(value: str) -> int:
@@ -211,7 +214,7 @@ def chunk_frames_arg(value: str) -> int:
 def _synth_kwargs(args) -> dict:
     kw = dict(
         phonemes=args.phonemes,
-        language=args.language,
+        language=args.language or "en",
         speaker=args.speaker,
         mode=args.mode,
         seed=args.seed,
@@ -226,9 +229,23 @@ def cmd_synth(args) -> int:
     import time
 
     from codecspec.codec.audio import write_wav
+    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
     from codecspec.runtime.threads import threads_in_use
     from codecspec.tts.registry import load_model
 
+    args.output_given = args.output is not None
+    if args.output is None:
+        args.output = Path("out.wav")
+    if is_qwen3_folder(args.model):
+        from codecspec.families.qwen3_tts.cli import synth
+
+        return synth(args)
+    if args.instruct is not None or args.streaming_text or args.ref_audio is not None:
+        raise ValueError(
+            "--instruct / --streaming-text / --ref-audio: Qwen3-TTS checkpoints (--model DIR) only"
+        )
+    if args.codes_out is not None and args.stream:
+        raise ValueError("--codes-out: not with --stream")
     text = _synth_text(args) if args.phonemes is None else (args.text or "")
     check_output(args.output)
     tts = load_model(
@@ -246,6 +263,10 @@ def cmd_synth(args) -> int:
     s = tts.generate(text, progress=not (args.quiet or args.json), **kw)
     first_audio_s = time.perf_counter() - t0  # the whole utterance is the first audio
     write_wav(args.output, s.wav, s.sample_rate)
+    if args.codes_out is not None:
+        import numpy as np
+
+        np.save(args.codes_out, np.asarray(s.codes, np.int64))
     report = synthesis_report(s, args.output, threads_in_use(args.threads))
     report["time_to_first_audio_ms"] = 1e3 * first_audio_s
     if report.get("hit_max_frames"):
@@ -352,9 +373,37 @@ def _synth_stream(args, tts, text) -> int:
     return 130 if interrupted else 0
 
 
+def _bench_qwen3(args) -> int:
+    from codecspec.families.qwen3_tts.bench import bench_qwen3
+
+    res = bench_qwen3(
+        args.model,
+        texts=args.texts or 4,
+        max_frames=args.frames,
+        provider=args.provider,
+        threads=args.threads,
+        seed=args.seed,
+        temperature=args.temperature,
+        ref_audio=args.ref_audio,
+    )
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    for mode in ("ar", "spec"):
+        print(f"{mode:>5}: " + ", ".join(f"{k} {v:.3g}" for k, v in res[mode].items()))
+    print(f"depth loop speed-up (spec vs ar): {res['depth_speedup']:.3f}")
+    if "greedy_spec_equals_ar" in res:
+        print(f"greedy spec codes == ar codes: {res['greedy_spec_equals_ar']}")
+    return 0
+
+
 def cmd_bench(args) -> int:
+    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
     from codecspec.tts.bench import bench_depth_loop, bench_pipeline
     from codecspec.tts.registry import model_family, resolve_model_dir
+
+    if is_qwen3_folder(args.model):
+        return _bench_qwen3(args)
 
     common = dict(
         seed=args.seed,
@@ -455,7 +504,9 @@ def _print_bench(res: dict, as_json: bool) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("synth", help="text to speech with the shipped reference model")
+    p = sub.add_parser(
+        "synth", help="text to speech with a shipped model or a Qwen3-TTS checkpoint folder"
+    )
     p.add_argument("text", nargs="?", default=None, help="text to speak (or --text-file)")
     p.add_argument("--text-file", type=Path, default=None, help="read the text from a UTF-8 file")
     p.add_argument("--phonemes", default=None, help="espeak-ng IPA instead of text")
@@ -478,7 +529,33 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=8,
         help="--stream: frames per audio chunk (default 8 = 0.64 s)",
     )
-    p.add_argument("-o", "--output", type=Path, default=Path("out.wav"))
+    p.add_argument("-o", "--output", type=Path, default=None, help="WAV (default out.wav)")
+    p.add_argument(
+        "--codes-out",
+        type=Path,
+        default=None,
+        help="also write the codes (int64 .npy [frames, codebooks]); with a Qwen3-TTS "
+        "folder and no -o, only the codes",
+    )
+    p.add_argument(
+        "--instruct", default=None, help="Qwen3-TTS: voice/style instruction (VoiceDesign, 1.7B)"
+    )
+    p.add_argument(
+        "--ref-audio",
+        default=None,
+        help="Qwen3-TTS Base: a 24 kHz WAV of the voice to clone (x-vector-only mode)",
+    )
+    p.add_argument(
+        "--streaming-text",
+        action="store_true",
+        help="Qwen3-TTS: the official streaming-text prompt (text fed one token per frame)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help="Qwen3-TTS: where built graphs are kept (default $CODECSPEC_CACHE or "
+        "~/.cache/codecspec)",
+    )
     p.add_argument(
         "--mode",
         choices=["auto", "ar", "spec", "pcg"],
@@ -487,8 +564,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(same output law); pcg = group-level acceptance (v2)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--language", default="en", help="en, de, es or it (default en)")
-    p.add_argument("--speaker", default=None, help="espeak-ng voice variant, e.g. f3 or m1")
+    p.add_argument(
+        "--language",
+        default=None,
+        help="en, de, es or it (default en); Qwen3-TTS: a language its config names, e.g. "
+        "english (default auto)",
+    )
+    p.add_argument(
+        "--speaker",
+        default=None,
+        help="espeak-ng voice variant, e.g. f3 or m1; Qwen3-TTS CustomVoice: a speaker name",
+    )
     p.add_argument("--rate", type=float, default=1.0, help="speaking rate (default 1.0)")
     p.add_argument("--provider", default="auto", choices=PROVIDERS)
     p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")
@@ -500,6 +586,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
+    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--provider", default="auto", choices=PROVIDERS)

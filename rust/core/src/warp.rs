@@ -16,6 +16,9 @@ pub struct SamplingParams {
     pub top_k: usize,
     /// 1 = off; otherwise in (0, 1].
     pub top_p: f32,
+    /// 1 = off; otherwise > 0, applied before temperature to the ids in a stream's history
+    /// (`apply_repetition_penalty`).
+    pub repetition_penalty: f32,
 }
 
 impl SamplingParams {
@@ -35,7 +38,17 @@ impl SamplingParams {
             temperature,
             top_k: top_k as usize,
             top_p,
+            repetition_penalty: 1.0,
         })
+    }
+
+    /// The same parameters with repetition penalty `r` (> 0 and finite; 1 = off).
+    pub fn with_repetition_penalty(mut self, r: f32) -> Result<Self> {
+        ensure(r.is_finite() && r > 0.0, "repetition_penalty", || {
+            format!("must be finite and > 0 (1 = off), got {r}")
+        })?;
+        self.repetition_penalty = r;
+        Ok(self)
     }
 
     pub fn greedy() -> Self {
@@ -43,7 +56,13 @@ impl SamplingParams {
             temperature: 0.0,
             top_k: 0,
             top_p: 1.0,
+            repetition_penalty: 1.0,
         }
+    }
+
+    #[inline]
+    pub fn has_penalty(&self) -> bool {
+        self.repetition_penalty != 1.0
     }
 
     #[inline]
@@ -375,6 +394,85 @@ pub fn warp_dense(
     Ok(())
 }
 
+/// Checks that every id of `history` lies in [0, vocab).
+pub fn check_history(history: &[i64], vocab: usize) -> Result<()> {
+    for (i, &t) in history.iter().enumerate() {
+        ensure(t >= 0 && (t as u64) < vocab as u64, "history", || {
+            format!("entry {i} = {t} is outside [0, V = {vocab})")
+        })?;
+    }
+    Ok(())
+}
+
+/// Repetition penalty on a [rows, vocab] block, in place: for every distinct id of `history`,
+/// logit / r where the logit is > 0, logit * r otherwise (the convention of transformers'
+/// RepetitionPenaltyLogitsProcessor, in float32 as it computes). r = 1 leaves the block as is.
+pub fn apply_repetition_penalty(
+    logits: &mut [f32],
+    vocab: usize,
+    history: &[i64],
+    r: f32,
+) -> Result<()> {
+    check_history(history, vocab)?;
+    if r == 1.0 || history.is_empty() {
+        return Ok(());
+    }
+    let mut seen = vec![false; vocab];
+    for &t in history {
+        seen[t as usize] = true;
+    }
+    for row in logits.chunks_exact_mut(vocab) {
+        for (v, _) in row.iter_mut().zip(&seen).filter(|(_, &s)| s) {
+            *v = if *v > 0.0 { *v / r } else { *v * r };
+        }
+    }
+    Ok(())
+}
+
+/// `logits` with the repetition penalty of `params` applied against `history` (a copy only
+/// when the penalty changes something).
+pub fn penalised<'a>(
+    logits: &'a [f32],
+    vocab: usize,
+    params: &SamplingParams,
+    history: &[i64],
+) -> Result<std::borrow::Cow<'a, [f32]>> {
+    check_history(history, vocab)?;
+    if !params.has_penalty() || history.is_empty() {
+        return Ok(std::borrow::Cow::Borrowed(logits));
+    }
+    let mut owned = logits.to_vec();
+    apply_repetition_penalty(&mut owned, vocab, history, params.repetition_penalty)?;
+    Ok(std::borrow::Cow::Owned(owned))
+}
+
+/// `warp_dense` after the repetition penalty against `history`.
+pub fn warp_dense_history(
+    logits: &[f32],
+    vocab: usize,
+    params: &SamplingParams,
+    history: &[i64],
+    out: &mut [f32],
+) -> Result<()> {
+    check_logits(logits, vocab, "logits")?;
+    let l = penalised(logits, vocab, params, history)?;
+    warp_dense(&l, vocab, params, out)
+}
+
+/// `sample_rows` after the repetition penalty against `history`.
+pub fn sample_rows_history(
+    logits: &[f32],
+    vocab: usize,
+    params: &SamplingParams,
+    history: &[i64],
+    rng: &mut crate::rng::Generator,
+    out: &mut [i32],
+) -> Result<()> {
+    check_logits(logits, vocab, "logits")?;
+    let l = penalised(logits, vocab, params, history)?;
+    sample_rows(&l, vocab, params, rng, out)
+}
+
 /// One sample per row of a [rows, vocab] block; each row r uses draw (node = r, EMIT).
 pub fn sample_rows(
     logits: &[f32],
@@ -456,6 +554,58 @@ mod tests {
         assert_eq!(e.arg, "logits");
         assert!(check_logits(&[f32::NEG_INFINITY; 2], 2, "logits").is_err());
         assert!(check_logits(&[0.0, f32::INFINITY], 2, "logits").is_err());
+    }
+
+    #[test]
+    fn repetition_penalty_follows_the_transformers_convention() {
+        let row = [2.0f32, -1.0, 0.5, 0.0, f32::NEG_INFINITY];
+        let mut l = row.to_vec();
+        apply_repetition_penalty(&mut l, 5, &[0, 1, 1, 3, 4], 2.0).unwrap();
+        assert_eq!(l, vec![1.0, -2.0, 0.5, 0.0, f32::NEG_INFINITY]);
+        // r = 1 and an empty history leave the row bit-identical.
+        let mut l = row.to_vec();
+        apply_repetition_penalty(&mut l, 5, &[0, 2], 1.0).unwrap();
+        apply_repetition_penalty(&mut l, 5, &[], 3.0).unwrap();
+        assert_eq!(l[..4], row[..4]);
+    }
+
+    #[test]
+    fn repetition_penalty_changes_the_warp_and_greedy_choice() {
+        let p = SamplingParams::new(0.0, 0, 1.0)
+            .unwrap()
+            .with_repetition_penalty(2.0)
+            .unwrap();
+        let row = [3.0f32, 2.0, -1.0];
+        let mut out = [0i32; 1];
+        let mut g = crate::rng::Generator::new(1, 0);
+        sample_rows_history(&row, 3, &p, &[], &mut g, &mut out).unwrap();
+        assert_eq!(out[0], 0);
+        sample_rows_history(&row, 3, &p, &[0], &mut g, &mut out).unwrap();
+        assert_eq!(out[0], 1);
+        let p1 = SamplingParams::new(1.0, 0, 1.0)
+            .unwrap()
+            .with_repetition_penalty(2.0)
+            .unwrap();
+        let mut w = [0f32; 3];
+        warp_dense_history(&row, 3, &p1, &[0], &mut w).unwrap();
+        let z = (1.5f64.exp() + 2f64.exp() + (-1f64).exp()) as f32;
+        assert!((w[0] - 1.5f32.exp() / z).abs() < 1e-6);
+    }
+
+    #[test]
+    fn repetition_penalty_rejects_bad_values_and_ids() {
+        let p = SamplingParams::new(1.0, 0, 1.0).unwrap();
+        for r in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+            assert_eq!(
+                p.with_repetition_penalty(r).unwrap_err().arg,
+                "repetition_penalty"
+            );
+        }
+        let mut w = [0f32; 2];
+        let e = warp_dense_history(&[0.0, 1.0], 2, &p, &[2], &mut w).unwrap_err();
+        assert_eq!(e.arg, "history");
+        let e = warp_dense_history(&[0.0, 1.0], 2, &p, &[-1], &mut w).unwrap_err();
+        assert_eq!(e.arg, "history");
     }
 
     #[test]

@@ -116,7 +116,7 @@ pub fn sample_factorized<'py>(
         ));
     }
     let data = l.data()?;
-    let p = params.inner;
+    let p = crate::sampling::verify_params(params)?;
     let mut g = generator.inner;
     let out = run(py, || {
         core_fsq::sample_factorized(&data, &sizes, &p, &mut g)

@@ -266,7 +266,7 @@ pub fn verify_chain_coarse(
         ));
     }
     let (ld, dd, qd) = (l.data()?, d.data()?, q.data()?);
-    let p = params.inner;
+    let p = crate::sampling::verify_params(params)?;
     let mut g = generator.inner;
     let grp = &groups.inner;
     let (r, gids) = run(py, || {
@@ -318,7 +318,11 @@ pub fn verify_tree_coarse(
         None => RowGroups::PerRow(&per_row_refs),
     };
     let (ld, td) = (l.data()?, tok.data()?);
-    let (v, p, t) = (l.last(), params.inner, &tree.inner);
+    let (v, p, t) = (
+        l.last(),
+        crate::sampling::verify_params(params)?,
+        &tree.inner,
+    );
     let mut g = generator.inner;
     let (r, gids) = run(py, || {
         coarse_tree::verify_tree_coarse(rg, t, &td, &ld, v, &p, &mut g)

@@ -173,7 +173,7 @@ pub fn verify_tree_hidden(
         heads: &headd,
         bank: &bank,
     };
-    let p = params.inner;
+    let p = crate::sampling::verify_params(params)?;
     let mut g = generator.inner;
     let r = run(py, || {
         verify::verify_tree_hidden(&problem, &rows, &p, &mut g)

@@ -4,7 +4,7 @@ use codecspec_core::{rng, warp as core_warp, SamplingParams as CoreParams};
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods};
 use pyo3::prelude::*;
 
-use crate::convert::{arg_error, array, run, value_error, ArrayView};
+use crate::convert::{arg_error, array, int64_array, run, value_error, ArrayView};
 
 /// `logits` as float32 rows [..., V] with V > 0.
 fn logit_rows<'py>(logits: &Bound<'py, PyAny>) -> PyResult<ArrayView<'py, f32>> {
@@ -18,11 +18,12 @@ fn logit_rows<'py>(logits: &Bound<'py, PyAny>) -> PyResult<ArrayView<'py, f32>> 
     Ok(l)
 }
 
-/// Sampling parameters, applied in the order temperature, top-k, top-p.
+/// Sampling parameters, applied in the order repetition penalty, temperature, top-k, top-p.
 ///
-/// temperature 0 = greedy (argmax, lowest index on ties); top_k 0 = off; top_p 1 = off.
-/// Raises ValueError naming the field for temperature < 0 or non-finite, top_k < 0, or top_p
-/// outside (0, 1].
+/// temperature 0 = greedy (argmax, lowest index on ties); top_k 0 = off; top_p 1 = off;
+/// repetition_penalty 1 = off (it acts only where a `history` is passed to warp / sample).
+/// Raises ValueError naming the field for temperature < 0 or non-finite, top_k < 0, top_p
+/// outside (0, 1], or repetition_penalty <= 0 or non-finite.
 #[pyclass(name = "SamplingParams", module = "codecspec._core", frozen, eq)]
 #[derive(Clone, PartialEq)]
 pub struct PySamplingParams {
@@ -32,10 +33,11 @@ pub struct PySamplingParams {
 #[pymethods]
 impl PySamplingParams {
     #[new]
-    #[pyo3(signature = (temperature=1.0, top_k=0, top_p=1.0))]
-    fn new(temperature: f64, top_k: i64, top_p: f64) -> PyResult<Self> {
-        let inner =
-            CoreParams::new(temperature as f32, top_k, top_p as f32).map_err(value_error)?;
+    #[pyo3(signature = (temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0))]
+    fn new(temperature: f64, top_k: i64, top_p: f64, repetition_penalty: f64) -> PyResult<Self> {
+        let inner = CoreParams::new(temperature as f32, top_k, top_p as f32)
+            .and_then(|p| p.with_repetition_penalty(repetition_penalty as f32))
+            .map_err(value_error)?;
         Ok(Self { inner })
     }
 
@@ -52,15 +54,27 @@ impl PySamplingParams {
         self.inner.top_p
     }
     #[getter]
+    fn repetition_penalty(&self) -> f32 {
+        self.inner.repetition_penalty
+    }
+    #[getter]
     fn greedy(&self) -> bool {
         self.inner.is_greedy()
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "SamplingParams(temperature={}, top_k={}, top_p={})",
-            self.inner.temperature, self.inner.top_k, self.inner.top_p
-        )
+        let p = &self.inner;
+        if p.has_penalty() {
+            format!(
+                "SamplingParams(temperature={}, top_k={}, top_p={}, repetition_penalty={})",
+                p.temperature, p.top_k, p.top_p, p.repetition_penalty
+            )
+        } else {
+            format!(
+                "SamplingParams(temperature={}, top_k={}, top_p={})",
+                p.temperature, p.top_k, p.top_p
+            )
+        }
     }
 }
 
@@ -144,37 +158,74 @@ fn unsigned(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<u64> {
         .map_err(|_| arg_error(arg, format!("must be an integer in [0, 2**64), got {obj}")))
 }
 
+/// `history` as a flat int64 list of earlier token ids (None = empty).
+fn history_ids(history: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<i64>> {
+    match history {
+        None => Ok(Vec::new()),
+        Some(h) if h.is_none() => Ok(Vec::new()),
+        Some(h) => {
+            let a = int64_array(h, "history")?;
+            if a.ndim() > 1 {
+                return Err(arg_error(
+                    "history",
+                    format!("expected a 1-D array of token ids, got shape {:?}", a.shape),
+                ));
+            }
+            Ok(a.data()?.into_owned())
+        }
+    }
+}
+
+/// Parameters for the calls that take no history (verification, factorized sampling): a
+/// repetition penalty there would be silently ignored, so it is refused.
+pub fn verify_params(params: &PySamplingParams) -> PyResult<CoreParams> {
+    if params.inner.has_penalty() {
+        return Err(arg_error(
+            "params",
+            "repetition_penalty != 1 is supported by warp / sample (with history) only",
+        ));
+    }
+    Ok(params.inner)
+}
+
 /// Warped probabilities: float32 with the shape of `logits` ([..., V]).
 ///
-/// `logits` may hold -inf; NaN, +inf, or a row with no finite entry raise ValueError.
+/// `logits` may hold -inf; NaN, +inf, or a row with no finite entry raise ValueError. With
+/// `history` (earlier token ids of this stream) the repetition penalty applies first.
 #[pyfunction]
+#[pyo3(signature = (logits, params, history=None))]
 pub fn warp<'py>(
     py: Python<'py>,
     logits: &Bound<'py, PyAny>,
     params: &PySamplingParams,
+    history: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let l = logit_rows(logits)?;
+    let hist = history_ids(history)?;
     let data = l.data()?;
     let out = PyArrayDyn::<f32>::zeros(py, l.shape.clone(), false);
     {
         let mut w = out.readwrite();
         let o = w.as_slice_mut().expect("fresh array is contiguous");
         let (v, p) = (l.last(), params.inner);
-        run(py, || core_warp::warp_dense(&data, v, &p, o))?;
+        run(py, || core_warp::warp_dense_history(&data, v, &p, &hist, o))?;
     }
     Ok(out)
 }
 
 /// One token per row of `logits` [..., V] → int32 [...]. Advances the generator by one step
-/// unless greedy.
+/// unless greedy. With `history` the repetition penalty applies first.
 #[pyfunction]
+#[pyo3(signature = (logits, params, generator, history=None))]
 pub fn sample<'py>(
     py: Python<'py>,
     logits: &Bound<'py, PyAny>,
     params: &PySamplingParams,
     generator: &mut PyGenerator,
+    history: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArrayDyn<i32>>> {
     let l = logit_rows(logits)?;
+    let hist = history_ids(history)?;
     let data = l.data()?;
     let lead = l.shape[..l.ndim() - 1].to_vec();
     let out = PyArrayDyn::<i32>::zeros(py, lead, false);
@@ -183,7 +234,9 @@ pub fn sample<'py>(
         let o = w.as_slice_mut().expect("fresh array is contiguous");
         let (v, p) = (l.last(), params.inner);
         let mut g = generator.inner;
-        run(py, || core_warp::sample_rows(&data, v, &p, &mut g, o))?;
+        run(py, || {
+            core_warp::sample_rows_history(&data, v, &p, &hist, &mut g, o)
+        })?;
         generator.inner = g;
     }
     Ok(out)

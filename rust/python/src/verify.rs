@@ -124,7 +124,7 @@ pub fn verify_chain(
     }
     let (ld, dd) = (l.data()?, d.data()?);
     let qd = q.as_ref().map(|q| q.data()).transpose()?;
-    let (v, p) = (l.last(), params.inner);
+    let (v, p) = (l.last(), crate::sampling::verify_params(params)?);
     let mut g = generator.inner;
     let r = run(py, || {
         verify::verify_chain_tolerant(&ld, v, &dd, qd.as_deref(), &p, &mut g, beta)
@@ -203,7 +203,7 @@ pub fn verify_tree(
         vocab: inp.logits.last(),
         kind: inp.kind,
     };
-    let p = params.inner;
+    let p = crate::sampling::verify_params(params)?;
     let mut g = generator.inner;
     let r = run(py, || verify::verify_tree(&problem, &p, &mut g))?;
     generator.inner = g;
@@ -274,7 +274,7 @@ pub fn verify_tree_batch(
         });
         start += n;
     }
-    let p = params.inner;
+    let p = crate::sampling::verify_params(params)?;
     let mut gens: Vec<_> = generators.iter().map(|g| g.inner).collect();
     let results = run(py, || verify::verify_tree_batch(&problems, &p, &mut gens))?;
     for (mut g, new) in generators.into_iter().zip(gens) {

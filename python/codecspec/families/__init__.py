@@ -1,0 +1,1 @@
+"""Model families: what is particular to one family of codec-LM TTS models (one package each)."""

@@ -1,0 +1,9 @@
+"""Qwen3-TTS (12 Hz) checkpoints as published, run on ONNX Runtime without torch.
+
+Modules: `checkpoint` (the folder: config, generation defaults, tensors, content hash),
+`text` (the Qwen tokenizer through `tokenizers`, the official prompt layout), `graphs`
+(ONNX graphs built from the safetensors and cached by content), `talker` (the temporal model's
+KV-cached steps and its sampling rules), `pipeline` (text -> codes -> waveform), `decoder`
+(the 12 Hz speech-tokenizer decoder), and the commands `cli` (synth), `calibrate`, `bench`.
+Importing this package imports none of them.
+"""

@@ -1,0 +1,121 @@
+"""`codecspec calibrate --model DIR`: depth speculation calibrated on the user's checkpoint.
+
+Free generation of the checkpoint itself on built-in texts gives the corpus (the talker's
+hidden state and c0 of every frame, drawn with the checkpoint's own sampling defaults); then
+the generic calibration (train/calibrate.py) trains the offsets b_j, measures the acceptance
+a[d][r] and this device's latency profile, and picks the tree. Its report goes to
+<graphs>/calibration/; offsets.npy and tree.json are copied beside the built graphs last
+(the decoder reads them), and speculation.json, which makes `synth --mode auto` speculate only
+where the measured end-to-end depth loop was faster than AR on this device.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .pipeline import Qwen3TTS
+
+__all__ = ["CALIBRATION_TEXTS", "collect_corpus", "calibrate_checkpoint"]
+
+CALIBRATION_TEXTS = (
+    ("The quick brown fox jumps over the lazy dog.", "english"),
+    ("Please call Stella and ask her to bring these things with her from the store.", "english"),
+    ("It was a bright cold day in April, and the clocks were striking thirteen.", "english"),
+    ("We measured the latency of every call and kept the fastest tree.", "english"),
+    ("Turn left at the second light, then keep going until you see the river.", "english"),
+    ("今天天气很好，我们一起去公园散步吧。", "chinese"),
+    ("Numbers like 3.14 and 2026 are read aloud as words.", "english"),
+    ("Could you speak a little more slowly, please?", "english"),
+)
+
+
+def _request(tts: Qwen3TTS, text: str, language: str, i: int, ref_audio=None) -> dict:
+    kw: dict = {"language": language if language in tts.languages else "auto"}
+    if tts.model_type == "base":
+        if ref_audio is None:
+            raise ValueError("ref_audio: a Base checkpoint needs a reference WAV (--ref-audio)")
+        kw["ref_audio"] = ref_audio
+    if tts.model_type == "custom_voice" and tts.speakers:
+        kw["speaker"] = tts.speakers[i % len(tts.speakers)]
+    if tts.model_type == "voice_design":
+        kw["instruct"] = "A clear, calm voice at a natural pace."
+    return kw
+
+
+def collect_corpus(
+    tts: Qwen3TTS, frames: int, seed: int = 0, max_frames: int = 400, ref_audio=None
+):
+    """(hiddens [N, H], c0s [N]) from free generation, N <= frames."""
+    hiddens: list = []
+    c0s: list = []
+    i = 0
+    while len(c0s) < frames and i < 4 * len(CALIBRATION_TEXTS):
+        text, lang = CALIBRATION_TEXTS[i % len(CALIBRATION_TEXTS)]
+        trace: list = []
+        for _ in tts.iter_frames(
+            text,
+            seed=seed + i,
+            max_frames=max_frames,
+            trace=trace,
+            **_request(tts, text, lang, i, ref_audio),
+        ):
+            pass
+        hiddens += [h for h, _ in trace]
+        c0s += [c for _, c in trace]
+        i += 1
+    if not c0s:
+        raise ValueError("model: free generation produced no frames to calibrate on")
+    n = min(frames, len(c0s))
+    return np.stack(hiddens[:n]).astype(np.float32), np.asarray(c0s[:n], np.int64)
+
+
+def calibrate_checkpoint(
+    model_dir,
+    *,
+    cache_dir=None,
+    frames: int = 300,
+    budgets=(1, 2, 4, 8, 12, 16),
+    provider: str = "cpu",
+    threads: Optional[int] = None,
+    seed: int = 0,
+    progress: bool = True,
+    ref_audio=None,
+):
+    from codecspec.train.calibrate import calibrate
+
+    tts = Qwen3TTS.load(model_dir, cache_dir=cache_dir, provider=provider, threads=threads)
+    hiddens, c0s = collect_corpus(tts, frames, seed, ref_audio=ref_audio)
+    _, depth_params = tts.sampling()
+    out = tts.entry / "calibration"
+    result = calibrate(
+        tts.entry / "depth.onnx",
+        out,
+        frames=len(c0s),
+        budgets=tuple(budgets),
+        provider=provider,
+        seed=seed,
+        params=depth_params,
+        threads=threads,
+        inputs=(hiddens, c0s),
+        save_beside_model=False,
+        progress=progress,
+    )
+    entry: Path = tts.entry
+    shutil.copyfile(out / "offsets.npy", entry / ".offsets.npy.tmp")
+    (entry / ".offsets.npy.tmp").replace(entry / "offsets.npy")
+    shutil.copyfile(out / "tree.json", entry / ".tree.json.tmp")
+    (entry / ".tree.json.tmp").replace(entry / "tree.json")
+    e2e = result.end_to_end or {}
+    decision = {
+        "tokens_per_call": result.best.simulated_tokens_per_call,
+        "measured_speedup": e2e.get("speedup"),
+        "speculate": bool(e2e.get("speedup", 0.0) > 1.0),
+    }
+    (entry / ".speculation.json.tmp").write_text(json.dumps(decision, indent=2))
+    (entry / ".speculation.json.tmp").replace(entry / "speculation.json")
+    return result, entry

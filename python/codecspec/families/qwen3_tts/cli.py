@@ -1,0 +1,136 @@
+"""`codecspec synth --model DIR` and `codecspec calibrate --model DIR` for Qwen3-TTS folders."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def _mode(args, tts) -> str:
+    if args.mode == "pcg":
+        raise ValueError("--mode: pcg is not available for Qwen3-TTS checkpoints (ar or spec)")
+    if args.mode == "auto":  # spec where `codecspec calibrate --model DIR` measured it pays
+        f = tts.entry / "speculation.json"
+        return "spec" if f.is_file() and json.loads(f.read_text()).get("speculate") else "ar"
+    return args.mode
+
+
+def _write_codes(path, codes: np.ndarray) -> None:
+    np.save(path, np.asarray(codes, np.int64))
+
+
+def _request_kwargs(args, mode: str) -> dict:
+    return dict(
+        speaker=args.speaker,
+        language=args.language,
+        instruct=args.instruct,
+        ref_audio=args.ref_audio,
+        mode=mode,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_frames=args.max_frames,
+        streaming_text=args.streaming_text,
+    )
+
+
+def _stream(args, tts, text: str, mode: str, load_s: float) -> int:
+    """--stream: audio chunks go into the WAV as the decoder's streaming form emits them."""
+    from codecspec.codec.audio import WavWriter
+
+    info: dict = {}
+    t0 = time.perf_counter()
+    first = None
+    with WavWriter(args.output, tts.sample_rate, update_header=True) as w:
+        for chunk in tts.stream(text, info=info, **_request_kwargs(args, mode)):
+            if first is None and chunk.size:
+                first = time.perf_counter() - t0
+            w.write(chunk)
+        seconds = w.seconds
+    report = {
+        "output": str(args.output),
+        "mode": mode,
+        "audio_seconds": seconds,
+        "load_seconds": round(load_s, 3),
+        "time_to_first_audio_ms": None if first is None else round(1e3 * first, 1),
+        "total_seconds": round(time.perf_counter() - t0, 3),
+        "hit_max_frames": info.get("hit_max_frames"),
+    }
+    print(
+        json.dumps(report) if args.json else "\n".join(f"{k:>24}: {v}" for k, v in report.items())
+    )
+    return 0
+
+
+def synth(args) -> int:
+    """Text -> codes (-> 16-bit 24 kHz WAV) with a Qwen3-TTS checkpoint folder."""
+    from codecspec.tts.commands import _synth_text, check_output
+
+    from .checkpoint import Qwen3Checkpoint
+    from .pipeline import Qwen3TTS, check_request, load_reference
+
+    if args.stream and args.codes_out is not None:
+        raise ValueError("--codes-out: not with --stream")
+    if args.phonemes is not None:
+        raise ValueError("--phonemes: Qwen3-TTS reads text, not phonemes")
+    text = _synth_text(args)
+    ck = Qwen3Checkpoint(args.model)
+    check_request(ck, text, args.speaker, args.language, args.instruct, args.ref_audio)
+    if args.ref_audio is not None:
+        load_reference(args.ref_audio)  # a bad WAV fails before any graph is built
+    want_audio = args.codes_out is None or args.output_given
+    if want_audio:
+        check_output(args.output)
+    log = (lambda m: None) if (args.quiet or args.json) else (lambda m: print(m, file=sys.stderr))
+    t0 = time.perf_counter()
+    tts = Qwen3TTS.load(
+        args.model, cache_dir=args.cache_dir, provider=args.provider, threads=args.threads, log=log
+    )
+    load_s = time.perf_counter() - t0
+    mode = _mode(args, tts)
+    if args.stream:
+        return _stream(args, tts, text, mode, load_s)
+    kw = _request_kwargs(args, mode)
+    t1 = time.perf_counter()
+    r = tts.generate_codes(text, **kw)
+    gen_s = time.perf_counter() - t1
+    if args.codes_out is not None:
+        _write_codes(args.codes_out, r.codes)
+    report = {
+        "model": str(tts.ck.dir),
+        "frames": r.frames,
+        "mode": mode,
+        "hit_max_frames": r.hit_max_frames,
+        "load_seconds": round(load_s, 3),
+        "generate_seconds": round(gen_s, 3),
+        "depth_tokens_per_call": tts.depth.stats.tokens_per_call,
+        "codes_out": None if args.codes_out is None else str(args.codes_out),
+    }
+    if want_audio:
+        from codecspec.codec.audio import write_wav
+
+        t2 = time.perf_counter()
+        wav = tts.speech_decoder().decode(r.codes) if r.frames else np.zeros(0, np.float32)
+        write_wav(args.output, np.asarray(wav, np.float32).reshape(-1), tts.sample_rate)
+        report.update(
+            output=str(args.output),
+            sample_rate=tts.sample_rate,
+            audio_seconds=r.frames * 0.08,
+            vocoder_seconds=round(time.perf_counter() - t2, 3),
+        )
+    if r.hit_max_frames:
+        print(
+            f"warning: no eos within the frame limit; the utterance was cut at {r.frames} frames",
+            file=sys.stderr,
+        )
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for k, v in report.items():
+            if v is not None:
+                print(f"{k:>22}: {v}")
+    return 0

@@ -1,0 +1,276 @@
+"""ONNX graphs and tables of a Qwen3-TTS checkpoint, built from its safetensors without torch.
+
+Built once per checkpoint content into <cache>/qwen3/<content hash>/ (default cache:
+$CODECSPEC_CACHE or ~/.cache/codecspec), written into a temporary sibling folder and renamed
+into place only when complete, so an error or an interrupt leaves nothing half-built:
+
+  talker.onnx         the talker's 28 (config: num_hidden_layers) Qwen3 decoder layers over a
+                      host-owned KV cache (the depth-graph builder's "cpu" variant with
+                      heads="hidden": input_embeds in, final-norm hidden + new K/V rows out);
+                      the talker's multimodal RoPE is plain 1-D RoPE for TTS input, where the
+                      three position streams are equal (get_rope_index on an all-ones mask)
+  text_proj.onnx      text projection: fc2(silu(fc1(x) + b1)) + b2 over text-embedding rows
+  depth.onnx          the code predictor (graphs.qwen3's importer), heads="hidden", with
+  depth.heads.npy     its 15 LM heads beside it
+  codec_embedding.npy the talker's codec table [V, H] (c0, tags, speakers)
+  code_embedding.npy  the predictor's 15 tables [G-1, V_code, H] (the next talker input sums
+                      them with the c0 row)
+  codec_head.npy      the talker's codec head [V, H]
+  speaker_encoder.npz Base checkpoints: the speaker encoder's tensors (run in numpy)
+  meta.json           what was built, from what
+Text-embedding rows are read from the checkpoint per request (the table is 151936 x 2048).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .checkpoint import CACHE_FORMAT, Qwen3Checkpoint, TalkerSpec
+
+__all__ = ["default_cache_dir", "build_or_load", "talker_depth_config", "FILES"]
+
+FILES = (
+    "talker.onnx",
+    "text_proj.onnx",
+    "depth.onnx",
+    "depth.heads.npy",
+    "codec_embedding.npy",
+    "code_embedding.npy",
+    "codec_head.npy",
+    "meta.json",
+)
+_T = "talker."
+_LAYER = {
+    "input_norm": "input_layernorm.weight",
+    "q_proj": "self_attn.q_proj.weight",
+    "k_proj": "self_attn.k_proj.weight",
+    "v_proj": "self_attn.v_proj.weight",
+    "o_proj": "self_attn.o_proj.weight",
+    "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight",
+    "post_norm": "post_attention_layernorm.weight",
+    "gate_proj": "mlp.gate_proj.weight",
+    "up_proj": "mlp.up_proj.weight",
+    "down_proj": "mlp.down_proj.weight",
+}
+SPEAKER_FILE = "speaker_encoder.npz"  # Base checkpoints: the x-vector encoder's tensors
+# Talker positions the graph's RoPE cache covers at most (prompt + frames); the official
+# config allows 32768, far more than one request of this runtime needs.
+MAX_TALKER_POSITIONS = 8192
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("CODECSPEC_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "codecspec"
+
+
+def talker_depth_config(spec: TalkerSpec):
+    """The talker as a DepthDecoderConfig with trivial tables: every input goes through
+    input_embeds and the (all-zero) input table contributes nothing."""
+    from codecspec.graphs.config import DepthDecoderConfig
+
+    return DepthDecoderConfig(
+        num_layers=spec.num_layers,
+        hidden_size=spec.hidden_size,
+        num_heads=spec.num_heads,
+        num_kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        intermediate_size=spec.intermediate_size,
+        rms_norm_eps=spec.rms_norm_eps,
+        rope_theta=spec.rope_theta,
+        num_codebooks=2,
+        codebook_size=1,
+        c0_vocab_size=1,
+        num_draft_offsets=1,
+        max_positions=min(spec.max_positions, MAX_TALKER_POSITIONS),
+    )
+
+
+def _talker_weights(ck, spec: TalkerSpec, cfg):
+    from codecspec.graphs.weights import DepthDecoderWeights, expected_shapes
+
+    shapes = expected_shapes(cfg)
+    w = DepthDecoderWeights()
+    for i in range(spec.num_layers):
+        for ours, theirs in _LAYER.items():
+            name = f"layers.{i}.{ours}"
+            w[name] = ck.get(f"{_T}model.layers.{i}.{theirs}", shapes[name])
+    w["final_norm"] = ck.get(f"{_T}model.norm.weight", shapes["final_norm"])
+    H = spec.hidden_size
+    w["c0_embedding"] = np.zeros((1, H), np.float32)
+    w["code_embeddings"] = np.zeros((1, 1, H), np.float32)
+    w["heads"] = np.zeros((1, 1, H), np.float32)
+    w["draft_offsets"] = np.zeros((1, H), np.float32)
+    return w
+
+
+def _text_proj_graph(ck, spec: TalkerSpec) -> onnx.ModelProto:
+    """Qwen3TTSTalkerResizeMLP(text_hidden, text_hidden, hidden, silu, bias=True)."""
+    Th, H = spec.text_hidden_size, spec.hidden_size
+    p = f"{_T}text_projection."
+    w1 = ck.get(p + "linear_fc1.weight", (Th, Th))
+    b1 = ck.get(p + "linear_fc1.bias", (Th,))
+    w2 = ck.get(p + "linear_fc2.weight", (H, Th))
+    b2 = ck.get(p + "linear_fc2.bias", (H,))
+    inits = [
+        numpy_helper.from_array(np.ascontiguousarray(w1.T), "w1"),
+        numpy_helper.from_array(b1, "b1"),
+        numpy_helper.from_array(np.ascontiguousarray(w2.T), "w2"),
+        numpy_helper.from_array(b2, "b2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["text_embeds", "w1"], ["h1"]),
+        helper.make_node("Add", ["h1", "b1"], ["h1b"]),
+        helper.make_node("Sigmoid", ["h1b"], ["sig"]),
+        helper.make_node("Mul", ["h1b", "sig"], ["act"]),
+        helper.make_node("MatMul", ["act", "w2"], ["h2"]),
+        helper.make_node("Add", ["h2", "b2"], ["projected"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "qwen3_text_projection",
+        [helper.make_tensor_value_info("text_embeds", TensorProto.FLOAT, ["n", Th])],
+        [helper.make_tensor_value_info("projected", TensorProto.FLOAT, ["n", H])],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
+    from codecspec.graphs.builder import build_depth_graph, cpu_variant_supported, save_model
+    from codecspec.graphs.qwen3 import load_qwen3_tts_checkpoint
+
+    if not cpu_variant_supported():
+        raise ValueError(
+            "model: the installed onnxruntime lacks the contrib ops the Qwen3-TTS talker "
+            "graph uses (GroupQueryAttention, RotaryEmbedding); install onnxruntime >= 1.20"
+        )
+    spec = ck.spec
+    t0 = time.perf_counter()
+    tensors = ck.tensors()
+    try:
+        cfg = talker_depth_config(spec)
+        model = build_depth_graph(
+            cfg, _talker_weights(tensors, spec, cfg), variant="cpu", heads="hidden"
+        )
+        save_model(model, out / "talker.onnx")
+        del model
+        log(f"talker graph: {spec.num_layers} layers ({time.perf_counter() - t0:.1f} s)")
+        save_model(_text_proj_graph(tensors, spec), out / "text_proj.onnx")
+        V, H = spec.vocab_size, spec.hidden_size
+        np.save(
+            out / "codec_embedding.npy", tensors.get(f"{_T}model.codec_embedding.weight", (V, H))
+        )
+        np.save(out / "codec_head.npy", tensors.get(f"{_T}codec_head.weight", (V, H)))
+        tensors.get(
+            f"{_T}model.text_embedding.weight", (spec.text_vocab_size, spec.text_hidden_size)
+        )
+    finally:
+        tensors.close()
+    try:
+        dcfg, dw = load_qwen3_tts_checkpoint(ck.dir)
+    except (ValueError, FileNotFoundError) as e:
+        raise ValueError(f"model: {e}") from None
+    if dcfg.num_codebooks != spec.num_code_groups:
+        raise ValueError("model: config.json: talker and code predictor num_code_groups differ")
+    save_model(build_depth_graph(dcfg, dw, variant="cpu", heads="hidden"), out / "depth.onnx")
+    np.save(out / "depth.heads.npy", np.asarray(dw["heads"], np.float32))
+    np.save(out / "code_embedding.npy", np.asarray(dw["code_embeddings"], np.float32))
+    if ck.model_type == "base":
+        tensors = ck.tensors()
+        try:
+            names = [n for n in tensors._where if n.startswith("speaker_encoder.")]
+            if not names:
+                raise ValueError("model: a Base checkpoint without speaker_encoder.* tensors")
+            np.savez(out / SPEAKER_FILE, **{n: tensors.get(n) for n in names})
+        finally:
+            tensors.close()
+    meta = {
+        "format": CACHE_FORMAT,
+        "content_hash": key,
+        "checkpoint": str(ck.dir.resolve()),
+        "talker_max_positions": cfg.max_positions,
+        "build_seconds": round(time.perf_counter() - t0, 2),
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    log(f"all graphs built in {meta['build_seconds']} s")
+
+
+def _check_shape(tensors, name: str, shape: tuple) -> None:
+    """Shape of a tensor from its header (without reading the 151936 x 2048 text table)."""
+    from codecspec.graphs.safetensors_io import SafetensorsFile
+
+    path = tensors._where.get(name)
+    if path is None:
+        raise ValueError(f"model: checkpoint has no tensor {name!r}")
+    got = SafetensorsFile(path).shape(name)
+    if tuple(got) != tuple(shape):
+        raise ValueError(
+            f"model: tensor {name!r} has shape {list(got)}, config implies {list(shape)}"
+        )
+
+
+def cache_entry(ck: Qwen3Checkpoint, cache_dir=None) -> Path:
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    return root / "qwen3" / ck.content_hash(memo=root / "qwen3" / "hashes.json")
+
+
+def build_or_load(ck: Qwen3Checkpoint, cache_dir=None, rebuild: bool = False, log=None) -> Path:
+    """The folder of built graphs for `ck`, building it first when absent (atomically)."""
+    log = log or (lambda msg: None)
+    entry = cache_entry(ck, cache_dir)
+    if rebuild and entry.is_dir():
+        shutil.rmtree(entry)
+    want = FILES + ((SPEAKER_FILE,) if ck.model_type == "base" else ())
+    if entry.is_dir() and all((entry / f).is_file() for f in want):
+        return entry
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    except OSError as e:
+        raise ValueError(
+            f"cache_dir: cannot build graphs in {entry.parent} ({e.strerror}); "
+            "set --cache-dir or $CODECSPEC_CACHE to a writable folder"
+        ) from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide a shared cache from others
+    try:
+        _build_into(ck, tmp, entry.name, log)
+        if entry.exists():  # incomplete leftovers of an older codecspec: replace them
+            shutil.rmtree(entry)
+        os.replace(tmp, entry)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return entry
+
+
+def text_embedding_rows(ck: Qwen3Checkpoint, ids: np.ndarray) -> np.ndarray:
+    """Rows `ids` of the talker's text-embedding table, read from the checkpoint (float32)."""
+    from codecspec.graphs.safetensors_io import SafetensorsFile
+
+    name = f"{_T}model.text_embedding.weight"
+    tensors = ck.tensors()
+    try:
+        path = tensors._where.get(name)
+        if path is None:
+            raise ValueError(f"model: checkpoint has no tensor {name!r}")
+    finally:
+        tensors.close()
+    f = SafetensorsFile(path)
+    try:
+        return f.rows(name, np.asarray(ids, np.int64))
+    finally:
+        f.close()

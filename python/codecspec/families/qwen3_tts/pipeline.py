@@ -1,0 +1,393 @@
+"""Text -> codes -> waveform for a Qwen3-TTS 12 Hz checkpoint folder, torch-free.
+
+Per request: validate the arguments against the checkpoint, build the official prompt rows,
+prefill the talker, then per frame: sample c0 (talker rules), decode c1..c15 with the depth
+loop (autoregressive or speculative; the verification uses exactly the AR warp, so the law is
+the same), and feed the talker the sum of the frame's 16 code embeddings plus the next
+trailing text row (or tts_pad). Stops at eos or after max_new_tokens sampled tokens, as
+transformers' generate does (the last sampled token then gets no frame).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+
+import codecspec as cs
+
+from .checkpoint import Qwen3Checkpoint
+from .graphs import build_or_load, text_embedding_rows
+from .talker import Talker, TalkerSampler
+from .text import NONE, SPEAKER, Prompt, build_prompt, load_text_tokenizer
+
+__all__ = ["Qwen3TTS", "Qwen3Result", "MODES"]
+
+MODES = ("ar", "spec")
+SAMPLE_RATE = 24000
+SAMPLES_PER_FRAME = 1920
+
+
+@dataclasses.dataclass
+class Qwen3Result:
+    codes: np.ndarray  # int64 [frames, G]
+    hit_max_frames: bool
+    prompt: Prompt
+    seconds: dict  # prefill, talker, depth
+
+    @property
+    def frames(self) -> int:
+        return len(self.codes)
+
+
+def check_request(ck: Qwen3Checkpoint, text, speaker, language, instruct, ref_audio=None) -> tuple:
+    """(text, speaker or None, language, instruct or None), or a ValueError naming the
+    argument: what the checkpoint supports, checked before anything is built."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text: must be a non-empty string")
+    language = "auto" if language is None else str(language)
+    supported = ck.spec.supported_languages
+    if language.lower() not in supported:
+        raise ValueError(f"language: {language!r} is not one of this checkpoint's {supported}")
+    if ck.model_type == "base" and ref_audio is None:
+        raise ValueError("ref_audio: a Base checkpoint clones a voice: give a 24 kHz reference WAV")
+    if ck.model_type != "base" and ref_audio is not None:
+        raise ValueError(f"ref_audio: a {ck.model_type} checkpoint does not clone voices")
+    if speaker:
+        if ck.model_type != "custom_voice":
+            raise ValueError(f"speaker: a {ck.model_type} checkpoint has no speakers")
+        if speaker.lower() not in ck.spec.speakers:
+            raise ValueError(f"speaker: {speaker!r} is not one of {sorted(ck.spec.speakers)}")
+    if instruct and not ck.accepts_instruct:
+        raise ValueError(
+            f"instruct: this {ck.model_type} checkpoint (size {ck.model_size!r}) "
+            "ignores instructions"
+        )
+    return text, speaker or None, language, instruct or None
+
+
+def load_reference(ref_audio) -> np.ndarray:
+    """A reference recording: a WAV path or (samples, sample_rate); 24 kHz, not empty."""
+    from codecspec.families.qwen3_tts.speaker import SAMPLE_RATE
+
+    if isinstance(ref_audio, tuple) and len(ref_audio) == 2:
+        wav, sr = np.asarray(ref_audio[0], np.float32), ref_audio[1]
+        if wav.ndim == 2:  # [samples, channels]
+            wav = wav.mean(axis=1)
+    else:
+        import wave
+
+        from codecspec.codec.audio import read_wav
+
+        try:
+            wav, sr = read_wav(ref_audio)
+        except FileNotFoundError:
+            raise ValueError(f"ref_audio: no such file: {ref_audio}") from None
+        except (OSError, EOFError, ValueError, wave.Error) as e:
+            raise ValueError(f"ref_audio: {ref_audio} is not a readable PCM WAV ({e})") from None
+    wav = wav.reshape(-1)
+    if int(sr) != SAMPLE_RATE:
+        raise ValueError(
+            f"ref_audio: {int(sr)} Hz; the speaker encoder takes {SAMPLE_RATE} Hz audio "
+            "(resample it first)"
+        )
+    if wav.size < 1024:  # shorter than one analysis window of the speaker encoder
+        raise ValueError(f"ref_audio: {wav.size} samples is empty or too short (>= 1024)")
+    if not np.all(np.isfinite(wav)):
+        raise ValueError("ref_audio: contains NaN or inf")
+    return wav
+
+
+class Qwen3TTS:
+    """A loaded checkpoint: graphs built (or found in the cache), sessions open."""
+
+    def __init__(self, ck: Qwen3Checkpoint, entry: Path, provider="auto", threads=None, tok=None):
+        from codecspec.decode.depth import DepthDecoder
+
+        self.ck, self.entry, self.spec = ck, entry, ck.spec
+        self.provider, self.threads = provider, threads
+        self.tok = load_text_tokenizer(ck.dir) if tok is None else tok
+        self.talker = Talker(
+            entry / "talker.onnx", np.load(entry / "codec_head.npy"), provider, threads
+        )
+        from codecspec.runtime.session import open_session
+
+        self.text_proj = open_session(
+            str(entry / "text_proj.onnx"), provider=provider, threads=threads
+        )
+        self.codec_table = np.load(entry / "codec_embedding.npy")
+        self.code_tables = np.load(entry / "code_embedding.npy")
+        calib = self._calibration()
+        self.depth = DepthDecoder(entry / "depth.onnx", provider=provider, threads=threads, **calib)
+        self._pad_row = None
+        self._decoder = None
+        self._speaker = None
+        self._xvector: Optional[np.ndarray] = None
+
+    @classmethod
+    def load(
+        cls, model_dir, cache_dir=None, provider="auto", threads=None, rebuild=False, log=None
+    ):
+        ck = Qwen3Checkpoint(model_dir)
+        tok = load_text_tokenizer(ck.dir)  # before building: a folder without one fails fast
+        entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
+        return cls(ck, entry, provider=provider, threads=threads, tok=tok)
+
+    def _calibration(self) -> dict:
+        """Offsets and tree from `codecspec calibrate --model DIR`, stored beside the graphs."""
+        kw: dict = {}
+        off = self.entry / "offsets.npy"
+        tree = self.entry / "tree.json"
+        if off.is_file():
+            kw["offsets"] = np.load(off)
+        if tree.is_file():
+            kw["tree"] = cs.DraftTree.from_json(tree.read_text())
+        return kw
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def model_type(self) -> str:
+        return self.ck.model_type
+
+    @property
+    def speakers(self) -> list[str]:
+        return sorted(self.spec.speakers)
+
+    @property
+    def languages(self) -> list[str]:
+        return self.spec.supported_languages
+
+    @property
+    def sample_rate(self) -> int:
+        return SAMPLE_RATE
+
+    # ------------------------------------------------------------------ validation
+    def check_request(self, text, speaker, language, instruct, ref_audio=None) -> tuple:
+        return check_request(self.ck, text, speaker, language, instruct, ref_audio)
+
+    def speaker_vector(self, ref_audio) -> np.ndarray:
+        """The x-vector of a reference recording (Base checkpoints)."""
+        from .graphs import SPEAKER_FILE
+        from .speaker import SpeakerEncoder
+
+        wav = load_reference(ref_audio)
+        if self._speaker is None:
+            with np.load(self.entry / SPEAKER_FILE) as z:
+                tensors = {k: z[k] for k in z.files}
+            self._speaker = SpeakerEncoder(tensors, self.ck.root.get("speaker_encoder_config"))
+        return self._speaker(wav)
+
+    def sampling(self, temperature=None, top_k=None, top_p=None):
+        """(talker params, depth params) from generation_config.json; an override applies to
+        both models. temperature 0 = greedy for both (do_sample=False,
+        subtalker_dosample=False), with the talker's penalty and suppression kept."""
+        gd = self.ck.generation
+        t_talk = gd.temperature if gd.do_sample else 0.0
+        t_depth = gd.subtalker_temperature if gd.subtalker_dosample else 0.0
+        if temperature is not None:
+            t_talk = t_depth = float(temperature)
+        k_talk, k_depth = (gd.top_k, gd.subtalker_top_k) if top_k is None else (top_k, top_k)
+        p_talk, p_depth = (gd.top_p, gd.subtalker_top_p) if top_p is None else (top_p, top_p)
+        talk = cs.SamplingParams(t_talk, k_talk, p_talk, repetition_penalty=gd.repetition_penalty)
+        depth = cs.SamplingParams(t_depth, k_depth, p_depth)
+        return talk, depth
+
+    # ------------------------------------------------------------------ embeddings
+    def _project(self, ids: np.ndarray) -> np.ndarray:
+        rows = text_embedding_rows(self.ck, ids)
+        return self.text_proj.run(["projected"], {"text_embeds": rows})[0]
+
+    def prompt_embeds(self, p: Prompt) -> tuple[np.ndarray, np.ndarray]:
+        """(prefill rows [n, H], trailing rows [m, H])."""
+        H = self.spec.hidden_size
+        out = np.zeros((len(p), H), np.float32)
+        has_text = p.text_ids != NONE
+        all_ids = np.concatenate(
+            [p.text_ids[has_text], p.trailing_ids, [self.spec.text["tts_pad"]]]
+        )
+        proj = self._project(all_ids)
+        n_text = int(has_text.sum())
+        out[has_text] += proj[:n_text]
+        trailing = proj[n_text : n_text + len(p.trailing_ids)]
+        self._pad_row = proj[-1]
+        codec = p.codec_ids
+        for i in np.flatnonzero(codec >= 0):
+            out[i] += self.codec_table[codec[i]]
+        for i in np.flatnonzero(codec == SPEAKER):
+            out[i] += self.codec_table[p.speaker_id] if p.speaker_id is not None else self._xvector
+        return out, trailing
+
+    def frame_embed(self, codes: np.ndarray) -> np.ndarray:
+        e = self.codec_table[codes[0]].copy()
+        for j in range(1, len(codes)):
+            e += self.code_tables[j - 1, codes[j]]
+        return e
+
+    # ------------------------------------------------------------------ generation
+    def generate_codes(
+        self,
+        text: str,
+        *,
+        speaker: Optional[str] = None,
+        language: Optional[str] = None,
+        instruct: Optional[str] = None,
+        ref_audio=None,
+        mode: str = "ar",
+        temperature: Optional[float] = None,
+        top_k: Optional[int] = None,
+        top_p: Optional[float] = None,
+        seed: int = 0,
+        max_frames: Optional[int] = None,
+        streaming_text: bool = False,
+    ) -> Qwen3Result:
+        codes, info = [], {}
+        for frame in self.iter_frames(
+            text,
+            speaker=speaker,
+            language=language,
+            instruct=instruct,
+            ref_audio=ref_audio,
+            mode=mode,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            max_frames=max_frames,
+            streaming_text=streaming_text,
+            info=info,
+        ):
+            codes.append(frame)
+        G = self.spec.num_code_groups
+        arr = np.asarray(codes, np.int64).reshape(-1, G)
+        return Qwen3Result(arr, info["hit_max_frames"], info["prompt"], info["seconds"])
+
+    def iter_frames(
+        self,
+        text: str,
+        *,
+        speaker=None,
+        language=None,
+        instruct=None,
+        ref_audio=None,
+        mode="ar",
+        temperature=None,
+        top_k=None,
+        top_p=None,
+        seed=0,
+        max_frames=None,
+        streaming_text=False,
+        info: Optional[dict] = None,
+        trace: Optional[list] = None,
+    ) -> Iterator[np.ndarray]:
+        """Codes int64 [G] frame by frame (the order the speech decoder consumes them).
+        `trace` collects (talker hidden state, c0) of every frame (the calibration corpus)."""
+        if mode not in MODES:
+            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
+        text, speaker, language, instruct = self.check_request(
+            text, speaker, language, instruct, ref_audio
+        )
+        if ref_audio is not None:
+            self._xvector = self.speaker_vector(ref_audio)
+        max_new = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
+        if max_new < 1:
+            raise ValueError(f"max_frames: must be >= 0, got {max_frames}")
+        talk_p, depth_p = self.sampling(temperature, top_k, top_p)
+        self.depth.params = depth_p
+        sampler = TalkerSampler(
+            self.spec.vocab_size,
+            self.spec.codec["eos"],
+            self.spec.suppressed_ids,
+            talk_p,
+            self.ck.generation.min_new_tokens,
+        )
+        p = build_prompt(
+            self.tok,
+            self.spec,
+            text,
+            language=language,
+            speaker=speaker,
+            instruct=instruct,
+            streaming_text=streaming_text,
+            speaker_vector=ref_audio is not None,
+        )
+        budget = self.talker.max_positions - len(p)
+        if budget < 1:
+            raise ValueError(
+                f"text: {len(p)} prompt positions exceed the talker's budget of "
+                f"{self.talker.max_positions - 1}"
+            )
+        max_new = min(max_new, budget)
+        info = {} if info is None else info
+        info.update(prompt=p, hit_max_frames=False)
+        secs = info["seconds"] = {"prefill": 0.0, "talker": 0.0, "depth": 0.0}
+        g = cs.Generator(seed)
+        g_talk, g_depth = g.fork(1), g.fork(2)
+        t0 = time.perf_counter()
+        embeds, trailing = self.prompt_embeds(p)
+        hidden = self.talker.prefill(embeds, capacity=len(p) + min(max_new, 512))
+        secs["prefill"] = time.perf_counter() - t0
+        history: list[int] = []
+        eos = self.spec.codec["eos"]
+        step = 0
+        while True:
+            c0 = sampler.sample(self.talker.logits(hidden), history, g_talk)
+            history.append(c0)
+            if c0 == eos:
+                break
+            if len(history) >= max_new:
+                info["hit_max_frames"] = True
+                break
+            if trace is not None:
+                trace.append((hidden.copy(), c0))
+            t1 = time.perf_counter()
+            codes = self.depth.decode_frame(hidden, c0, g_depth, mode)
+            t2 = time.perf_counter()
+            secs["depth"] += t2 - t1
+            yield codes
+            e = self.frame_embed(codes)
+            e += trailing[step] if step < len(trailing) else self._pad_row
+            step += 1
+            hidden = self.talker.step(e)
+            secs["talker"] += time.perf_counter() - t2
+
+    # ------------------------------------------------------------------ audio
+    def speech_decoder(self):
+        """The 12 Hz speech-tokenizer decoder (families.qwen3_tts.decoder), loaded on use."""
+        if self._decoder is None:
+            from .decoder import SpeechDecoder
+
+            self._decoder = SpeechDecoder.load(
+                self.ck.speech_tokenizer_dir,
+                cache_dir=self.entry.parent.parent,
+                provider=self.provider,
+            )
+        return self._decoder
+
+    def synthesize(self, text: str, **kw) -> tuple[np.ndarray, Qwen3Result]:
+        """(waveform float32 at 24 kHz, the codes result)."""
+        r = self.generate_codes(text, **kw)
+        dec = self.speech_decoder()
+        wav = dec.decode(r.codes) if len(r.codes) else np.zeros(0, np.float32)
+        return np.asarray(wav, np.float32).reshape(-1), r
+
+    def stream(self, text: str, info: Optional[dict] = None, **kw) -> Iterator[np.ndarray]:
+        """Float32 audio chunks as frames are made: the decoder's streaming form fed by the
+        frame iterator (`iter_frames` arguments; `info` gets prompt / seconds / hit_max_frames)."""
+        dec = self.speech_decoder()
+        # The decoder's stream takes blocks of codes [n, 16]: one block per frame made.
+        blocks = (f[None, :] for f in self.iter_frames(text, info=info, **kw))
+        for chunk in dec.stream(blocks):
+            yield np.asarray(chunk, np.float32).reshape(-1)
+
+    def describe(self) -> dict:
+        return {
+            "model": str(self.ck.dir),
+            "type": self.model_type,
+            "size": self.ck.model_size,
+            "speakers": self.speakers,
+            "languages": self.languages,
+            "graphs": str(self.entry),
+        }

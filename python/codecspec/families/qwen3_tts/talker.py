@@ -1,0 +1,133 @@
+"""The talker at run time: prefill and one-step decode over a host-owned KV cache, and the
+sampling rules of the official talker `generate` call.
+
+Sampling (Qwen3TTSForConditionalGeneration.generate -> transformers' generate): repetition
+penalty over the c0 tokens generated so far (the prompt is embeddings, not ids, so it is not
+in the history), every id of the top 1024 of the codec vocabulary except eos suppressed, eos
+suppressed until `min_new_tokens` (2) tokens exist, then temperature / top-k / top-p, or
+argmax when greedy. Suppression sets logits to -inf, which the penalty leaves at -inf, so the
+order of the two does not matter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import codecspec as cs
+from codecspec.graphs.config import zero_row
+from codecspec.runtime.depth_graph import DepthGraph
+from codecspec.runtime.kv import KVCache
+
+__all__ = ["Talker", "TalkerSampler"]
+
+
+class TalkerSampler:
+    """Chooses c0 from the talker's logits (see the module docstring)."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        eos: int,
+        suppressed: np.ndarray,
+        params: cs.SamplingParams,
+        min_new_tokens: int = 2,
+    ) -> None:
+        self.vocab_size, self.eos = int(vocab_size), int(eos)
+        self.params, self.min_new_tokens = params, int(min_new_tokens)
+        self.mask = np.zeros(self.vocab_size, bool)
+        self.mask[np.asarray(suppressed, np.int64)] = True
+
+    def logits(self, raw: np.ndarray, n_generated: int) -> np.ndarray:
+        """The logits the warp sees (suppression applied, penalty not yet)."""
+        out = np.array(raw, np.float32, copy=True).reshape(-1)
+        out[self.mask] = -np.inf
+        if n_generated < self.min_new_tokens:
+            out[self.eos] = -np.inf
+        return out
+
+    def sample(self, raw: np.ndarray, history: list, g: cs.Generator) -> int:
+        hist = np.asarray(history, np.int64)
+        return int(cs.sample(self.logits(raw, len(history)), self.params, g, history=hist))
+
+    def probs(self, raw: np.ndarray, history: list) -> np.ndarray:
+        """The law `sample` draws from (for tests and diagnostics)."""
+        hist = np.asarray(history, np.int64)
+        return cs.warp(self.logits(raw, len(history)), self.params, history=hist)
+
+
+class Talker:
+    """talker.onnx with a growing host KV cache; `prefill` then `step`, each returning the
+    final-norm hidden state of the last position (the code predictor's `past_hidden`)."""
+
+    def __init__(self, path: Path, codec_head: np.ndarray, provider="auto", threads=None):
+        self.graph = DepthGraph(path, provider, threads)
+        self.config = self.graph.config
+        self.head = np.ascontiguousarray(codec_head, np.float32)
+        self.cache: KVCache | None = None
+        self._step = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.cache is None else self.cache.length
+
+    @property
+    def max_positions(self) -> int:
+        return self.config.max_positions
+
+    def logits(self, hidden: np.ndarray) -> np.ndarray:
+        return self.head @ hidden
+
+    def _alloc(self, capacity: int) -> None:
+        c = self.config
+        old = self.cache
+        self.cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, capacity)
+        if old is not None and old.length:
+            n = old.length
+            self.cache.keys[:, :, :n] = old.keys[:, :, :n]
+            self.cache.values[:, :, :n] = old.values[:, :, :n]
+            self.cache.length = n
+        self._step = self.graph.bind(1, self.cache.keys, self.cache.values)
+        self._step.ids[:] = zero_row(c)  # all inputs come through input_embeds
+        self._step.bias[...] = -np.inf
+        self._step.bias[0, : self.cache.length] = 0.0
+        self._step.bias[0, capacity] = 0.0
+
+    def prefill(self, embeds: np.ndarray, capacity: int) -> np.ndarray:
+        """Runs the prompt rows [n, H] from an empty cache holding `capacity` positions."""
+        embeds = np.ascontiguousarray(embeds, np.float32)
+        n = len(embeds)
+        if n + 1 > self.max_positions:
+            raise ValueError(
+                f"text: the prompt has {n} positions, the talker at most {self.max_positions}"
+            )
+        self.cache = None
+        self._alloc(max(capacity, n + 1))
+        cap = self.cache.capacity
+        call = self.graph.bind(n, self.cache.keys, self.cache.values)
+        call.ids[:] = zero_row(self.config)
+        call.embeds[...] = embeds
+        call.pos[:] = np.arange(n)
+        call.bias[...] = -np.inf
+        tri = np.triu(np.full((n, n), -np.inf, np.float32), k=1)
+        call.bias[:, cap : cap + n] = tri
+        call.run()
+        self.cache.commit(call.new_keys, call.new_values, np.arange(n, dtype=np.int32))
+        self._step.bias[0, :n] = 0.0
+        return call.hidden[-1].copy()
+
+    def step(self, embed: np.ndarray) -> np.ndarray:
+        """One position after the cached ones; grows the cache when it is full."""
+        n = self.cache.length
+        if n + 1 > self.max_positions:
+            raise ValueError(f"max_frames: the talker holds at most {self.max_positions} positions")
+        if n >= self.cache.capacity:
+            self._alloc(min(2 * self.cache.capacity, self.max_positions))
+        s = self._step
+        s.embeds[0] = embed
+        s.pos[0] = n
+        s.run()
+        self.cache.commit(s.new_keys, s.new_values, np.zeros(1, np.int32))
+        s.bias[0, n] = 0.0
+        return s.hidden[0].copy()
