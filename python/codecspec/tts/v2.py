@@ -65,6 +65,16 @@ def default_v3_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "models" / "v3"
 
 
+def _peek_meta(d: Path) -> dict:
+    """model.json as far as it can be read before the folder is checked ({} if absent or
+    broken: the checks that follow name what is wrong)."""
+    try:
+        meta = json.loads((d / "model.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 class V2Stepper:
     """One decoder's step graph (target or draft) over one utterance, with its ring cache.
 
@@ -179,9 +189,7 @@ class V2TTS(ReferenceTTS):
 
         self.depth_kind = check_depth(depth)
         d = Path(model_dir) if model_dir is not None else default_v2_dir()
-        meta_path = d / "model.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-        codec_file = meta.get("codec_file", "codec_v2.npz")
+        codec_file = _peek_meta(d).get("codec_file", "codec_v2.npz")
         need = [f for f in V2_FILES if f not in depth_files("positional")] + list(
             depth_files(depth)
         )
@@ -193,7 +201,7 @@ class V2TTS(ReferenceTTS):
                 f"model_dir: {d} lacks {missing} (depth={depth!r}); rebuild it with {how}"
             )
         self.dir = d
-        self.meta = json.loads((d / "model.json").read_text())
+        self.meta = _peek_meta(d)
         if self.meta.get("format") != V2_FORMAT:
             raise ValueError(f"model_dir: {d} is not a v2 model ({self.meta.get('format')!r})")
         prof = profile_path(d, depth)
