@@ -70,7 +70,12 @@ def tiny_v2_configs(frontend=None, window: int = 4, **temporal):
 
 
 def tiny_v2_model(
-    window: int = 4, stop_bias=None, seed: int = 0, frontend=None, logit_scale: float = 1.0
+    window: int = 4,
+    stop_bias=None,
+    seed: int = 0,
+    frontend=None,
+    logit_scale: float = 1.0,
+    **temporal,
 ):
     """An untrained tiny `V2Model` (eval mode; the same weights for the same seed).
     `stop_bias` (if given) sets the target and draft stop heads' bias; `logit_scale` scales
@@ -79,7 +84,7 @@ def tiny_v2_model(
 
     from codecspec.train.v2_torch import V2Model
 
-    tcfg, dcfg = tiny_v2_configs(frontend, window=window)
+    tcfg, dcfg = tiny_v2_configs(frontend, window=window, **temporal)
     torch.manual_seed(seed)
     model = V2Model(tcfg, dcfg).eval()
     if stop_bias is not None:
@@ -94,10 +99,13 @@ def tiny_v2_model(
     return model
 
 
-def tiny_v2_folder(path, window: int = 4, stop_bias=None, seed: int = 0, logit_scale: float = 1.0):
+def tiny_v2_folder(
+    path, window: int = 4, stop_bias=None, seed: int = 0, logit_scale: float = 1.0, **temporal
+):
     """Writes an untrained tiny v2 model folder (`codecspec.tts.v2.V2_FILES`, float32
-    graphs; the weights of `tiny_v2_model(window, stop_bias, seed)`) to `path` and returns it.
-    A very high `stop_bias` stops after the first frame, a very low one never stops."""
+    graphs; the weights of `tiny_v2_model(window, stop_bias, seed, **temporal)`) to `path` and
+    returns it. A very high `stop_bias` stops after the first frame, a very low one never stops;
+    `temporal` overrides `V2TemporalConfig` fields (e.g. decoder_layers)."""
     import json
     from pathlib import Path
 
@@ -115,7 +123,7 @@ def tiny_v2_folder(path, window: int = 4, stop_bias=None, seed: int = 0, logit_s
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     fe = Frontend.from_manifest(V2_ROWS)
-    model = tiny_v2_model(window, stop_bias, seed, fe, logit_scale)
+    model = tiny_v2_model(window, stop_bias, seed, fe, logit_scale, **temporal)
     tcfg, dcfg = model.temporal.cfg, model.depth.c
     export_onnx(model.temporal, out)
     w = depth_weights(model.depth)
@@ -150,4 +158,8 @@ if __name__ == "__main__":  # rewrite the checked-in fixture: python tests/tiny_
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    tiny_v2_folder(Path(__file__).parent / "data" / "tiny_v2", stop_bias=-50.0, logit_scale=6.0)
+    data = Path(__file__).parent / "data"
+    tiny_v2_folder(data / "tiny_v2", stop_bias=-50.0, logit_scale=6.0)
+    # 16 decoder layers: 4 KiB of K/V a frame, so a cache that kept its history would grow
+    # RSS far above the loop's own ~0.6 KiB a frame (test_v2_runtime's constant-memory test)
+    tiny_v2_folder(data / "tiny_v2_deep", stop_bias=-50.0, logit_scale=6.0, decoder_layers=16)
