@@ -8,7 +8,9 @@ what the torch temporal model computes, step by step with a KV cache.
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip(
+    "torch", reason="exercises the PyTorch model and its export ([train] extra)"
+)
 
 from tiny_models import TINY  # noqa: E402
 

@@ -153,6 +153,50 @@ def tiny_v2_folder(
     return out
 
 
+V2_GOLDEN_WINDOW = 4  # tests/data/tiny_v2's
+V2_GOLDEN_FRAMES = (
+    2 * (V2_GOLDEN_WINDOW + 8) + 3
+)  # past the ring capacity (W + CACHE_SLACK 8) twice
+
+
+def write_v2_golden(path, seed: int = 3):
+    """The torch teacher-forced outputs of tests/data/tiny_v2's model (the weights
+    `tiny_v2_model(4, -50.0, 0, logit_scale=6.0)`) on one utterance, windowed and with full
+    attention, and the utterance's inputs: what the torch-free step-graph tests compare the
+    checked-in graphs with (tests/data/tiny_v2_golden.npz)."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from codecspec.train.v2_torch import V2Model
+    from codecspec.tts.text import Frontend
+
+    fe = Frontend.from_manifest(V2_ROWS)
+    model = tiny_v2_model(V2_GOLDEN_WINDOW, -50.0, 0, fe, 6.0)
+    cfg, T, P = model.temporal.cfg, V2_GOLDEN_FRAMES, 9
+    full = V2Model(dataclasses.replace(cfg, window=T), model.depth.c).eval()
+    full.load_state_dict(model.state_dict())
+    gen = torch.Generator().manual_seed(seed)
+    b = {
+        "phonemes": torch.randint(4, cfg.vocab_size, (1, P), generator=gen),
+        "phoneme_lengths": torch.tensor([P]),
+        "language": torch.tensor([0]),
+        "speaker": torch.tensor([1]),
+        "c0": torch.randint(0, cfg.c0_vocab_size, (1, T), generator=gen),
+        "frames_per_phoneme": torch.tensor([1.3]),
+    }
+    args = [b[k] for k in ("phonemes", "phoneme_lengths", "language", "speaker", "c0")]
+    with torch.no_grad():
+        h, logits, stop, d_logits, d_stop, *_ = model.temporal(*args, b["frames_per_phoneme"])
+        _, logits_full, *_ = full.temporal(*args, b["frames_per_phoneme"])
+    out = {k: v.numpy() for k, v in b.items()}
+    outs = dict(h=h, logits=logits, stop=stop, draft_logits=d_logits, draft_stop=d_stop)
+    out.update({k: v.numpy() for k, v in outs.items()}, logits_full=logits_full.numpy())
+    np.savez_compressed(path, **out)
+    return path
+
+
 if __name__ == "__main__":  # rewrite the checked-in fixture: python tests/tiny_models.py
     import sys
     from pathlib import Path
@@ -160,6 +204,7 @@ if __name__ == "__main__":  # rewrite the checked-in fixture: python tests/tiny_
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
     data = Path(__file__).parent / "data"
     tiny_v2_folder(data / "tiny_v2", stop_bias=-50.0, logit_scale=6.0)
+    write_v2_golden(data / "tiny_v2_golden.npz")
     # 16 decoder layers: 4 KiB of K/V a frame, so a cache that kept its history would grow
     # RSS far above the loop's own ~0.6 KiB a frame (test_v2_runtime's constant-memory test)
     tiny_v2_folder(data / "tiny_v2_deep", stop_bias=-50.0, logit_scale=6.0, decoder_layers=16)
