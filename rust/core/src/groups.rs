@@ -1417,30 +1417,32 @@ mod tests {
                 q[row * v + t] = 0.1;
             }
         }
-        let mut gen = Generator::new(5, 1);
         let n = 100_000;
-        let mut counts = vec![0usize; v];
-        for i in 0..n {
-            let ds = StepRng::new(77, 0, i as u64);
-            let d: Vec<i32> = (0..2)
-                .map(|j| picks[pick(ds.uniform(j, 0), picks.len())] as i32)
-                .collect();
-            let (r, gids) =
-                verify_chain_coarse(&groups, &logits, &d, &q, &params, &mut gen).unwrap();
-            for (&t, &g) in r.tokens.iter().zip(&gids) {
-                assert!(groups.members(g as usize).contains(&(t as u32)));
+        let first_groups = |logits: &[f32]| -> Vec<usize> {
+            let mut gen = Generator::new(5, 1);
+            let mut counts = vec![0usize; v];
+            for i in 0..n {
+                let ds = StepRng::new(77, 0, i as u64);
+                let d: Vec<i32> = (0..2)
+                    .map(|j| picks[pick(ds.uniform(j, 0), picks.len())] as i32)
+                    .collect();
+                let (r, gids) =
+                    verify_chain_coarse(&groups, logits, &d, &q, &params, &mut gen).unwrap();
+                for (&t, &g) in r.tokens.iter().zip(&gids) {
+                    assert!(groups.members(g as usize).contains(&(t as u32)));
+                }
+                counts[gids[0] as usize] += 1;
             }
-            counts[gids[0] as usize] += 1;
+            counts
+        };
+        use crate::testlaw::law_ok;
+        assert!(law_ok(&first_groups(&logits), &law));
+        // Broken on purpose: a verifier reading row 1 for the first position is caught.
+        let mut swapped = logits.clone();
+        for t in 0..v {
+            swapped.swap(t, v + t);
         }
-        for k in 0..v {
-            let want = law[k] * n as f64;
-            let tol = 6.0 * (n as f64 * law[k] * (1.0 - law[k])).sqrt() + 5.0;
-            assert!(
-                (counts[k] as f64 - want).abs() <= tol,
-                "group {k}: {} vs {want}",
-                counts[k]
-            );
-        }
+        assert!(!law_ok(&first_groups(&swapped), &law));
     }
 
     #[test]
