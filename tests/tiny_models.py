@@ -153,6 +153,49 @@ def tiny_v2_folder(
     return out
 
 
+# A depth decoder small enough to check in its weights: the Qwen3 code-predictor semantics of
+# the torch DepthModel, kept as golden outputs for the torch-free graph-builder test.
+GOLDEN_DEPTH = DepthDecoderConfig(
+    num_layers=1,
+    hidden_size=32,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=16,
+    intermediate_size=48,
+    num_codebooks=4,
+    codebook_size=16,
+    c0_vocab_size=16,
+    num_draft_offsets=2,
+    max_positions=8,
+)
+
+
+def write_depth_golden(path, seed: int = 0):
+    """The torch `DepthModel(GOLDEN_DEPTH)`'s teacher-forced logits on 3 frames with its
+    weights under codecspec's names ("w:<name>"), non-trivial norms so a dropped norm shows
+    (tests/data/depth_golden.npz)."""
+    import numpy as np
+    import torch
+
+    from codecspec.train.tts_torch import DepthModel, depth_weights
+
+    torch.manual_seed(seed)
+    m = DepthModel(GOLDEN_DEPTH).eval()
+    with torch.no_grad():
+        for layer in m.layers:
+            for n in (layer.input_norm, layer.q_norm, layer.k_norm, layer.post_norm):
+                n.weight.uniform_(0.5, 1.5)
+    G = GOLDEN_DEPTH.num_codebooks
+    hidden = torch.randn(3, GOLDEN_DEPTH.hidden_size)
+    codes = torch.randint(0, GOLDEN_DEPTH.codebook_size, (3, G))
+    with torch.no_grad():
+        logits = m(hidden, codes).numpy()  # [3, G-1, V]
+    out = {f"w:{k}": np.asarray(v) for k, v in depth_weights(m).items()}
+    out.update(hidden=hidden.numpy(), codes=codes.numpy(), logits=logits)
+    np.savez_compressed(path, **out)
+    return path
+
+
 V2_GOLDEN_WINDOW = 4  # tests/data/tiny_v2's
 V2_GOLDEN_FRAMES = (
     2 * (V2_GOLDEN_WINDOW + 8) + 3
@@ -205,6 +248,7 @@ if __name__ == "__main__":  # rewrite the checked-in fixture: python tests/tiny_
     data = Path(__file__).parent / "data"
     tiny_v2_folder(data / "tiny_v2", stop_bias=-50.0, logit_scale=6.0)
     write_v2_golden(data / "tiny_v2_golden.npz")
+    write_depth_golden(data / "depth_golden.npz")
     # 16 decoder layers: 4 KiB of K/V a frame, so a cache that kept its history would grow
     # RSS far above the loop's own ~0.6 KiB a frame (test_v2_runtime's constant-memory test)
     tiny_v2_folder(data / "tiny_v2_deep", stop_bias=-50.0, logit_scale=6.0, decoder_layers=16)
