@@ -90,7 +90,8 @@ def test_v2_streams_the_codes_generate_makes():
         assert st.time_to_first_audio is not None
 
 
-DEEP_FIXTURE = Path(__file__).parent / "data" / "tiny_v2_deep"  # 16 decoder layers: 4 KiB K/V a frame
+# 16 decoder layers: 4 KiB of K/V a frame (tests/tiny_models.py writes it)
+DEEP_FIXTURE = Path(__file__).parent / "data" / "tiny_v2_deep"
 
 RSS_SCRIPT = r"""
 import resource, sys
