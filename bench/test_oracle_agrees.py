@@ -1,13 +1,18 @@
 """The numpy oracle (bench/oracle.py) is a valid baseline: it is lossless on its own, and it
 agrees with codecspec wherever the comparison is exact (warp to 1e-6, trees, masks, greedy
 or point-mass verification, groups, coarse law). Random streams differ (numpy vs Philox),
-so sampled results are compared through their laws only. Fast: run with ``pytest bench``.
+so sampled results are compared through their laws only, at every emitted position: the
+token drawn at tree node i (the root's, an accepted draft's child, or the bonus) must follow
+warp(logits[i]) given that node i was reached, and a verifier that is right on the first
+token but accepts every later draft (`_accepts_past_the_first`) must fail the same check.
+Collected by the default test run (pyproject's testpaths).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,6 +27,80 @@ def _cs():
 
 def _tv(counts: np.ndarray, law: np.ndarray) -> float:
     return 0.5 * float(np.abs(counts / counts.sum() - law).sum())
+
+
+def _gof_pvalue(counts, law, min_expected: float = 5.0) -> float:
+    """Chi-square goodness of fit of `counts` to `law`; cells expecting fewer than
+    `min_expected` draws are pooled. A count outside the law's support gives 0."""
+    from scipy.stats import chisquare
+
+    counts = np.asarray(counts, np.float64)
+    law = np.asarray(law, np.float64)
+    law = law / law.sum()
+    if (counts[law <= 0] > 0).any():
+        return 0.0
+    exp = counts.sum() * law
+    big, small = exp >= min_expected, (exp < min_expected) & (law > 0)
+    obs, want = list(counts[big]), list(exp[big])
+    if small.any():
+        obs.append(counts[small].sum())
+        want.append(exp[small].sum())
+    return 1.0 if len(obs) < 2 else float(chisquare(obs, want).pvalue)
+
+
+def _emitted_at(results, num_nodes: int, vocab: int) -> np.ndarray:
+    """[nodes, V] counts of the tokens drawn at each node: emitted token j of a round was
+    drawn at the root (j = 0) or at accepted node j - 1 (a chain's node j is position j)."""
+    counts = np.zeros((num_nodes, vocab))
+    for r in results:
+        src = [0, *np.asarray(r.nodes).tolist()]
+        for j, t in enumerate(np.asarray(r.tokens).tolist()):
+            counts[src[j], t] += 1
+    return counts
+
+
+def _node_law_pvalues(counts, laws, min_visits: int = 30) -> dict:
+    """{node: goodness-of-fit p-value} for every node reached at least `min_visits` times."""
+    return {
+        i: _gof_pvalue(counts[i], laws[i])
+        for i in range(len(counts))
+        if counts[i].sum() >= min_visits
+    }
+
+
+def _assert_every_position_lawful(pv: dict, num_nodes: int, alpha: float = 1e-4) -> None:
+    assert len(pv) >= min(num_nodes, 3), f"too few nodes reached: {pv}"
+    assert min(pv.values()) > alpha / len(pv), pv  # Bonferroni over the nodes
+
+
+def _accepts_past_the_first(verify):
+    """Broken on purpose: the real verifier decides the first token; after an accepted first
+    draft every later draft (first child / next chain token) is accepted without a test, and
+    the bonus comes from the last one's row. The first token's law is intact."""
+
+    def broken(tree, tok, logits, params, rng, *args):
+        r = verify(tree, tok, logits, params, rng, *args)
+        if r.num_accepted == 0:
+            return r
+        node, tokens, nodes = int(r.nodes[0]), [int(r.tokens[0])], [int(r.nodes[0])]
+        while tree.children_of[node]:
+            node = tree.children_of[node][0]
+            nodes.append(node)
+            tokens.append(int(tok[node]))
+        tokens.append(o._draw(o.warp_row(logits[node], *o._params(params)), rng))
+        return o._result(tokens, nodes)
+
+    return broken
+
+
+def _chain_accepts_past_the_first(logits, drafts, params, rng, q=None):
+    """The chain form of `_accepts_past_the_first`."""
+    r = o.verify_chain(logits, drafts, params, rng, q)
+    if r.num_accepted == 0:
+        return r
+    k = len(drafts)
+    bonus = o._draw(o.warp_row(logits[k], *o._params(params)), rng)
+    return o._result([*map(int, drafts), bonus], list(range(1, k + 1)))
 
 
 def _tie_logits(rng, rows, vocab):
@@ -126,22 +205,33 @@ class TestOracleSelf:
         assert t.paths == [(0,), (1,), (0, 0)]
         assert t.expected_tokens(a) == pytest.approx(1.0 + 0.8 + 0.3 + 0.4)
 
-    @pytest.mark.parametrize("kind", ["topk", "iid", "swor"])
-    def test_verify_tree_lossless_first_token(self, kind):
-        rng = np.random.default_rng(5)
-        vocab = 5
+    @staticmethod
+    def _tree_case(seed=5, vocab=5):
+        rng = np.random.default_rng(seed)
         tree = o.Tree.from_paths([(0,), (1,), (0, 0), (0, 1), (1, 0)])
         logits = (rng.standard_normal((tree.num_nodes, vocab)) * 1.5).astype(np.float32)
         q = rng.dirichlet(np.ones(vocab), size=tree.num_nodes)
-        params = o.Params(0.9, 4, 1.0)
-        counts = np.zeros(vocab)
-        dp = None if kind == "topk" else q
-        for tok in _draft_tokens(tree, q, 3000, kind, rng):
-            r = o.verify_tree(tree, tok, logits, params, rng, dp, kind)
-            counts[r.tokens[0]] += 1
-        assert _tv(counts, o.warp(logits[0], params).astype(np.float64)) < 0.03
+        return rng, tree, logits, q
 
-    def test_verify_chain_and_coarse_lossless(self):
+    @pytest.mark.parametrize("kind", ["topk", "iid", "swor"])
+    def test_verify_tree_lossless_at_every_position(self, kind):
+        rng, tree, logits, q = self._tree_case()
+        params = o.Params(0.9, 4, 1.0)
+        laws = o.warp(logits, params).astype(np.float64)
+        dp = None if kind == "topk" else q
+        rounds = {"ok": o.verify_tree, "broken": _accepts_past_the_first(o.verify_tree)}
+        pv = {}
+        for name, verify in rounds.items():
+            res = [
+                verify(tree, tok, logits, params, rng, dp, kind)
+                for tok in _draft_tokens(tree, q, 4000, kind, rng)
+            ]
+            pv[name] = _node_law_pvalues(_emitted_at(res, tree.num_nodes, logits.shape[1]), laws)
+        _assert_every_position_lawful(pv["ok"], tree.num_nodes)
+        # the broken verifier keeps the first token's law and is caught past it
+        assert pv["broken"][0] > 1e-4 and min(pv["broken"].values()) < 1e-6, pv["broken"]
+
+    def test_verify_chain_and_coarse_lossless_at_every_position(self):
         rng = np.random.default_rng(6)
         vocab = 6
         emb = rng.standard_normal((vocab, 3)).astype(np.float32)
@@ -150,15 +240,24 @@ class TestOracleSelf:
         logits = rng.standard_normal((3, vocab)).astype(np.float32)
         q = rng.dirichlet(np.ones(vocab), size=2)
         params = o.Params(1.0, 0, 1.0)
-        p0 = o.warp(logits[0], params).astype(np.float64)
-        c_tok, c_tok_pm, c_grp = np.zeros(vocab), np.zeros(vocab), np.zeros(grp.num_groups)
-        for d in _chain_drafts(q, 3000, rng):
-            c_tok[o.verify_chain(logits, d, params, rng, q).tokens[0]] += 1
-            c_tok_pm[o.verify_chain(logits, d, params, rng).tokens[0]] += 1
-            c_grp[o.verify_chain_coarse(grp, logits, d, q, params, rng).groups[0]] += 1
-        assert _tv(c_tok, p0) < 0.03
-        assert _tv(c_tok_pm, p0) < 0.03
-        assert _tv(c_grp, grp.coarse(p0)) < 0.03
+        laws = o.warp(logits, params).astype(np.float64)
+        res = {"q": [], "point_mass": [], "coarse": [], "broken": []}
+        for d in _chain_drafts(q, 4000, rng):
+            res["q"].append(o.verify_chain(logits, d, params, rng, q))
+            res["point_mass"].append(o.verify_chain(logits, d, params, rng))
+            res["coarse"].append(o.verify_chain_coarse(grp, logits, d, q, params, rng))
+            res["broken"].append(_chain_accepts_past_the_first(logits, d, params, rng, q))
+        for name in ("q", "point_mass", "broken"):
+            pv = _node_law_pvalues(_emitted_at(res[name], 3, vocab), laws)
+            if name == "broken":
+                assert pv[0] > 1e-4 and min(pv.values()) < 1e-6, pv
+            else:
+                _assert_every_position_lawful(pv, 3)
+        groups = [
+            SimpleNamespace(nodes=r.nodes, tokens=r.groups) for r in res["coarse"]
+        ]  # the emitted groups, position by position
+        pv = _node_law_pvalues(_emitted_at(groups, 3, grp.num_groups), grp.coarse(laws))
+        _assert_every_position_lawful(pv, 3)
 
 
 # ============================================================================================
@@ -185,11 +284,14 @@ class TestAgainstCodecspec:
 
     def test_sample_law(self):
         cs = _cs()
-        x = np.tile(np.array([0.0, 1.0, 2.0, -np.inf, 1.0], np.float32), (4000, 1))
+        x = np.tile(np.array([0.0, 1.0, 2.0, -np.inf, 1.0], np.float32), (20000, 1))
         params = cs.SamplingParams(temperature=1.2, top_k=3, top_p=1.0)
         toks = np.asarray(cs.sample(x, params, cs.Generator(seed=2)))
-        law = o.warp(x[0], o.Params(1.2, 3, 1.0)).astype(np.float64)
-        assert _tv(np.bincount(toks, minlength=5).astype(float), law) < 0.03
+        counts = np.bincount(toks, minlength=5)
+        assert _gof_pvalue(counts, o.warp(x[0], o.Params(1.2, 3, 1.0))) > 1e-4
+        # the same check rejects the law of a sampler that ignores the temperature or top-k
+        for wrong in (o.Params(1.0, 3, 1.0), o.Params(1.2, 0, 1.0)):
+            assert _gof_pvalue(counts, o.warp(x[0], wrong)) < 1e-6, wrong
 
     @pytest.mark.parametrize("seed", range(6))
     def test_tree_from_paths(self, seed):
@@ -308,7 +410,7 @@ class TestAgainstCodecspec:
             assert r.num_accepted == e.num_accepted
 
     @pytest.mark.parametrize("kind", ["topk", "iid", "swor"])
-    def test_verify_tree_law_first_token(self, kind):
+    def test_verify_tree_law_at_every_position(self, kind):
         cs = _cs()
         rng = np.random.default_rng(7)
         vocab = 5
@@ -318,13 +420,14 @@ class TestAgainstCodecspec:
         q = rng.dirichlet(np.ones(vocab), size=ref.num_nodes).astype(np.float32)
         params = cs.SamplingParams(temperature=0.9, top_k=4)
         gen = cs.Generator(seed=7)
-        counts = np.zeros(vocab)
         dp = None if kind == "topk" else q
-        for tok in _draft_tokens(ref, q, 4000, kind, rng):
-            r = cs.verify_tree(tree, tok, logits, params, gen, draft_probs=dp, draft_kind=kind)
-            counts[r.tokens[0]] += 1
-        law = o.warp(logits[0], o.Params(0.9, 4)).astype(np.float64)
-        assert _tv(counts, law) < 0.03
+        res = [
+            cs.verify_tree(tree, tok, logits, params, gen, draft_probs=dp, draft_kind=kind)
+            for tok in _draft_tokens(ref, q, 4000, kind, rng)
+        ]
+        laws = o.warp(logits, o.Params(0.9, 4)).astype(np.float64)
+        pv = _node_law_pvalues(_emitted_at(res, ref.num_nodes, vocab), laws)
+        _assert_every_position_lawful(pv, ref.num_nodes)
 
     def test_verify_tree_batch(self):
         cs = _cs()
@@ -421,7 +524,7 @@ class TestAgainstCodecspec:
         np.testing.assert_allclose(got.sum(axis=-1), 1.0, atol=1e-5)
 
     def test_verify_chain_coarse_law(self):
-        """Law of the first emitted group == the target's coarse law (and the oracle's)."""
+        """The law of the group emitted at every position == the target's coarse law there."""
         cs = _cs()
         emb, th = self._embeddings_and_threshold(vocab=12, dim=3, seed=15, lo=0.3, hi=0.7)
         ref = o.Groups.from_embeddings(emb, th)
@@ -432,15 +535,32 @@ class TestAgainstCodecspec:
         q = rng.dirichlet(np.ones(vocab), size=2).astype(np.float32)
         params = cs.SamplingParams(temperature=1.0)
         gen = cs.Generator(seed=15)
-        law = ref.coarse(o.warp(logits[0], o.Params(1.0)).astype(np.float64))
-        counts = np.zeros(ref.num_groups)
+        laws = ref.coarse(o.warp(logits, o.Params(1.0)).astype(np.float64))
+        emitted = []
         for d in _chain_drafts(q, 4000, rng):
             r = cs.verify_chain_coarse(grp, logits, d, q, params, gen)
             assert r.groups.shape == r.tokens.shape
             for tk, gk in zip(r.tokens, r.groups):
                 assert tk in ref.members(gk)
-            counts[r.groups[0]] += 1
-        assert _tv(counts, law) < 0.04
+            emitted.append(SimpleNamespace(nodes=r.nodes, tokens=r.groups))
+        pv = _node_law_pvalues(_emitted_at(emitted, 3, ref.num_groups), laws)
+        _assert_every_position_lawful(pv, 3)
+
+    def test_verify_chain_law_at_every_position(self):
+        cs = _cs()
+        rng = np.random.default_rng(17)
+        vocab = 6
+        logits = rng.standard_normal((4, vocab)).astype(np.float32)
+        q = rng.dirichlet(np.ones(vocab), size=3).astype(np.float32)
+        params = cs.SamplingParams(temperature=1.0)
+        gen = cs.Generator(seed=17)
+        laws = o.warp(logits, o.Params(1.0)).astype(np.float64)
+        for dp in (q, None):
+            res = [
+                cs.verify_chain(logits, d, params, gen, draft_probs=dp)
+                for d in _chain_drafts(q, 4000, rng)
+            ]
+            _assert_every_position_lawful(_node_law_pvalues(_emitted_at(res, 4, vocab), laws), 4)
 
     # -- kv commit -------------------------------------------------------------------------
     @pytest.mark.parametrize("dtype", [np.float32, np.float16])

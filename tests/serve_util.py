@@ -70,3 +70,24 @@ def wait_for(pred, timeout: float = 30.0, every: float = 0.02) -> bool:
             return True
         time.sleep(every)
     return pred()
+
+
+def cancel_all(engine) -> None:
+    """Cancels every queued and active stream of `engine` (they leave at the next step)."""
+    with engine._cv:
+        for s in list(engine._pending) + list(engine._active.values()):
+            s.handle.cancel()
+        engine._cv.notify()
+
+
+def assert_idle(engine, grace: float = 5.0) -> None:
+    """No active or queued stream and every slot free: what each serving test must leave
+    behind. A stream left running is cancelled before failing, so it cannot run into (and
+    time out) the next test that shares the engine."""
+    if wait_for(lambda: not engine._active and not engine._pending, timeout=grace):
+        assert len(engine._free) == engine.max_streams, engine._free
+        return
+    left = len(engine._active), len(engine._pending)
+    cancel_all(engine)
+    wait_for(lambda: not engine._active and not engine._pending, timeout=60)
+    raise AssertionError(f"the test left {left[0]} active and {left[1]} queued streams")

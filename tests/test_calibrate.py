@@ -158,6 +158,11 @@ def test_replay_matches_sampling_decoder_in_distribution(model, frames):
     dec = DepthDecoder(graph, tree=tree, offsets=offs)
     dec.decode_frames(hiddens[:150], c0s[:150], cs.Generator(99), "spec")
     assert dec.stats.calls_per_frame == pytest.approx(sim.calls_per_frame, rel=0.08)
+    # the same check catches a replay off by one rank (each draft recorded one rank lower
+    # than it was, so a top-1 hit reads as a top-2 one)
+    r = acc.ranks
+    off_by_one = simulate_tree(tree, np.where(r >= 0, np.minimum(r + 1, 8), r))  # 8: none
+    assert dec.stats.calls_per_frame != pytest.approx(off_by_one.calls_per_frame, rel=0.08)
 
 
 # ---------------------------------------------------------------------- latency and choice

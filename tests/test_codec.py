@@ -263,16 +263,16 @@ def test_bad_input_raises_value_error(tiny_codec, tmp_path):
         (lambda: write_wav(tmp_path / "x.wav", np.zeros(10), -1), "sample_rate"),
     ]
     for fn, name in cases:
-        with pytest.raises(ValueError, match=name):
+        with pytest.raises(ValueError, match=rf"^{name}\b"):  # "k" is not "kmeans"
             fn()
     (tmp_path / "bad.npz").write_bytes(b"not a codec")
-    with pytest.raises(ValueError, match="path"):
+    with pytest.raises(ValueError, match=r"^path\b"):
         Codec.load(tmp_path / "bad.npz")
     np.save(tmp_path / "plain.npy", np.zeros(3))
-    with pytest.raises(ValueError, match="path"):
+    with pytest.raises(ValueError, match=r"^path\b"):
         Codec.load(tmp_path / "plain.npy")
     np.savez(tmp_path / "other.npz", a=np.zeros(3))
-    with pytest.raises(ValueError, match="path"):
+    with pytest.raises(ValueError, match=r"^path\b"):
         Codec.load(tmp_path / "other.npz")
 
 

@@ -158,11 +158,19 @@ def test_sample_stop_law(temperature):
 
 
 def test_sample_stop_default_temperature_and_scalar_shape():
+    """Without `temperature` the law is sigmoid(logit) (temperature 1): checked on logits that
+    do not saturate, where temperatures 0.7 and 1.5 give laws the test tells apart."""
     g = cs.Generator(seed=5)
     s = np.asarray(cs.sample_stop(np.zeros((3, 2), np.float32), g))
     assert s.shape == (3, 2) and s.dtype == np.bool_
-    big = np.asarray(cs.sample_stop(np.array([60.0, -60.0], np.float32), g))
-    np.testing.assert_array_equal(big, [True, False])
+    n = N_DRAWS
+    logits = np.array([-1.0, 0.8, 2.0], dtype=np.float32)
+    s = np.asarray(cs.sample_stop(np.ascontiguousarray(np.broadcast_to(logits, (n, 3))), g))
+    for j, lg in enumerate(logits):
+        counts = counts_of(s[:, j].astype(np.int64), 2)
+        for t in (1.0, 0.7, 1.5):
+            p = _sigmoid(float(lg) / t)
+            assert law_ok(counts, [1 - p, p], n) == (t == 1.0), (lg, t)
 
 
 # ------------------------------------------------------------------------------------------

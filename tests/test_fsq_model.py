@@ -10,7 +10,9 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip(
+    "torch", reason="exercises the PyTorch model and its export ([train] extra)"
+)
 
 import codecspec as cs  # noqa: E402
 from codecspec.codec.data import save_codes  # noqa: E402

@@ -70,10 +70,23 @@ def test_factorised_marginals_and_independence(good_draws):
     assert not _joint_violations(channels, _logits(), 3, 4)  # across the group boundary
 
 
+def _stop_violations(stop, stop_logit=0.4):
+    p = 1.0 / (1.0 + np.exp(-stop_logit))  # stop_temperature 1: the model's own Bernoulli
+    return law_violations(np.bincount(stop.astype(int), minlength=2), [1 - p, p], len(stop))
+
+
 def test_stop_law(good_draws):
     _, stop = good_draws
-    p = 1.0 / (1.0 + np.exp(-0.4))  # stop_temperature 1: the model's own Bernoulli
-    assert not law_violations(np.bincount(stop.astype(int), minlength=2), [1 - p, p], N)
+    assert not _stop_violations(stop)
+
+
+@pytest.mark.parametrize("warp", [lambda s: s / PARAMS.temperature, lambda s: -s])
+def test_broken_stop_sampler_is_caught(warp):
+    """The same check catches a stop drawn at the channels' temperature (0.7 instead of 1)
+    and one with the logit's sign flipped."""
+    dec = FSQFrameDecoder(LEVELS, PARAMS)
+    _, stop = _draw(lambda r, s, g: dec.sample(r, warp(s), g), _logits(), 0.4)
+    assert _stop_violations(stop)
 
 
 def test_broken_sampler_that_ignores_the_warp_is_caught():
@@ -135,7 +148,7 @@ def test_bad_channel_logits_name_the_argument():
         dec.sample(_logits(), np.zeros(2, np.float32), g)
     with pytest.raises(ValueError, match="stop_logits"):
         dec.sample(_logits(), np.array([np.nan], np.float32), g)
-    with pytest.raises(ValueError, match="logits"):  # NaN in a channel head: the core names it
+    with pytest.raises(ValueError, match=r"^logits: row 0, head 0"):  # the core names the head
         bad = _logits()
         bad[0, 3] = np.nan
         dec.sample(bad, np.zeros(1, np.float32), g)

@@ -311,8 +311,9 @@ def test_safetensors_dtype_conversions(tmp_path):
 
 # ---------------------------------------------------------------------- optional PyTorch parity
 def test_parity_with_official_pytorch_code_predictor(tmp_path):
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("qwen_tts")
+    why = "parity with the official Qwen3-TTS PyTorch code (torch and qwen_tts)"
+    torch = pytest.importorskip("torch", reason=why)
+    pytest.importorskip("qwen_tts", reason=why)
     from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSTalkerConfig
     from qwen_tts.core.models.modeling_qwen3_tts import (
         Qwen3TTSTalkerCodePredictorModelForConditionalGeneration as CodePredictor,

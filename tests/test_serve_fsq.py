@@ -10,7 +10,7 @@ import wave
 
 import numpy as np
 import pytest
-from serve_util import HELLO, LONG, LocalServer, codes, ipa, wait_for
+from serve_util import HELLO, LONG, LocalServer, assert_idle, cancel_all, codes, ipa, wait_for
 
 from codecspec.serve.engine import Engine, SpeechRequest
 from codecspec.tts.fsq import FSQ_FILES, default_fsq_dir
@@ -25,6 +25,13 @@ def engine():
     e = Engine("fsq", max_streams=4, max_queue=8, threads=1)
     yield e
     e.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def idle_after(engine):
+    """Every test leaves the shared engine idle (no active or queued stream)."""
+    yield
+    assert_idle(engine)
 
 
 def reference(engine, text, seed, **kw):
@@ -51,19 +58,21 @@ def test_stream_batched_with_streams_that_join_and_leave_equals_generate(engine)
     short streams join after it and leave before it ends: its codes are still bit-identical."""
     ref = reference(engine, LONG, 5, speaker="m3")
     long = engine.submit(ipa(LONG, seed=1))
-    assert wait_for(lambda: engine.stats.frames >= 5, timeout=60)
-    target = engine.submit(ipa(LONG, seed=5, voice="m3"))
-    assert wait_for(lambda: target.count >= 3, timeout=60)
-    short = [engine.submit(ipa(seed=30 + k, voice="f2")) for k in range(2)]
-    got = codes(target)
-    for k, h in enumerate(short):
-        ref_k = reference(engine, HELLO, 30 + k, speaker="f2").codes
-        np.testing.assert_array_equal(codes(h), ref_k)
-    assert long.first_frame_at < target.first_frame_at < short[0].first_frame_at
-    assert max(h.done_at for h in short) < target.done_at
-    np.testing.assert_array_equal(got, ref.codes)
-    np.testing.assert_array_equal(codes(long), reference(engine, LONG, 1).codes)
-    assert wait_for(lambda: len(engine._free) == engine.max_streams and not engine._active)
+    try:
+        assert wait_for(lambda: long.count >= 5, timeout=60)  # the long stream's own frames
+        target = engine.submit(ipa(LONG, seed=5, voice="m3"))
+        assert wait_for(lambda: target.count >= 3, timeout=60)
+        short = [engine.submit(ipa(seed=30 + k, voice="f2")) for k in range(2)]
+        got = codes(target)
+        for k, h in enumerate(short):
+            ref_k = reference(engine, HELLO, 30 + k, speaker="f2").codes
+            np.testing.assert_array_equal(codes(h), ref_k)
+        assert long.first_frame_at < target.first_frame_at < short[0].first_frame_at
+        assert max(h.done_at for h in short) < target.done_at
+        np.testing.assert_array_equal(got, ref.codes)
+        np.testing.assert_array_equal(codes(long), reference(engine, LONG, 1).codes)
+    finally:
+        cancel_all(engine)
 
 
 def test_streams_submitted_together_each_equal_generate(engine):

@@ -9,6 +9,7 @@ speculative decoding must match autoregressive decoding, and a deliberately brok
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -121,22 +122,47 @@ def test_ar_is_the_zero_draft_case_of_the_same_loop(tts):
     np.testing.assert_array_equal(s.codes, np.stack([c for c, _, _ in frames]))
 
 
-def test_exact_temporal_and_depth_speculation_keep_the_ar_law(tts, ar_codes):
-    ar = ar_codes
-    sp, _ = _run(tts, temporal="spec", draft_len=2, depth_mode="spec")
-    p_c0 = _c0_pvalues(ar, sp)
-    # a depth level of every frame position, pooled: the depth loop's law under both loops
-    p_depth = [
+def _depth_pvalues(a, b) -> list:
+    """A depth level of every frame position, pooled: the depth loop's law."""
+    return [
         homogeneity_pvalue(
-            np.bincount(ar[:, :, lv].ravel(), minlength=V2_CODES),
-            np.bincount(sp[:, :, lv].ravel(), minlength=V2_CODES),
+            np.bincount(a[:, :, lv].ravel(), minlength=V2_CODES),
+            np.bincount(b[:, :, lv].ravel(), minlength=V2_CODES),
         )
         for lv in (1, 8, 15)
     ]
+
+
+def _depth_accepts_the_first_drafts(self, call, tree, n, tokens, heads, g):
+    """A broken depth verifier: the rank-0 chain of drafts is always accepted, then a bonus
+    code from the target's row after it: the emitted law is the draft heads' argmax."""
+    nodes, node = [], 0
+    while kids := [c for c in tree.children(node) if c < n]:
+        node = kids[0]
+        nodes.append(node)
+    bonus = int(cs.sample(self._target_row(call, node, int(heads[node])), self.params, g))
+    nodes = np.array(nodes, np.int32)
+    return SimpleNamespace(nodes=nodes, tokens=np.append(tokens[nodes], bonus).astype(np.int32))
+
+
+def test_exact_temporal_and_depth_speculation_keep_the_ar_law(tts, ar_codes):
+    ar = ar_codes
+    sp, _ = _run(tts, temporal="spec", draft_len=2, depth_mode="spec")
+    p_c0, p_depth = _c0_pvalues(ar, sp), _depth_pvalues(ar, sp)
     assert min(p_c0 + p_depth) > P_MIN, (p_c0, p_depth)
     broken, _ = _run(tts, runs=BROKEN_RUNS, broken=True, temporal="spec", draft_len=2)
     p_broken = _c0_pvalues(ar, broken)
     assert min(p_broken[1:]) < 1e-6, p_broken  # frame 0 is the target's in both
+
+
+def test_the_depth_law_check_catches_a_broken_depth_verifier(tts, ar_codes, monkeypatch):
+    """The depth half of the law test above, shown able to fail: exact temporal speculation
+    (c0 keeps its law) over a depth verifier that accepts every rank-0 draft."""
+    monkeypatch.setattr(tts.depth, "_verify", _depth_accepts_the_first_drafts.__get__(tts.depth))
+    broken, _ = _run(tts, runs=BROKEN_RUNS, temporal="spec", draft_len=2, depth_mode="spec")
+    p_depth = _depth_pvalues(ar_codes, broken)
+    assert p_depth[0] > P_MIN, p_depth  # level 1 is sampled from the target before any draft
+    assert min(p_depth[1:]) < 1e-6, p_depth
 
 
 def test_pcg_loop_keeps_the_group_law_of_c0(tts, ar_codes):
@@ -186,19 +212,29 @@ def test_pcg_loop_keeps_the_group_law_of_c0(tts, ar_codes):
     assert min(pb) < 1e-6, pb
 
 
-def test_ssd_accepts_more_and_says_it_is_lossy(tts):
-    exact, _ = _run(tts, runs=150, temporal="spec", draft_len=3)
-    enc, spk, expected = _encoded(tts)
+def test_ssd_accepts_more_and_says_it_is_lossy(tts, ar_codes):
+    """SSD's tolerance raises acceptance and changes the c0 law (it is lossy by design; the
+    same check at beta = 0, which is exact sampling, keeps the AR law)."""
     acc = {}
     for beta in (0.0, 0.5):
-        loop = _loop(tts, enc, spk, expected, temporal="spec", accept=Acceptance("ssd", beta=beta))
         for seed in range(150):
             loop = _loop(
-                tts, enc, spk, expected, temporal="spec", accept=Acceptance("ssd", beta=beta)
+                tts,
+                *_encoded(tts),
+                temporal="spec",
+                draft_len=3,
+                accept=Acceptance("ssd", beta=beta),
             )
             list(loop.frames(cs.Generator(seed), 9))
             acc.setdefault(beta, []).append(loop.stats.acceptance)
     assert np.mean(acc[0.5]) > np.mean(acc[0.0]) + 0.05
+    exact, _ = _run(tts, temporal="spec", draft_len=3, accept=Acceptance("ssd", beta=0.0))
+    assert min(_c0_pvalues(ar_codes, exact)) > P_MIN
+    lossy, _ = _run(
+        tts, runs=BROKEN_RUNS, temporal="spec", draft_len=3, accept=Acceptance("ssd", beta=0.5)
+    )
+    p_lossy = _c0_pvalues(ar_codes, lossy)
+    assert min(p_lossy[1:]) < 1e-6, p_lossy  # frame 0 is the target's alone
     assert Acceptance("ssd", beta=0.5).label == "ssd(beta=0.5)"
 
 

@@ -198,11 +198,11 @@ def test_json_round_trip():
     doc = {"format": "codecspec.tree", "version": 1, "paths": [[1], [0, 0], [0]]}
     v = cs.DraftTree.from_json(json.dumps(doc))
     np.testing.assert_array_equal(v.parents, [-1, 0, 0, 1])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^paths: not ancestor-closed"):
         cs.DraftTree.from_json(
             json.dumps({"format": "codecspec.tree", "version": 1, "paths": [[0, 0]]})
         )
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^s: not valid JSON"):
         cs.DraftTree.from_json("not json")
 
 

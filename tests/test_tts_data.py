@@ -275,6 +275,7 @@ REAL_CORPUS = Path("~/.cache/codecspec/corpus").expanduser()
 REAL_CODES = Path("~/.cache/codecspec/codec/codes.npz").expanduser()
 
 
+@pytest.mark.local_data  # not in CI: the corpus is built on the training machine
 @pytest.mark.skipif(
     not (REAL_CORPUS / "manifest.jsonl").exists() or not REAL_CODES.exists(),
     reason="real corpus not built (models/recipe/corpus.py + codec.py)",

@@ -8,7 +8,9 @@ what the torch temporal model computes, step by step with a KV cache.
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip(
+    "torch", reason="exercises the PyTorch model and its export ([train] extra)"
+)
 
 from tiny_models import TINY  # noqa: E402
 
@@ -129,3 +131,17 @@ def test_depth_model_rejects_an_input_projection():
         DepthModel(replace(TINY, input_hidden_size=32))
     with pytest.raises(ValueError, match="input width"):
         TTSModel(TCFG, replace(TINY, hidden_size=32, num_heads=2, num_kv_heads=1))
+
+
+def test_the_checked_in_depth_golden_is_the_torch_models(tmp_path):
+    """tests/data/depth_golden.npz (what the torch-free test_depth_graph_golden.py compares
+    the graph builder with) is what `write_depth_golden` computes with today's torch model."""
+    from pathlib import Path
+
+    from tiny_models import write_depth_golden
+
+    want = np.load(Path(__file__).parent / "data" / "depth_golden.npz")
+    got = np.load(write_depth_golden(tmp_path / "golden.npz"))
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], atol=1e-6, err_msg=k)

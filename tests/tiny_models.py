@@ -70,7 +70,12 @@ def tiny_v2_configs(frontend=None, window: int = 4, **temporal):
 
 
 def tiny_v2_model(
-    window: int = 4, stop_bias=None, seed: int = 0, frontend=None, logit_scale: float = 1.0
+    window: int = 4,
+    stop_bias=None,
+    seed: int = 0,
+    frontend=None,
+    logit_scale: float = 1.0,
+    **temporal,
 ):
     """An untrained tiny `V2Model` (eval mode; the same weights for the same seed).
     `stop_bias` (if given) sets the target and draft stop heads' bias; `logit_scale` scales
@@ -79,7 +84,7 @@ def tiny_v2_model(
 
     from codecspec.train.v2_torch import V2Model
 
-    tcfg, dcfg = tiny_v2_configs(frontend, window=window)
+    tcfg, dcfg = tiny_v2_configs(frontend, window=window, **temporal)
     torch.manual_seed(seed)
     model = V2Model(tcfg, dcfg).eval()
     if stop_bias is not None:
@@ -94,10 +99,13 @@ def tiny_v2_model(
     return model
 
 
-def tiny_v2_folder(path, window: int = 4, stop_bias=None, seed: int = 0, logit_scale: float = 1.0):
+def tiny_v2_folder(
+    path, window: int = 4, stop_bias=None, seed: int = 0, logit_scale: float = 1.0, **temporal
+):
     """Writes an untrained tiny v2 model folder (`codecspec.tts.v2.V2_FILES`, float32
-    graphs; the weights of `tiny_v2_model(window, stop_bias, seed)`) to `path` and returns it.
-    A very high `stop_bias` stops after the first frame, a very low one never stops."""
+    graphs; the weights of `tiny_v2_model(window, stop_bias, seed, **temporal)`) to `path` and
+    returns it. A very high `stop_bias` stops after the first frame, a very low one never stops;
+    `temporal` overrides `V2TemporalConfig` fields (e.g. decoder_layers)."""
     import json
     from pathlib import Path
 
@@ -115,7 +123,7 @@ def tiny_v2_folder(path, window: int = 4, stop_bias=None, seed: int = 0, logit_s
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     fe = Frontend.from_manifest(V2_ROWS)
-    model = tiny_v2_model(window, stop_bias, seed, fe, logit_scale)
+    model = tiny_v2_model(window, stop_bias, seed, fe, logit_scale, **temporal)
     tcfg, dcfg = model.temporal.cfg, model.depth.c
     export_onnx(model.temporal, out)
     w = depth_weights(model.depth)
@@ -145,9 +153,102 @@ def tiny_v2_folder(path, window: int = 4, stop_bias=None, seed: int = 0, logit_s
     return out
 
 
+# A depth decoder small enough to check in its weights: the Qwen3 code-predictor semantics of
+# the torch DepthModel, kept as golden outputs for the torch-free graph-builder test.
+GOLDEN_DEPTH = DepthDecoderConfig(
+    num_layers=1,
+    hidden_size=32,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=16,
+    intermediate_size=48,
+    num_codebooks=4,
+    codebook_size=16,
+    c0_vocab_size=16,
+    num_draft_offsets=2,
+    max_positions=8,
+)
+
+
+def write_depth_golden(path, seed: int = 0):
+    """The torch `DepthModel(GOLDEN_DEPTH)`'s teacher-forced logits on 3 frames with its
+    weights under codecspec's names ("w:<name>"), non-trivial norms so a dropped norm shows
+    (tests/data/depth_golden.npz)."""
+    import numpy as np
+    import torch
+
+    from codecspec.train.tts_torch import DepthModel, depth_weights
+
+    torch.manual_seed(seed)
+    m = DepthModel(GOLDEN_DEPTH).eval()
+    with torch.no_grad():
+        for layer in m.layers:
+            for n in (layer.input_norm, layer.q_norm, layer.k_norm, layer.post_norm):
+                n.weight.uniform_(0.5, 1.5)
+    G = GOLDEN_DEPTH.num_codebooks
+    hidden = torch.randn(3, GOLDEN_DEPTH.hidden_size)
+    codes = torch.randint(0, GOLDEN_DEPTH.codebook_size, (3, G))
+    with torch.no_grad():
+        logits = m(hidden, codes).numpy()  # [3, G-1, V]
+    out = {f"w:{k}": np.asarray(v) for k, v in depth_weights(m).items()}
+    out.update(hidden=hidden.numpy(), codes=codes.numpy(), logits=logits)
+    np.savez_compressed(path, **out)
+    return path
+
+
+V2_GOLDEN_WINDOW = 4  # tests/data/tiny_v2's
+V2_GOLDEN_FRAMES = (
+    2 * (V2_GOLDEN_WINDOW + 8) + 3
+)  # past the ring capacity (W + CACHE_SLACK 8) twice
+
+
+def write_v2_golden(path, seed: int = 3):
+    """The torch teacher-forced outputs of tests/data/tiny_v2's model (the weights
+    `tiny_v2_model(4, -50.0, 0, logit_scale=6.0)`) on one utterance, windowed and with full
+    attention, and the utterance's inputs: what the torch-free step-graph tests compare the
+    checked-in graphs with (tests/data/tiny_v2_golden.npz)."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from codecspec.train.v2_torch import V2Model
+    from codecspec.tts.text import Frontend
+
+    fe = Frontend.from_manifest(V2_ROWS)
+    model = tiny_v2_model(V2_GOLDEN_WINDOW, -50.0, 0, fe, 6.0)
+    cfg, T, P = model.temporal.cfg, V2_GOLDEN_FRAMES, 9
+    full = V2Model(dataclasses.replace(cfg, window=T), model.depth.c).eval()
+    full.load_state_dict(model.state_dict())
+    gen = torch.Generator().manual_seed(seed)
+    b = {
+        "phonemes": torch.randint(4, cfg.vocab_size, (1, P), generator=gen),
+        "phoneme_lengths": torch.tensor([P]),
+        "language": torch.tensor([0]),
+        "speaker": torch.tensor([1]),
+        "c0": torch.randint(0, cfg.c0_vocab_size, (1, T), generator=gen),
+        "frames_per_phoneme": torch.tensor([1.3]),
+    }
+    args = [b[k] for k in ("phonemes", "phoneme_lengths", "language", "speaker", "c0")]
+    with torch.no_grad():
+        h, logits, stop, d_logits, d_stop, *_ = model.temporal(*args, b["frames_per_phoneme"])
+        _, logits_full, *_ = full.temporal(*args, b["frames_per_phoneme"])
+    out = {k: v.numpy() for k, v in b.items()}
+    outs = dict(h=h, logits=logits, stop=stop, draft_logits=d_logits, draft_stop=d_stop)
+    out.update({k: v.numpy() for k, v in outs.items()}, logits_full=logits_full.numpy())
+    np.savez_compressed(path, **out)
+    return path
+
+
 if __name__ == "__main__":  # rewrite the checked-in fixture: python tests/tiny_models.py
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    tiny_v2_folder(Path(__file__).parent / "data" / "tiny_v2", stop_bias=-50.0, logit_scale=6.0)
+    data = Path(__file__).parent / "data"
+    tiny_v2_folder(data / "tiny_v2", stop_bias=-50.0, logit_scale=6.0)
+    write_v2_golden(data / "tiny_v2_golden.npz")
+    write_depth_golden(data / "depth_golden.npz")
+    # 16 decoder layers: 4 KiB of K/V a frame, so a cache that kept its history would grow
+    # RSS far above the loop's own ~0.6 KiB a frame (test_v2_runtime's constant-memory test)
+    tiny_v2_folder(data / "tiny_v2_deep", stop_bias=-50.0, logit_scale=6.0, decoder_layers=16)

@@ -312,6 +312,42 @@ mod tests {
         );
     }
 
+    /// Joint counts [a * 3 + b] of `n` draws of two heads (sizes 2 and 3).
+    fn joint_counts(logits: &[f32], sizes: &[usize], temperature: f32, n: usize) -> Vec<usize> {
+        let p = SamplingParams::new(temperature, 0, 1.0).unwrap();
+        let mut g = Generator::new(9, 0);
+        let mut counts = vec![0usize; 6];
+        for _ in 0..n {
+            let out = sample_factorized(logits, sizes, &p, &mut g).unwrap();
+            counts[(out[0] * 3 + out[1]).clamp(0, 5) as usize] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn factorized_joint_law_is_the_product_of_the_heads() {
+        // The whole joint law (each head's law and their independence), and broken
+        // samplers the same check must catch: the head boundaries shifted by one (sizes
+        // [3, 2] on the same logits) and the warp's temperature ignored (T = 1 for 0.7).
+        use crate::testlaw::law_ok;
+        let logits = [0.0f32, (3.0f32).ln(), 0.0, 0.0, (2.0f32).ln()];
+        let soft = |row: &[f32], t: f32| -> Vec<f64> {
+            let e: Vec<f64> = row.iter().map(|&x| ((x / t) as f64).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.iter().map(|x| x / s).collect()
+        };
+        let t = 0.7;
+        let (pa, pb) = (soft(&logits[..2], t), soft(&logits[2..], t));
+        let law: Vec<f64> = pa
+            .iter()
+            .flat_map(|a| pb.iter().map(move |b| a * b))
+            .collect();
+        let n = 100_000;
+        assert!(law_ok(&joint_counts(&logits, &[2, 3], t, n), &law));
+        assert!(!law_ok(&joint_counts(&logits, &[3, 2], t, n), &law));
+        assert!(!law_ok(&joint_counts(&logits, &[2, 3], 1.0, n), &law));
+    }
+
     #[test]
     fn factorized_errors() {
         let p = SamplingParams::new(1.0, 0, 1.0).unwrap();
@@ -348,15 +384,25 @@ mod tests {
         }
         assert_eq!(c[0], 0);
         assert_eq!(c[1], n);
-        assert!((c[2] as f64 / n as f64 - 0.5).abs() < 0.01);
-        assert!((c[3] as f64 / n as f64 - 0.75).abs() < 0.01);
+        use crate::testlaw::law_ok;
+        let bernoulli = |k: usize| [n - k, k];
+        assert!(law_ok(&bernoulli(c[2]), &[0.5, 0.5]));
+        assert!(law_ok(&bernoulli(c[3]), &[0.25, 0.75]));
         assert_eq!(g.step, n as u64);
         // Temperature scales the logit: sigmoid(ln 3 / 0.5) = 0.9.
         let mut k = 0;
         for _ in 0..n {
             k += sample_stop(&logits[3..], 0.5, &mut g).unwrap()[0] as usize;
         }
-        assert!((k as f64 / n as f64 - 0.9).abs() < 0.01);
+        assert!(law_ok(&bernoulli(k), &[0.1, 0.9]));
+        // The same checks catch broken stop samplers: the temperature ignored (T = 0.5
+        // draws read against T = 1's law) and the logit's sign flipped.
+        assert!(!law_ok(&bernoulli(k), &[0.25, 0.75]));
+        let mut flipped = 0;
+        for _ in 0..n {
+            flipped += sample_stop(&[-logits[3]], 1.0, &mut g).unwrap()[0] as usize;
+        }
+        assert!(!law_ok(&bernoulli(flipped), &[0.25, 0.75]));
         let before = g.step;
         assert_eq!(
             sample_stop(&[-1.0, 0.0, 2.0], 0.0, &mut g).unwrap(),

@@ -1262,9 +1262,65 @@ mod tests {
         assert!(accepted > 300 && rejected > 300, "{accepted} {rejected}");
     }
 
+    fn ln_row(p: &[f64]) -> Vec<f32> {
+        p.iter()
+            .map(|&x| {
+                if x > 0.0 {
+                    x.ln() as f32
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect()
+    }
+
+    /// Per-position emitted-group counts of `n` coarse chains of 2 drafts drawn from `q`
+    /// (position 1 counted when the first draft was accepted), and the acceptances.
+    fn coarse_position_counts(
+        groups: &AcousticGroups,
+        logits: &[f32],
+        q: &[f32],
+        n: usize,
+    ) -> ([Vec<usize>; 2], usize) {
+        let v = groups.vocab_size();
+        let params = SamplingParams::new(1.0, 0, 1.0).unwrap();
+        let mut gen = Generator::new(42, 0);
+        let draft_rng = Generator::new(43, 0);
+        let mut counts = [
+            vec![0usize; groups.num_groups()],
+            vec![0usize; groups.num_groups()],
+        ];
+        let mut acc = 0;
+        for i in 0..n {
+            let ds = StepRng::new(draft_rng.seed, draft_rng.stream, i as u64);
+            let drafts: Vec<i32> = (0..2)
+                .map(|j| {
+                    let row = &q[j * v..(j + 1) * v];
+                    let w: Vec<f64> = row.iter().map(|&x| x as f64).collect();
+                    let toks: Vec<u32> = (0..v as u32).collect();
+                    sample_weights(&toks, &w, ds.uniform(j as u32, 0)) as i32
+                })
+                .collect();
+            let (r, gids) =
+                verify_chain_coarse(groups, logits, &drafts, q, &params, &mut gen).unwrap();
+            assert_eq!(gids.len(), r.tokens.len());
+            for (&t, &g) in r.tokens.iter().zip(&gids) {
+                assert!(groups.members(g as usize).contains(&(t as u32)));
+            }
+            for (pos, &g) in gids.iter().take(2).enumerate() {
+                counts[pos][g as usize] += 1;
+            }
+            acc += (r.num_accepted() > 0) as usize;
+        }
+        assert_eq!(gen.step, n as u64);
+        (counts, acc)
+    }
+
     #[test]
     fn emitted_group_follows_target_coarse_law() {
-        // Overlapping groups; drafts drawn from q; first emitted group ~ P_c of row 0.
+        // Overlapping groups; drafts drawn from q; the group emitted at position j follows
+        // P_c of row j (position 1: given the first draft was accepted).
+        use crate::testlaw::law_ok;
         let v = 6;
         let groups = AcousticGroups::from_members(
             vec![
@@ -1278,60 +1334,39 @@ mod tests {
             v,
         )
         .unwrap();
-        let p0 = [0.05f64, 0.3, 0.1, 0.25, 0.0, 0.3];
-        let logits: Vec<f32> = p0
-            .iter()
-            .chain([0.2, 0.2, 0.2, 0.2, 0.1, 0.1].iter())
-            .chain([0.1, 0.1, 0.1, 0.1, 0.3, 0.3].iter())
-            .map(|&x: &f64| {
-                if x > 0.0 {
-                    x.ln() as f32
-                } else {
-                    f32::NEG_INFINITY
-                }
-            })
-            .collect();
+        let p = [
+            [0.05f64, 0.3, 0.1, 0.25, 0.0, 0.3],
+            [0.2, 0.2, 0.2, 0.2, 0.1, 0.1],
+            [0.1, 0.1, 0.1, 0.1, 0.3, 0.3],
+        ];
         let q = [
             0.4f32, 0.05, 0.05, 0.1, 0.3, 0.1, // row 0: far from p0
             0.1, 0.2, 0.3, 0.1, 0.2, 0.1,
         ];
-        let mut law = vec![0.0f64; groups.num_groups()];
-        groups.coarse(&p0, &mut law).unwrap();
-        let params = SamplingParams::new(1.0, 0, 1.0).unwrap();
-        let mut gen = Generator::new(42, 0);
-        let draft_rng = Generator::new(43, 0);
+        let law = |row: &[f64]| {
+            let mut out = vec![0.0f64; groups.num_groups()];
+            groups.coarse(row, &mut out).unwrap();
+            out
+        };
+        let (law0, law1) = (law(&p[0]), law(&p[1]));
+        let logits: Vec<f32> = p.iter().flat_map(|r| ln_row(r)).collect();
         let n = 200_000;
-        let mut counts = vec![0usize; groups.num_groups()];
-        let mut acc = 0;
-        for i in 0..n {
-            let ds = StepRng::new(draft_rng.seed, draft_rng.stream, i as u64);
-            let drafts: Vec<i32> = (0..2)
-                .map(|j| {
-                    let row = &q[j * v..(j + 1) * v];
-                    let w: Vec<f64> = row.iter().map(|&x| x as f64).collect();
-                    let toks: Vec<u32> = (0..v as u32).collect();
-                    sample_weights(&toks, &w, ds.uniform(j as u32, 0)) as i32
-                })
-                .collect();
-            let (r, gids) =
-                verify_chain_coarse(&groups, &logits, &drafts, &q, &params, &mut gen).unwrap();
-            assert_eq!(gids.len(), r.tokens.len());
-            for (&t, &g) in r.tokens.iter().zip(&gids) {
-                assert!(groups.members(g as usize).contains(&(t as u32)));
-            }
-            counts[gids[0] as usize] += 1;
-            acc += (r.num_accepted() > 0) as usize;
-        }
+        let ([c0, c1], acc) = coarse_position_counts(&groups, &logits, &q, n);
         assert!(acc > n / 4, "{acc}");
-        for (k, &c) in counts.iter().enumerate() {
-            let want = law[k] * n as f64;
-            let tol = 6.0 * (n as f64 * law[k] * (1.0 - law[k])).sqrt() + 5.0;
-            assert!(
-                (c as f64 - want).abs() <= tol,
-                "group {k}: {counts:?} vs {law:?}"
-            );
-        }
-        assert_eq!(gen.step, n as u64);
+        assert!(law_ok(&c0, &law0), "position 0: {c0:?} vs {law0:?}");
+        assert!(law_ok(&c1, &law1), "position 1: {c1:?} vs {law1:?}");
+        // Broken on purpose, each caught by the same checks: a verifier reading row 2 for
+        // position 1 (position 0 intact), and one taking the draft law q as the target.
+        let wrong_row: Vec<f32> = [p[0], p[2], p[2]].iter().flat_map(|r| ln_row(r)).collect();
+        let ([b0, b1], _) = coarse_position_counts(&groups, &wrong_row, &q, n);
+        assert!(law_ok(&b0, &law0) && !law_ok(&b1, &law1), "{b0:?} {b1:?}");
+        let q0: Vec<f64> = q[..v].iter().map(|&x| x as f64).collect();
+        let draft_as_target: Vec<f32> = [q0.as_slice(), &p[1], &p[2]]
+            .iter()
+            .flat_map(|r| ln_row(r))
+            .collect();
+        let ([a0, _], _) = coarse_position_counts(&groups, &draft_as_target, &q, n);
+        assert!(!law_ok(&a0, &law0), "{a0:?}");
     }
 
     /// Random overlapping groups over `v` tokens: group k = {k} plus a few random tokens.
@@ -1382,30 +1417,32 @@ mod tests {
                 q[row * v + t] = 0.1;
             }
         }
-        let mut gen = Generator::new(5, 1);
         let n = 100_000;
-        let mut counts = vec![0usize; v];
-        for i in 0..n {
-            let ds = StepRng::new(77, 0, i as u64);
-            let d: Vec<i32> = (0..2)
-                .map(|j| picks[pick(ds.uniform(j, 0), picks.len())] as i32)
-                .collect();
-            let (r, gids) =
-                verify_chain_coarse(&groups, &logits, &d, &q, &params, &mut gen).unwrap();
-            for (&t, &g) in r.tokens.iter().zip(&gids) {
-                assert!(groups.members(g as usize).contains(&(t as u32)));
+        let first_groups = |logits: &[f32]| -> Vec<usize> {
+            let mut gen = Generator::new(5, 1);
+            let mut counts = vec![0usize; v];
+            for i in 0..n {
+                let ds = StepRng::new(77, 0, i as u64);
+                let d: Vec<i32> = (0..2)
+                    .map(|j| picks[pick(ds.uniform(j, 0), picks.len())] as i32)
+                    .collect();
+                let (r, gids) =
+                    verify_chain_coarse(&groups, logits, &d, &q, &params, &mut gen).unwrap();
+                for (&t, &g) in r.tokens.iter().zip(&gids) {
+                    assert!(groups.members(g as usize).contains(&(t as u32)));
+                }
+                counts[gids[0] as usize] += 1;
             }
-            counts[gids[0] as usize] += 1;
+            counts
+        };
+        use crate::testlaw::law_ok;
+        assert!(law_ok(&first_groups(&logits), &law));
+        // Broken on purpose: a verifier reading row 1 for the first position is caught.
+        let mut swapped = logits.clone();
+        for t in 0..v {
+            swapped.swap(t, v + t);
         }
-        for k in 0..v {
-            let want = law[k] * n as f64;
-            let tol = 6.0 * (n as f64 * law[k] * (1.0 - law[k])).sqrt() + 5.0;
-            assert!(
-                (counts[k] as f64 - want).abs() <= tol,
-                "group {k}: {} vs {want}",
-                counts[k]
-            );
-        }
+        assert!(!law_ok(&first_groups(&swapped), &law));
     }
 
     #[test]

@@ -27,3 +27,22 @@ pub use verify::{
     DraftKind, HiddenRows, TreeProblem, Verified,
 };
 pub use warp::{Dist, SamplingParams};
+
+/// Test support shared by the statistical tests: a per-cell law check and its broken variants'
+/// counterpart (a test asserts `law_ok` for the real sampler and `!law_ok` for a broken one).
+#[cfg(test)]
+pub(crate) mod testlaw {
+    /// Whether `counts` agree with `law` cell by cell: within 6 binomial sigmas (+5 for tiny
+    /// cells) where the law is positive, and exactly zero outside its support.
+    pub fn law_ok(counts: &[usize], law: &[f64]) -> bool {
+        assert_eq!(counts.len(), law.len());
+        let n = counts.iter().sum::<usize>() as f64;
+        counts.iter().zip(law).all(|(&c, &p)| {
+            if p <= 0.0 {
+                return c == 0;
+            }
+            let tol = 6.0 * (n * p * (1.0 - p)).sqrt() + 5.0;
+            (c as f64 - p * n).abs() <= tol
+        })
+    }
+}

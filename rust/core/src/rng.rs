@@ -134,16 +134,37 @@ mod tests {
         );
     }
 
+    /// Counts of `n` values in 32 equal bins of (0, 1].
+    fn unit_histogram(n: u32, draw: impl Fn(u32) -> f64) -> Vec<usize> {
+        let mut counts = vec![0usize; 32];
+        for i in 0..n {
+            let u = draw(i);
+            assert!(u > 0.0 && u <= 1.0);
+            counts[((u * 32.0).ceil() as usize).clamp(1, 32) - 1] += 1;
+        }
+        counts
+    }
+
     #[test]
     fn uniforms_in_half_open_unit_interval() {
+        // The whole law (32 bins), not just the mean: a broken mapping with the right mean
+        // (the average of two uniforms: triangular) must fail the same check, and so must
+        // a generator whose draw ignores the element index (one value repeated).
+        use crate::testlaw::law_ok;
         let s = StepRng::new(1, 2, 3);
-        let mut sum = 0.0;
-        for i in 0..10_000 {
-            let u = s.uniform(i, 0);
-            assert!(u > 0.0 && u <= 1.0);
-            sum += u;
-        }
-        assert!((sum / 10_000.0 - 0.5).abs() < 0.02);
+        let flat = vec![1.0 / 32.0; 32];
+        assert!(law_ok(&unit_histogram(100_000, |i| s.uniform(i, 0)), &flat));
+        let other = StepRng::new(1, 2, 4);
+        assert!(law_ok(
+            &unit_histogram(100_000, |i| other.uniform(i, 1)),
+            &flat
+        ));
+        let triangular = unit_histogram(100_000, |i| 0.5 * (s.uniform(i, 0) + s.uniform(i, 1)));
+        assert!(!law_ok(&triangular, &flat));
+        assert!(!law_ok(
+            &unit_histogram(100_000, |_| s.uniform(7, 0)),
+            &flat
+        ));
     }
 
     #[test]

@@ -550,30 +550,49 @@ mod tests {
         assert_eq!(g.step, 0);
     }
 
-    #[test]
-    fn chain_law_matches_target() {
-        let v = 5;
-        let p0 = [0.1, 0.4, 0.2, 0.3, 0.0];
-        let p1 = [0.25, 0.25, 0.25, 0.25, 0.0];
-        let mut logits = logits_for(&p0);
-        logits.extend(logits_for(&p1));
+    /// Per-position token counts of `n` chains with the one draft `[3]` (point-mass draft):
+    /// position 0 always, position 1 when the draft was accepted (then drawn from row 1).
+    fn chain_position_counts(logits: &[f32], v: usize, n: usize) -> [Vec<usize>; 2] {
         let params = SamplingParams::new(1.0, 0, 1.0).unwrap();
         let mut g = Generator::new(3, 0);
-        let n = 200_000;
-        let mut counts = [0usize; 5];
+        let mut counts = [vec![0usize; v], vec![0usize; v]];
         for _ in 0..n {
-            let r = verify_chain(&logits, v, &[3], None, &params, &mut g).unwrap();
-            counts[r.tokens[0] as usize] += 1;
+            let r = verify_chain(logits, v, &[3], None, &params, &mut g).unwrap();
+            for (pos, &t) in r.tokens.iter().enumerate() {
+                counts[pos][t as usize] += 1;
+            }
         }
-        for t in 0..v {
-            let want = p0[t] * n as f64;
-            let tol = 6.0 * (n as f64 * p0[t] * (1.0 - p0[t])).sqrt() + 5.0;
-            assert!(
-                ((counts[t] as f64) - want).abs() <= tol,
-                "token {t}: {counts:?}"
-            );
-        }
-        assert_eq!(counts[4], 0);
+        counts
+    }
+
+    #[test]
+    fn chain_law_matches_target() {
+        // Every emitted position: token 0 ~ p0; token 1 (after the accepted draft) ~ p1.
+        use crate::testlaw::law_ok;
+        let v = 5;
+        let p0 = [0.1, 0.4, 0.2, 0.3, 0.0];
+        let p1 = [0.25, 0.05, 0.25, 0.45, 0.0];
+        let mut logits = logits_for(&p0);
+        logits.extend(logits_for(&p1));
+        let n = 200_000;
+        let [c0, c1] = chain_position_counts(&logits, v, n);
+        assert!(law_ok(&c0, &p0), "position 0: {c0:?}");
+        assert!(
+            c1.iter().sum::<usize>() > n / 5,
+            "the draft is accepted ~30% of the time"
+        );
+        assert!(law_ok(&c1, &p1), "position 1: {c1:?}");
+        // Broken on purpose, each must fail the same checks: a verifier that draws the
+        // bonus from the draft's row (position 0 intact, position 1 wrong), and one that
+        // takes the draft's law as the target's (every draft accepted).
+        let mut wrong_row = logits_for(&p0);
+        wrong_row.extend(logits_for(&p0));
+        let [b0, b1] = chain_position_counts(&wrong_row, v, n);
+        assert!(law_ok(&b0, &p0) && !law_ok(&b1, &p1), "{b0:?} {b1:?}");
+        let mut draft_as_target = logits_for(&[0.0, 0.0, 0.0, 1.0, 0.0]);
+        draft_as_target.extend(logits_for(&p1));
+        let [a0, _] = chain_position_counts(&draft_as_target, v, n);
+        assert!(!law_ok(&a0, &p0), "{a0:?}");
     }
 
     #[test]
