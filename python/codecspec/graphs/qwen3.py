@@ -58,7 +58,7 @@ _CP_DEFAULTS = {
 }
 _TALKER_DEFAULTS = {"vocab_size": 3072, "hidden_size": 1024}
 
-_LAYER_MAP = {
+LAYER_MAP = {  # codecspec weight name -> a Qwen3 decoder layer's checkpoint tensor
     "input_norm": "input_layernorm.weight",
     "q_proj": "self_attn.q_proj.weight",
     "k_proj": "self_attn.k_proj.weight",
@@ -88,7 +88,7 @@ def qwen3_tensor_names(config: DepthDecoderConfig) -> dict[str, str]:
         names["input_proj.weight"] = _CP + "small_to_mtp_projection.weight"
         names["input_proj.bias"] = _CP + "small_to_mtp_projection.bias"
     for i in range(config.num_layers):
-        for ours, theirs in _LAYER_MAP.items():
+        for ours, theirs in LAYER_MAP.items():
             names[f"layers.{i}.{ours}"] = f"{_CP}model.layers.{i}.{theirs}"
     return names
 

@@ -553,7 +553,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--cache-dir",
         default=None,
-        help="Qwen3-TTS: where built graphs are kept (default $CODECSPEC_CACHE or "
+        help="Qwen3-TTS: where built graphs are kept (default $CODECSPEC_CACHE_DIR or "
         "~/.cache/codecspec)",
     )
     p.add_argument(

@@ -232,14 +232,6 @@ def _package_path(module: str, rel: str) -> Path:
     return path
 
 
-def _cache_root() -> Path:
-    env = os.environ.get("CODECSPEC_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "codecspec"
-
-
 def _complete(folder: Path, files: Sequence[Path], model_bytes: int) -> bool:
     """The assembled folder holds every file and a model.bin of the parts' total size."""
     bin_ = folder / "model.bin"
@@ -264,7 +256,9 @@ def whisper_model_dir(model: str = "base") -> Path:
     parts = [_package_path(*p) for p in spec["parts"]]
     files = [_package_path(*f) for f in spec["files"]]
     total = sum(p.stat().st_size for p in parts)
-    root = _cache_root()
+    from codecspec.cache import cache_root
+
+    root = cache_root()
     target = root / f"whisper-{model}"
     if _complete(target, files, total):
         return target

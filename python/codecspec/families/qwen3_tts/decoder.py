@@ -52,12 +52,10 @@ PathLike = Union[str, os.PathLike]
 
 
 def default_cache_dir() -> Path:
-    """$CODECSPEC_CACHE_DIR, else $XDG_CACHE_HOME/codecspec, else ~/.cache/codecspec."""
-    env = os.environ.get("CODECSPEC_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "codecspec"
+    """`codecspec.cache.cache_root()`."""
+    from codecspec.cache import cache_root
+
+    return cache_root()
 
 
 # ---------------------------------------------------------------------- folder reading

@@ -1,7 +1,7 @@
 """ONNX graphs and tables of a Qwen3-TTS checkpoint, built from its safetensors without torch.
 
 Built once per checkpoint content into <cache>/qwen3/<content hash>/ (default cache:
-$CODECSPEC_CACHE or ~/.cache/codecspec), written into a temporary sibling folder and renamed
+$CODECSPEC_CACHE_DIR or ~/.cache/codecspec), written into a temporary sibling folder and renamed
 into place only when complete, so an error or an interrupt leaves nothing half-built:
 
   talker.onnx         the talker's 28 (config: num_hidden_layers) Qwen3 decoder layers over a
@@ -49,19 +49,6 @@ FILES = (
     "meta.json",
 )
 _T = "talker."
-_LAYER = {
-    "input_norm": "input_layernorm.weight",
-    "q_proj": "self_attn.q_proj.weight",
-    "k_proj": "self_attn.k_proj.weight",
-    "v_proj": "self_attn.v_proj.weight",
-    "o_proj": "self_attn.o_proj.weight",
-    "q_norm": "self_attn.q_norm.weight",
-    "k_norm": "self_attn.k_norm.weight",
-    "post_norm": "post_attention_layernorm.weight",
-    "gate_proj": "mlp.gate_proj.weight",
-    "up_proj": "mlp.up_proj.weight",
-    "down_proj": "mlp.down_proj.weight",
-}
 SPEAKER_FILE = "speaker_encoder.npz"  # Base checkpoints: the x-vector encoder's tensors
 # Talker positions the graph's RoPE cache covers at most (prompt + frames); the official
 # config allows 32768, far more than one request of this runtime needs.
@@ -69,8 +56,10 @@ MAX_TALKER_POSITIONS = 8192
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("CODECSPEC_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "codecspec"
+    """`codecspec.cache.cache_root()`."""
+    from codecspec.cache import cache_root
+
+    return cache_root()
 
 
 def talker_depth_config(spec: TalkerSpec):
@@ -96,12 +85,13 @@ def talker_depth_config(spec: TalkerSpec):
 
 
 def _talker_weights(ck, spec: TalkerSpec, cfg):
+    from codecspec.graphs.qwen3 import LAYER_MAP
     from codecspec.graphs.weights import DepthDecoderWeights, expected_shapes
 
     shapes = expected_shapes(cfg)
     w = DepthDecoderWeights()
     for i in range(spec.num_layers):
-        for ours, theirs in _LAYER.items():
+        for ours, theirs in LAYER_MAP.items():
             name = f"layers.{i}.{ours}"
             w[name] = ck.get(f"{_T}model.layers.{i}.{theirs}", shapes[name])
     w["final_norm"] = ck.get(f"{_T}model.norm.weight", shapes["final_norm"])
