@@ -99,6 +99,26 @@ def tiny_v2_model(
     return model
 
 
+def export_v2_graphs(model, out) -> None:
+    """The graphs of a v2-runtime folder (v2 or aligned v3): encoder and step graphs, the
+    float32 depth graph with its bf16-exact heads, the unit c0 input embeddings."""
+    import numpy as np
+
+    from codecspec.graphs import build_depth_graph, save_model
+    from codecspec.graphs.storage import round_bf16_exact
+    from codecspec.train.tts_torch import depth_weights
+    from codecspec.train.v2_torch import export_onnx
+
+    export_onnx(model.temporal, out)
+    w = depth_weights(model.depth)
+    w["heads"] = round_bf16_exact(w["heads"], "heads")
+    graph = build_depth_graph(model.depth.c, w, variant=VARIANT, heads="hidden")
+    save_model(graph, out / "depth.onnx")
+    np.save(out / "depth.heads.npy", w["heads"].astype(np.float16))
+    emb = model.temporal.c0_in.weight.detach().numpy()[:-1]
+    np.save(out / "c0_embeddings.npy", emb / np.linalg.norm(emb, axis=1, keepdims=True))
+
+
 def tiny_v2_folder(
     path, window: int = 4, stop_bias=None, seed: int = 0, logit_scale: float = 1.0, **temporal
 ):
@@ -113,10 +133,6 @@ def tiny_v2_folder(
 
     from codecspec.codec.codec import CodecConfig
     from codecspec.codec.v2 import CodecV2, V2Config
-    from codecspec.graphs import build_depth_graph, save_model
-    from codecspec.graphs.storage import round_bf16_exact
-    from codecspec.train.tts_torch import depth_weights
-    from codecspec.train.v2_torch import export_onnx
     from codecspec.tts.text import Frontend
     from codecspec.tts.v2 import V2_FORMAT
 
@@ -125,13 +141,7 @@ def tiny_v2_folder(
     fe = Frontend.from_manifest(V2_ROWS)
     model = tiny_v2_model(window, stop_bias, seed, fe, logit_scale, **temporal)
     tcfg, dcfg = model.temporal.cfg, model.depth.c
-    export_onnx(model.temporal, out)
-    w = depth_weights(model.depth)
-    w["heads"] = round_bf16_exact(w["heads"], "heads")
-    save_model(build_depth_graph(dcfg, w, variant=VARIANT, heads="hidden"), out / "depth.onnx")
-    np.save(out / "depth.heads.npy", w["heads"].astype(np.float16))
-    emb = model.temporal.c0_in.weight.detach().numpy()[:-1]
-    np.save(out / "c0_embeddings.npy", emb / np.linalg.norm(emb, axis=1, keepdims=True))
+    export_v2_graphs(model, out)
     # codec v2 with the depth decoder's shape: 16 levels of 4 x 8 = 32 codes
     ccfg = V2Config.blocks(grid=(4, 8), n_levels=V2_LEVELS, bins="uniform")
     spectral = CodecConfig()

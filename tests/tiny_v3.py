@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from tiny_models import V2_CODES, V2_LEVELS, VARIANT, tiny_v2_configs
+from tiny_models import V2_CODES, V2_LEVELS, export_v2_graphs, tiny_v2_configs
 
 # a tiny timed manifest: espeak-ng mnemonics (what its phoneme events name), English only
 V3_ROWS = [
@@ -42,23 +42,13 @@ def tiny_v3_model(stop_bias=None, seed: int = 0, window: int = 4, logit_scale: f
 def tiny_v3_folder(path, stop_bias=None, seed: int = 0, window: int = 4, logit_scale=1.0):
     """Writes the folder (float32 graphs, a random 16 x 32-code v1 codec) and returns it."""
     from codecspec.codec.codec import Codec, CodecConfig
-    from codecspec.graphs import build_depth_graph, save_model
-    from codecspec.graphs.storage import round_bf16_exact
-    from codecspec.train.tts_torch import depth_weights
-    from codecspec.train.v2_torch import export_onnx
     from codecspec.tts.v2 import V2_FORMAT
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     model, fe = tiny_v3_model(stop_bias, seed, window, logit_scale)
     tcfg, dcfg = model.temporal.cfg, model.depth.c
-    export_onnx(model.temporal, out)
-    w = depth_weights(model.depth)
-    w["heads"] = round_bf16_exact(w["heads"], "heads")
-    save_model(build_depth_graph(dcfg, w, variant=VARIANT, heads="hidden"), out / "depth.onnx")
-    np.save(out / "depth.heads.npy", w["heads"].astype(np.float16))
-    emb = model.temporal.c0_in.weight.detach().numpy()[:-1]
-    np.save(out / "c0_embeddings.npy", emb / np.linalg.norm(emb, axis=1, keepdims=True))
+    export_v2_graphs(model, out)
     ccfg = CodecConfig(pca_dim=16, n_codebooks=V2_LEVELS, codebook_size=V2_CODES)
     rng = np.random.default_rng(seed)
     comps = np.linalg.qr(rng.standard_normal((ccfg.feature_dim, ccfg.pca_dim)))[0]

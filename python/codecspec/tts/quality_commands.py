@@ -109,13 +109,10 @@ def quality_reports(
 
 
 def _seeds_arg(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {n}")
-    return n
+    """argparse type of --sentences / --seeds: an integer >= 1 (the same rule as --threads)."""
+    from codecspec.tts.commands import threads_arg
+
+    return threads_arg(value)
 
 
 def quality_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
