@@ -4,6 +4,7 @@
     python models/recipe/v3.py codec                 # encode it with the v1 codec (~3 min)
     python models/recipe/v3.py train --minutes 60    # ~/.cache/codecspec/v3/train/ckpt.pt
     python models/recipe/v3.py ship                  # python/codecspec/models/v3
+    python models/recipe/v3.py listen [--export DIR]  # words recognised: a probe (checkpoint)
 
 What changes from v2 (docs/reference_model_v3.md): the corpus keeps espeak-ng's own phoneme
 timing (`corpus.py --timed`), the temporal LM reads the phoneme track u_t of
@@ -104,6 +105,34 @@ def cmd_codec(args) -> int:
     return 0
 
 
+def cmd_listen(args) -> int:
+    """Words recognised on held-out corpus texts (not the evaluation sentences): the probe
+    that follows a run while it trains (--export: the current checkpoint into that folder
+    first) and that chose the shipped sampling default (--temperature / --top-k)."""
+    import codecspec as cs
+    from codecspec.codec.data import load_manifest
+    from codecspec.tts.intelligibility import Recognizer, evaluate
+    from codecspec.tts.v2 import V2TTS
+
+    folder = Path(args.model)
+    if args.export:
+        folder = Path(args.export)
+        v2.export_folder(args, folder)
+    rows = load_manifest(Path(args.corpus).expanduser())
+    texts = [r["text"] for r in rows if r["split"] == "test" and r["id"].endswith("r0")]
+    params = cs.SamplingParams(args.temperature, args.top_k, 1.0)
+    tts = V2TTS(folder, provider="cpu", threads=1, params=params)
+
+    def synthesize(text, seed):
+        s = tts.generate(text, seed=seed, speaker="f1", mode="ar", temporal="ar")
+        return s.wav, s.sample_rate
+
+    rep = evaluate(synthesize, texts[: args.texts], [0], recognizer=Recognizer(threads=1))
+    lo, hi = rep["words_recognised_ci"]
+    log(f"{folder}: {rep['words_recognised']:.1%} of words recognised ({lo:.1%}-{hi:.1%})")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default="~/.cache/codecspec/corpus_v3")
@@ -122,6 +151,13 @@ def main(argv=None) -> int:
     s = sub.add_parser("ship", help="export, calibrate, measure: the shipped model folder")
     v2.add_ship_args(s, SHIP_DIR)
     s.set_defaults(fn=v2.cmd_ship, aligned=True)
+    li = sub.add_parser("listen", help="words recognised on held-out corpus texts (a probe)")
+    li.add_argument("--model", default=str(SHIP_DIR), help="a v3 folder")
+    li.add_argument("--export", default=None, help="export the current checkpoint here first")
+    li.add_argument("--texts", type=int, default=12)
+    li.add_argument("--temperature", type=float, default=0.6)
+    li.add_argument("--top-k", type=int, default=20)
+    li.set_defaults(fn=cmd_listen, aligned=True)
     args = ap.parse_args(argv)
     return args.fn(args)
 
