@@ -87,6 +87,7 @@ def _calibrate_qwen3(args, model_dir) -> int:
         threads=args.threads,
         seed=args.seed,
         ref_audio=args.ref_audio,
+        weights=args.weights,
     )
     print(result.summary() if hasattr(result, "summary") else result)
     print(_where_on_the_map(result))
@@ -397,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cache-dir", default=None, help="Qwen3-TTS: graph cache (see synth)")
     p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
+    from codecspec.tts.commands import weights_option
+
+    weights_option(p)
     p.add_argument("-o", "--output", default=None, help="output directory (depth graphs)")
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24, 32])

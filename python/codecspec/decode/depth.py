@@ -197,13 +197,17 @@ class DepthDecoder:
 
     def _bind_fixed_calls(self) -> None:
         c = self.config
-        self._prefill_call = self.graph.bind(2, self.cache.keys, self.cache.values)
-        pc = self._prefill_call
-        pc.ids[0] = zero_row(c)
-        pc.pos[:] = (0, 1)
-        pc.bias[:] = -np.inf
-        pc.bias[0, self.cap] = pc.bias[1, self.cap] = pc.bias[1, self.cap + 1] = 0.0
-        self._step_call = self.graph.bind(1, self.cache.keys, self.cache.values)
+        # A heads="grouped" graph scores draft heads only when asked: AR calls bind none.
+        no_drafts = 0 if self.graph.grouped_heads else None
+        self._prefill_calls = {}
+        for spec in (False, True):
+            pc = self.graph.bind(2, self.cache.keys, self.cache.values, None if spec else no_drafts)
+            pc.ids[0] = zero_row(c)
+            pc.pos[:] = (0, 1)
+            pc.bias[:] = -np.inf
+            pc.bias[0, self.cap] = pc.bias[1, self.cap] = pc.bias[1, self.cap + 1] = 0.0
+            self._prefill_calls[spec] = pc
+        self._step_call = self.graph.bind(1, self.cache.keys, self.cache.values, no_drafts)
         # Rows of the AR step's bias per past length: past columns visible, then itself.
         self._step_bias = {}
         for past in range(2, self.G):
@@ -259,11 +263,11 @@ class DepthDecoder:
         )
 
     # ------------------------------------------------------------------ shared prefill
-    def _prefill(self, hidden: np.ndarray, c0: int, offsets: np.ndarray):
-        pc = self._prefill_call
+    def _prefill(self, hidden: np.ndarray, c0: int, spec: bool):
+        pc = self._prefill_calls[spec]
         pc.ids[1] = embedding_row(self.config, 0, int(c0))
         pc.embeds[0] = hidden
-        pc.offsets[...] = offsets
+        pc.offsets[...] = self.offsets if spec else 0.0
         self.cache.reset()
         self._run(pc)
         self.cache.commit(pc.new_keys, pc.new_values, self._prefill_rows)
@@ -273,7 +277,7 @@ class DepthDecoder:
     def _frame_ar(self, hidden, c0, g: cs.Generator) -> np.ndarray:
         codes = np.empty(self.G, np.int64)
         codes[0] = c0
-        pc = self._prefill(hidden, c0, self.zero_offsets)
+        pc = self._prefill(hidden, c0, False)
         codes[1] = cs.sample(self._target_row(pc, 1, 0), self.params, g)
         sc = self._step_call
         for m in range(1, self.G - 1):
@@ -293,7 +297,7 @@ class DepthDecoder:
         G, tc = self.G, self._tree_call
         codes = np.empty(G, np.int64)
         codes[0] = c0
-        pc = self._prefill(hidden, c0, self.offsets)
+        pc = self._prefill(hidden, c0, True)
         codes[1] = cs.sample(self._target_row(pc, 1, 0), self.params, g)
         calls, m = 1, 1
         cand = self._candidates(pc, 1, 0, min(self.tree.max_depth, G - 2))

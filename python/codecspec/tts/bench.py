@@ -117,7 +117,7 @@ def _bare_call_ms(call, reps: int = 5) -> float:
 def ideal_speedup(dec: DepthDecoder, spec_calls_per_frame: float, blocks: int = 20) -> dict:
     """Speed-up if host work cost nothing: bare graph calls of the decoder's own bound shapes
     (prefill, AR step, tree), timed in interleaved blocks, times the measured calls."""
-    calls = {"prefill": dec._prefill_call, "step": dec._step_call, "tree": dec._tree_call}
+    calls = {"prefill": dec._prefill_calls[True], "step": dec._step_call, "tree": dec._tree_call}
     ms: dict = {k: [] for k in calls}
     for _ in range(blocks):
         for k, call in calls.items():

@@ -503,6 +503,16 @@ def _print_bench(res: dict, as_json: bool) -> int:
     return 0
 
 
+def weights_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--weights",
+        choices=["fp32", "int8", "int4"],
+        default=None,
+        help="Qwen3-TTS: talker and code predictor precision, weight-only quantised with "
+        "onnxruntime's MatMulNBits (default: int8 on the CPU, fp32 on CUDA/CoreML)",
+    )
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "synth", help="text to speech with a shipped model or a Qwen3-TTS checkpoint folder"
@@ -576,6 +586,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="espeak-ng voice variant, e.g. f3 or m1; Qwen3-TTS CustomVoice: a speaker name",
     )
     p.add_argument("--rate", type=float, default=1.0, help="speaking rate (default 1.0)")
+    weights_option(p)
     p.add_argument("--provider", default="auto", choices=PROVIDERS)
     p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")
     p.add_argument("--model", default=None, help=MODEL_HELP)
@@ -587,6 +598,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
     p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
+    p.add_argument("--cache-dir", default=None, help="Qwen3-TTS: graph cache (see synth)")
+    weights_option(p)
+    p.add_argument(
+        "--acceptance",
+        type=float,
+        default=None,
+        help="Qwen3-TTS: run the speculative depth loop at this top-1 draft acceptance "
+        "(controlled drafts: timing of the real graphs without the real weights' drafts)",
+    )
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--provider", default="auto", choices=PROVIDERS)

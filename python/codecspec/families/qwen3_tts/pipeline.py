@@ -101,17 +101,55 @@ def load_reference(ref_audio) -> np.ndarray:
     return wav
 
 
-class Qwen3TTS:
-    """A loaded checkpoint: graphs built (or found in the cache), sessions open."""
+def calibration_file(entry: Path, name: str, weights: str) -> Path:
+    """Where `codecspec calibrate --model DIR --weights W` keeps `name` (offsets.npy,
+    tree.json, speculation.json): the tree and the decision depend on the graphs' speed,
+    so each precision has its own."""
+    if weights == "fp32":
+        return entry / name
+    stem, dot, ext = name.partition(".")
+    return entry / f"{stem}.{weights}{dot}{ext}"
 
-    def __init__(self, ck: Qwen3Checkpoint, entry: Path, provider="auto", threads=None, tok=None):
+
+def resolve_weights(weights: Optional[str], provider: str) -> str:
+    """`weights`, or the default for the provider `provider` resolves to."""
+    from codecspec.graphs.quantize import check_weights, default_weights
+    from codecspec.runtime.providers import resolve
+
+    if weights is None:
+        return default_weights(resolve(provider)[0])
+    return check_weights(weights)
+
+
+class Qwen3TTS:
+    """A loaded checkpoint: graphs built (or found in the cache), sessions open.
+
+    `weights`: "fp32", "int8" or "int4" talker and code predictor (graphs.quantize); None =
+    the provider's default (int8 on the CPU)."""
+
+    def __init__(
+        self,
+        ck: Qwen3Checkpoint,
+        entry: Path,
+        provider="auto",
+        threads=None,
+        tok=None,
+        weights: Optional[str] = None,
+        log=None,
+    ):
         from codecspec.decode.depth import DepthDecoder
+
+        from .graphs import weights_graph
 
         self.ck, self.entry, self.spec = ck, entry, ck.spec
         self.provider, self.threads = provider, threads
+        self.weights = resolve_weights(weights, provider)
         self.tok = load_text_tokenizer(ck.dir) if tok is None else tok
         self.talker = Talker(
-            entry / "talker.onnx", np.load(entry / "codec_head.npy"), provider, threads
+            weights_graph(entry, "talker", self.weights, log),
+            np.load(entry / "codec_head.npy"),
+            provider,
+            threads,
         )
         from codecspec.runtime.session import open_session
 
@@ -121,7 +159,12 @@ class Qwen3TTS:
         self.codec_table = np.load(entry / "codec_embedding.npy")
         self.code_tables = np.load(entry / "code_embedding.npy")
         calib = self._calibration()
-        self.depth = DepthDecoder(entry / "depth.onnx", provider=provider, threads=threads, **calib)
+        self.depth = DepthDecoder(
+            weights_graph(entry, "depth", self.weights, log),
+            provider=provider,
+            threads=threads,
+            **calib,
+        )
         self._pad_row = None
         self._decoder = None
         self._speaker = None
@@ -129,18 +172,29 @@ class Qwen3TTS:
 
     @classmethod
     def load(
-        cls, model_dir, cache_dir=None, provider="auto", threads=None, rebuild=False, log=None
+        cls,
+        model_dir,
+        cache_dir=None,
+        provider="auto",
+        threads=None,
+        rebuild=False,
+        log=None,
+        weights: Optional[str] = None,
     ):
         ck = Qwen3Checkpoint(model_dir)
+        weights = resolve_weights(weights, provider)  # a bad value fails before any build
         tok = load_text_tokenizer(ck.dir)  # before building: a folder without one fails fast
         entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
-        return cls(ck, entry, provider=provider, threads=threads, tok=tok)
+        return cls(ck, entry, provider=provider, threads=threads, tok=tok, weights=weights, log=log)
+
+    def calibration_file(self, name: str) -> Path:
+        return calibration_file(self.entry, name, self.weights)
 
     def _calibration(self) -> dict:
         """Offsets and tree from `codecspec calibrate --model DIR`, stored beside the graphs."""
         kw: dict = {}
-        off = self.entry / "offsets.npy"
-        tree = self.entry / "tree.json"
+        off = self.calibration_file("offsets.npy")
+        tree = self.calibration_file("tree.json")
         if off.is_file():
             kw["offsets"] = np.load(off)
         if tree.is_file():
@@ -390,4 +444,5 @@ class Qwen3TTS:
             "speakers": self.speakers,
             "languages": self.languages,
             "graphs": str(self.entry),
+            "weights": self.weights,
         }
