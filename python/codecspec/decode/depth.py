@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -39,7 +40,11 @@ class DecodeStats:
     codes: int = 0
     accepted: int = 0
     rounds: int = 0
+    # Drafts the verifier decided on: per round, the accepted path plus the first rejected
+    # depth (when the round's tree went deeper). accepted / trials = acceptance per depth.
+    trials: int = 0
     graph_seconds: float = 0.0  # inside the graph calls (the rest of a frame is host work)
+    head_reads: Optional[int] = None  # set to 0 to count the LM heads graph calls read
 
     @property
     def calls_per_frame(self) -> float:
@@ -54,9 +59,16 @@ class DecodeStats:
     def accepted_per_round(self) -> float:
         return self.accepted / max(self.rounds, 1)
 
+    @property
+    def acceptance(self) -> float:
+        """Accepted drafts per draft depth reached (a chain tree: the top-1 acceptance)."""
+        return self.accepted / max(self.trials, 1)
+
     def reset(self) -> None:
-        self.frames = self.calls = self.codes = self.accepted = self.rounds = 0
+        self.frames = self.calls = self.codes = self.accepted = self.rounds = self.trials = 0
         self.graph_seconds = 0.0
+        if self.head_reads is not None:
+            self.head_reads = 0
 
 
 def _prune(tree: cs.DraftTree, depth: int) -> cs.DraftTree:
@@ -121,6 +133,7 @@ class DepthDecoder:
         self.set_tree(tree if tree is not None else cs.DraftTree.chain(min(self.K, self.G - 2)))
         self.level_groups = None  # per level 0..G-1: cs.AcousticGroups, for mode "pcg"
         self._coarse = False
+        self.draft_control = None  # a ControlledDrafts (benchmarks), else the real drafts
 
     @classmethod
     def from_dir(cls, model_dir, **kw) -> DepthDecoder:
@@ -222,6 +235,17 @@ class DepthDecoder:
         t0 = time.perf_counter()
         call.run()
         self.stats.graph_seconds += time.perf_counter() - t0
+        if self.stats.head_reads is not None:
+            self.stats.head_reads += self._heads_touched(call)
+
+    def _heads_touched(self, call) -> int:
+        """LM heads a call reads: a heads="grouped" graph only those its (node, offset) pairs
+        use; a host bank one per node at most (verification reads them lazily)."""
+        if not self.graph.grouped_heads:
+            return 0
+        k = call.offsets.shape[0]
+        used = np.minimum(call.heads[:, None] + np.arange(k + 1)[None, :], self.G - 2)
+        return int(np.unique(used).size)
 
     def _target_row(self, call, node: int, level: int) -> np.ndarray:
         if self.bank is None:
@@ -231,10 +255,14 @@ class DepthDecoder:
     def _candidates(self, call, node: int, level: int, depth: int) -> np.ndarray:
         """[depth, M] top-ranked drafts for levels level+2 .. level+1+depth from `node`."""
         if self.bank is None:
-            return cs.topk(call.draft_logits[node, :depth], self.num_ranks)
-        return self.bank.draft_candidates(
-            call.hidden[node], min(level + 1, self.G - 2), self.offsets[:depth], self.num_ranks
-        )
+            cand = cs.topk(call.draft_logits[node, :depth], self.num_ranks)
+        else:
+            cand = self.bank.draft_candidates(
+                call.hidden[node], min(level + 1, self.G - 2), self.offsets[:depth], self.num_ranks
+            )
+        if self.draft_control is not None:  # benchmarks only: drafts of a set acceptance
+            cand = self.draft_control(cand, level + 2)
+        return cand
 
     def set_groups(self, level_groups) -> None:
         """Per-level similarity groups (a list of G `cs.AcousticGroups`, one per codebook
@@ -323,6 +351,7 @@ class DepthDecoder:
             emitted = r.tokens[: G - 1 - m]  # a bonus past c_{G-1} does not exist: drop it
             codes[m + 1 : m + 1 + len(emitted)] = emitted
             self.stats.accepted += len(nodes)
+            self.stats.trials += min(len(nodes) + 1, tree.max_depth)
             self.stats.rounds += 1
             calls += 1
             last = int(nodes[-1]) if len(nodes) else 0
@@ -379,3 +408,32 @@ class DepthDecoder:
 
             it = bar(it, desc=f"decode {mode}")
         return np.stack([self.decode_frame(hiddens[i], c0s[i], generator, mode) for i in it])
+
+
+class ControlledDrafts:
+    """Drafts whose top-ranked candidate is right with probability `acceptance`, for timing
+    the speculative loop of a model whose real drafts cannot be had (random weights of a
+    real shape): set `truth` to the frame's greedy codes (from an AR decode at temperature
+    0), attach as `DepthDecoder.draft_control`, decode greedily. The graph calls, draft heads
+    included, run as they would; only the candidates are replaced after the fact. Right or
+    wrong is drawn per draft, independently; lower ranks are always wrong. Verification is
+    the real one, so `DecodeStats.acceptance` measures what the verifier accepted.
+    """
+
+    def __init__(self, acceptance: float, vocab_size: int, seed: int = 0):
+        if not (np.isfinite(acceptance) and 0.0 <= acceptance <= 1.0):
+            raise ValueError(f"acceptance: expected a number in [0, 1], got {acceptance!r}")
+        self.acceptance, self.V = float(acceptance), int(vocab_size)
+        self.rng = np.random.default_rng(seed)
+        self.truth: np.ndarray | None = None
+
+    def __call__(self, cand: np.ndarray, first_level: int) -> np.ndarray:
+        if self.truth is None:
+            raise ValueError("truth: set the frame's greedy codes before decoding")
+        depth, ranks = cand.shape
+        t = self.truth[first_level : first_level + depth].astype(np.int64)[:, None]
+        wrong = (t + 1 + np.arange(ranks)[None, :]) % self.V  # never the truth
+        out = wrong.astype(cand.dtype)
+        right = self.rng.random(depth) < self.acceptance
+        out[right, 0] = t[right, 0]
+        return out

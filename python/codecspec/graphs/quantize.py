@@ -65,11 +65,11 @@ def quantize_weights(
     log = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
     level = log.level
     log.setLevel(logging.WARNING)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # the quantiser rewrites the model it is given in place
     try:
-        q = mq.MatMulNBitsQuantizer(model, algo_config=cfg)
+        q = mq.MatMulNBitsQuantizer(copy, algo_config=cfg)
         q.process()
     finally:
         log.setLevel(level)
-    out = q.model.model
-    # The quantiser keeps the producer's metadata (codecspec's graph contract) as it is.
-    return out
+    return q.model.model

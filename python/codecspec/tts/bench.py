@@ -74,8 +74,9 @@ class Interleaved:
 
 
 def interleaved_ar_spec(
-    dec: DepthDecoder, hiddens, c0s, frames: int, seed: int, progress: bool
+    dec: DepthDecoder, hiddens, c0s, frames: int, seed: int, progress: bool, before_frame=None
 ) -> Interleaved:
+    """`before_frame(j)`, when given, runs before each decode of input frame j (untimed)."""
     g = {"ar": cs.Generator(seed).fork(1), "spec": cs.Generator(seed).fork(2)}
     run = Interleaved(
         {m: np.empty((frames, dec.G), np.int64) for m in g},
@@ -94,6 +95,8 @@ def interleaved_ar_spec(
     for i in it:
         j = i % len(c0s)
         for m in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
+            if before_frame is not None:
+                before_frame(j)
             calls, graph_s = st.calls, st.graph_seconds
             t0 = time.perf_counter()
             run.codes[m][i] = dec.decode_frame(hiddens[j], int(c0s[j]), g[m], m)

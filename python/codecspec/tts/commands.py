@@ -375,25 +375,27 @@ def _synth_stream(args, tts, text) -> int:
 
 def _bench_qwen3(args) -> int:
     from codecspec.families.qwen3_tts.bench import bench_qwen3
+    from codecspec.perf import render_table
 
+    log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr))
     res = bench_qwen3(
         args.model,
-        texts=args.texts or 4,
-        max_frames=args.frames,
+        frames=args.frames,
+        cache_dir=args.cache_dir,
         provider=args.provider,
         threads=args.threads,
         seed=args.seed,
         temperature=args.temperature,
         ref_audio=args.ref_audio,
+        weights=args.weights,
+        acceptance=args.acceptance,
+        draft_depth=args.draft_depth,
+        log=log,
     )
     if args.json:
         print(json.dumps(res))
         return 0
-    for mode in ("ar", "spec"):
-        print(f"{mode:>5}: " + ", ".join(f"{k} {v:.3g}" for k, v in res[mode].items()))
-    print(f"depth loop speed-up (spec vs ar): {res['depth_speedup']:.3f}")
-    if "greedy_spec_equals_ar" in res:
-        print(f"greedy spec codes == ar codes: {res['greedy_spec_equals_ar']}")
+    print(render_table(res))
     return 0
 
 
@@ -606,6 +608,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="Qwen3-TTS: run the speculative depth loop at this top-1 draft acceptance "
         "(controlled drafts: timing of the real graphs without the real weights' drafts)",
+    )
+    p.add_argument(
+        "--draft-depth",
+        type=int,
+        default=None,
+        help="Qwen3-TTS with --acceptance: drafts per round (a chain; default: the graph's K)",
     )
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
