@@ -24,7 +24,7 @@ import codecspec as cs
 from .calibrate import CALIBRATION_TEXTS, _request
 from .pipeline import SAMPLE_RATE, SAMPLES_PER_FRAME, Qwen3TTS
 
-__all__ = ["bench_qwen3", "depth_bytes", "controlled_depth_run"]
+__all__ = ["bench_qwen3", "depth_bytes", "controlled_depth_run", "greedy_truth", "speedup_map"]
 
 FRAME_MS = 1e3 * SAMPLES_PER_FRAME / SAMPLE_RATE  # 80 ms of audio per frame
 
@@ -87,9 +87,22 @@ def _talker_frames(tts: Qwen3TTS, frames: int, seed: int, temperature, ref_audio
     return hiddens, c0s, np.stack(codes), secs
 
 
-def controlled_depth_run(dec, hiddens, c0s, frames: int, acceptance, draft_depth, seed: int):
+def greedy_truth(dec, hiddens, c0s) -> list:
+    """The greedy AR codes of every frame: what controlled drafts are right about."""
+    saved = dec.params, dec.draft_control
+    dec.params, dec.draft_control = cs.SamplingParams(0.0, 0, 1.0), None
+    try:
+        return [dec.decode_frame(h, int(c), cs.Generator(0), "ar") for h, c in zip(hiddens, c0s)]
+    finally:
+        dec.params, dec.draft_control = saved
+
+
+def controlled_depth_run(
+    dec, hiddens, c0s, frames: int, acceptance, draft_depth, seed: int, truth=None
+):
     """The depth loop AR vs speculative on the same frames (tts.bench.interleaved_ar_spec);
-    with `acceptance`, greedy and with controlled drafts on a chain of `draft_depth`."""
+    with `acceptance`, greedy and with controlled drafts on a chain of `draft_depth`
+    (`truth`: greedy_truth of the frames, computed here when not given)."""
     from codecspec.decode.depth import ControlledDrafts
     from codecspec.tts.bench import interleaved_ar_spec
 
@@ -99,9 +112,7 @@ def controlled_depth_run(dec, hiddens, c0s, frames: int, acceptance, draft_depth
         if acceptance is not None:
             dec.params = cs.SamplingParams(0.0, 0, 1.0)
             dec.set_tree(cs.DraftTree.chain(int(draft_depth)))
-            truth = [
-                dec.decode_frame(h, int(c), cs.Generator(0), "ar") for h, c in zip(hiddens, c0s)
-            ]
+            truth = greedy_truth(dec, hiddens, c0s) if truth is None else truth
             dec.draft_control = ControlledDrafts(acceptance, dec.V, seed)
             dec.draft_control.truth = truth[0]  # the warm-up decodes frame 0
 
@@ -239,3 +250,82 @@ def _calibrated(tts: Qwen3TTS) -> Optional[str]:
     if not f.is_file():
         return None
     return "spec" if json.loads(f.read_text()).get("speculate") else "ar"
+
+
+def speedup_map(
+    model_dir,
+    *,
+    weights: Optional[str] = None,
+    acceptances=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    depths=None,
+    frames: int = 16,
+    cache_dir=None,
+    threads=None,
+    seed: int = 0,
+    log=None,
+) -> dict:
+    """The speed-up map of a checkpoint's own depth graphs at its real shape: for each
+    top-1 acceptance and chain depth N, the depth loop AR vs speculative (controlled drafts,
+    interleaved) next to the ideal tau(N)/c(N) from bare calls of the same run; the format of
+    train.speedup_map (its plot and `locate` read it)."""
+    import platform
+
+    from codecspec.train.speedup_map import MAP_FORMAT
+    from codecspec.tts.bench import ideal_speedup
+
+    log = log or (lambda m: None)
+    tts = Qwen3TTS.load(
+        model_dir, cache_dir=cache_dir, provider="cpu", threads=threads, weights=weights, log=log
+    )
+    dec = tts.depth
+    K = dec.config.num_draft_offsets
+    depths = tuple(range(1, min(K, dec.G - 2) + 1)) if depths is None else tuple(depths)
+    rng = np.random.default_rng(seed)
+    hiddens = rng.standard_normal((frames, dec.config.input_width)).astype(np.float32)
+    c0s = rng.integers(0, dec.config.c0_vocab_size, frames)
+    truth = greedy_truth(dec, hiddens, c0s)
+    points = []
+    for n in depths:
+        for a in acceptances:
+            run, stats = controlled_depth_run(dec, hiddens, c0s, frames, a, n, seed, truth)
+            dec.set_tree(cs.DraftTree.chain(n))  # ideal_speedup times the tree call's shape
+            spec_cpf = run.calls["spec"] / frames
+            ideal = ideal_speedup(dec, spec_cpf, blocks=5)
+            ar, spec = run.median_ms("ar"), run.median_ms("spec")
+            host = np.sum(run.times["spec"]) - np.sum(run.graph_ms["spec"])
+            points.append(
+                {
+                    "acceptance": float(a),
+                    "acceptance_top1_mean": stats["acceptance"],
+                    "budget": n,
+                    "tree_nodes": n + 1,
+                    "tokens_per_call": (dec.G - 1) / spec_cpf,
+                    "ar_ms_per_frame": ar,
+                    "spec_ms_per_frame": spec,
+                    "speedup": ar / spec,
+                    "ideal_speedup": ideal["ideal_speedup"],
+                    "efficiency": (ar / spec) / ideal["ideal_speedup"],
+                    "cost_ratio": ideal["graph_ms_tree"] / ideal["graph_ms_q1"],
+                    "graph_ms_q1": ideal["graph_ms_q1"],
+                    "graph_ms_tree": ideal["graph_ms_tree"],
+                    "host_ms_per_call": float(host) / max(run.calls["spec"], 1),
+                }
+            )
+            pt = points[-1]
+            log(f"N={n} a={a:.1f}: {pt['speedup']:.2f}x (ideal {pt['ideal_speedup']:.2f}x)")
+    dec.set_tree(cs.DraftTree.chain(min(K, dec.G - 2)))
+    return {
+        "format": MAP_FORMAT,
+        "model": str(tts.ck.dir),
+        "shape": {
+            "hidden": dec.config.hidden_size,
+            "layers": dec.config.num_layers,
+            "vocab": dec.V,
+            "groups": dec.G,
+        },
+        "weights": tts.weights,
+        "threads": threads,
+        "frames": frames,
+        "cpu_model": platform.processor() or platform.machine(),
+        "points": points,
+    }

@@ -6,8 +6,9 @@ predictor the logits of c1..c15 of every frame (one causal call over the frame, 
 talker's hidden state, so each stage's error is its own). Per stage: the largest absolute logit
 difference, how often the top-1 code agrees, and the mean KL divergence between the two
 warped distributions (the checkpoint's own temperature / top-k / top-p over the codes it may
-sample, suppressed ids removed: the law sampling draws from; KL(fp32 || quantised), with the quantised law floored at 1e-12 where the float32
-one keeps a code the quantised top-k / top-p cut).
+sample, suppressed ids removed: the law sampling draws from; KL(fp32 || quantised), with
+the quantised law floored at 1e-12 where the float32 one keeps a code the quantised top-k /
+top-p cut).
 """
 
 from __future__ import annotations
