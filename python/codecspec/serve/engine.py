@@ -70,6 +70,7 @@ class SpeechRequest:
     temperature: Optional[float] = None
     top_k: Optional[int] = None
     top_p: Optional[float] = None
+    instructions: Optional[str] = None  # voice/style text, for families that take it
 
 
 class StreamHandle:
@@ -192,6 +193,8 @@ class Engine:
         max_frames: int = 480,
         fault: Optional[Callable[[SpeechRequest, int], None]] = None,
         admit: str = "max",
+        cache_dir=None,
+        ref_audio=None,
     ):
         if int(max_streams) < 1:
             raise ValueError(f"max_streams: must be >= 1, got {max_streams}")
@@ -205,7 +208,14 @@ class Engine:
         # Phonemes: an input of max_input_chars never needs more than ~1.5 per character.
         self.max_phonemes = int(1.5 * self.max_input_chars) + 2
         self.family = _load_family(
-            model_dir, self.max_streams, self.max_frames, self.max_phonemes, provider, threads
+            model_dir,
+            self.max_streams,
+            self.max_frames,
+            self.max_phonemes,
+            provider,
+            threads,
+            cache_dir=cache_dir,
+            ref_audio=ref_audio,
         )
         self.tts = self.family.tts
         self.sample_rate = self.family.sample_rate
@@ -473,6 +483,10 @@ class Engine:
         if f.error is not None:
             self._leave(s, f.error)
             return
+        if f.codes is None:  # the stop came without a frame (a stop token, Qwen3-TTS's eos)
+            if f.ended:
+                self._leave(s, None)
+            return
         s.handle._put(("frame", f.codes))
         self._deadline(s.handle, s.t)
         s.t += 1
@@ -516,9 +530,29 @@ def realtime_capacity(steps: list, budget: float, most: int) -> int:
     return int(max(1, min(n, most, 2 * int(ns.max()))))
 
 
-def _load_family(model_dir, slots, max_frames, max_phonemes, provider, threads) -> Family:
-    """The adapter for the model's family (a shipped name or a folder; model.json decides;
-    None = the reference v1, the engine's default family)."""
+def _load_family(
+    model_dir, slots, max_frames, max_phonemes, provider, threads, cache_dir=None, ref_audio=None
+) -> Family:
+    """The adapter for the model's family (a shipped name or a folder; model.json decides, or
+    config.json for a Qwen3-TTS checkpoint folder; None = the reference v1, the engine's
+    default family). cache_dir (built graphs) and ref_audio (the voice a Base checkpoint
+    clones) are Qwen3-TTS folders' only."""
+    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
+
+    if model_dir is not None and is_qwen3_folder(str(model_dir)):
+        from codecspec.serve.qwen3 import Qwen3Family
+
+        return Qwen3Family(
+            model_dir,
+            slots,
+            max_frames,
+            provider,
+            threads,
+            cache_dir=cache_dir,
+            ref_audio=ref_audio,
+        )
+    if ref_audio is not None:
+        raise ValueError("ref_audio: only a Qwen3-TTS Base checkpoint folder clones a voice")
     d = resolve_model_dir("reference" if model_dir is None else model_dir)
     family = model_family(d)
     if family == "v2":
