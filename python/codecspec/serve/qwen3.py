@@ -36,7 +36,7 @@ import numpy as np
 import codecspec as cs
 from codecspec.serve.family import Check, Family, Frame, StreamState, guard, sampling_params
 
-__all__ = ["Qwen3Family", "LANGUAGE_CODES"]
+__all__ = ["Qwen3Family", "LANGUAGE_CODES", "check_folder"]
 
 # ISO 639-1 codes of the languages Qwen3-TTS checkpoints name (a request's "en" default too)
 LANGUAGE_CODES = {
@@ -93,21 +93,9 @@ class Qwen3Family(Family):
     def __init__(
         self, model_dir, slots, max_frames, provider, threads, cache_dir=None, ref_audio=None
     ):
-        from codecspec.families.qwen3_tts.checkpoint import Qwen3Checkpoint
-        from codecspec.families.qwen3_tts.pipeline import Qwen3TTS, load_reference
+        from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
 
-        ck = Qwen3Checkpoint(model_dir)  # a malformed folder fails before any graph is built
-        if ck.model_type == "base" and ref_audio is None:
-            raise ValueError(
-                f"model: {ck.dir} is a Base (voice-cloning) checkpoint; serve it with "
-                "--ref-audio WAV (24 kHz, the voice every stream speaks in), or serve a "
-                "CustomVoice or VoiceDesign checkpoint"
-            )
-        if ck.model_type != "base" and ref_audio is not None:
-            raise ValueError(f"ref_audio: a {ck.model_type} checkpoint does not clone voices")
-        self.reference = None
-        if ref_audio is not None:
-            self.reference = (load_reference(ref_audio), 24000)
+        self.reference = check_folder(model_dir, ref_audio)
         self.tts = Qwen3TTS.load(model_dir, cache_dir=cache_dir, provider=provider, threads=threads)
         if self.reference is not None:  # loads the speaker encoder once, for every replica
             self.tts.speaker_vector(self.reference)
@@ -247,6 +235,25 @@ class Qwen3Family(Family):
 
     def chunk_decoder(self, iters: int, seed: int):
         return self.codec.decoder.open_stream()
+
+
+def check_folder(model_dir, ref_audio=None) -> Optional[tuple]:
+    """Whether a Qwen3-TTS folder can be served (before any graph is built): a Base
+    checkpoint needs a reference recording, the others take none. Returns the recording as
+    (samples, 24000) or None; ValueError naming `model` or `ref_audio` otherwise."""
+    from codecspec.families.qwen3_tts.checkpoint import Qwen3Checkpoint
+    from codecspec.families.qwen3_tts.pipeline import load_reference
+
+    ck = Qwen3Checkpoint(model_dir)
+    if ck.model_type == "base" and ref_audio is None:
+        raise ValueError(
+            f"model: {ck.dir} is a Base (voice-cloning) checkpoint; serve it with --ref-audio "
+            "WAV (24 kHz: the voice every stream speaks in), or serve a CustomVoice or "
+            "VoiceDesign checkpoint"
+        )
+    if ck.model_type != "base" and ref_audio is not None:
+        raise ValueError(f"ref_audio: a {ck.model_type} checkpoint does not clone voices")
+    return None if ref_audio is None else (load_reference(ref_audio), 24000)
 
 
 def _as_request_field(message: str) -> str:
