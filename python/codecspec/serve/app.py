@@ -13,8 +13,9 @@ Every error is OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`
 wrong key, 404 / 405, 429 `rate_limit_error` with Retry-After, 5xx `server_error`.
 
 A request names a model and a voice from fixed lists, never a path: the server loads its one
-model folder at start-up (`codecspec serve --model reference|fsq`). `codecspec-reference` and
-`codecspec-fsq` name a family; OpenAI's model names name whichever model was loaded.
+model folder at start-up (`codecspec serve --model reference|fsq|v2|v3|DIR`, DIR also a
+Qwen3-TTS checkpoint folder). `codecspec-reference`, `codecspec-fsq`, ... and
+`qwen3-tts-<folder>` name a family; OpenAI's model names name whichever model was loaded.
 """
 
 from __future__ import annotations

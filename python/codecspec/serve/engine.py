@@ -5,12 +5,13 @@ model family's adapter (`codecspec.serve.family.Family`): for the RVQ reference 
 temporal call, one c0 draw per sampling law, then the depth loop batched across streams
 (`BatchedDepth`: AR and speculative streams side by side, ragged trees verified in one core
 call); for the FSQ family one batched step call and the factorised heads + stop head
-(`codecspec.serve.fsq`); for v2 each stream's own round loop (`codecspec.serve.v2`).
+(`codecspec.serve.fsq`); for v2 each stream's own round loop (`codecspec.serve.v2`); for a
+Qwen3-TTS checkpoint folder each stream's own frame loop (`codecspec.serve.qwen3`).
 Streams join and leave only between steps (frame boundaries): a stream ends at its planned
-length (RVQ) or its stop head (FSQ, v2); one whose client went away is dropped at the next
-boundary, and its slot is reused; a queued one leaves the queue at once. With admit
-"realtime" only as many streams decode together as the engine's recent step times say stay
-faster than playback (`realtime_capacity`).
+length (RVQ), its stop head (FSQ, v2) or its eos token (Qwen3-TTS); one whose client went
+away is dropped at the next boundary, and its slot is reused; a queued one leaves the queue
+at once. With admit "realtime" only as many streams decode together as the engine's recent
+step times say stay faster than playback (`realtime_capacity`).
 
 Each stream draws from its own counter-based generator (`Generator(seed)`, or a fork of the
 engine's base generator when no seed is given), so its codes do not depend on which other
@@ -167,7 +168,9 @@ class EngineStats:
 
 class Engine:
     """Continuous-batching TTS engine over a model: a folder, or a shipped model's name
-    ("reference", the default, or "fsq"); its model.json picks the family.
+    ("reference", the default, or "fsq"); its model.json picks the family, or its config.json
+    marks a Qwen3-TTS checkpoint folder (then `cache_dir`: where its graphs are built;
+    `ref_audio`: the recording a Base checkpoint clones, required for one).
 
     max_streams: slots decoded together per step; max_queue: admitted requests waiting for a
     slot (default max_streams); beyond that `submit` raises `Overloaded`. threads: ONNX
