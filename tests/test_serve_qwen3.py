@@ -11,6 +11,7 @@ stream has at most 19 frames); graphs are built into a temporary cache.
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import wave
 from pathlib import Path
@@ -159,6 +160,30 @@ def test_a_stream_ends_at_eos_without_an_extra_frame(custom, reference):
         pytest.skip("no seed below 20 stops at eos on this checkpoint")
     h = custom.engine.submit(SpeechRequest(TEXT, voice="eric", seed=seed))
     assert np.array_equal(codes(h), r.codes) and h.count == r.frames
+
+
+def test_slot_runtimes_share_the_loaded_graphs(custom):
+    """Each slot's runtime has its own talker cache and depth-loop state over the one set of
+    loaded sessions, tables and heads (nothing is loaded per stream)."""
+    base = custom.engine.family.tts
+    a, b = base.replica(), base.replica()
+    for r in (a, b):
+        assert r.talker.graph is base.talker.graph and r.depth.graph is base.depth.graph
+        assert r.depth.bank is base.depth.bank and r.text_proj is base.text_proj
+        assert r.code_tables is base.code_tables and r.tok is base.tok
+    assert a.talker is not b.talker and a.depth.cache is not b.depth.cache
+
+
+def test_mode_auto_follows_the_calibration(custom):
+    fam = custom.engine.family
+    f = fam.tts.entry / "speculation.json"
+    assert not f.exists() and fam.request_kwargs(SpeechRequest(TEXT))["mode"] == "ar"
+    try:
+        f.write_text(json.dumps({"speculate": True}))
+        assert fam._speculation_pays()
+    finally:
+        f.unlink()
+    assert not fam._speculation_pays()
 
 
 def test_base_checkpoint_needs_a_reference_recording(cache, folders, reference):
