@@ -334,3 +334,66 @@ def test_serve_command_refuses_a_missing_folder(capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--model", str(DATA / "no_such_folder")])
     assert "--model" in capsys.readouterr().err
+
+
+def test_sse_pcm_joins_into_the_whole_decode(custom, reference):
+    import base64
+
+    body = {"input": TEXT, "voice": "eric", "seed": 12, "response_format": "pcm"}
+    r = httpx.post(
+        custom.url + "/v1/audio/speech", json={**body, "stream_format": "sse"}, timeout=120
+    )
+    assert r.status_code == 200, r.text
+    events = [json.loads(x[6:]) for x in r.text.split("\n\n") if x.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done"
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    x = np.frombuffer(pcm, "<i2").astype(np.float32) / 32767
+    ref = reference("custom_equal")
+    want = ref.generate_codes(TEXT, speaker="eric", language="english", seed=12)
+    assert events[-1]["usage"]["output_tokens"] == want.frames
+    audio = np.clip(ref.speech_decoder().decode(want.codes), -1, 1)
+    assert len(x) == len(audio)
+    np.testing.assert_allclose(x, audio, atol=2e-4, rtol=0)
+
+
+def test_serve_command_serves_a_folder(folders, tmp_path):
+    """`codecspec serve --model DIR --cache-dir C` as a process answers a request."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from serve_util import free_port, wait_for
+
+    import codecspec
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    here = str(Path(codecspec.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "codecspec.cli", "serve", "--port", str(port), "--threads", "1"]
+    cmd += ["--model", str(folders["design_wide"]), "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.Popen(cmd, env=env)
+
+    def up() -> bool:
+        try:
+            return httpx.get(url + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        assert wait_for(up, timeout=120, every=0.2), "server did not come up"
+        names = [m["id"] for m in httpx.get(url + "/v1/models").json()["data"]]
+        assert names[0] == "qwen3-tts-design_wide"
+        body = {"input": TEXT, "instructions": STYLE, "seed": 1, "response_format": "wav"}
+        r = httpx.post(url + "/v1/audio/speech", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        rate, x = wav_samples(r.content)
+        assert rate == 24000 and len(x) == 1920 * int(r.headers["x-codecspec-frames"]) > 0
+        assert any((tmp_path / "cache").iterdir())  # the graphs were built where told
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
