@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from codecspec.tts.commands import threads_arg
+from codecspec.tts.commands import threads_arg, weights_option
 from codecspec.tts.registry import MODEL_NAMES
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
@@ -97,8 +97,11 @@ def check_model(args) -> None:
         from codecspec.serve.qwen3 import check_folder
 
         check_folder(args.model, args.ref_audio)
-    elif args.ref_audio is not None:
+        return
+    if args.ref_audio is not None:
         raise ValueError("--ref-audio: only a Qwen3-TTS Base checkpoint folder clones a voice")
+    if args.weights is not None:
+        raise ValueError("--weights: only for Qwen3-TTS checkpoint folders")
 
 
 def cmd_serve(args) -> int:
@@ -116,6 +119,7 @@ def cmd_serve(args) -> int:
             admit=args.admit,
             cache_dir=args.cache_dir,
             ref_audio=args.ref_audio,
+            weights=args.weights,
         )
 
     app = create_app(
@@ -218,6 +222,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="Qwen3-TTS Base checkpoint: the voice to clone (24 kHz WAV) for every stream",
     )
+    weights_option(p)
     p.add_argument(
         "--admit",
         default="realtime",

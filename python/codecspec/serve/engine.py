@@ -170,7 +170,8 @@ class Engine:
     """Continuous-batching TTS engine over a model: a folder, or a shipped model's name
     ("reference", the default, or "fsq"); its model.json picks the family, or its config.json
     marks a Qwen3-TTS checkpoint folder (then `cache_dir`: where its graphs are built;
-    `ref_audio`: the recording a Base checkpoint clones, required for one).
+    `ref_audio`: the recording a Base checkpoint clones, required for one; `weights`: fp32,
+    int8 or int4 talker and code predictor, None = the provider's default).
 
     max_streams: slots decoded together per step; max_queue: admitted requests waiting for a
     slot (default max_streams); beyond that `submit` raises `Overloaded`. threads: ONNX
@@ -198,6 +199,7 @@ class Engine:
         admit: str = "max",
         cache_dir=None,
         ref_audio=None,
+        weights: Optional[str] = None,
     ):
         if int(max_streams) < 1:
             raise ValueError(f"max_streams: must be >= 1, got {max_streams}")
@@ -219,6 +221,7 @@ class Engine:
             threads,
             cache_dir=cache_dir,
             ref_audio=ref_audio,
+            weights=weights,
         )
         self.tts = self.family.tts
         self.sample_rate = self.family.sample_rate
@@ -534,12 +537,21 @@ def realtime_capacity(steps: list, budget: float, most: int) -> int:
 
 
 def _load_family(
-    model_dir, slots, max_frames, max_phonemes, provider, threads, cache_dir=None, ref_audio=None
+    model_dir,
+    slots,
+    max_frames,
+    max_phonemes,
+    provider,
+    threads,
+    cache_dir=None,
+    ref_audio=None,
+    weights=None,
 ) -> Family:
     """The adapter for the model's family (a shipped name or a folder; model.json decides, or
     config.json for a Qwen3-TTS checkpoint folder; None = the reference v1, the engine's
-    default family). cache_dir (built graphs) and ref_audio (the voice a Base checkpoint
-    clones) are Qwen3-TTS folders' only."""
+    default family). cache_dir (built graphs), ref_audio (the voice a Base checkpoint
+    clones) and weights (the talker's and code predictor's precision) are Qwen3-TTS
+    folders' only."""
     from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
 
     if model_dir is not None and is_qwen3_folder(str(model_dir)):
@@ -553,9 +565,12 @@ def _load_family(
             threads,
             cache_dir=cache_dir,
             ref_audio=ref_audio,
+            weights=weights,
         )
     if ref_audio is not None:
         raise ValueError("ref_audio: only a Qwen3-TTS Base checkpoint folder clones a voice")
+    if weights is not None:
+        raise ValueError("weights: only for Qwen3-TTS checkpoint folders")
     d = resolve_model_dir("reference" if model_dir is None else model_dir)
     family = model_family(d)
     if family == "v2":

@@ -91,12 +91,22 @@ class Qwen3Family(Family):
     modes = ("ar", "spec")
 
     def __init__(
-        self, model_dir, slots, max_frames, provider, threads, cache_dir=None, ref_audio=None
+        self,
+        model_dir,
+        slots,
+        max_frames,
+        provider,
+        threads,
+        cache_dir=None,
+        ref_audio=None,
+        weights=None,
     ):
         from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
 
         self.reference = check_folder(model_dir, ref_audio)
-        self.tts = Qwen3TTS.load(model_dir, cache_dir=cache_dir, provider=provider, threads=threads)
+        self.tts = Qwen3TTS.load(
+            model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights
+        )
         if self.reference is not None:  # loads the speaker encoder once, for every replica
             self.tts.speaker_vector(self.reference)
         self.model_names = (f"qwen3-tts-{Path(model_dir).resolve().name}", "qwen3-tts")
@@ -111,7 +121,7 @@ class Qwen3Family(Family):
 
     def _speculation_pays(self) -> bool:
         """Mode "auto": what `codecspec calibrate --model DIR` measured (as `synth`)."""
-        f = self.tts.entry / "speculation.json"
+        f = self.tts.calibration_file("speculation.json")  # per precision, as `synth`
         return f.is_file() and bool(json.loads(f.read_text()).get("speculate"))
 
     # ------------------------------------------------------------------ requests
