@@ -176,6 +176,25 @@ def test_a_stream_ends_at_eos_without_an_extra_frame(custom, reference):
     assert np.array_equal(codes(h), r.codes) and h.count == r.frames
 
 
+def test_a_slot_left_mid_stream_serves_the_next_stream_exactly(custom, reference):
+    """Streams cancelled after their first frame leave their slots' runtimes mid-utterance
+    (unless they ended first: the tiny model is quick); the streams that take the slots
+    next are still exactly generate_codes."""
+    from serve_util import wait_for
+
+    engine = custom.engine
+    gone = engine.submit_many([SpeechRequest(TEXT, voice="aiden", seed=k) for k in (30, 31)])
+    assert wait_for(lambda: all(h.count >= 1 for h in gone), timeout=60)
+    for h in gone:
+        h.cancel()
+    assert wait_for(lambda: all(h.done_at is not None for h in gone), timeout=60)
+    hs = engine.submit_many([SpeechRequest(TEXT, voice="vivian", seed=k) for k in (32, 33)])
+    ref = reference("custom_equal")
+    for k, h in zip((32, 33), hs):
+        want = ref.generate_codes(TEXT, speaker="vivian", language="english", seed=k)
+        assert np.array_equal(codes(h), want.codes)
+
+
 def test_slot_runtimes_share_the_loaded_graphs(custom):
     """Each slot's runtime has its own talker cache and depth-loop state over the one set of
     loaded sessions, tables and heads (nothing is loaded per stream)."""
