@@ -76,6 +76,8 @@ def _prune(tree: cs.DraftTree, depth: int) -> cs.DraftTree:
 
 
 def _load_heads(graph: DepthGraph, heads) -> cs.HeadBank:
+    if isinstance(heads, cs.HeadBank):  # another decoder's bank over the same graph: shared
+        return heads
     if heads is None:
         side = heads_sidecar(graph.path) if graph.path is not None else None
         if side is None or not side.is_file():
@@ -98,7 +100,8 @@ class DepthDecoder:
     graph: a DepthGraph, an .onnx path, bytes or an onnx.ModelProto. tree: the draft tree
     (e.g. from `codecspec calibrate`), depth <= the graph's number of draft offsets. offsets:
     [K, H] learned position offsets (None = zeros, i.e. plain head reuse). heads: LM head
-    weights [G-1, V, H] for heads="hidden" graphs (default: the `.heads.npy` sidecar).
+    weights [G-1, V, H] for heads="hidden" graphs (default: the `.heads.npy` sidecar), or
+    another decoder's `bank` over the same graph (shared, not copied).
     """
 
     def __init__(

@@ -10,6 +10,7 @@ transformers' generate does (the last sampled token then gets no frame).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from pathlib import Path
@@ -170,6 +171,22 @@ class Qwen3TTS:
         self._speaker = None
         self._xvector: Optional[np.ndarray] = None
 
+    def replica(self) -> Qwen3TTS:
+        """A runtime for one more concurrent utterance: its own talker KV cache, depth-loop
+        state and per-request rows, sharing this one's ONNX sessions, tables, LM heads and
+        speech decoder (nothing is loaded again). One runtime decodes one utterance at a
+        time; the serving engine keeps one per slot."""
+        from codecspec.decode.depth import DepthDecoder
+
+        r = copy.copy(self)
+        t, d = self.talker, self.depth
+        r.talker = Talker(t.graph, t.head)
+        r.depth = DepthDecoder(
+            d.graph, tree=d.tree, offsets=d.offsets, params=d.params, heads=d.bank
+        )
+        r._pad_row = r._xvector = None
+        return r
+
     @classmethod
     def load(
         cls,
@@ -181,9 +198,14 @@ class Qwen3TTS:
         log=None,
         weights: Optional[str] = None,
     ):
+        from codecspec.runtime.threads import configure
+
         ck = Qwen3Checkpoint(model_dir)
         weights = resolve_weights(weights, provider)  # a bad value fails before any build
         tok = load_text_tokenizer(ck.dir)  # before building: a folder without one fails fast
+        # The build's probe session would otherwise size the process's shared thread pool
+        # first (to the cores), and a `threads` of another size would then be refused.
+        configure(threads)
         entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
         return cls(ck, entry, provider=provider, threads=threads, tok=tok, weights=weights, log=log)
 
@@ -335,9 +357,12 @@ class Qwen3TTS:
         streaming_text=False,
         info: Optional[dict] = None,
         trace: Optional[list] = None,
+        generator: Optional[cs.Generator] = None,
     ) -> Iterator[np.ndarray]:
         """Codes int64 [G] frame by frame (the order the speech decoder consumes them).
-        `trace` collects (talker hidden state, c0) of every frame (the calibration corpus)."""
+        `trace` collects (talker hidden state, c0) of every frame (the calibration corpus).
+        `generator`: draw from this one instead of `Generator(seed)` (the serving engine's
+        per-stream generator; a fresh `Generator(s)` gives exactly what `seed=s` gives)."""
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
         text, speaker, language, instruct = self.check_request(
@@ -377,7 +402,7 @@ class Qwen3TTS:
         info = {} if info is None else info
         info.update(prompt=p, hit_max_frames=False)
         secs = info["seconds"] = {"prefill": 0.0, "talker": 0.0, "depth": 0.0}
-        g = cs.Generator(seed)
+        g = cs.Generator(seed) if generator is None else generator
         g_talk, g_depth = g.fork(1), g.fork(2)
         t0 = time.perf_counter()
         embeds, trailing = self.prompt_embeds(p)
