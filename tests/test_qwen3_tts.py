@@ -672,12 +672,28 @@ def test_bench_reports_both_modes_and_greedy_equality(tmp_path):
     from codecspec.families.qwen3_tts.bench import bench_qwen3
 
     res = bench_qwen3(
-        DATA / "custom_equal", texts=2, max_frames=8, cache_dir=tmp_path, temperature=0
+        DATA / "custom_equal", frames=8, cache_dir=tmp_path, temperature=0, weights="fp32"
     )
-    assert res["greedy_spec_equals_ar"] is True
-    assert res["ar"]["frames"] == res["spec"]["frames"] > 0
-    assert res["ar"]["depth_calls_per_frame"] == 15
-    assert res["spec"]["depth_calls_per_frame"] <= 15 and res["depth_speedup"] > 0
+    assert res["greedy_spec_equals_ar"] is True and res["frames"] == 8
+    assert res["calls_per_frame"]["ar"] == 15
+    assert res["calls_per_frame"]["spec"] <= 15 and res["depth_speedup"] > 0
+    for key in (
+        "ms_per_frame",
+        "stage_ms_per_frame",
+        "depth_speedup",
+        "pipeline_rtf",
+        "bound_ms_per_frame",
+        "peak_rss_mb",
+        "weights",
+        "acceptance",
+        "bandwidth_gbps",
+    ):
+        assert key in res, key
+    for mode in ("ar", "spec"):
+        assert res["ms_per_frame"][mode] > 0 and res["bound_ms_per_frame"][mode] > 0
+        assert res["pipeline_rtf"][mode] == pytest.approx(res["ms_per_frame"][mode] / 80.0)
+    assert set(res["stage_ms_per_frame"]) >= {"talker step", "depth loop", "speech decoder"}
+    assert res["weights"] == "fp32" and res["acceptance"] is None
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32", "f16"])
@@ -746,13 +762,14 @@ def test_bench_on_a_base_checkpoint_needs_and_uses_a_reference(tmp_path):
     from codecspec.families.qwen3_tts.bench import bench_qwen3
 
     with pytest.raises(ValueError, match="^ref_audio:"):
-        bench_qwen3(DATA / "base_xvector", texts=1, max_frames=4, cache_dir=tmp_path)
+        bench_qwen3(DATA / "base_xvector", frames=4, cache_dir=tmp_path, decoder=False)
     res = bench_qwen3(
         DATA / "base_xvector",
-        texts=1,
-        max_frames=4,
+        frames=4,
         cache_dir=tmp_path,
         temperature=0,
         ref_audio=DATA / "ref.wav",
+        weights="fp32",
+        decoder=False,
     )
-    assert res["greedy_spec_equals_ar"] is True and res["ar"]["frames"] > 0
+    assert res["greedy_spec_equals_ar"] is True and res["frames"] > 0

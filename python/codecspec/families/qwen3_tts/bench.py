@@ -235,6 +235,12 @@ def bench_qwen3(
         "calibration": {"depth": _calibrated(tts)},
         **depth_extra,
     }
+    if acceptance is not None or dec.params.temperature == 0:
+        # greedy: the speculative codes must be the AR codes (up to the rounding a quantised
+        # graph's activations add, docs/performance.md)
+        same = run.codes["ar"] == run.codes["spec"]
+        record["greedy_spec_equals_ar"] = bool(same.all())
+        record["greedy_code_agreement"] = float(same.mean())
     record["bandwidth_gbps"] = stream_bandwidth() / 1e9
     finish_record(record)
     record["stage_ms_per_frame"] = {
