@@ -26,6 +26,8 @@ family is None, a stage it lacks is simply absent):
         bound_ms_spec float  bytes_spec ÷ bandwidth
         in_total      bool   optional, default True; False for a row measured apart from the
                              pipeline (e.g. the depth loop alone), left out of the totals
+        spec_is_ar    bool   optional: the speculative side ran this stage AR (calibration
+                             chose AR for it); printed as "(AR in both)"
         note          str    optional, printed under the table (e.g. "compute-bound")
     ms_per_frame          {ar, spec}  everything a user waits for, per frame
     bound_ms_per_frame    {ar, spec}  the sum of the in-total stages' bounds
@@ -511,7 +513,9 @@ def render_table(record: dict) -> str:
     rows, notes = [], []
     stages = r.get("stages") or []
     for s in stages:
-        name = str(s.get("name", "?")) + ("" if s.get("in_total", True) else " *")
+        name = str(s.get("name", "?"))
+        name += " (AR in both)" if s.get("spec_is_ar") else ""
+        name += "" if s.get("in_total", True) else " *"
         keys = ("ar_ms", "spec_ms", "bytes_ar", "bytes_spec", "bound_ms_ar", "bound_ms_spec")
         rows.append(_row(name, *(s.get(k) for k in keys)))
         if s.get("note"):

@@ -347,19 +347,20 @@ def pipeline_stages(model_dir, totals: dict, reads: Optional[dict], codec_file: 
     out = []
     for name, by_mode in rows.items():
         ar, sp = by_mode.get("ar"), by_mode.get("spec")
-        label = name
-        if name in loops and spec_side.get(loops[name]) == "ar":
-            label += " (AR in both)"  # the speculative side did not speculate here
+        # the speculative side may not speculate in this loop (calibration chose AR)
+        extra = {"spec_is_ar": True} if spec_side.get(loops.get(name, ""), "") == "ar" else {}
+        if name in notes:
+            extra["note"] = notes[name]
         n_ar = max(totals["ar"]["frames"], 1)
         n_sp = max(totals["spec"]["frames"], 1) if "spec" in totals else 1
         out.append(
             perf.stage(
-                label,
+                name,
                 1e3 * ar[0] / n_ar,
                 None if sp is None else 1e3 * sp[0] / n_sp,
                 ar[1],
                 None if sp is None else sp[1],
-                **({"note": notes[name]} if name in notes else {}),
+                **extra,
             )
         )
     return out
