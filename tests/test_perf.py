@@ -304,3 +304,36 @@ def test_cli_bench_on_the_default_model_prints_the_record(capsys):
     out = capsys.readouterr().out
     assert "verdict:" in out and "depth loop" in out and "bound ms" in out
     assert "ar_host_share" not in out and len(out.splitlines()) < 20
+
+
+def test_cli_bench_completes_a_record_a_family_bench_returns(monkeypatch, capsys, tmp_path):
+    """A bench that fills only its stages (the Qwen3-TTS bench's path): the CLI measures the
+    bandwidth and peak RSS, fills the bounds, totals and verdict, and prints the table."""
+    from codecspec.cli import main
+    from codecspec.families.qwen3_tts import bench, checkpoint
+
+    def fake_bench(model_dir, **kw):
+        return {
+            "family": "qwen3",
+            "model": str(model_dir),
+            "threads": 1,
+            "stages": [
+                perf.stage("talker step", 70.0, 70.0, 1_800_000_000, 1_800_000_000),
+                perf.stage("depth loop", 176.0, 112.0, 4_800_000_000, 2_300_000_000),
+            ],
+            "depth_speedup": 176.0 / 112.0,
+            "tokens_per_call": 2.18,
+            "audio_ms_per_frame": 80.0,
+        }
+
+    monkeypatch.setattr(checkpoint, "is_qwen3_folder", lambda d: True)
+    monkeypatch.setattr(bench, "bench_qwen3", fake_bench)
+    assert main(["bench", "--model", str(tmp_path), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["bandwidth_gbps"] > 0.1 and res["peak_rss_mb"] > 10
+    assert res["stages"][1]["bound_ms_spec"] > 0 and res["ms_per_frame"]["spec"] == 182.0
+    assert res["pipeline_rtf"]["ar"] == pytest.approx(246.0 / 80.0)
+    assert res["verdict"].startswith("speculation pays 1.57× here at 2.18 tokens per call")
+    assert main(["bench", "--model", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "talker step" in out and "verdict: speculation pays" in out

@@ -462,6 +462,15 @@ def _num(x) -> str:
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
+def _bound(x) -> str:
+    return "<0.001" if x is not None and 0 < x < 0.001 else _num(x)
+
+
+def _over(x) -> str:
+    """Measured ÷ bound; past 1000 the stage is not limited by its weights at all."""
+    return ">1000" if x is not None and x > 1000 else _num(x)
+
+
 def _pair(a, b, fmt=_num) -> str:
     """ "a/b", or one figure where both are the same or b does not exist."""
     if b is None or fmt(a) == fmt(b):
@@ -493,8 +502,8 @@ def _row(name, ar, sp, b_ar, b_sp, bo_ar, bo_sp) -> list:
         _f(sp),
         _f(_ratio(ar, sp), "{:.2f}×"),
         "" if b_ar is None and b_sp is None else _pair(b_ar, b_sp, _bytes),
-        "" if bo_ar is None and bo_sp is None else _pair(bo_ar, bo_sp),
-        "" if over_ar is None and over_sp is None else _pair(over_ar, over_sp),
+        "" if bo_ar is None and bo_sp is None else _pair(bo_ar, bo_sp, _bound),
+        "" if over_ar is None and over_sp is None else _pair(over_ar, over_sp, _over),
     ]
 
 
