@@ -39,6 +39,8 @@ family is None, a stage it lacks is simply absent):
                              bandwidth probe (whose buffer would otherwise be the peak)
     calibration       dict   optional: what the model's calibration chose per loop,
                              {"depth": "spec"|"ar", "temporal": "spec"|"ar"}
+    temporal_speedup, temporal_tokens_per_call   optional (families that speculate in the
+                             temporal loop): added to the verdict
     verdict           str    one line (`verdict(record)`)
 
 `finish_record` fills the bounds, totals, RTF and verdict from the stages; `render_table`
@@ -515,7 +517,7 @@ def render_table(record: dict) -> str:
     rss = r.get("peak_rss_mb")
     head = [
         f"{r.get('family') or '?'} · {r.get('model') or '?'}",
-        f"{r.get('provider') or '?'}, {r.get('threads') or '?'} threads, weights "
+        f"{r.get('provider') or '?'}, {r.get('threads') or 'default'} threads, weights "
         f"{r.get('weights') or '?'}, streaming bandwidth {_f(r.get('bandwidth_gbps'), '{:.1f}')}"
         f" GB/s (measured in this run)" + ("" if rss is None else f", peak RSS {rss:.0f} MiB"),
     ]
