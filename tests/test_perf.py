@@ -153,6 +153,8 @@ def test_graph_reads_refuses_what_is_not_a_model(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"not a model at all")
     with pytest.raises(ValueError, match="model"):
         perf.graph_reads(tmp_path / "bad.onnx")
+    with pytest.raises(ValueError, match="model"):
+        perf.graph_reads(b"not a model at all")
 
 
 def test_per_frame_bytes_and_the_depth_loop():

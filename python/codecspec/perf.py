@@ -208,7 +208,10 @@ def _load_graph(model):
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (bytes, bytearray)):
-        return onnx.load_model_from_string(bytes(model))
+        try:
+            return onnx.load_model_from_string(bytes(model))
+        except Exception as e:  # a protobuf error: not a model
+            raise ValueError(f"model: not an ONNX model ({e})") from None
     path = Path(model)
     if not path.is_file():
         raise FileNotFoundError(f"model: no such ONNX file: {model}")
@@ -223,7 +226,7 @@ def _graphs(graph):
     yield graph
     for node in graph.node:
         for a in node.attribute:
-            if a.g is not None and a.HasField("g"):
+            if a.HasField("g"):
                 yield from _graphs(a.g)
             for g in a.graphs:
                 yield from _graphs(g)
@@ -275,7 +278,7 @@ def graph_reads(model) -> GraphReads:
                         tensors.append((node.output[0], list(a.t.dims), a.t.data_type))
 
     def leaves(name: str, dtype: int, seen=()):
-        """(op, input index, node, dtype as consumed) of every non-Cast consumer."""
+        """(node, input index, dtype as consumed) of every consumer past the Casts."""
         for node, i in consumers.get(name, []):
             if node.op_type == "Cast" and node.output[0] not in seen:
                 to = next(a.i for a in node.attribute if a.name == "to")
