@@ -517,10 +517,11 @@ def render_table(record: dict) -> str:
     speed-up, weight bytes read per frame, the bandwidth bound, measured ÷ bound; a/b =
     AR/spec), the totals, RTF, and the verdict."""
     r = record
-    rss = r.get("peak_rss_mb")
+    rss, threads = r.get("peak_rss_mb"), r.get("threads")
+    threads = "default threads" if not threads else f"{threads} thread" + "s" * (threads != 1)
     head = [
         f"{r.get('family') or '?'} · {r.get('model') or '?'}",
-        f"{r.get('provider') or '?'}, {r.get('threads') or 'default'} threads, weights "
+        f"{r.get('provider') or '?'}, {threads}, weights "
         f"{r.get('weights') or '?'}, streaming bandwidth {_f(r.get('bandwidth_gbps'), '{:.1f}')}"
         f" GB/s (measured in this run)" + ("" if rss is None else f", peak RSS {rss:.0f} MiB"),
     ]

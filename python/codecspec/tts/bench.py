@@ -300,69 +300,62 @@ def pipeline_totals(runs: dict, depth_mode: dict, temporal_mode: dict) -> dict:
     return out
 
 
+_STAGE_NOTES = {
+    "frontend": "espeak-ng and the encoder once per utterance: host work, not weights",
+    "vocoder": "Griffin-Lim FFTs: compute-bound, its weights are a few kB per frame",
+}
+# the pipeline_totals key saying whether a side speculated in that stage
+_STAGE_MODE = {"temporal step": "temporal_mode", "depth loop": "depth_mode"}
+
+
+def _stage_bytes(t: dict, graphs: dict, codec, reads: Optional[dict]) -> dict:
+    """Weight bytes per frame of each pipeline stage for one side's `pipeline_totals`:
+    the encoder once per utterance, the temporal target (1 + drafted rows per call) and
+    draft calls, the depth loop at its calls per frame, the vocoder's codec."""
+    n = max(t["frames"], 1)
+    enc, tmp, draft = graphs["encoder"], graphs["temporal"], graphs["draft"]
+    target_calls = t["temporal_calls"] if t["temporal_calls"] is not None else n
+    temporal = [(tmp.per_call(1.0 + t["drafted"] / max(target_calls, 1)), target_calls / n)]
+    if draft is not None and t["draft_calls"]:
+        temporal.append((draft.per_call(1), t["draft_calls"] / n))
+    return {
+        "frontend": None if enc is None else enc.per_call(0) * t["utterances"] / n,
+        "temporal step": None if tmp is None else perf.per_frame_bytes(temporal),
+        "depth loop": depth_bytes(reads, t["depth_mode"], t["depth_calls"] / n),
+        "vocoder": None if codec is None else codec[0] * t["utterances"] / n + codec[1],
+    }
+
+
 def pipeline_stages(model_dir, totals: dict, reads: Optional[dict], codec_file: str) -> list:
     """The record's stage rows of a synthesis pipeline (frontend, temporal step, depth loop,
-    vocoder) from `pipeline_totals`: ms per frame and weight bytes read per frame."""
+    vocoder) from `pipeline_totals` {"ar": ..., "spec": ...}: ms and weight bytes per frame."""
     d = Path(model_dir)
-    enc, tmp = _graph_file(d / "encoder.onnx"), _graph_file(d / "temporal.onnx")
-    draft = _graph_file(d / "draft_temporal.onnx")
+    graphs = {k: _graph_file(d / f"{k}.onnx") for k in ("encoder", "temporal")}
+    graphs["draft"] = _graph_file(d / "draft_temporal.onnx")
     codec = codec_reads(d / codec_file) if (d / codec_file).is_file() else None
-    rows: dict = {k: {} for k in ("frontend", "temporal step", "depth loop", "vocoder")}
-    for m, t in totals.items():
-        n = max(t["frames"], 1)
-        sec = t["seconds"]
-        target_calls = t["temporal_calls"] if t["temporal_calls"] is not None else n
-        rows_per_target = 1.0 + t["drafted"] / max(target_calls, 1)
-        rows["frontend"][m] = (
-            sec["frontend"],
-            None if enc is None else enc.per_call(0) * t["utterances"] / n,
-        )
-        rows["temporal step"][m] = (
-            sec["temporal"],
-            None
-            if tmp is None
-            else perf.per_frame_bytes(
-                [(tmp.per_call(rows_per_target), target_calls / n)]
-                + (
-                    [(draft.per_call(1), t["draft_calls"] / n)]
-                    if draft and t["draft_calls"]
-                    else []
-                )
-            ),
-        )
-        rows["depth loop"][m] = (
-            sec["depth"],
-            depth_bytes(reads, t["depth_mode"], t["depth_calls"] / n),
-        )
-        rows["vocoder"][m] = (
-            sec["vocoder"],
-            None if codec is None else codec[0] * t["utterances"] / n + codec[1],
-        )
-    notes = {
-        "frontend": "espeak-ng and the encoder once per utterance: host work, not weights",
-        "vocoder": "Griffin-Lim FFTs: compute-bound, its weights are a few kB per frame",
-    }
-    spec_side = totals.get("spec", {})
-    loops = {"temporal step": "temporal_mode", "depth loop": "depth_mode"}
+    seconds = {"frontend": "frontend", "temporal step": "temporal"}
+    seconds.update({"depth loop": "depth", "vocoder": "vocoder"})
+    ar, sp = totals["ar"], totals.get("spec")
+    by_ar = _stage_bytes(ar, graphs, codec, reads)
+    by_sp = None if sp is None else _stage_bytes(sp, graphs, codec, reads)
+
+    def ms(t, name):
+        return 1e3 * t["seconds"][seconds[name]] / max(t["frames"], 1)
+
     out = []
-    for name, by_mode in rows.items():
-        ar, sp = by_mode.get("ar"), by_mode.get("spec")
-        # the speculative side may not speculate in this loop (calibration chose AR)
-        extra = {"spec_is_ar": True} if spec_side.get(loops.get(name, ""), "") == "ar" else {}
-        if name in notes:
-            extra["note"] = notes[name]
-        n_ar = max(totals["ar"]["frames"], 1)
-        n_sp = max(totals["spec"]["frames"], 1) if "spec" in totals else 1
-        out.append(
-            perf.stage(
-                name,
-                1e3 * ar[0] / n_ar,
-                None if sp is None else 1e3 * sp[0] / n_sp,
-                ar[1],
-                None if sp is None else sp[1],
-                **extra,
-            )
+    for name in seconds:
+        extra = {"note": _STAGE_NOTES[name]} if name in _STAGE_NOTES else {}
+        if sp is not None and sp.get(_STAGE_MODE.get(name, "")) == "ar":
+            extra["spec_is_ar"] = True  # the speculative side did not speculate here
+        row = perf.stage(
+            name,
+            ms(ar, name),
+            None if sp is None else ms(sp, name),
+            by_ar[name],
+            None if by_sp is None else by_sp[name],
+            **extra,
         )
+        out.append(row)
     return out
 
 
@@ -440,13 +433,12 @@ def _frame_ms(model_dir) -> Optional[float]:
     from codecspec.codec.v2 import CodecV2
 
     d = Path(model_dir)
-    meta = d / "model.json"
-    name = json.loads(meta.read_text()).get("codec_file") if meta.is_file() else None
-    for file, cls in ((name, None), ("codec.npz", Codec), ("codec_v2.npz", CodecV2)):
-        if file and (d / file).is_file():
-            cls = cls or (Codec if file == "codec.npz" else CodecV2)
-            return 1e3 / cls.load(d / file).frame_rate
-    return None
+    meta = json.loads((d / "model.json").read_text()) if (d / "model.json").is_file() else {}
+    names = [meta.get("codec_file"), "codec.npz", "codec_v2.npz"]
+    name = next((f for f in names if f and (d / f).is_file()), None)
+    if name is None:
+        return None
+    return 1e3 / (Codec if name == "codec.npz" else CodecV2).load(d / name).frame_rate
 
 
 # ---------------------------------------------------------------------- whole pipeline
