@@ -70,6 +70,7 @@ __all__ = [
     "render_table",
     "stage",
     "stream_bandwidth",
+    "tensor_nbytes",
     "verdict",
 ]
 
@@ -151,7 +152,9 @@ def bound_ms(nbytes, bandwidth) -> Optional[float]:
 _SUB_BYTE_BITS = {21: 4, 22: 4, 23: 4}  # UINT4, INT4, FLOAT4E2M1
 
 
-def _tensor_nbytes(dims, data_type: int) -> int:
+def tensor_nbytes(dims, data_type: int) -> int:
+    """Bytes of a tensor of these dims and ONNX data type (4-bit types packed two a byte;
+    strings and unknown types 0)."""
     from onnx import helper
 
     n = int(np.prod(dims, dtype=np.int64)) if len(dims) else 1
@@ -161,6 +164,9 @@ def _tensor_nbytes(dims, data_type: int) -> int:
         return n * np.dtype(helper.tensor_dtype_to_np_dtype(data_type)).itemsize
     except (KeyError, TypeError, ValueError):  # strings and unknown types: not weights
         return 0
+
+
+_tensor_nbytes = tensor_nbytes  # the name families/qwen3_tts/bench.py imports
 
 
 def _dtype_name(data_type: int) -> str:
@@ -294,8 +300,8 @@ def graph_reads(model) -> GraphReads:
         if not uses:
             continue  # a graph output or dead weight: never read by a kernel
         eff = {d for _, _, d in uses}
-        eff_dt = max(eff, key=lambda d: _tensor_nbytes(dims, d))
-        nbytes = _tensor_nbytes(dims, eff_dt)
+        eff_dt = max(eff, key=lambda d: tensor_nbytes(dims, d))
+        nbytes = tensor_nbytes(dims, eff_dt)
         gathered = len(dims) >= 1 and all(_row_lookup(node, i) for node, i, _ in uses)
         if gathered and dims[0] > 0:
             per_row += nbytes // int(dims[0])
@@ -305,7 +311,7 @@ def graph_reads(model) -> GraphReads:
             key = _dtype_name(eff_dt)
             dtypes[key] = dtypes.get(key, 0) + nbytes
             key = _dtype_name(dt)
-            stored[key] = stored.get(key, 0) + _tensor_nbytes(dims, dt)
+            stored[key] = stored.get(key, 0) + tensor_nbytes(dims, dt)
     return GraphReads(streamed, per_row, tables, dtypes, stored)
 
 
