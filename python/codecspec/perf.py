@@ -95,7 +95,7 @@ def stream_bandwidth(seconds: float = 0.3, *, threads: int = 1, buffer_mb: int =
         raise ValueError(f"threads: expected an int >= 1, got {threads!r}")
     if isinstance(buffer_mb, bool) or not isinstance(buffer_mb, int) or buffer_mb < 1:
         raise ValueError(f"buffer_mb: expected an int >= 1, got {buffer_mb!r}")
-    if not (isinstance(seconds, (int, float)) and 0 < seconds <= 60):
+    if isinstance(seconds, bool) or not (isinstance(seconds, (int, float)) and 0 < seconds <= 60):
         raise ValueError(f"seconds: expected a number in (0, 60], got {seconds!r}")
     buf = np.ones(buffer_mb * (1 << 20) // 4, np.float32)  # written, hence resident
     parts = np.array_split(buf, threads)
