@@ -50,7 +50,11 @@ class DepthGraph:
         threads: int | None = None,
     ):
         self.path = None
+        self._reads = None  # perf.GraphReads, counted on first use
         if isinstance(model, onnx.ModelProto):
+            from codecspec.perf import graph_reads
+
+            self._reads = graph_reads(model)  # no parse: the proto is at hand
             source = model.SerializeToString()
             meta = read_graph_metadata(model)
         else:
@@ -76,6 +80,15 @@ class DepthGraph:
         self.outputs = want
         self.provider = self.session.get_providers()[0]
         self.calls = 0
+
+    def weight_reads(self):
+        """Bytes of weights one call reads (`codecspec.perf.GraphReads`); None for a graph
+        given as serialized bytes (not kept)."""
+        if self._reads is None and self.path is not None:
+            from codecspec.perf import graph_reads
+
+            self._reads = graph_reads(self.path)
+        return self._reads
 
     def __call__(
         self,
