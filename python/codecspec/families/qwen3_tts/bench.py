@@ -34,10 +34,10 @@ def _head_bytes(model_path, num_heads: int) -> int:
     import onnx
 
     m = onnx.load(str(model_path), load_external_data=False)
-    from codecspec.perf import _tensor_nbytes
+    from codecspec.perf import tensor_nbytes
 
     total = sum(
-        _tensor_nbytes(list(t.dims), t.data_type)
+        tensor_nbytes(list(t.dims), t.data_type)
         for t in m.graph.initializer
         if t.name.startswith("head") and "_t" in t.name
     )
@@ -241,7 +241,11 @@ def bench_qwen3(
         same = run.codes["ar"] == run.codes["spec"]
         record["greedy_spec_equals_ar"] = bool(same.all())
         record["greedy_code_agreement"] = float(same.mean())
-    record["bandwidth_gbps"] = stream_bandwidth() / 1e9
+    from codecspec.runtime.session import session_threads
+
+    n_threads = session_threads(dec.graph.session)  # the probe reads as the sessions do
+    record["threads"] = n_threads
+    record["bandwidth_gbps"] = stream_bandwidth(threads=n_threads) / 1e9
     finish_record(record)
     record["stage_ms_per_frame"] = {
         r["name"]: {"ar": r["ar_ms"], "spec": r["spec_ms"]} for r in record["stages"]

@@ -157,8 +157,9 @@ class Qwen3TTS:
         self.text_proj = open_session(
             str(entry / "text_proj.onnx"), provider=provider, threads=threads
         )
-        self.codec_table = np.load(entry / "codec_embedding.npy")
-        self.code_tables = np.load(entry / "code_embedding.npy")
+        # Row lookups only (a frame reads 16 rows): mapped, not resident (126 MB at 0.6B).
+        self.codec_table = np.load(entry / "codec_embedding.npy", mmap_mode="r")
+        self.code_tables = np.load(entry / "code_embedding.npy", mmap_mode="r")
         calib = self._calibration()
         self.depth = DepthDecoder(
             weights_graph(entry, "depth", self.weights, log),
@@ -297,7 +298,7 @@ class Qwen3TTS:
         return out, trailing
 
     def frame_embed(self, codes: np.ndarray) -> np.ndarray:
-        e = self.codec_table[codes[0]].copy()
+        e = np.array(self.codec_table[codes[0]], np.float32)
         for j in range(1, len(codes)):
             e += self.code_tables[j - 1, codes[j]]
         return e
