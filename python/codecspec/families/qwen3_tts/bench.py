@@ -24,7 +24,14 @@ import codecspec as cs
 from .calibrate import CALIBRATION_TEXTS, _request
 from .pipeline import SAMPLE_RATE, SAMPLES_PER_FRAME, Qwen3TTS
 
-__all__ = ["bench_qwen3", "depth_bytes", "controlled_depth_run", "greedy_truth", "speedup_map"]
+__all__ = [
+    "shipped_qwen3_map",
+    "bench_qwen3",
+    "depth_bytes",
+    "controlled_depth_run",
+    "greedy_truth",
+    "speedup_map",
+]
 
 FRAME_MS = 1e3 * SAMPLES_PER_FRAME / SAMPLE_RATE  # 80 ms of audio per frame
 
@@ -339,3 +346,22 @@ def speedup_map(
         "cpu_model": platform.processor() or platform.machine(),
         "points": points,
     }
+
+
+def shipped_qwen3_map(config, weights: str):
+    """The speed-up map shipped for this code predictor shape and precision (measured on the
+    project's 2-core CPU by bench/qwen3_real_shape.py), or None."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "models" / f"qwen3_speedup_map.{weights}.json"
+    if not path.is_file():
+        return None
+    shape = json.loads(path.read_text()).get("shape", {})
+    want = {
+        "hidden": config.hidden_size,
+        "layers": config.num_layers,
+        "vocab": config.codebook_size,
+        "groups": config.num_codebooks,
+    }
+    return path if shape == want else None

@@ -23,7 +23,7 @@ from .calibrate import CALIBRATION_TEXTS, _request
 from .pipeline import Qwen3TTS
 from .text import build_prompt
 
-__all__ = ["logit_error", "depth_logits", "talker_logits"]
+__all__ = ["logit_error", "grouping_error", "depth_logits", "talker_logits"]
 
 
 def depth_logits(dec, hidden: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -127,3 +127,67 @@ def logit_error(
             a[:, ref.spec.suppressed_ids] = b[:, ref.spec.suppressed_ids] = -np.inf
         out[stage] = _compare(a, b, params)
     return out
+
+
+def grouping_error(
+    model_dir,
+    weights: str,
+    *,
+    frames: int = 8,
+    cache_dir=None,
+    threads: Optional[int] = None,
+    seed: int = 0,
+) -> dict:
+    """How much the code predictor's logits depend on how a frame's positions are grouped
+    into graph calls: the AR loop (one position per call, the rest in the cache) against one
+    causal call over the whole frame, on random inputs of the checkpoint's shape.
+
+    Float32 graphs differ by rounding only (~1e-6: onnxruntime's attention kernels sum in
+    another order for another call shape). Quantised graphs (MatMulNBits, int8 compute)
+    round every activation to 8 bits per row, which turns that rounding into whole
+    quantisation steps: this is how far a speculative verify call's logits can sit from the
+    AR law of the same quantised model. Reported: the largest logit difference, the mean
+    total-variation distance of the two sampled laws (the checkpoint's depth sampling
+    parameters) and how often the greedy codes agree.
+    """
+    tts = Qwen3TTS.load(
+        model_dir, weights=weights, cache_dir=cache_dir, provider="cpu", threads=threads
+    )
+    dec = tts.depth
+    _, params = tts.sampling()
+    saved = dec.params
+    dec.params = cs.SamplingParams(0.0, 0, 1.0)
+    rng = np.random.default_rng(seed)
+    steps: list = []
+    orig = dec._run
+
+    def record(call):
+        orig(call)
+        if call.q == 1:
+            steps.append(call.logits[0].copy())
+
+    dec._run = record
+    diffs, tvs, agree = [], [], []
+    try:
+        for _ in range(int(frames)):
+            h = rng.standard_normal(dec.config.input_width).astype(np.float32)
+            c0 = int(rng.integers(0, dec.config.c0_vocab_size))
+            steps.clear()
+            codes = dec.decode_frame(h, c0, cs.Generator(0), "ar")
+            whole = depth_logits(dec, h, codes)[1:]  # c2.. (c1 comes from the prefill call)
+            ar = np.stack(steps)
+            diffs.append(float(np.abs(ar - whole).max()))
+            for a, b in zip(ar, whole):
+                tvs.append(0.5 * float(np.abs(cs.warp(a, params) - cs.warp(b, params)).sum()))
+            agree.extend(ar.argmax(-1) == whole.argmax(-1))
+    finally:
+        dec._run = orig
+        dec.params = saved
+    return {
+        "weights": tts.weights,
+        "max_abs": float(np.max(diffs)),
+        "tv_mean": float(np.mean(tvs)),
+        "tv_max": float(np.max(tvs)),
+        "argmax_agreement": float(np.mean(agree)),
+        "positions": len(tvs),
+    }
