@@ -133,6 +133,10 @@ class Qwen3TTS:
     ):
         ck = Qwen3Checkpoint(model_dir)
         tok = load_text_tokenizer(ck.dir)  # before building: a folder without one fails fast
+        if threads is not None:  # size the shared pool now: the build's sessions would fix it
+            from codecspec.runtime.threads import configure
+
+            configure(threads)
         entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
         return cls(ck, entry, provider=provider, threads=threads, tok=tok)
 
