@@ -192,3 +192,21 @@ def test_cli(tmp_path, capsys):
     assert main(["random-checkpoint", "tiny", str(vd), "--model-type", "voice_design"]) == 0
     cfg = json.loads((vd / "config.json").read_text())
     assert cfg["tts_model_type"] == "voice_design" and cfg["talker_config"]["spk_id"] == {}
+
+
+def test_synth_and_bench_commands_take_the_folder(tiny, tmp_path, monkeypatch, capsys):
+    out, _ = tiny
+    monkeypatch.setenv("CODECSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    wav = tmp_path / "x.wav"
+    argv = ["synth", "Hello there.", "--model", str(out), "--speaker", "aiden"]
+    assert main(argv + ["--max-frames", "3", "--temperature", "0", "-o", str(wav)]) == 0
+    import wave
+
+    with wave.open(str(wav)) as w:
+        assert (w.getframerate(), w.getnframes()) == (24000, 3 * 1920)
+    capsys.readouterr()
+    argv = ["bench", "--model", str(out), "--texts", "2", "--frames", "3", "--temperature", "0"]
+    assert main(argv + ["--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["ar"]["frames"] == rec["spec"]["frames"] == 6
+    assert rec["greedy_spec_equals_ar"] is True

@@ -21,8 +21,9 @@ dimensions, codec ids, speakers and languages of the published config.json as se
 independent public ports give them (see /work/shared/notes/qwen3_tts.md and docs/models.md);
 the decoder config is `graphs.qwen3_decoder.PUBLISHED_DECODER_CONFIG`.
 
-Not written: the speech tokenizer's *encoder* weights (codecspec never reads them; the official
-loader initialises them randomly with a warning) and a speaker encoder (CustomVoice and
+Not written: the speech tokenizer's encoder-side weights (the Mimi encoder and the quantizers'
+input projections: codecspec never reads them; the official loader initialises them randomly
+with a warning) and a speaker encoder (CustomVoice and
 VoiceDesign folders have none). The text tokenizer is trained on generated pseudo-English, so
 its merges are not Qwen's: text tokenizes to a similar but not equal number of tokens.
 
