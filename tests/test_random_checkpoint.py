@@ -184,10 +184,16 @@ def test_cli(tmp_path, capsys):
         main(["random-checkpoint", "qwen3-7b", str(tmp_path / "y")])
     assert e.value.code == 2
     assert "invalid choice: 'qwen3-7b'" in capsys.readouterr().err
-    assert main(["random-checkpoint", "tiny", str(busy), "--force", "--json"]) == 0
-    info = json.loads(capsys.readouterr().out)
-    assert info["shape"] == "tiny" and not (busy / "keep.txt").exists()
-    assert (busy / "config.json").is_file()
+    assert main(["random-checkpoint", "tiny", str(busy), "--force"]) == 2
+    assert "not a Qwen3-TTS folder" in capsys.readouterr().err
+    assert (busy / "keep.txt").read_text() == "mine"  # --force never wipes other folders
+    again = tmp_path / "again"
+    assert main(["random-checkpoint", "tiny", str(again), "--seed", "1"]) == 0
+    (again / "stale.txt").write_text("old")
+    assert main(["random-checkpoint", "tiny", str(again), "--force", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert info["shape"] == "tiny" and info["seed"] == 0
+    assert not (again / "stale.txt").exists() and (again / "config.json").is_file()
     vd = tmp_path / "vd"
     assert main(["random-checkpoint", "tiny", str(vd), "--model-type", "voice_design"]) == 0
     cfg = json.loads((vd / "config.json").read_text())

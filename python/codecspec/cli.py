@@ -484,7 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="output folder (must be absent or empty unless --force)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-type", default="custom_voice", choices=["custom_voice", "voice_design"])
-    p.add_argument("--force", action="store_true", help="replace a non-empty OUT")
+    p.add_argument(
+        "--force", action="store_true", help="replace an OUT that holds an earlier Qwen3-TTS folder"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_random_checkpoint)
 

@@ -592,6 +592,12 @@ def _check_out(out, force: bool) -> Path:
     if d.is_dir() and any(d.iterdir()):
         if not force:
             raise ValueError(f"out: {d} exists and is not empty (pass --force to overwrite)")
+        from .checkpoint import is_qwen3_folder
+
+        if not is_qwen3_folder(str(d)):  # --force must not wipe an unrelated folder
+            raise ValueError(
+                f"out: {d} is not empty and not a Qwen3-TTS folder; --force only replaces one"
+            )
         import shutil
 
         shutil.rmtree(d)
