@@ -216,3 +216,15 @@ def test_synth_and_bench_commands_take_the_folder(tiny, tmp_path, monkeypatch, c
     rec = json.loads(capsys.readouterr().out)
     assert rec["ar"]["frames"] == rec["spec"]["frames"] == 6
     assert rec["greedy_spec_equals_ar"] is True
+
+
+def test_merges_starting_with_a_hash_are_merges(tmp_path):
+    """merges.txt: only the first line's #version header is a comment (transformers' rule)."""
+    from codecspec.families.qwen3_tts.text import load_text_tokenizer
+
+    vocab = {"#": 0, "a": 1, "##": 2, "aa": 3}
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n# #\na a\n")
+    tok = load_text_tokenizer(tmp_path)
+    assert tok.encode("##").ids == [2]
+    assert tok.encode("aa").ids == [3]
