@@ -78,7 +78,21 @@ def test_real_shapes_match_the_published_dimensions():
     n06 = sum(int(np.prod(v)) for v in t06.values())
     assert 0.85e9 < n06 < 0.95e9, n06
     assert (s06.shards, s17.shards) == (1, 2)
-    assert s06.codec_id(2150) == 2150 and s06.text_id(28) == 151671
+    from codecspec.families.qwen3_tts.checkpoint import talker_spec
+    from codecspec.families.qwen3_tts.random_checkpoint import _root_config
+
+    for s, hidden in ((s06, 1024), (s17, 2048)):  # the config the runtime reads
+        spec = talker_spec(_root_config(s, "custom_voice", None))
+        assert (spec.hidden_size, spec.num_layers, spec.head_dim) == (hidden, 28, 128)
+        assert (spec.vocab_size, spec.text_vocab_size, spec.text_hidden_size) == (
+            3072,
+            151936,
+            2048,
+        )
+        assert spec.codec["eos"] == 2150 and spec.codec["pad"] == 2148
+        assert spec.speakers["vivian"] == 3065 and spec.languages["english"] == 2050
+        assert spec.text["im_start"] == 151644 and spec.text["tts_eos"] == 151673
+        assert spec.speaker_dialect["eric"] == "sichuan_dialect"
 
 
 def test_tokenizer_has_the_declared_special_ids(tiny):
