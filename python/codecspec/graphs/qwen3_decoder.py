@@ -56,6 +56,7 @@ __all__ = [
     "state_io_names",
     "read_decoder_metadata",
     "random_decoder_tensors",
+    "random_decoder_tensor",
     "write_random_speech_tokenizer",
     "PUBLISHED_DECODER_CONFIG",
 ]
@@ -323,38 +324,41 @@ def decoder_tensor_shapes(c: SpeechDecoderConfig) -> dict[str, tuple[int, ...]]:
 
 def random_decoder_tensors(c: SpeechDecoderConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded random float32 tensors of the official names and shapes (benchmarks, parity
-    checks): linear and conv weights ~ N(0, 1/fan_in) (residual branches of the conv decoder
-    0.3x that, so float32 rounding does not compound block after block), norms,
-    scales, SnakeBeta parameters and usages in plausible ranges."""
+    checks), drawn one after the other from one generator by `random_decoder_tensor`."""
     rng = np.random.default_rng(seed)
+    return {
+        name: random_decoder_tensor(name, shape, rng)
+        for name, shape in decoder_tensor_shapes(c).items()
+    }
+
+
+def random_decoder_tensor(name: str, shape: tuple, rng: np.random.Generator) -> np.ndarray:
+    """One decoder tensor: linear and conv weights ~ N(0, 1/fan_in) (residual branches of the
+    conv decoder 0.3x that, so float32 rounding does not compound block after block), norms,
+    scales, SnakeBeta parameters and usages in plausible ranges."""
     f32 = np.float32
 
-    def uniform(lo, hi, shape):
+    def uniform(lo, hi):
         return f32(lo) + f32(hi - lo) * rng.random(shape, dtype=f32)
 
-    out = {}
-    for name, shape in decoder_tensor_shapes(c).items():
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf == "cluster_usage":
-            a = uniform(0.5, 4.0, shape)
-        elif leaf == "alpha":
-            a = f32(0.3) * rng.standard_normal(shape, dtype=f32)
-        elif leaf == "beta":  # 1/e^beta ~ 0.4: the sin^2 term matters without blowing up
-            a = f32(1.0) + f32(0.3) * rng.standard_normal(shape, dtype=f32)
-        elif leaf in ("scale", "gamma"):
-            a = uniform(0.01, 0.2, shape)
-        elif "norm" in name and leaf == "weight":
-            a = uniform(0.8, 1.2, shape)
-        elif leaf == "bias" or len(shape) == 1:
-            a = f32(0.02) * rng.standard_normal(shape, dtype=f32)
-        else:
-            fan_in = int(np.prod(shape[1:]))  # linear [out, in]; conv [out, in/groups, k]
-            std = 1.0 / math.sqrt(fan_in)
-            if ".block." in name and ".conv" in name and ".block.1." not in name:
-                std *= 0.3  # unscaled, rounding noise grows ~10x per decoder block
-            a = f32(std) * rng.standard_normal(shape, dtype=f32)
-        out[name] = a
-    return out
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf == "cluster_usage":
+        return uniform(0.5, 4.0)
+    if leaf == "alpha":
+        return f32(0.3) * rng.standard_normal(shape, dtype=f32)
+    if leaf == "beta":  # 1/e^beta ~ 0.4: the sin^2 term matters without blowing up
+        return f32(1.0) + f32(0.3) * rng.standard_normal(shape, dtype=f32)
+    if leaf in ("scale", "gamma"):
+        return uniform(0.01, 0.2)
+    if "norm" in name and leaf == "weight":
+        return uniform(0.8, 1.2)
+    if leaf == "bias" or len(shape) == 1:
+        return f32(0.02) * rng.standard_normal(shape, dtype=f32)
+    fan_in = int(np.prod(shape[1:]))  # linear [out, in]; conv [out, in/groups, k]
+    std = 1.0 / math.sqrt(fan_in)
+    if ".block." in name and ".conv" in name and ".block.1." not in name:
+        std *= 0.3  # unscaled, rounding noise grows ~10x per decoder block
+    return f32(std) * rng.standard_normal(shape, dtype=f32)
 
 
 def write_random_speech_tokenizer(folder, decoder_config: dict, seed: int = 0) -> int:

@@ -11,11 +11,18 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Callable, Iterable
 from typing import Optional, Union
 
 import numpy as np
 
-__all__ = ["SafetensorsFile", "write_safetensors", "bf16_round", "DTYPES"]
+__all__ = [
+    "SafetensorsFile",
+    "write_safetensors",
+    "write_safetensors_stream",
+    "bf16_round",
+    "DTYPES",
+]
 
 DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2), "F64": ("<f8", 8)}
 _WRITE_DTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
@@ -171,3 +178,58 @@ def write_safetensors(
         f.write(raw)
         for b in blobs:
             f.write(b)
+
+
+def _encode(a, st_dtype: str) -> bytes:
+    a = np.asarray(a, dtype=np.float32)
+    if st_dtype == "BF16":
+        return bf16_round(a).astype("<u2").tobytes()
+    return a.astype(DTYPES[st_dtype][0]).tobytes()
+
+
+def write_safetensors_stream(
+    path: Union[str, os.PathLike],
+    shapes: dict,
+    blocks: Callable[[str, tuple], Iterable[np.ndarray]],
+    dtype: str = "f32",
+    metadata: Optional[dict] = None,
+    progress: Optional[Callable[[Iterable], Iterable]] = None,
+) -> int:
+    """Write tensors one block at a time, so a multi-GB file never sits in memory.
+
+    shapes: name -> shape, in file order. blocks(name, shape) yields float arrays whose
+    elements, in C order, fill that tensor exactly (e.g. row blocks). progress: an optional
+    wrapper around the iteration over names (a progress bar). Returns the data bytes."""
+    if dtype not in _WRITE_DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_WRITE_DTYPES)}, got {dtype!r}")
+    st_dtype = _WRITE_DTYPES[dtype]
+    width = DTYPES[st_dtype][1]
+    header: dict = {}
+    offset = 0
+    for name, shape in shapes.items():
+        n = int(np.prod(shape)) * width
+        header[name] = {
+            "dtype": st_dtype,
+            "shape": [int(d) for d in shape],
+            "data_offsets": [offset, offset + n],
+        }
+        offset += n
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    names = list(shapes)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for name in progress(names) if progress else names:
+            want, got = header[name]["data_offsets"], 0
+            for block in blocks(name, tuple(shapes[name])):
+                b = _encode(block, st_dtype)
+                got += len(b)
+                f.write(b)
+            if got != want[1] - want[0]:
+                raise ValueError(
+                    f"tensor {name!r}: blocks gave {got} bytes, its shape needs {want[1] - want[0]}"
+                )
+    return offset

@@ -56,9 +56,11 @@ def _import_tokenizers():
 
 def _read_merges(path: Path) -> list[tuple[str, str]]:
     merges = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
         line = line.strip()
-        if not line or line.startswith("#"):
+        # Only the first line's "#version" header is skipped, as transformers' Qwen2Tokenizer
+        # does: a merge may start with "#" (e.g. "# #" -> "##").
+        if not line or (i == 0 and line.startswith("#version")):
             continue
         parts = line.split()
         if len(parts) != 2:
