@@ -158,7 +158,14 @@ def main(argv=None) -> int:
     res = run(args)
     res["seconds"] = round(time.time() - t0, 1)
     res["load_average_at_end"] = list(np.round(np.array(__import__("os").getloadavg()), 2))
-    (DOCS / "qwen3_real_shape.json").write_text(json.dumps(res, indent=1, default=float))
+    for w in res["weights"].values():
+        w["load_average_at_end"] = res["load_average_at_end"]
+    path = DOCS / "qwen3_real_shape.json"
+    if path.is_file():  # a run of some precisions updates theirs and keeps the others
+        old = json.loads(path.read_text())
+        if old.get("model") == res["model"]:
+            res["weights"] = {**old.get("weights", {}), **res["weights"]}
+    path.write_text(json.dumps(res, indent=1, default=float))
     md = table(res)
     (DOCS / "qwen3_real_shape.md").write_text(md + "\n")
     print(md)
