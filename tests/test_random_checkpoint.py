@@ -242,3 +242,24 @@ def test_merges_starting_with_a_hash_are_merges(tmp_path):
     tok = load_text_tokenizer(tmp_path)
     assert tok.encode("##").ids == [2]
     assert tok.encode("aa").ids == [3]
+
+
+def test_a_failed_write_leaves_nothing_and_keeps_the_old_folder(tmp_path, monkeypatch):
+    import codecspec.families.qwen3_tts.random_checkpoint as rc
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(rc, "_write_speech_tokenizer", boom)
+    with pytest.raises(OSError, match="disk full"):
+        write_random_checkpoint("tiny", tmp_path / "new")
+    assert list(tmp_path.iterdir()) == []  # no half folder, no staging leftovers
+    monkeypatch.undo()
+    old = tmp_path / "old"
+    write_random_checkpoint("tiny", old, seed=5)
+    before = (old / "config.json").read_bytes()
+    monkeypatch.setattr(rc, "_write_speech_tokenizer", boom)
+    with pytest.raises(OSError):
+        write_random_checkpoint("tiny", old, force=True)
+    assert (old / "config.json").read_bytes() == before  # replaced only once complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]
