@@ -42,7 +42,7 @@ def weights():
     return drift_weights(CFG, seed=3, sharpness=30.0, drift=0.6)
 
 
-@pytest.fixture(scope="module", params=["hidden", "graph"])
+@pytest.fixture(scope="module", params=["hidden", "graph", "grouped"])
 def decoder(request, weights):
     model = build_depth_graph(CFG, weights, heads=request.param)
     return DepthDecoder(

@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from test_perf import check_record
 
 import codecspec as cs
 from codecspec.decode.frames import run_frame_loop
@@ -166,5 +167,10 @@ def test_cli_synth_and_bench(tmp_path, texts):
             "1",
         )
     )
-    assert res["calls_per_frame"] == 1.0 and res["ms_per_frame"] > 0
+    assert res["calls_per_frame"] == 1.0 and res["loop_ms_per_frame"] > 0
     assert res["real_time_factor"] > 0 and res["batch"] == 2
+    # the bench record (codecspec.perf): one call per frame, no speculative figures
+    check_record(res, "fsq", ["step graph + encoder", "sampling (host)", "vocoder"])
+    assert res["ms_per_frame"]["spec"] is None and res["depth_speedup"] is None
+    assert res["pipeline_rtf"]["ar"] == pytest.approx(res["real_time_factor"], rel=1e-6)
+    assert "nothing to speculate" in res["verdict"]

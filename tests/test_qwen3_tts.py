@@ -43,7 +43,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(cache):
-    return {v: Qwen3TTS.load(DATA / v, cache_dir=cache) for v in VARIANTS}
+    return {v: Qwen3TTS.load(DATA / v, cache_dir=cache, weights="fp32") for v in VARIANTS}
 
 
 def _request(tts, case):
@@ -368,7 +368,7 @@ def test_empty_text(models):
 def test_text_over_the_token_budget(tmp_path):
     d = _copy(tmp_path)
     _edit_config(d, lambda c: c["talker_config"].update(max_position_embeddings=24))
-    tts = Qwen3TTS.load(d, cache_dir=tmp_path / "cache")
+    tts = Qwen3TTS.load(d, cache_dir=tmp_path / "cache", weights="fp32")
     with pytest.raises(ValueError, match="^text:"):
         tts.generate_codes("The quick brown fox jumps over the lazy dog. " * 3, speaker="aiden")
     r = tts.generate_codes("Hi.", speaker="aiden", temperature=0)  # a short text still fits
@@ -431,7 +431,7 @@ class Block:
             raise ImportError("torch is blocked in this test")
 sys.meta_path.insert(0, Block())
 from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
-tts = Qwen3TTS.load({str(DATA / "custom_equal")!r}, cache_dir={str(tmp_path)!r})
+tts = Qwen3TTS.load({str(DATA / "custom_equal")!r}, cache_dir={str(tmp_path)!r}, weights="fp32")
 r = tts.generate_codes("Hello world.", speaker="aiden", language="english", temperature=0,
                        mode="spec")
 assert "torch" not in sys.modules
@@ -467,6 +467,8 @@ def test_cli_synth_codes_out(tmp_path, monkeypatch):
             "0",
             "--mode",
             "spec",
+            "--weights",
+            "fp32",
             "--codes-out",
             str(out),
             "--json",
@@ -517,6 +519,8 @@ def test_cli_synth_wav_end_to_end(tmp_path, monkeypatch):
             "aiden",
             "--temperature",
             "0",
+            "--weights",
+            "fp32",
             "-o",
             str(wav),
             "--json",
@@ -535,11 +539,16 @@ def test_calibrate_stores_offsets_and_tree_and_spec_stays_exact(tmp_path):
     from codecspec.families.qwen3_tts.calibrate import calibrate_checkpoint
 
     result, entry = calibrate_checkpoint(
-        DATA / "design_wide", cache_dir=tmp_path, frames=48, budgets=(1, 2), progress=False
+        DATA / "design_wide",
+        cache_dir=tmp_path,
+        frames=48,
+        budgets=(1, 2),
+        progress=False,
+        weights="fp32",
     )
     for name in ("offsets.npy", "tree.json", "speculation.json"):
         assert (entry / name).is_file()
-    tts = Qwen3TTS.load(DATA / "design_wide", cache_dir=tmp_path)
+    tts = Qwen3TTS.load(DATA / "design_wide", cache_dir=tmp_path, weights="fp32")
     assert np.abs(tts.depth.offsets).max() > 0
     cases, z = _cases("design_wide")
     for i, c in enumerate(cases):
@@ -608,6 +617,8 @@ def test_cli_wav_plumbing_with_a_stand_in_decoder(tmp_path, monkeypatch, stand_i
         "english",
         "--temperature",
         "0",
+        "--weights",
+        "fp32",
         "-o",
         str(wav),
         "--json",
@@ -661,12 +672,28 @@ def test_bench_reports_both_modes_and_greedy_equality(tmp_path):
     from codecspec.families.qwen3_tts.bench import bench_qwen3
 
     res = bench_qwen3(
-        DATA / "custom_equal", texts=2, max_frames=8, cache_dir=tmp_path, temperature=0
+        DATA / "custom_equal", frames=8, cache_dir=tmp_path, temperature=0, weights="fp32"
     )
-    assert res["greedy_spec_equals_ar"] is True
-    assert res["ar"]["frames"] == res["spec"]["frames"] > 0
-    assert res["ar"]["depth_calls_per_frame"] == 15
-    assert res["spec"]["depth_calls_per_frame"] <= 15 and res["depth_speedup"] > 0
+    assert res["greedy_spec_equals_ar"] is True and res["frames"] == 8
+    assert res["calls_per_frame"]["ar"] == 15
+    assert res["calls_per_frame"]["spec"] <= 15 and res["depth_speedup"] > 0
+    for key in (
+        "ms_per_frame",
+        "stage_ms_per_frame",
+        "depth_speedup",
+        "pipeline_rtf",
+        "bound_ms_per_frame",
+        "peak_rss_mb",
+        "weights",
+        "acceptance",
+        "bandwidth_gbps",
+    ):
+        assert key in res, key
+    for mode in ("ar", "spec"):
+        assert res["ms_per_frame"][mode] > 0 and res["bound_ms_per_frame"][mode] > 0
+        assert res["pipeline_rtf"][mode] == pytest.approx(res["ms_per_frame"][mode] / 80.0)
+    assert set(res["stage_ms_per_frame"]) >= {"talker step", "depth loop", "speech decoder"}
+    assert res["weights"] == "fp32" and res["acceptance"] is None
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32", "f16"])
@@ -719,6 +746,8 @@ def test_cli_synth_base_voice_clone_codes(tmp_path, monkeypatch):
         "english",
         "--temperature",
         "0",
+        "--weights",
+        "fp32",
         "--mode",
         "spec",
         "--codes-out",
@@ -733,13 +762,14 @@ def test_bench_on_a_base_checkpoint_needs_and_uses_a_reference(tmp_path):
     from codecspec.families.qwen3_tts.bench import bench_qwen3
 
     with pytest.raises(ValueError, match="^ref_audio:"):
-        bench_qwen3(DATA / "base_xvector", texts=1, max_frames=4, cache_dir=tmp_path)
+        bench_qwen3(DATA / "base_xvector", frames=4, cache_dir=tmp_path, decoder=False)
     res = bench_qwen3(
         DATA / "base_xvector",
-        texts=1,
-        max_frames=4,
+        frames=4,
         cache_dir=tmp_path,
         temperature=0,
         ref_audio=DATA / "ref.wav",
+        weights="fp32",
+        decoder=False,
     )
-    assert res["greedy_spec_equals_ar"] is True and res["ar"]["frames"] > 0
+    assert res["greedy_spec_equals_ar"] is True and res["frames"] > 0

@@ -225,10 +225,10 @@ def test_synth_and_bench_commands_take_the_folder(tiny, tmp_path, monkeypatch, c
     with wave.open(str(wav)) as w:
         assert (w.getframerate(), w.getnframes()) == (24000, 3 * 1920)
     capsys.readouterr()
-    argv = ["bench", "--model", str(out), "--texts", "2", "--frames", "3", "--temperature", "0"]
-    assert main(argv + ["--json"]) == 0
+    argv = ["bench", "--model", str(out), "--frames", "6", "--temperature", "0"]
+    assert main(argv + ["--weights", "fp32", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)
-    assert rec["ar"]["frames"] == rec["spec"]["frames"] == 6
+    assert rec["frames"] == 6 and rec["weights"] == "fp32"
     assert rec["greedy_spec_equals_ar"] is True
 
 

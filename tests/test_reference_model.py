@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pytest
 from test_decode import OffsetShiftedVerifier
+from test_perf import check_record
 
 import codecspec as cs
 from codecspec.cli import main
@@ -103,6 +104,7 @@ PIPELINE_KEYS = {
     "pipeline_ar_ms_per_frame",
     "pipeline_spec_ms_per_frame",
     "pipeline_depth_ms_per_frame",
+    "pipeline_ar_rtf",
     "pipeline_rtf",
     "vocoder_ms_per_audio_second",
     "depth_in_pipeline_ratio",
@@ -192,7 +194,13 @@ def test_bench_json_keys(capsys):
     assert res["pipeline_texts"] == 1 and res["pipeline_frames"] > 10
     assert res["pipeline_ar_ms_per_frame"] > res["pipeline_depth_ms_per_frame"] > 0
     assert res["pipeline_spec_tokens_per_call"] > 1.0 == res["pipeline_ar_tokens_per_call"]
-    assert res["pipeline_rtf"] > 0 and res["vocoder_ms_per_audio_second"] > 0
+    assert res["pipeline_ar_rtf"] > 0 and res["vocoder_ms_per_audio_second"] > 0
+    # the bench record (codecspec.perf): RTF per mode, stages next to their bounds
+    stages = ["frontend", "temporal step", "depth loop", "vocoder", "depth loop alone"]
+    check_record(res, "reference", stages)
+    assert res["pipeline_rtf"]["ar"] == pytest.approx(res["pipeline_ar_rtf"], rel=0.05)
+    assert res["stages"][1].get("spec_is_ar") and not res["stages"][2].get("spec_is_ar")
+    assert res["depth_speedup"] == res["speedup"]
     assert res["ar_calls_per_frame"] == 15.0
     assert res["spec_calls_per_frame"] < 15.0
     assert res["tree_nodes"] >= 2 and res["speedup"] > 0

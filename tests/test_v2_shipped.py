@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from test_decode import OffsetShiftedVerifier
+from test_perf import check_record
 
 import codecspec as cs
 from codecspec.cli import main
@@ -94,6 +95,12 @@ def test_synth_and_bench_json(tmp_path, capsys):
     ):
         assert k in res, k
     assert res["accept"] == "ssd(beta=0.2)"
+    # the bench record (codecspec.perf); --loops temporal: the depth loop is AR on both sides
+    stages = ["frontend", "temporal step", "depth loop", "vocoder", "depth loop alone"]
+    check_record(res, "v2", stages)
+    assert res["stages"][2].get("spec_is_ar") and not res["stages"][1].get("spec_is_ar")
+    assert res["stages"][1]["bytes_spec"] != res["stages"][1]["bytes_ar"]  # draft + target
+    assert res["temporal_speedup"] > 0 and "temporal speculation" in res["verdict"]
     # the default: the loops calibration found to pay, exact (never slower than AR by design)
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -87,9 +87,10 @@ def _calibrate_qwen3(args, model_dir) -> int:
         threads=args.threads,
         seed=args.seed,
         ref_audio=args.ref_audio,
+        weights=args.weights,
     )
     print(result.summary() if hasattr(result, "summary") else result)
-    print(_where_on_the_map(result))
+    print(_qwen3_map_line(result, args))
     print(f"stored offsets.npy and tree.json beside the graphs in {entry}")
     return 0
 
@@ -147,12 +148,28 @@ def cmd_speedup_map(args) -> int:
     return 0
 
 
-def _where_on_the_map(result) -> str:
+def _qwen3_map_line(result, args) -> str:
+    """Where a Qwen3-TTS checkpoint's calibrated tokens per call falls on the speed-up map
+    measured at its own shape and precision on the project's CPU (shipped for the 0.6B code
+    predictor; `python bench/qwen3_real_shape.py` builds one for another shape or device)."""
+    from codecspec.families.qwen3_tts.bench import shipped_qwen3_map
+    from codecspec.families.qwen3_tts.pipeline import resolve_weights
+
+    path = shipped_qwen3_map(result.config, resolve_weights(args.weights, args.provider))
+    if path is None:
+        return (
+            "speed-up map: none shipped for this code predictor's shape and precision; "
+            "build one with `python bench/qwen3_real_shape.py --model DIR`"
+        )
+    return _where_on_the_map(result, path)
+
+
+def _where_on_the_map(result, path=None) -> str:
     """One line: the calibrated model's tokens per call placed on this device's speed-up map
-    (the shipped one, measured on the project's CPU, unless --map names another)."""
+    (`path`; default the shipped one, measured on the project's CPU)."""
     from codecspec.train.speedup_map import locate, shipped_map_path
 
-    path = shipped_map_path()
+    path = shipped_map_path() if path is None else path
     if not path.is_file():
         return "speed-up map: none shipped; build one with `codecspec speedup-map`"
     doc = json.loads(path.read_text())
@@ -423,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cache-dir", default=None, help="Qwen3-TTS: graph cache (see synth)")
     p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
+    from codecspec.tts.commands import weights_option
+
+    weights_option(p)
     p.add_argument("-o", "--output", default=None, help="output directory (depth graphs)")
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24, 32])

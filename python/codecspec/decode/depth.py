@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -39,7 +40,11 @@ class DecodeStats:
     codes: int = 0
     accepted: int = 0
     rounds: int = 0
+    # Drafts the verifier decided on: per round, the accepted path plus the first rejected
+    # depth (when the round's tree went deeper). accepted / trials = acceptance per depth.
+    trials: int = 0
     graph_seconds: float = 0.0  # inside the graph calls (the rest of a frame is host work)
+    head_reads: Optional[int] = None  # set to 0 to count the LM heads graph calls read
 
     @property
     def calls_per_frame(self) -> float:
@@ -54,9 +59,16 @@ class DecodeStats:
     def accepted_per_round(self) -> float:
         return self.accepted / max(self.rounds, 1)
 
+    @property
+    def acceptance(self) -> float:
+        """Accepted drafts per draft depth reached (a chain tree: the top-1 acceptance)."""
+        return self.accepted / max(self.trials, 1)
+
     def reset(self) -> None:
-        self.frames = self.calls = self.codes = self.accepted = self.rounds = 0
+        self.frames = self.calls = self.codes = self.accepted = self.rounds = self.trials = 0
         self.graph_seconds = 0.0
+        if self.head_reads is not None:
+            self.head_reads = 0
 
 
 def _prune(tree: cs.DraftTree, depth: int) -> cs.DraftTree:
@@ -64,6 +76,8 @@ def _prune(tree: cs.DraftTree, depth: int) -> cs.DraftTree:
 
 
 def _load_heads(graph: DepthGraph, heads) -> cs.HeadBank:
+    if isinstance(heads, cs.HeadBank):  # another decoder's bank over the same graph: shared
+        return heads
     if heads is None:
         side = heads_sidecar(graph.path) if graph.path is not None else None
         if side is None or not side.is_file():
@@ -86,7 +100,8 @@ class DepthDecoder:
     graph: a DepthGraph, an .onnx path, bytes or an onnx.ModelProto. tree: the draft tree
     (e.g. from `codecspec calibrate`), depth <= the graph's number of draft offsets. offsets:
     [K, H] learned position offsets (None = zeros, i.e. plain head reuse). heads: LM head
-    weights [G-1, V, H] for heads="hidden" graphs (default: the `.heads.npy` sidecar).
+    weights [G-1, V, H] for heads="hidden" graphs (default: the `.heads.npy` sidecar), or
+    another decoder's `bank` over the same graph (shared, not copied).
     """
 
     def __init__(
@@ -121,6 +136,7 @@ class DepthDecoder:
         self.set_tree(tree if tree is not None else cs.DraftTree.chain(min(self.K, self.G - 2)))
         self.level_groups = None  # per level 0..G-1: cs.AcousticGroups, for mode "pcg"
         self._coarse = False
+        self.draft_control = None  # a ControlledDrafts (benchmarks), else the real drafts
 
     @classmethod
     def from_dir(cls, model_dir, **kw) -> DepthDecoder:
@@ -197,13 +213,17 @@ class DepthDecoder:
 
     def _bind_fixed_calls(self) -> None:
         c = self.config
-        self._prefill_call = self.graph.bind(2, self.cache.keys, self.cache.values)
-        pc = self._prefill_call
-        pc.ids[0] = zero_row(c)
-        pc.pos[:] = (0, 1)
-        pc.bias[:] = -np.inf
-        pc.bias[0, self.cap] = pc.bias[1, self.cap] = pc.bias[1, self.cap + 1] = 0.0
-        self._step_call = self.graph.bind(1, self.cache.keys, self.cache.values)
+        # A heads="grouped" graph scores draft heads only when asked: AR calls bind none.
+        no_drafts = 0 if self.graph.grouped_heads else None
+        self._prefill_calls = {}
+        for spec in (False, True):
+            pc = self.graph.bind(2, self.cache.keys, self.cache.values, None if spec else no_drafts)
+            pc.ids[0] = zero_row(c)
+            pc.pos[:] = (0, 1)
+            pc.bias[:] = -np.inf
+            pc.bias[0, self.cap] = pc.bias[1, self.cap] = pc.bias[1, self.cap + 1] = 0.0
+            self._prefill_calls[spec] = pc
+        self._step_call = self.graph.bind(1, self.cache.keys, self.cache.values, no_drafts)
         # Rows of the AR step's bias per past length: past columns visible, then itself.
         self._step_bias = {}
         for past in range(2, self.G):
@@ -218,6 +238,17 @@ class DepthDecoder:
         t0 = time.perf_counter()
         call.run()
         self.stats.graph_seconds += time.perf_counter() - t0
+        if self.stats.head_reads is not None:
+            self.stats.head_reads += self._heads_touched(call)
+
+    def _heads_touched(self, call) -> int:
+        """LM heads a call reads: a heads="grouped" graph only those its (node, offset) pairs
+        use; a host bank one per node at most (verification reads them lazily)."""
+        if not self.graph.grouped_heads:
+            return 0
+        k = call.offsets.shape[0]
+        used = np.minimum(call.heads[:, None] + np.arange(k + 1)[None, :], self.G - 2)
+        return int(np.unique(used).size)
 
     def _target_row(self, call, node: int, level: int) -> np.ndarray:
         if self.bank is None:
@@ -227,10 +258,14 @@ class DepthDecoder:
     def _candidates(self, call, node: int, level: int, depth: int) -> np.ndarray:
         """[depth, M] top-ranked drafts for levels level+2 .. level+1+depth from `node`."""
         if self.bank is None:
-            return cs.topk(call.draft_logits[node, :depth], self.num_ranks)
-        return self.bank.draft_candidates(
-            call.hidden[node], min(level + 1, self.G - 2), self.offsets[:depth], self.num_ranks
-        )
+            cand = cs.topk(call.draft_logits[node, :depth], self.num_ranks)
+        else:
+            cand = self.bank.draft_candidates(
+                call.hidden[node], min(level + 1, self.G - 2), self.offsets[:depth], self.num_ranks
+            )
+        if self.draft_control is not None:  # benchmarks only: drafts of a set acceptance
+            cand = self.draft_control(cand, level + 2)
+        return cand
 
     def set_groups(self, level_groups) -> None:
         """Per-level similarity groups (a list of G `cs.AcousticGroups`, one per codebook
@@ -259,11 +294,11 @@ class DepthDecoder:
         )
 
     # ------------------------------------------------------------------ shared prefill
-    def _prefill(self, hidden: np.ndarray, c0: int, offsets: np.ndarray):
-        pc = self._prefill_call
+    def _prefill(self, hidden: np.ndarray, c0: int, spec: bool):
+        pc = self._prefill_calls[spec]
         pc.ids[1] = embedding_row(self.config, 0, int(c0))
         pc.embeds[0] = hidden
-        pc.offsets[...] = offsets
+        pc.offsets[...] = self.offsets if spec else 0.0
         self.cache.reset()
         self._run(pc)
         self.cache.commit(pc.new_keys, pc.new_values, self._prefill_rows)
@@ -273,7 +308,7 @@ class DepthDecoder:
     def _frame_ar(self, hidden, c0, g: cs.Generator) -> np.ndarray:
         codes = np.empty(self.G, np.int64)
         codes[0] = c0
-        pc = self._prefill(hidden, c0, self.zero_offsets)
+        pc = self._prefill(hidden, c0, False)
         codes[1] = cs.sample(self._target_row(pc, 1, 0), self.params, g)
         sc = self._step_call
         for m in range(1, self.G - 1):
@@ -293,7 +328,7 @@ class DepthDecoder:
         G, tc = self.G, self._tree_call
         codes = np.empty(G, np.int64)
         codes[0] = c0
-        pc = self._prefill(hidden, c0, self.offsets)
+        pc = self._prefill(hidden, c0, True)
         codes[1] = cs.sample(self._target_row(pc, 1, 0), self.params, g)
         calls, m = 1, 1
         cand = self._candidates(pc, 1, 0, min(self.tree.max_depth, G - 2))
@@ -319,6 +354,7 @@ class DepthDecoder:
             emitted = r.tokens[: G - 1 - m]  # a bonus past c_{G-1} does not exist: drop it
             codes[m + 1 : m + 1 + len(emitted)] = emitted
             self.stats.accepted += len(nodes)
+            self.stats.trials += min(len(nodes) + 1, tree.max_depth)
             self.stats.rounds += 1
             calls += 1
             last = int(nodes[-1]) if len(nodes) else 0
@@ -375,3 +411,32 @@ class DepthDecoder:
 
             it = bar(it, desc=f"decode {mode}")
         return np.stack([self.decode_frame(hiddens[i], c0s[i], generator, mode) for i in it])
+
+
+class ControlledDrafts:
+    """Drafts whose top-ranked candidate is right with probability `acceptance`, for timing
+    the speculative loop of a model whose real drafts cannot be had (random weights of a
+    real shape): set `truth` to the frame's greedy codes (from an AR decode at temperature
+    0), attach as `DepthDecoder.draft_control`, decode greedily. The graph calls, draft heads
+    included, run as they would; only the candidates are replaced after the fact. Right or
+    wrong is drawn per draft, independently; lower ranks are always wrong. Verification is
+    the real one, so `DecodeStats.acceptance` measures what the verifier accepted.
+    """
+
+    def __init__(self, acceptance: float, vocab_size: int, seed: int = 0):
+        if not (np.isfinite(acceptance) and 0.0 <= acceptance <= 1.0):
+            raise ValueError(f"acceptance: expected a number in [0, 1], got {acceptance!r}")
+        self.acceptance, self.V = float(acceptance), int(vocab_size)
+        self.rng = np.random.default_rng(seed)
+        self.truth: np.ndarray | None = None
+
+    def __call__(self, cand: np.ndarray, first_level: int) -> np.ndarray:
+        if self.truth is None:
+            raise ValueError("truth: set the frame's greedy codes before decoding")
+        depth, ranks = cand.shape
+        t = self.truth[first_level : first_level + depth].astype(np.int64)[:, None]
+        wrong = (t + 1 + np.arange(ranks)[None, :]) % self.V  # never the truth
+        out = wrong.astype(cand.dtype)
+        right = self.rng.random(depth) < self.acceptance
+        out[right, 0] = t[right, 0]
+        return out

@@ -20,6 +20,11 @@ outputs
     new_keys        float32 [L, KVH, Q, hd]  this call's rows, after RoPE
     new_values      float32 [L, KVH, Q, hd]
 
+heads="grouped" has the I/O of heads="graph", but K' = rows of draft_offsets may be anything
+from 0 to K (0: an autoregressive call, no draft logits) and each head is its own MatMul with a
+constant weight, applied only to the (node, offset) pairs that use it: a call reads the heads
+its nodes need, not all G-1, and weight-only quantisation (graphs.quantize) covers the heads.
+
 variant="plain" uses standard ONNX ops only (opset 13..17): no contrib ops, static ranks.
 variant="cpu" uses ONNX Runtime com.microsoft contrib ops (GroupQueryAttention with causal=0 and
 an additive bias, RotaryEmbedding, BranchwiseRMSNorm, SkipSimplifiedLayerNormalization,
@@ -69,6 +74,7 @@ INPUT_NAMES = (
     "draft_offsets",
 )
 OUTPUT_NAMES = ("logits", "draft_logits", "hidden", "new_keys", "new_values")
+HEADS_MODES = ("graph", "hidden", "grouped")
 
 _META_VERSION = "codecspec.graph_version"
 _META_CONFIG = "codecspec.config"
@@ -83,8 +89,8 @@ _INLINE_LIMIT = 1_800_000_000
 
 def graph_io_names(heads: str = "graph") -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(input names, output names) of a graph built with this heads mode, in graph order."""
-    _check_choice("heads", heads, ("graph", "hidden"))
-    if heads == "graph":
+    _check_choice("heads", heads, HEADS_MODES)
+    if heads in ("graph", "grouped"):
         return INPUT_NAMES, OUTPUT_NAMES
     return INPUT_NAMES[:6], ("hidden", "new_keys", "new_values")
 
@@ -290,6 +296,57 @@ def _heads_part(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, z: str
         outputs=[g.fresh("verify_logits3"), "draft_logits"],
     )
     g.op("Squeeze", [lv, g.i64([1])], outputs=["logits"])
+
+
+def _grouped_heads_part(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, z: str):
+    """Verify and draft logits with one constant-weight MatMul per head.
+
+    Pairs (node i, offset j), j = 0..K' (j = 0: the verify head, no offset), use head
+    min(head_ids[i] + j, G-2). Each head gathers the pair rows that use it (NonZero of the
+    pair's head index, empty for the heads a call does not need, which then cost no weight
+    read) and one ScatterND puts the rows back in pair order.
+    """
+    V, H = c.codebook_size, c.hidden_size
+    offs = g.op("Concat", [g.f32(np.zeros((1, H))), "draft_offsets"], hint="offsets0", axis=0)
+    cols = g.op("Gather", [g.op("Shape", [offs]), g.i64([0])], hint="pair_cols")  # [K' + 1]
+    x = g.op("Add", [g.op("Unsqueeze", [z, g.i64([1])], hint="z_col"), offs], hint="pair_x")
+    x = g.op("Reshape", [x, g.i64([-1, H])], hint="pair_rows")  # [Q (K'+1), H]
+    ncol = g.op("Squeeze", [cols, g.i64([0])], hint="pair_cols_scalar")
+    zero, one = (g.op("Squeeze", [g.i64([v]), g.i64([0])], hint=f"scalar{v}") for v in (0, 1))
+    step = g.op("Range", [zero, ncol, one], hint="pair_step")
+    hid = g.op("Unsqueeze", ["head_ids", g.i64([1])], hint="head_ids_col")
+    hp = g.op("Min", [g.op("Add", [hid, step], hint="pair_head"), g.i64(c.num_lm_heads - 1)])
+    hp = g.op("Reshape", [hp, g.i64([-1])], hint="pair_head_flat")
+    heads = np.asarray(w["heads"], np.float32)
+    ys, idxs = [], []
+    for h in range(c.num_lm_heads):
+        hit = g.op("Equal", [hp, g.i64(h)], hint=f"uses_head{h}")
+        idx = g.op("Reshape", [g.op("NonZero", [hit]), g.i64([-1])], hint=f"rows_head{h}")
+        rows = g.op("Gather", [x, idx], hint=f"x_head{h}", axis=0)
+        wt = g.init(f"head{h}_t", np.ascontiguousarray(heads[h].T))
+        ys.append(g.op("MatMul", [rows, wt], hint=f"logits_head{h}"))
+        idxs.append(idx)
+    y = g.op("Concat", ys, hint="pair_logits_by_head", axis=0)
+    where = g.op("Unsqueeze", [g.op("Concat", idxs, hint="pair_order", axis=0), g.i64([1])])
+    shape = g.op("Concat", [g.op("Shape", [hp]), g.i64([V])], hint="pair_logits_shape", axis=0)
+    zero = g.op(
+        "ConstantOfShape",
+        [shape],
+        hint="pair_zero",
+        value=numpy_helper.from_array(np.zeros(1, np.float32)),
+    )
+    out = g.op("ScatterND", [zero, where, y], hint="pair_logits")
+    out = g.op(
+        "Reshape",
+        [out, g.op("Concat", [g.i64([-1]), cols, g.i64([V])], hint="pair_grid", axis=0)],
+        hint="pair_logits_grid",
+    )  # [Q, K'+1, V]
+    g.op("Squeeze", [g.op("Gather", [out, g.i64([0])], axis=1), g.i64([1])], outputs=["logits"])
+    g.op(
+        "Slice",
+        [out, g.i64([1]), g.i64([np.iinfo(np.int64).max]), g.i64([1])],
+        outputs=["draft_logits"],
+    )
 
 
 def _rms_plain(g: _Graph, x: str, n: float, eps: float, hint: str) -> str:
@@ -520,7 +577,7 @@ def build_depth_graph(
 ) -> onnx.ModelProto:
     """Build the depth-decoder graph for `config` with `weights` baked in as initializers."""
     _check_choice("variant", variant, ("cpu", "plain"))
-    _check_choice("heads", heads, ("graph", "hidden"))
+    _check_choice("heads", heads, HEADS_MODES)
     if isinstance(opset, bool) or not isinstance(opset, int) or not 13 <= opset <= 17:
         raise ValueError(f"opset must be an int in [13, 17], got {opset!r}")
     if not isinstance(config, DepthDecoderConfig):
@@ -537,6 +594,8 @@ def build_depth_graph(
     z = (_build_plain if variant == "plain" else _build_cpu)(g, c, weights)
     if heads == "graph":
         _heads_part(g, c, weights, z)
+    elif heads == "grouped":
+        _grouped_heads_part(g, c, weights, z)
 
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     L, KVH, hd = c.num_layers, c.num_kv_heads, c.head_dim
@@ -550,11 +609,11 @@ def build_depth_graph(
         "past_keys": (f32, [L, KVH, P, hd]),
         "past_values": (f32, [L, KVH, P, hd]),
         "head_ids": (i64, [Q]),
-        "draft_offsets": (f32, [K, H]),
+        "draft_offsets": (f32, ["num_drafts" if heads == "grouped" else K, H]),
     }
     out_specs = {
         "logits": (f32, [Q, V]),
-        "draft_logits": (f32, [Q, K, V]),
+        "draft_logits": (f32, [Q, "num_drafts" if heads == "grouped" else K, V]),
         "hidden": (f32, [Q, H]),
         "new_keys": (f32, [L, KVH, Q, hd]),
         "new_values": (f32, [L, KVH, Q, hd]),

@@ -14,7 +14,7 @@ from typing import Union
 import numpy as np
 import onnx
 
-from codecspec.graphs.builder import read_graph_config
+from codecspec.graphs.builder import read_graph_metadata
 from codecspec.graphs.config import DepthDecoderConfig
 from codecspec.runtime.session import ModelSource, open_session
 
@@ -29,6 +29,17 @@ def heads_sidecar(model_path: Union[str, Path]) -> Path:
     return p.with_name(p.stem + ".heads.npy")
 
 
+def _config_of(meta: dict) -> DepthDecoderConfig:
+    from codecspec.graphs.builder import GRAPH_VERSION
+
+    if meta["graph_version"] != GRAPH_VERSION:
+        raise ValueError(
+            f"model: unsupported codecspec graph version {meta['graph_version']!r} "
+            f"(this library reads {GRAPH_VERSION!r})"
+        )
+    return DepthDecoderConfig.from_dict(meta["config"])
+
+
 class DepthGraph:
     """A loaded verifier graph. `heads_in_graph` says which kind it is."""
 
@@ -39,9 +50,13 @@ class DepthGraph:
         threads: int | None = None,
     ):
         self.path = None
+        self._reads = None  # perf.GraphReads, counted on first use
         if isinstance(model, onnx.ModelProto):
+            from codecspec.perf import graph_reads
+
+            self._reads = graph_reads(model)  # no parse: the proto is at hand
             source = model.SerializeToString()
-            self.config: DepthDecoderConfig = read_graph_config(model)
+            meta = read_graph_metadata(model)
         else:
             source = model
             if not isinstance(model, (bytes, bytearray)):
@@ -49,9 +64,12 @@ class DepthGraph:
                 if not self.path.is_file():
                     raise FileNotFoundError(f"model: no such ONNX file: {model}")
             try:
-                self.config = read_graph_config(model)
+                meta = read_graph_metadata(model)
             except Exception as e:
                 raise ValueError(f"model: not a codecspec depth graph ({e})") from e
+        self.config: DepthDecoderConfig = _config_of(meta)
+        # heads="grouped": draft rows per call may be 0..K (AR calls bind none)
+        self.grouped_heads = meta.get("heads") == "grouped"
         self.session = open_session(source, provider=provider, threads=threads)
         outputs = {o.name for o in self.session.get_outputs()}
         self.heads_in_graph = "logits" in outputs
@@ -62,6 +80,15 @@ class DepthGraph:
         self.outputs = want
         self.provider = self.session.get_providers()[0]
         self.calls = 0
+
+    def weight_reads(self):
+        """Bytes of weights one call reads (`codecspec.perf.GraphReads`); None for a graph
+        given as serialized bytes (not kept)."""
+        if self._reads is None and self.path is not None:
+            from codecspec.perf import graph_reads
+
+            self._reads = graph_reads(self.path)
+        return self._reads
 
     def __call__(
         self,
@@ -90,10 +117,13 @@ class DepthGraph:
             feeds["draft_offsets"] = draft_offsets
         return self.session.run(self.outputs, feeds)
 
-    def bind(self, q: int, past_keys: np.ndarray, past_values: np.ndarray) -> BoundCall:
+    def bind(
+        self, q: int, past_keys: np.ndarray, past_values: np.ndarray, drafts: int | None = None
+    ) -> BoundCall:
         """A call of fixed query length `q` whose inputs and outputs live in preallocated
-        numpy buffers, bound by pointer (see BoundCall)."""
-        return BoundCall(self, q, past_keys, past_values)
+        numpy buffers, bound by pointer (see BoundCall). `drafts`: draft offsets the call
+        scores (heads="grouped" graphs: 0..K, 0 for an AR call; otherwise always K)."""
+        return BoundCall(self, q, past_keys, past_values, drafts)
 
 
 class BoundCall:
@@ -106,8 +136,20 @@ class BoundCall:
     microseconds of Python instead of tens.
     """
 
-    def __init__(self, graph: DepthGraph, q: int, past_keys: np.ndarray, past_values: np.ndarray):
+    def __init__(
+        self,
+        graph: DepthGraph,
+        q: int,
+        past_keys: np.ndarray,
+        past_values: np.ndarray,
+        drafts: int | None = None,
+    ):
         c = graph.config
+        K = c.num_draft_offsets if drafts is None else int(drafts)
+        if not 0 <= K <= c.num_draft_offsets or (
+            K != c.num_draft_offsets and not graph.grouped_heads
+        ):
+            raise ValueError(f"drafts: this graph scores exactly {c.num_draft_offsets}, got {K}")
         if past_keys.shape != past_values.shape or not past_keys.flags.c_contiguous:
             raise ValueError("past_keys: expected C-contiguous keys/values of equal shape")
         cap = past_keys.shape[2]
@@ -117,13 +159,13 @@ class BoundCall:
         self.pos = np.zeros(q, np.int64)
         self.bias = np.zeros((q, cap + q), np.float32)
         self.heads = np.zeros(q, np.int64)
-        self.offsets = np.zeros((c.num_draft_offsets, c.hidden_size), np.float32)
+        self.offsets = np.zeros((K, c.hidden_size), np.float32)
         kv = (c.num_layers, c.num_kv_heads, q, c.head_dim)
         self.new_keys = np.zeros(kv, np.float32)
         self.new_values = np.zeros(kv, np.float32)
         if graph.heads_in_graph:
             self.logits = np.zeros((q, c.codebook_size), np.float32)
-            self.draft_logits = np.zeros((q, c.num_draft_offsets, c.codebook_size), np.float32)
+            self.draft_logits = np.zeros((q, K, c.codebook_size), np.float32)
             self.hidden = None
         else:
             self.hidden = np.zeros((q, c.hidden_size), np.float32)

@@ -13,8 +13,9 @@ Every error is OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`
 wrong key, 404 / 405, 429 `rate_limit_error` with Retry-After, 5xx `server_error`.
 
 A request names a model and a voice from fixed lists, never a path: the server loads its one
-model folder at start-up (`codecspec serve --model reference|fsq`). `codecspec-reference` and
-`codecspec-fsq` name a family; OpenAI's model names name whichever model was loaded.
+model folder at start-up (`codecspec serve --model reference|fsq|v2|v3|DIR`, DIR also a
+Qwen3-TTS checkpoint folder). `codecspec-reference`, `codecspec-fsq`, ... and
+`qwen3-tts-<folder>` name a family; OpenAI's model names name whichever model was loaded.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ MODEL_NAMES = (
     "codecspec-fsq",
     "codecspec-v2",
     "codecspec-v3",
+    "qwen3-tts",
 ) + OPENAI_MODELS
 # OpenAI's built-in voices, each with the speaker it prefers; a model without that speaker
 # gets one of its own by the voice's position (see voice_map).
@@ -230,10 +232,14 @@ class AudioStream:
         self.codes = [first]
         self.sent = 0  # frames already vocoded and sent
         self.encoder = encoder(fmt, engine.sample_rate)
+        self.decoder = engine.family.chunk_decoder(iters, seed)  # None: context frames
 
     def _encode(self, block: np.ndarray, start: int) -> bytes:
         wav = self.engine.family.codec.decode(block, self.iters, self.seed)
         return self.encoder.feed(wav[start:])
+
+    def _encode_next(self, block: np.ndarray) -> bytes:
+        return self.encoder.feed(self.decoder.feed(block))
 
     async def chunks(self):
         hop = self.engine.family.hop
@@ -248,11 +254,15 @@ class AudioStream:
                 self.codes.append(frame)
             if len(self.codes) == self.sent:
                 break
-            lo = max(0, self.sent - CONTEXT_FRAMES)
-            block = np.stack(self.codes[lo:])
-            start = (self.sent - lo) * hop
-            self.sent = len(self.codes)
-            out = await run_in_threadpool(self._encode, block, start)
+            if self.decoder is not None:  # it holds the context itself
+                block, self.sent = np.stack(self.codes[self.sent :]), len(self.codes)
+                out = await run_in_threadpool(self._encode_next, block)
+            else:
+                lo = max(0, self.sent - CONTEXT_FRAMES)
+                block = np.stack(self.codes[lo:])
+                start = (self.sent - lo) * hop
+                self.sent = len(self.codes)
+                out = await run_in_threadpool(self._encode, block, start)
             if out:
                 yield out
         tail = await run_in_threadpool(self.encoder.close)
@@ -360,7 +370,11 @@ def served_models(engine: Engine) -> tuple:
 def voice_map(speakers: list) -> dict:
     """OpenAI's voice names -> this model's speakers: each voice's preferred speaker when the
     model has it, else the model's speaker at the voice's position (so every voice works on
-    every model); the speakers' own names map to themselves."""
+    every model); the speakers' own names map to themselves. A model without speakers (a
+    Qwen3-TTS VoiceDesign checkpoint: its instructions describe the voice) maps every OpenAI
+    voice to None."""
+    if not speakers:
+        return dict.fromkeys(OPENAI_VOICES)
     out = {}
     for i, (voice, preferred) in enumerate(OPENAI_VOICES.items()):
         out[voice] = preferred if preferred in speakers else speakers[i % len(speakers)]
@@ -419,6 +433,7 @@ def _checked(app: FastAPI, body: SpeechBody):
         temperature=body.temperature,
         top_k=body.top_k,
         top_p=body.top_p,
+        instructions=body.instructions if engine.family.takes_instructions else None,
     )
     return req, None
 
@@ -482,9 +497,10 @@ async def _speech(app: FastAPI, body: SpeechBody, request: Request):
         _count(app, 499)
         return Response(status_code=499)
     headers = _headers(engine, handle, body)
-    if body.instructions is not None and not engine.family.takes_instructions:
-        headers["X-Codecspec-Ignored"] = "instructions"
-        log.info("instructions ignored: the %s model takes none", engine.family.name)
+    ignored = _ignored(engine, body)
+    if ignored:
+        headers["X-Codecspec-Ignored"] = ",".join(ignored)
+        log.info("ignored by the %s model: %s", engine.family.name, ", ".join(ignored))
     iters = app.state.vocoder_iters
     audio = AudioStream(engine, handle, first, body.seed or 0, iters, body.response_format)
     if body.response_format == "wav" and not _known_length(engine):
@@ -493,6 +509,16 @@ async def _speech(app: FastAPI, body: SpeechBody, request: Request):
     if body.stream_format == "sse":
         return _sse_response(engine, handle, audio, body, headers)
     return _stream_response(engine, handle, audio, body, headers)
+
+
+def _ignored(engine: Engine, body: SpeechBody) -> list:
+    """The request's fields this model accepted but does not use."""
+    out = []
+    if body.instructions is not None and not engine.family.takes_instructions:
+        out.append("instructions")
+    if not engine.voices:  # no speakers to choose from (the instructions set the voice)
+        out.append("voice")
+    return out
 
 
 async def _first_frame(handle):

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from codecspec.tts.commands import threads_arg
+from codecspec.tts.commands import threads_arg, weights_option
 from codecspec.tts.registry import MODEL_NAMES
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
@@ -63,6 +63,19 @@ def _ints(s: str) -> list[int]:
     return out
 
 
+def model_arg(s: str) -> str:
+    """--model: a shipped model's name, or a model folder (a model.json, or a Qwen3-TTS
+    checkpoint folder's config.json)."""
+    if s in MODEL_NAMES:
+        return s
+    d = Path(s).expanduser()
+    if not d.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"expected one of {list(MODEL_NAMES)} or a model folder, got {s!r}"
+        )
+    return str(d)
+
+
 def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-streams", type=int, default=16, help="streams per step (default 16)")
     p.add_argument("--max-queue", type=int, default=None, help="waiting requests (default: =)")
@@ -75,9 +88,26 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_model(args) -> None:
+    """What can be checked before the server starts (a Base checkpoint without --ref-audio,
+    --ref-audio for a model that clones no voice): one line instead of a start-up traceback."""
+    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
+
+    if is_qwen3_folder(args.model):
+        from codecspec.serve.qwen3 import check_folder
+
+        check_folder(args.model, args.ref_audio)
+        return
+    if args.ref_audio is not None:
+        raise ValueError("--ref-audio: only a Qwen3-TTS Base checkpoint folder clones a voice")
+    if args.weights is not None:
+        raise ValueError("--weights: only for Qwen3-TTS checkpoint folders")
+
+
 def cmd_serve(args) -> int:
     uvicorn, create_app, Engine = serve_modules()
     key = api_key_of(args)
+    check_model(args)
 
     def factory():
         return Engine(
@@ -87,6 +117,9 @@ def cmd_serve(args) -> int:
             provider=args.provider,
             threads=args.threads,
             admit=args.admit,
+            cache_dir=args.cache_dir,
+            ref_audio=args.ref_audio,
+            weights=args.weights,
         )
 
     app = create_app(
@@ -174,9 +207,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model",
         default="reference",
-        choices=list(MODEL_NAMES),
-        help="the shipped model to serve: reference (RVQ, default), fsq or v2",
+        type=model_arg,
+        help="the model to serve: reference (RVQ, default), fsq, v2, v3, a model folder, or "
+        "a Qwen3-TTS checkpoint folder (CustomVoice, VoiceDesign; Base with --ref-audio)",
     )
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help="Qwen3-TTS: where built graphs are kept (default $CODECSPEC_CACHE_DIR or "
+        "~/.cache/codecspec)",
+    )
+    p.add_argument(
+        "--ref-audio",
+        default=None,
+        help="Qwen3-TTS Base checkpoint: the voice to clone (24 kHz WAV) for every stream",
+    )
+    weights_option(p)
     p.add_argument(
         "--admit",
         default="realtime",

@@ -5,12 +5,13 @@ model family's adapter (`codecspec.serve.family.Family`): for the RVQ reference 
 temporal call, one c0 draw per sampling law, then the depth loop batched across streams
 (`BatchedDepth`: AR and speculative streams side by side, ragged trees verified in one core
 call); for the FSQ family one batched step call and the factorised heads + stop head
-(`codecspec.serve.fsq`); for v2 each stream's own round loop (`codecspec.serve.v2`).
+(`codecspec.serve.fsq`); for v2 each stream's own round loop (`codecspec.serve.v2`); for a
+Qwen3-TTS checkpoint folder each stream's own frame loop (`codecspec.serve.qwen3`).
 Streams join and leave only between steps (frame boundaries): a stream ends at its planned
-length (RVQ) or its stop head (FSQ, v2); one whose client went away is dropped at the next
-boundary, and its slot is reused; a queued one leaves the queue at once. With admit
-"realtime" only as many streams decode together as the engine's recent step times say stay
-faster than playback (`realtime_capacity`).
+length (RVQ), its stop head (FSQ, v2) or its eos token (Qwen3-TTS); one whose client went
+away is dropped at the next boundary, and its slot is reused; a queued one leaves the queue
+at once. With admit "realtime" only as many streams decode together as the engine's recent
+step times say stay faster than playback (`realtime_capacity`).
 
 Each stream draws from its own counter-based generator (`Generator(seed)`, or a fork of the
 engine's base generator when no seed is given), so its codes do not depend on which other
@@ -70,6 +71,7 @@ class SpeechRequest:
     temperature: Optional[float] = None
     top_k: Optional[int] = None
     top_p: Optional[float] = None
+    instructions: Optional[str] = None  # voice/style text, for families that take it
 
 
 class StreamHandle:
@@ -166,7 +168,10 @@ class EngineStats:
 
 class Engine:
     """Continuous-batching TTS engine over a model: a folder, or a shipped model's name
-    ("reference", the default, or "fsq"); its model.json picks the family.
+    ("reference", the default, or "fsq"); its model.json picks the family, or its config.json
+    marks a Qwen3-TTS checkpoint folder (then `cache_dir`: where its graphs are built;
+    `ref_audio`: the recording a Base checkpoint clones, required for one; `weights`: fp32,
+    int8 or int4 talker and code predictor, None = the provider's default).
 
     max_streams: slots decoded together per step; max_queue: admitted requests waiting for a
     slot (default max_streams); beyond that `submit` raises `Overloaded`. threads: ONNX
@@ -192,6 +197,9 @@ class Engine:
         max_frames: int = 480,
         fault: Optional[Callable[[SpeechRequest, int], None]] = None,
         admit: str = "max",
+        cache_dir=None,
+        ref_audio=None,
+        weights: Optional[str] = None,
     ):
         if int(max_streams) < 1:
             raise ValueError(f"max_streams: must be >= 1, got {max_streams}")
@@ -205,7 +213,15 @@ class Engine:
         # Phonemes: an input of max_input_chars never needs more than ~1.5 per character.
         self.max_phonemes = int(1.5 * self.max_input_chars) + 2
         self.family = _load_family(
-            model_dir, self.max_streams, self.max_frames, self.max_phonemes, provider, threads
+            model_dir,
+            self.max_streams,
+            self.max_frames,
+            self.max_phonemes,
+            provider,
+            threads,
+            cache_dir=cache_dir,
+            ref_audio=ref_audio,
+            weights=weights,
         )
         self.tts = self.family.tts
         self.sample_rate = self.family.sample_rate
@@ -473,6 +489,10 @@ class Engine:
         if f.error is not None:
             self._leave(s, f.error)
             return
+        if f.codes is None:  # the stop came without a frame (a stop token, Qwen3-TTS's eos)
+            if f.ended:
+                self._leave(s, None)
+            return
         s.handle._put(("frame", f.codes))
         self._deadline(s.handle, s.t)
         s.t += 1
@@ -516,9 +536,41 @@ def realtime_capacity(steps: list, budget: float, most: int) -> int:
     return int(max(1, min(n, most, 2 * int(ns.max()))))
 
 
-def _load_family(model_dir, slots, max_frames, max_phonemes, provider, threads) -> Family:
-    """The adapter for the model's family (a shipped name or a folder; model.json decides;
-    None = the reference v1, the engine's default family)."""
+def _load_family(
+    model_dir,
+    slots,
+    max_frames,
+    max_phonemes,
+    provider,
+    threads,
+    cache_dir=None,
+    ref_audio=None,
+    weights=None,
+) -> Family:
+    """The adapter for the model's family (a shipped name or a folder; model.json decides, or
+    config.json for a Qwen3-TTS checkpoint folder; None = the reference v1, the engine's
+    default family). cache_dir (built graphs), ref_audio (the voice a Base checkpoint
+    clones) and weights (the talker's and code predictor's precision) are Qwen3-TTS
+    folders' only."""
+    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
+
+    if model_dir is not None and is_qwen3_folder(str(model_dir)):
+        from codecspec.serve.qwen3 import Qwen3Family
+
+        return Qwen3Family(
+            model_dir,
+            slots,
+            max_frames,
+            provider,
+            threads,
+            cache_dir=cache_dir,
+            ref_audio=ref_audio,
+            weights=weights,
+        )
+    if ref_audio is not None:
+        raise ValueError("ref_audio: only a Qwen3-TTS Base checkpoint folder clones a voice")
+    if weights is not None:
+        raise ValueError("weights: only for Qwen3-TTS checkpoint folders")
     d = resolve_model_dir("reference" if model_dir is None else model_dir)
     family = model_family(d)
     if family == "v2":

@@ -53,7 +53,8 @@ class StreamState:
 @dataclass
 class Frame:
     """One stream's outcome of a step: its frame's codes and whether the stream ended, or
-    the error that ended it alone."""
+    the error that ended it alone. No codes with `ended`: the stream ended at this step
+    without another frame (a stop token sampled in place of the frame's first code)."""
 
     codes: Optional[np.ndarray] = None
     ended: bool = False
@@ -138,6 +139,13 @@ class Family:
     def counters(self) -> dict:
         """calls (batched graph calls of the frame stage), lane_calls (per stream), codes."""
         raise NotImplementedError
+
+    def chunk_decoder(self, iters: int, seed: int):
+        """None: the app vocodes each chunk with `codec.decode(codes, iters, seed)` over a
+        few frames of context. A family whose decoder carries state from chunk to chunk
+        returns one object per stream whose `feed(codes [n, C])` gives exactly those
+        frames' audio."""
+        return None
 
 
 # --------------------------------------------------------------------------- RVQ reference

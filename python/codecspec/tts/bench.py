@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec import perf
 from codecspec.decode.depth import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 
@@ -31,6 +32,8 @@ __all__ = [
     "bench_depth_loop",
     "bench_decoder",
     "bench_pipeline",
+    "depth_reads",
+    "record_reference",
 ]
 
 BENCH_TEXTS = Path(__file__).with_name("bench_texts.json")
@@ -74,8 +77,9 @@ class Interleaved:
 
 
 def interleaved_ar_spec(
-    dec: DepthDecoder, hiddens, c0s, frames: int, seed: int, progress: bool
+    dec: DepthDecoder, hiddens, c0s, frames: int, seed: int, progress: bool, before_frame=None
 ) -> Interleaved:
+    """`before_frame(j)`, when given, runs before each decode of input frame j (untimed)."""
     g = {"ar": cs.Generator(seed).fork(1), "spec": cs.Generator(seed).fork(2)}
     run = Interleaved(
         {m: np.empty((frames, dec.G), np.int64) for m in g},
@@ -94,6 +98,8 @@ def interleaved_ar_spec(
     for i in it:
         j = i % len(c0s)
         for m in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
+            if before_frame is not None:
+                before_frame(j)
             calls, graph_s = st.calls, st.graph_seconds
             t0 = time.perf_counter()
             run.codes[m][i] = dec.decode_frame(hiddens[j], int(c0s[j]), g[m], m)
@@ -117,7 +123,7 @@ def _bare_call_ms(call, reps: int = 5) -> float:
 def ideal_speedup(dec: DepthDecoder, spec_calls_per_frame: float, blocks: int = 20) -> dict:
     """Speed-up if host work cost nothing: bare graph calls of the decoder's own bound shapes
     (prefill, AR step, tree), timed in interleaved blocks, times the measured calls."""
-    calls = {"prefill": dec._prefill_call, "step": dec._step_call, "tree": dec._tree_call}
+    calls = {"prefill": dec._prefill_calls[True], "step": dec._step_call, "tree": dec._tree_call}
     ms: dict = {k: [] for k in calls}
     for _ in range(blocks):
         for k, call in calls.items():
@@ -197,7 +203,242 @@ def bench_decoder(
     }
     out.update(ideal_speedup(dec, spec_cpf))
     out["efficiency"] = out["speedup"] / out["ideal_speedup"]
+    from codecspec.runtime import session_threads
+
+    out["threads"] = session_threads(dec.graph.session)
+    out["tree_depth"] = int(dec.tree.max_depth)
+    out["depth_reads"] = depth_reads(dec)
     return out
+
+
+# ---------------------------------------------------------------------- bytes read
+def depth_reads(dec: DepthDecoder) -> Optional[dict]:
+    """What the depth loop reads, for `depth_bytes`: the graph's streamed bytes and bytes per
+    query row, the host heads' bytes per target / draft head read, the tree's shape."""
+    r = dec.graph.weight_reads()
+    if r is None:
+        return None
+    b = dec.bank
+    heads = (
+        (0, 0)
+        if b is None
+        else perf.head_bank_bytes(b.num_heads, b.vocab_size, b.hidden_size, b.targets_bf16)
+    )
+    return {
+        "streamed": r.streamed,
+        "per_row": r.per_row,
+        "head_target": heads[0],
+        "head_draft": heads[1],
+        "weights": r.weights,
+        "codebooks": int(dec.G),
+        "tree_nodes": int(dec.tree.num_nodes),
+        "tree_depth": int(dec.tree.max_depth),
+    }
+
+
+def depth_bytes(reads: Optional[dict], mode: str, calls_per_frame: float) -> Optional[int]:
+    """Weight bytes one frame of the depth loop reads in `mode` ("ar", else speculative)
+    at the measured graph calls per frame."""
+    if reads is None:
+        return None
+    graph = perf.GraphReads(reads["streamed"], reads["per_row"], 0)
+    by = perf.depth_loop_bytes(
+        graph,
+        reads["codebooks"],
+        None if mode == "ar" else calls_per_frame,
+        tree_nodes=reads["tree_nodes"],
+        tree_depth=reads["tree_depth"],
+        head_bytes=(reads["head_target"], reads["head_draft"]),
+    )
+    return by["ar"] if mode == "ar" else by["spec"]
+
+
+def _graph_file(path: Path) -> Optional[perf.GraphReads]:
+    return perf.graph_reads(path) if path.is_file() else None
+
+
+def codec_reads(path: Path) -> tuple:
+    """(bytes read once per utterance, bytes read per frame) by the vocoder: its matrices
+    once per decode; of its codebooks one row per level per frame, as float32."""
+    per_utt = per_frame = 0
+    with np.load(path, allow_pickle=False) as z:
+        for k in z.files:
+            a = z[k]
+            if a.dtype.kind not in "fiu":
+                continue
+            if k == "codebooks":
+                per_frame += a.shape[0] * a.shape[-1] * 4
+            else:
+                per_utt += a.nbytes
+    return per_utt, per_frame
+
+
+def pipeline_totals(runs: dict, depth_mode: dict, temporal_mode: dict) -> dict:
+    """Per mode: frames, utterances, audio seconds, seconds per stage and the graph calls
+    of the syntheses in `runs` ({mode: [Synthesis]}), and how each side ran its depth and
+    temporal loops ({mode: "ar" | "spec" | "pcg"}), for the bench record."""
+    out = {}
+    for m, rows in runs.items():
+        ts = [r.temporal_stats for r in rows if r.temporal_stats is not None]
+        out[m] = {
+            "frames": int(sum(r.frames for r in rows)),
+            "utterances": len(rows),
+            "audio_seconds": float(sum(r.audio_seconds for r in rows)),
+            "seconds": {
+                "frontend": float(sum(r.frontend_seconds for r in rows)),
+                "temporal": float(sum(r.temporal_seconds for r in rows)),
+                "depth": float(sum(r.depth_seconds for r in rows)),
+                "vocoder": float(sum(r.decode_seconds for r in rows)),
+            },
+            "depth_calls": int(sum(r.depth_calls for r in rows)),
+            "depth_mode": depth_mode[m],
+            "temporal_mode": temporal_mode[m],
+            "temporal_calls": int(sum(t.target_calls for t in ts)) if ts else None,
+            "draft_calls": int(sum(t.draft_calls for t in ts)) if ts else 0,
+            "drafted": int(sum(t.drafted for t in ts)) if ts else 0,
+        }
+    return out
+
+
+_STAGE_NOTES = {
+    "frontend": "espeak-ng and the encoder once per utterance: host work, not weights",
+    "vocoder": "Griffin-Lim FFTs: compute-bound, its weights are a few kB per frame",
+}
+# the pipeline_totals key saying whether a side speculated in that stage
+_STAGE_MODE = {"temporal step": "temporal_mode", "depth loop": "depth_mode"}
+
+
+def _stage_bytes(t: dict, graphs: dict, codec, reads: Optional[dict]) -> dict:
+    """Weight bytes per frame of each pipeline stage for one side's `pipeline_totals`:
+    the encoder once per utterance, the temporal target (1 + drafted rows per call) and
+    draft calls, the depth loop at its calls per frame, the vocoder's codec."""
+    n = max(t["frames"], 1)
+    enc, tmp, draft = graphs["encoder"], graphs["temporal"], graphs["draft"]
+    target_calls = t["temporal_calls"] if t["temporal_calls"] is not None else n
+    temporal = [(tmp.per_call(1.0 + t["drafted"] / max(target_calls, 1)), target_calls / n)]
+    if draft is not None and t["draft_calls"]:
+        temporal.append((draft.per_call(1), t["draft_calls"] / n))
+    return {
+        "frontend": None if enc is None else enc.per_call(0) * t["utterances"] / n,
+        "temporal step": None if tmp is None else perf.per_frame_bytes(temporal),
+        "depth loop": depth_bytes(reads, t["depth_mode"], t["depth_calls"] / n),
+        "vocoder": None if codec is None else codec[0] * t["utterances"] / n + codec[1],
+    }
+
+
+def pipeline_stages(model_dir, totals: dict, reads: Optional[dict], codec_file: str) -> list:
+    """The record's stage rows of a synthesis pipeline (frontend, temporal step, depth loop,
+    vocoder) from `pipeline_totals` {"ar": ..., "spec": ...}: ms and weight bytes per frame."""
+    d = Path(model_dir)
+    graphs = {k: _graph_file(d / f"{k}.onnx") for k in ("encoder", "temporal")}
+    graphs["draft"] = _graph_file(d / "draft_temporal.onnx")
+    codec = codec_reads(d / codec_file) if (d / codec_file).is_file() else None
+    seconds = {"frontend": "frontend", "temporal step": "temporal"}
+    seconds.update({"depth loop": "depth", "vocoder": "vocoder"})
+    ar, sp = totals["ar"], totals.get("spec")
+    by_ar = _stage_bytes(ar, graphs, codec, reads)
+    by_sp = None if sp is None else _stage_bytes(sp, graphs, codec, reads)
+
+    def ms(t, name):
+        return 1e3 * t["seconds"][seconds[name]] / max(t["frames"], 1)
+
+    out = []
+    for name in seconds:
+        extra = {"note": _STAGE_NOTES[name]} if name in _STAGE_NOTES else {}
+        if sp is not None and sp.get(_STAGE_MODE.get(name, "")) == "ar":
+            extra["spec_is_ar"] = True  # the speculative side did not speculate here
+        row = perf.stage(
+            name,
+            ms(ar, name),
+            None if sp is None else ms(sp, name),
+            by_ar[name],
+            None if by_sp is None else by_sp[name],
+            **extra,
+        )
+        out.append(row)
+    return out
+
+
+def depth_alone_stage(res: dict, in_total: bool) -> dict:
+    """The depth loop measured alone (bench_decoder's figures) as a record row."""
+    reads = res.get("depth_reads")
+    return perf.stage(
+        "depth loop alone" if not in_total else "depth loop",
+        res["ar_ms_per_frame"],
+        res["spec_ms_per_frame"],
+        depth_bytes(reads, "ar", res["ar_calls_per_frame"]),
+        depth_bytes(reads, "spec", res["spec_calls_per_frame"]),
+        in_total=in_total,
+    )
+
+
+def base_record(family: str, model_dir, res: dict, bandwidth: float, rss: float) -> dict:
+    """The record's keys every family fills the same way."""
+    reads = res.get("depth_reads") or {}
+    return {
+        "family": family,
+        "model": str(model_dir),
+        "provider": res.get("provider"),
+        "threads": res.get("threads"),
+        "weights": reads.get("weights"),
+        "bandwidth_gbps": bandwidth / 1e9,
+        "peak_rss_mb": rss,
+        "depth_speedup": res.get("speedup"),
+        "tokens_per_call": res.get("tokens_per_call"),
+    }
+
+
+def pipeline_figures(totals: dict) -> dict:
+    """ms_per_frame and pipeline_rtf {ar, spec} of the whole pipeline, from its totals."""
+    ms, rtf = {}, {}
+    for m, t in totals.items():
+        s = sum(t["seconds"].values())
+        ms[m] = 1e3 * s / max(t["frames"], 1)
+        rtf[m] = s / max(t["audio_seconds"], 1e-9)
+    return {"ms_per_frame": ms, "pipeline_rtf": rtf}
+
+
+def record_reference(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
+    """The bench record (codecspec.perf) of `codecspec bench` on the reference family, from
+    bench_depth_loop's (and bench_pipeline's, when it ran) figures."""
+    rec = base_record("reference", model_dir, res, bandwidth, peak_rss_mb)
+    rec["calibration"] = {"depth": depth_choice(model_dir, res.get("depth", "positional"))}
+    rec["audio_ms_per_frame"] = res.get("audio_ms_per_frame") or _frame_ms(model_dir)
+    totals = res.get("pipeline_totals")
+    if totals is None:  # --no-pipeline: the depth loop is all that ran
+        rec["stages"] = [depth_alone_stage(res, in_total=True)]
+        rec["pipeline_rtf"] = {"ar": None, "spec": None}
+    else:
+        rec["stages"] = pipeline_stages(model_dir, totals, res.get("depth_reads"), "codec.npz") + [
+            depth_alone_stage(res, in_total=False)
+        ]
+        rec.update(pipeline_figures(totals))
+    return perf.finish_record(rec)
+
+
+def depth_choice(model_dir, depth: str = "positional") -> Optional[str]:
+    """ "spec" or "ar": what the folder's calibration of that depth decoder chose (its
+    device profile's `speculation_pays`); None without a profile."""
+    from codecspec.decode.shared_depth import profile_path
+
+    path = profile_path(Path(model_dir), depth)
+    if not path.is_file():
+        return None
+    return "spec" if json.loads(path.read_text()).get("speculation_pays", True) else "ar"
+
+
+def _frame_ms(model_dir) -> Optional[float]:
+    """ms of audio per frame from the folder's codec (None: the folder has none)."""
+    from codecspec.codec.codec import Codec
+    from codecspec.codec.v2 import CodecV2
+
+    d = Path(model_dir)
+    meta = json.loads((d / "model.json").read_text()) if (d / "model.json").is_file() else {}
+    names = [meta.get("codec_file"), "codec.npz", "codec_v2.npz"]
+    name = next((f for f in names if f and (d / f).is_file()), None)
+    if name is None:
+        return None
+    return 1e3 / (Codec if name == "codec.npz" else CodecV2).load(d / name).frame_rate
 
 
 # ---------------------------------------------------------------------- whole pipeline
@@ -263,6 +504,10 @@ def bench_pipeline(
             r.depth_calls for r in rows
         )
     ar = runs["ar"]
+    out["pipeline_totals"] = pipeline_totals(
+        runs, {"ar": "ar", "spec": "spec"}, {"ar": "ar", "spec": "ar"}
+    )
+    out["audio_ms_per_frame"] = 1e3 / tts.codec.frame_rate
     out["pipeline_frames"] = sum(r.frames for r in ar)
     out["pipeline_audio_seconds"] = sum(r.audio_seconds for r in ar)
     out["pipeline_depth_ms_per_frame"] = out["pipeline_ar_stage_ms_per_frame"]["depth"]

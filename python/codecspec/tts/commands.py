@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from codecspec.perf import peak_rss_mb
+
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
 MODEL_HELP = (
     "model name (v3, v2, reference, fsq) or folder (default: v3, the shipped reference v3); "
@@ -92,14 +94,6 @@ def check_output(path) -> None:
         tempfile.TemporaryFile(dir=parent).close()
     except OSError as e:
         raise ValueError(f"--output: cannot write into {parent} ({e.strerror})") from None
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MiB (ru_maxrss is KiB on Linux)."""
-    import resource
-
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kb / (1024.0 * 1024.0) if sys.platform == "darwin" else kb / 1024.0
 
 
 def synthesis_report(s, output, threads: int) -> dict:
@@ -375,31 +369,37 @@ def _synth_stream(args, tts, text) -> int:
 
 def _bench_qwen3(args) -> int:
     from codecspec.families.qwen3_tts.bench import bench_qwen3
+    from codecspec.perf import finish_record, render_table, stream_bandwidth
 
+    log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr))
     res = bench_qwen3(
         args.model,
-        texts=args.texts or 4,
-        max_frames=args.frames,
+        frames=args.frames,
+        cache_dir=args.cache_dir,
         provider=args.provider,
         threads=args.threads,
         seed=args.seed,
         temperature=args.temperature,
         ref_audio=args.ref_audio,
+        weights=args.weights,
+        acceptance=args.acceptance,
+        draft_depth=args.draft_depth,
+        log=log,
     )
-    if args.json:
-        print(json.dumps(res))
-        return 0
-    for mode in ("ar", "spec"):
-        print(f"{mode:>5}: " + ", ".join(f"{k} {v:.3g}" for k, v in res[mode].items()))
-    print(f"depth loop speed-up (spec vs ar): {res['depth_speedup']:.3f}")
-    if "greedy_spec_equals_ar" in res:
-        print(f"greedy spec codes == ar codes: {res['greedy_spec_equals_ar']}")
+    # The bench record (codecspec.perf), completed where the bench left a figure out: the
+    # bandwidth and peak RSS of this run, then the bounds, totals and verdict.
+    if res.get("peak_rss_mb") is None:  # before the bandwidth probe's buffer
+        res["peak_rss_mb"] = peak_rss_mb()
+    if res.get("bandwidth_gbps") is None:
+        res["bandwidth_gbps"] = stream_bandwidth(threads=int(res.get("threads") or 1)) / 1e9
+    finish_record(res)
+    print(json.dumps(res) if args.json else render_table(res))
     return 0
 
 
 def cmd_bench(args) -> int:
     from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
-    from codecspec.tts.bench import bench_depth_loop, bench_pipeline
+    from codecspec.tts.bench import bench_depth_loop, bench_pipeline, record_reference
     from codecspec.tts.registry import model_family, resolve_model_dir
 
     if is_qwen3_folder(args.model):
@@ -413,15 +413,16 @@ def cmd_bench(args) -> int:
         progress=not args.json,
     )
     family = model_family(args.model)
+    model = resolve_model_dir(args.model)
     common.update(_depth_kwargs(args))
     if family == "v2":  # temporal and depth loops: AR vs speculation, both on the pipeline
-        from codecspec.tts.v2_bench import bench_v2
+        from codecspec.tts.v2_bench import bench_v2, record_v2
 
-        res = bench_depth_loop(resolve_model_dir(args.model), args.frames, **common)
+        res = bench_depth_loop(model, args.frames, **common)
         if not args.no_pipeline:
             res.update(
                 bench_v2(
-                    resolve_model_dir(args.model),
+                    model,
                     loops=args.loops,
                     accept=args.accept,
                     beta=args.beta,
@@ -431,24 +432,46 @@ def cmd_bench(args) -> int:
                     **common,
                 )
             )
-        table = _bench_quality(args, family, res)
-        _print_bench(res, args.json)
-        return _print_table(table, args.json)
+        return _bench_report(args, family, model, res, record_v2)
     if family == "fsq":  # one graph call per frame: its own figures
-        from codecspec.tts.fsq_bench import bench_fsq, print_bench
+        from codecspec.tts.fsq_bench import bench_fsq, record_fsq
 
-        res = bench_fsq(resolve_model_dir(args.model), args.utterances, batch=args.batch, **common)
-        table = _bench_quality(args, family, res)
-        print_bench(res, args.json)
-        return _print_table(table, args.json)
-    model = resolve_model_dir(args.model)
+        res = bench_fsq(model, args.utterances, batch=args.batch, **common)
+        return _bench_report(args, family, model, res, record_fsq)
     res = bench_depth_loop(model, args.frames, **common)
     if not args.no_pipeline:
         res.update(bench_pipeline(model, texts=args.texts, **common))
         # The issue this answers: the depth loop inside synthesis vs alone, same run.
         res["depth_in_pipeline_ratio"] = res["pipeline_depth_ms_per_frame"] / res["ar_ms_per_frame"]
+    return _bench_report(args, family, model, res, record_reference)
+
+
+def _bench_report(args, family: str, model, res: dict, record) -> int:
+    """The bench's record (codecspec.perf: every stage next to its bandwidth bound, measured
+    in this run) joined to its figures; --quality's table after it. Prints the table and
+    verdict, or with --json one object (the record's keys win over older ones of the same
+    name: the family's older figures keep theirs, e.g. pipeline_ar_rtf, loop_ms_per_frame)."""
+    from codecspec.perf import peak_rss_mb, render_table, stream_bandwidth
+
+    rss = peak_rss_mb()  # before the bandwidth probe, whose buffer would be the peak
+    bandwidth = stream_bandwidth(threads=int(res.get("threads") or 1))
+    res.update(record(res, model, bandwidth=bandwidth, peak_rss_mb=rss))
     table = _bench_quality(args, family, res)
-    _print_bench(res, args.json)
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    print(render_table(res))
+    if "fidelity_min_p" in res:  # the depth loop alone: AR and speculative codes compared
+        ok = "pass" if res["fidelity_min_p"] > 1e-4 else "FAIL"
+        print(
+            f"fidelity: speculative vs AR codes per position, min p {res['fidelity_min_p']:.3g} "
+            f"over {args.frames} frames (> 1e-4): {ok}"
+        )
+    if res.get("batch", 1) > 1:
+        print(
+            f"batch of {res['batch']}: {res['batch_ms_per_step']:.2f} ms per step, "
+            f"{res['batch_frames_per_second']:.0f} frames/s"
+        )
     return _print_table(table, args.json)
 
 
@@ -486,21 +509,14 @@ def _print_table(table, as_json: bool) -> int:
     return 0
 
 
-def _print_bench(res: dict, as_json: bool) -> int:
-    if as_json:
-        print(json.dumps(res))
-        return 0
-    for k, v in res.items():
-        if k in ("fidelity_pvalues", "group_fidelity_pvalues", "intelligibility"):
-            continue
-        if isinstance(v, dict):
-            v = "  ".join(
-                f"{a} {b:.2f}" if isinstance(b, float) else f"{a} {b}" for a, b in v.items()
-            )
-        print(f"{k:>32}: {v:.4g}" if isinstance(v, float) else f"{k:>32}: {v}")
-    verdict = "pass" if res["fidelity_min_p"] > 1e-4 else "FAIL"
-    print(f"{'fidelity (min p > 1e-4)':>32}: {verdict}")
-    return 0
+def weights_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--weights",
+        choices=["fp32", "int8", "int4"],
+        default=None,
+        help="Qwen3-TTS: talker and code predictor precision, weight-only quantised with "
+        "onnxruntime's MatMulNBits (default: int8 on the CPU, fp32 on CUDA/CoreML)",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -576,6 +592,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="espeak-ng voice variant, e.g. f3 or m1; Qwen3-TTS CustomVoice: a speaker name",
     )
     p.add_argument("--rate", type=float, default=1.0, help="speaking rate (default 1.0)")
+    weights_option(p)
     p.add_argument("--provider", default="auto", choices=PROVIDERS)
     p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")
     p.add_argument("--model", default=None, help=MODEL_HELP)
@@ -587,6 +604,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
     p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
+    p.add_argument("--cache-dir", default=None, help="Qwen3-TTS: graph cache (see synth)")
+    weights_option(p)
+    p.add_argument(
+        "--acceptance",
+        type=float,
+        default=None,
+        help="Qwen3-TTS: run the speculative depth loop at this top-1 draft acceptance "
+        "(controlled drafts: timing of the real graphs without the real weights' drafts)",
+    )
+    p.add_argument(
+        "--draft-depth",
+        type=int,
+        default=None,
+        help="Qwen3-TTS with --acceptance: drafts per round (a chain; default: the graph's K)",
+    )
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--provider", default="auto", choices=PROVIDERS)

@@ -18,7 +18,7 @@ import codecspec as cs
 from codecspec.decode.frames import run_frame_loop
 from codecspec.tts.fsq import FSQTTS
 
-__all__ = ["load_bench_texts", "bench_fsq", "synth_lines"]
+__all__ = ["load_bench_texts", "bench_fsq", "record_fsq", "synth_lines"]
 
 
 def load_bench_texts(model_dir) -> list:
@@ -73,6 +73,8 @@ def bench_fsq(
 ) -> dict:
     if isinstance(utterances, bool) or not isinstance(utterances, int) or utterances < 1:
         raise ValueError(f"utterances: expected an int >= 1, got {utterances!r}")
+    from codecspec.runtime import session_threads
+
     tts = FSQTTS(model_dir, provider=provider, threads=threads, params=params)
     texts = load_bench_texts(tts.dir)[:utterances]
     _one(tts, texts[0], seed, False)  # warm-up outside the counts
@@ -94,6 +96,8 @@ def bench_fsq(
         "audio_seconds": round(audio, 3),
         "calls_per_frame": sum(s.graph_calls for s in runs) / frames,
         "ms_per_frame": 1e3 * (step_s + samp_s) / frames,
+        # the same: `codecspec bench --json`'s record has its own ms_per_frame {ar, spec}
+        "loop_ms_per_frame": 1e3 * (step_s + samp_s) / frames,
         "step_ms_per_frame": 1e3 * step_s / frames,
         "sampling_ms_per_frame": 1e3 * samp_s / frames,
         "vocoder_seconds": voc_s,
@@ -103,10 +107,58 @@ def bench_fsq(
         "hit_max_frames": sum(not s.stopped for s in runs),
         "frames_vs_reference": round(frames / sum(u["frames"] for u in texts), 4),
         "provider": tts.step_graph.get_providers()[0],
+        "threads": session_threads(tts.step_graph),
+        "audio_ms_per_frame": 1e3 / tts.codec.frame_rate,
     }
     if batch > 1:
         out.update(_batched(tts, load_bench_texts(tts.dir)[:batch], seed))
     return out
+
+
+def record_fsq(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
+    """The bench record (codecspec.perf) of `codecspec bench --model fsq`: one step-graph
+    call per frame, so every speculative figure is None."""
+    from codecspec import perf
+    from codecspec.tts.bench import codec_reads
+
+    d = Path(model_dir)
+    frames, utts = max(int(res["frames"]), 1), int(res["utterances"])
+    step, enc = perf.graph_reads(d / "step.onnx"), perf.graph_reads(d / "encoder.onnx")
+    per_utt, per_frame = codec_reads(d / "fsqcodec.npz")
+    voc_ms = 1e3 * res["vocoder_seconds"] / frames
+    stages = [
+        perf.stage(
+            "step graph + encoder",
+            res["step_ms_per_frame"],
+            None,
+            step.per_call(1) + enc.per_call(0) * utts / frames,
+            None,
+        ),
+        perf.stage("sampling (host)", res["sampling_ms_per_frame"], None, 0, None),
+        perf.stage(
+            "vocoder",
+            voc_ms,
+            None,
+            per_utt * utts / frames + per_frame,
+            None,
+            note="Griffin-Lim FFTs: compute-bound, its weights are a few kB per frame",
+        ),
+    ]
+    rec = {
+        "family": "fsq",
+        "model": str(d),
+        "provider": res.get("provider"),
+        "threads": res.get("threads"),
+        "weights": step.weights,
+        "bandwidth_gbps": bandwidth / 1e9,
+        "peak_rss_mb": peak_rss_mb,
+        "stages": stages,
+        "audio_ms_per_frame": res["audio_ms_per_frame"],
+        "depth_speedup": None,
+        "tokens_per_call": None,
+        "calibration": None,
+    }
+    return perf.finish_record(rec)
 
 
 def synth_lines(s, output) -> dict:
@@ -121,14 +173,3 @@ def synth_lines(s, output) -> dict:
         "real-time factor": f"{s.real_time_factor:.3f} (temporal {s.temporal_seconds:.2f} s, "
         f"sampling {s.sampling_seconds:.2f} s, vocoder {s.decode_seconds:.2f} s)",
     }
-
-
-def print_bench(res: dict, as_json: bool) -> int:
-    if as_json:
-        print(json.dumps(res))
-        return 0
-    for k, v in res.items():
-        if k == "intelligibility":  # its own table follows
-            continue
-        print(f"{k:>28}: {v:.4g}" if isinstance(v, float) else f"{k:>28}: {v}")
-    return 0

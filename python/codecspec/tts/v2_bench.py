@@ -15,11 +15,20 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec import perf
 from codecspec.decode.temporal import Acceptance
 from codecspec.fidelity import homogeneity_pvalue
-from codecspec.tts.bench import load_bench_texts
+from codecspec.tts.bench import (
+    base_record,
+    depth_alone_stage,
+    depth_choice,
+    load_bench_texts,
+    pipeline_figures,
+    pipeline_stages,
+    pipeline_totals,
+)
 
-__all__ = ["LOOPS", "bench_v2", "speculation_config"]
+__all__ = ["LOOPS", "bench_v2", "record_v2", "speculation_config"]
 
 LOOPS = ("depth", "temporal", "both")
 # `loops=None`: what users get by default, the loops the model's calibration found to pay
@@ -152,6 +161,17 @@ def bench_v2(
     )
     out["temporal_speedup"] = tm["ar"] / tm["spec"]
     out["depth_speedup"] = dm["ar"] / dm["spec"]
+    # the depth loop inside the pipeline (its speculative side is what --loops chose; by
+    # default the model's calibration, which may be AR): the CLI's record states
+    # depth_speedup of the depth loop alone, speculation on, so this keeps its own name
+    out["pipeline_depth_speedup"] = out["depth_speedup"]
+    spec_depth = spec_kw["mode"]
+    if spec_depth == "auto":
+        spec_depth = "spec" if tts.speculation_pays else "ar"
+    out["pipeline_totals"] = pipeline_totals(
+        runs, {"ar": "ar", "spec": spec_depth}, {"ar": "ar", "spec": spec_kw["temporal"]}
+    )
+    out["audio_ms_per_frame"] = 1e3 / tts.codec.frame_rate
     out["e2e_speedup"] = _per_frame(ar, loops_s) / _per_frame(sp, loops_s)
     out["pipeline_speedup"] = pm["ar"] / pm["spec"]
     codes = {m: np.concatenate([r.codes for r in rows]) for m, rows in runs.items()}
@@ -181,3 +201,36 @@ def bench_v2(
                 tts.codec, codes["ar"], groups, 1.0, seed
             )
     return out
+
+
+def record_v2(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
+    """The bench record (codecspec.perf) of `codecspec bench` on a v2-family folder (v2 or
+    v3), from bench_depth_loop's and (when it ran) bench_v2's figures."""
+    import json
+    from pathlib import Path
+
+    d = Path(model_dir)
+    meta = json.loads((d / "model.json").read_text())
+    family = "v3" if meta.get("conditioning") == "phoneme_track" else "v2"
+    rec = base_record(family, d, res, bandwidth, peak_rss_mb)
+    rec["calibration"] = {
+        "depth": depth_choice(d, res.get("depth", "positional")),
+        "temporal": "spec" if meta.get("temporal_speculation_pays") else "ar",
+    }
+    totals = res.get("pipeline_totals")
+    if totals is None:  # --no-pipeline: the depth loop is all that ran
+        from codecspec.tts.bench import _frame_ms
+
+        rec["audio_ms_per_frame"] = _frame_ms(d)
+        rec["stages"] = [depth_alone_stage(res, in_total=True)]
+        rec["pipeline_rtf"] = {"ar": None, "spec": None}
+        return perf.finish_record(rec)
+    rec["audio_ms_per_frame"] = res["audio_ms_per_frame"]
+    codec = meta.get("codec_file", "codec_v2.npz")
+    rec["stages"] = pipeline_stages(d, totals, res.get("depth_reads"), codec) + [
+        depth_alone_stage(res, in_total=False)
+    ]
+    rec.update(pipeline_figures(totals))
+    rec["temporal_speedup"] = res.get("temporal_speedup")
+    rec["temporal_tokens_per_call"] = res.get("temporal_tokens_per_call")
+    return perf.finish_record(rec)

@@ -1,64 +1,367 @@
-"""`codecspec bench --model QWEN3_DIR`: AR vs speculative depth loop inside the Qwen3-TTS
-pipeline, same requests and seeds, modes alternating so that machine load hits both alike.
+"""`codecspec bench --model QWEN3_DIR`: every stage of the Qwen3-TTS pipeline per 80 ms frame,
+the depth loop autoregressive vs speculative on the same frames, each figure next to its
+bandwidth bound (bytes of weights read ÷ this machine's streaming bandwidth, measured in the
+same run; codecspec.perf).
 
-Reports per mode: frames, ms per frame of the talker and of the depth loop, depth calls per
-frame and codes per call, and the depth loop's speed-up; and, at temperature 0, whether the
-speculative codes equal the AR codes (they must: verification uses the AR warp).
+The run: the talker makes `frames` frames of built-in texts (its step time, the host work
+around it), the depth loop decodes each of those frames AR and speculatively, alternating
+which goes first (machine load hits both alike), and the speech decoder turns the codes into
+audio. `acceptance=A` replaces the drafts by controlled ones whose top candidate is right with
+probability A (decode.depth.ControlledDrafts, greedy depth loop, a chain of `draft_depth`
+drafts): with random weights of a real shape this times the real graphs at the acceptance a
+trained checkpoint would give (the paper reports 2.47 codes per call for Qwen3-TTS 0.6B).
 """
 
 from __future__ import annotations
 
+import time
+from typing import Optional
+
 import numpy as np
 
+import codecspec as cs
+
 from .calibrate import CALIBRATION_TEXTS, _request
-from .pipeline import Qwen3TTS
+from .pipeline import SAMPLE_RATE, SAMPLES_PER_FRAME, Qwen3TTS
+
+__all__ = [
+    "shipped_qwen3_map",
+    "bench_qwen3",
+    "depth_bytes",
+    "controlled_depth_run",
+    "greedy_truth",
+    "speedup_map",
+]
+
+FRAME_MS = 1e3 * SAMPLES_PER_FRAME / SAMPLE_RATE  # 80 ms of audio per frame
+
+
+def _head_bytes(model_path, num_heads: int) -> int:
+    """Bytes of one LM head as the depth graph stores it (every head has the same shape)."""
+    import onnx
+
+    m = onnx.load(str(model_path), load_external_data=False)
+    from codecspec.perf import tensor_nbytes
+
+    total = sum(
+        tensor_nbytes(list(t.dims), t.data_type)
+        for t in m.graph.initializer
+        if t.name.startswith("head") and "_t" in t.name
+    )
+    return total // max(num_heads, 1)
+
+
+def depth_bytes(tts: Qwen3TTS) -> dict:
+    """{"transformer": bytes per call without heads, "head": bytes per head read}."""
+    from codecspec.perf import graph_reads
+
+    path = tts.depth.graph.path
+    head = _head_bytes(path, tts.depth.G - 1)
+    total = graph_reads(path).per_call(1)
+    return {"transformer": total - (tts.depth.G - 1) * head, "head": head}
+
+
+def _talker_frames(tts: Qwen3TTS, frames: int, seed: int, temperature, ref_audio, log):
+    """(hiddens, c0s, codes, seconds per stage) of `frames` talker frames (AR depth loop)."""
+    trace: list = []
+    codes: list = []
+    secs = {"talker": 0.0, "depth": 0.0, "wall": 0.0}
+    i = 0
+    while len(codes) < frames and i < 2 * len(CALIBRATION_TEXTS):
+        text, lang = CALIBRATION_TEXTS[i % len(CALIBRATION_TEXTS)]
+        info: dict = {}
+        t0 = time.perf_counter()
+        for f in tts.iter_frames(
+            text,
+            mode="ar",
+            seed=seed + i,
+            temperature=temperature,
+            max_frames=frames - len(codes),
+            info=info,
+            trace=trace,
+            **_request(tts, text, lang, i, ref_audio),
+        ):
+            codes.append(f)
+        secs["wall"] += time.perf_counter() - t0 - info["seconds"]["prefill"]
+        secs["talker"] += info["seconds"]["talker"]
+        secs["depth"] += info["seconds"]["depth"]
+        i += 1
+        log(f"talker: {len(codes)}/{frames} frames")
+    if not codes:
+        raise ValueError("model: the talker ended every text before its first frame")
+    hiddens = np.stack([h for h, _ in trace]).astype(np.float32)
+    c0s = np.asarray([c for _, c in trace], np.int64)
+    return hiddens, c0s, np.stack(codes), secs
+
+
+def greedy_truth(dec, hiddens, c0s) -> list:
+    """The greedy AR codes of every frame: what controlled drafts are right about."""
+    saved = dec.params, dec.draft_control
+    dec.params, dec.draft_control = cs.SamplingParams(0.0, 0, 1.0), None
+    try:
+        return [dec.decode_frame(h, int(c), cs.Generator(0), "ar") for h, c in zip(hiddens, c0s)]
+    finally:
+        dec.params, dec.draft_control = saved
+
+
+def controlled_depth_run(
+    dec, hiddens, c0s, frames: int, acceptance, draft_depth, seed: int, truth=None
+):
+    """The depth loop AR vs speculative on the same frames (tts.bench.interleaved_ar_spec);
+    with `acceptance`, greedy and with controlled drafts on a chain of `draft_depth`
+    (`truth`: greedy_truth of the frames, computed here when not given)."""
+    from codecspec.decode.depth import ControlledDrafts
+    from codecspec.tts.bench import interleaved_ar_spec
+
+    saved = dec.params, dec.tree, dec.draft_control
+    try:
+        hook = None
+        if acceptance is not None:
+            dec.params = cs.SamplingParams(0.0, 0, 1.0)
+            dec.set_tree(cs.DraftTree.chain(int(draft_depth)))
+            truth = greedy_truth(dec, hiddens, c0s) if truth is None else truth
+            dec.draft_control = ControlledDrafts(acceptance, dec.V, seed)
+            dec.draft_control.truth = truth[0]  # the warm-up decodes frame 0
+
+            def hook(j):
+                dec.draft_control.truth = truth[j]
+
+        dec.stats.reset()
+        run = interleaved_ar_spec(dec, hiddens, c0s, frames, seed, False, before_frame=hook)
+        stats = {"acceptance": dec.stats.acceptance}
+        # The heads a speculative call reads, counted on a few frames apart from the timing.
+        dec.stats.reset()
+        dec.stats.head_reads = 0
+        g = cs.Generator(seed)
+        for j in range(min(frames, 8)):
+            if hook is not None:
+                hook(j)
+            dec.decode_frame(hiddens[j], int(c0s[j]), g, "spec")
+        stats["heads_per_spec_call"] = dec.stats.head_reads / max(dec.stats.calls, 1)
+    finally:
+        dec.params, dec.draft_control = saved[0], saved[2]
+        dec.set_tree(saved[1])
+        dec.stats.head_reads = None
+    return run, stats
+
+
+def _depth_stage(tts, run, stats, frames: int, sizes: dict) -> tuple:
+    from codecspec.perf import stage
+
+    G = tts.depth.G
+    ar_ms, spec_ms = run.median_ms("ar"), run.median_ms("spec")
+    calls_ar, calls_spec = run.calls["ar"] / frames, run.calls["spec"] / frames
+    # An AR call reads one head; a speculative one the heads its nodes and drafts use.
+    bytes_ar = calls_ar * (sizes["transformer"] + sizes["head"])
+    bytes_spec = calls_spec * (sizes["transformer"] + stats["heads_per_spec_call"] * sizes["head"])
+    host = {
+        m: (float(np.sum(run.times[m])) - float(np.sum(run.graph_ms[m]))) / max(run.calls[m], 1)
+        for m in ("ar", "spec")
+    }
+    extra = {
+        "tokens_per_call": (G - 1) / max(calls_spec, 1e-9),
+        "acceptance_measured": stats["acceptance"],
+        "heads_per_spec_call": stats["heads_per_spec_call"],
+        "host_ms_per_call": host,
+        "calls_per_frame": {"ar": calls_ar, "spec": calls_spec},
+    }
+    return stage("depth loop", ar_ms, spec_ms, bytes_ar, bytes_spec), extra
 
 
 def bench_qwen3(
     model_dir,
     *,
-    texts: int = 4,
-    max_frames: int = 200,
+    frames: int = 32,
     cache_dir=None,
     provider: str = "cpu",
     threads=None,
     seed: int = 0,
     temperature=None,
     ref_audio=None,
+    weights: Optional[str] = None,
+    acceptance: Optional[float] = None,
+    draft_depth: Optional[int] = None,
+    decoder: bool = True,
+    log=None,
 ) -> dict:
-    tts = Qwen3TTS.load(model_dir, cache_dir=cache_dir, provider=provider, threads=threads)
-    acc = {m: {"frames": 0, "talker": 0.0, "depth": 0.0, "calls": 0} for m in ("ar", "spec")}
-    greedy_equal = True
-    for i in range(int(texts)):
-        text, lang = CALIBRATION_TEXTS[i % len(CALIBRATION_TEXTS)]
-        kw = dict(max_frames=max_frames, seed=seed + i, temperature=temperature)
-        kw.update(_request(tts, text, lang, i, ref_audio))
-        codes = {}
-        for mode in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
-            tts.depth.stats.reset()
-            r = tts.generate_codes(text, mode=mode, **kw)
-            a = acc[mode]
-            a["frames"] += r.frames
-            a["talker"] += r.seconds["talker"]
-            a["depth"] += r.seconds["depth"]
-            a["calls"] += tts.depth.stats.calls
-            codes[mode] = r.codes
-        if temperature == 0:
-            greedy_equal &= bool(np.array_equal(codes["ar"], codes["spec"]))
-    G = tts.spec.num_code_groups
-    out: dict = {"model": str(tts.ck.dir), "texts": int(texts)}
-    for mode, a in acc.items():
-        n = max(a["frames"], 1)
-        out[mode] = {
-            "frames": a["frames"],
-            "talker_ms_per_frame": 1e3 * a["talker"] / n,
-            "depth_ms_per_frame": 1e3 * a["depth"] / n,
-            "depth_calls_per_frame": a["calls"] / n,
-            "depth_codes_per_call": (G - 1) * a["frames"] / max(a["calls"], 1),
-        }
-    out["depth_speedup"] = out["ar"]["depth_ms_per_frame"] / max(
-        out["spec"]["depth_ms_per_frame"], 1e-9
+    """The bench record (codecspec.perf's schema, plus Qwen3 keys; see the module doc)."""
+    from codecspec.perf import finish_record, graph_reads, peak_rss_mb, stage, stream_bandwidth
+
+    log = log or (lambda m: None)
+    if acceptance is not None and not (0.0 <= float(acceptance) <= 1.0):
+        raise ValueError(f"acceptance: expected a number in [0, 1], got {acceptance!r}")
+    if int(frames) < 2:
+        raise ValueError(f"frames: expected at least 2, got {frames!r}")
+    tts = Qwen3TTS.load(
+        model_dir,
+        cache_dir=cache_dir,
+        provider=provider,
+        threads=threads,
+        weights=weights,
+        log=log,
     )
-    if temperature == 0:
-        out["greedy_spec_equals_ar"] = greedy_equal
-    return out
+    dec = tts.depth
+    K = dec.config.num_draft_offsets
+    draft_depth = min(K, dec.G - 2) if draft_depth is None else int(draft_depth)
+    if not 1 <= draft_depth <= K:
+        raise ValueError(f"draft_depth: expected 1..{K}, got {draft_depth}")
+    hiddens, c0s, codes, secs = _talker_frames(tts, int(frames), seed, temperature, ref_audio, log)
+    n = len(codes)
+    log(f"depth loop: {n} frames, AR and speculative")
+    run, stats = controlled_depth_run(dec, hiddens, c0s, n, acceptance, draft_depth, seed)
+    sizes = depth_bytes(tts)
+    depth_row, depth_extra = _depth_stage(tts, run, stats, n, sizes)
+    talker_ms = 1e3 * secs["talker"] / n
+    talker_bytes = graph_reads(tts.talker.graph.path).per_call(1)
+    host_ms = 1e3 * (secs["wall"] - secs["talker"] - secs["depth"]) / n
+    stages = [stage("talker step", talker_ms, talker_ms, talker_bytes, talker_bytes), depth_row]
+    if decoder:
+        sd = tts.speech_decoder()
+        sd.decode(codes[: min(n, 4)])  # warm-up
+        t0 = time.perf_counter()
+        sd.decode(codes)
+        dec_ms = 1e3 * (time.perf_counter() - t0) / n
+        dec_bytes = graph_reads(sd.graph_path).per_call(1) / n  # one call decodes the utterance
+        stages.append(stage("speech decoder", dec_ms, dec_ms, dec_bytes, dec_bytes))
+    head = tts.talker.head.nbytes  # the c0 head's matrix-vector product, once per frame
+    stages.append(stage("host (c0 head, sampling)", host_ms, host_ms, head, head))
+    rss = peak_rss_mb()
+    record = {
+        "family": "qwen3",
+        "model": str(tts.ck.dir),
+        "provider": dec.graph.provider,
+        "threads": threads,
+        "weights": tts.weights,
+        "frames": n,
+        "acceptance": None if acceptance is None else float(acceptance),
+        "draft_depth": draft_depth if acceptance is not None else int(dec.tree.max_depth),
+        "stages": stages,
+        "audio_ms_per_frame": FRAME_MS,
+        "peak_rss_mb": rss,
+        "depth_speedup": run.median_ms("ar") / max(run.median_ms("spec"), 1e-9),
+        "calibration": {"depth": _calibrated(tts)},
+        **depth_extra,
+    }
+    if acceptance is not None or dec.params.temperature == 0:
+        # greedy: the speculative codes must be the AR codes (up to the rounding a quantised
+        # graph's activations add, docs/performance.md)
+        same = run.codes["ar"] == run.codes["spec"]
+        record["greedy_spec_equals_ar"] = bool(same.all())
+        record["greedy_code_agreement"] = float(same.mean())
+    from codecspec.runtime.session import session_threads
+
+    n_threads = session_threads(dec.graph.session)  # the probe reads as the sessions do
+    record["threads"] = n_threads
+    record["bandwidth_gbps"] = stream_bandwidth(threads=n_threads) / 1e9
+    finish_record(record)
+    record["stage_ms_per_frame"] = {
+        r["name"]: {"ar": r["ar_ms"], "spec": r["spec_ms"]} for r in record["stages"]
+    }
+    return record
+
+
+def _calibrated(tts: Qwen3TTS) -> Optional[str]:
+    import json
+
+    f = tts.calibration_file("speculation.json")
+    if not f.is_file():
+        return None
+    return "spec" if json.loads(f.read_text()).get("speculate") else "ar"
+
+
+def speedup_map(
+    model_dir,
+    *,
+    weights: Optional[str] = None,
+    acceptances=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    depths=None,
+    frames: int = 16,
+    cache_dir=None,
+    threads=None,
+    seed: int = 0,
+    log=None,
+) -> dict:
+    """The speed-up map of a checkpoint's own depth graphs at its real shape: for each
+    top-1 acceptance and chain depth N, the depth loop AR vs speculative (controlled drafts,
+    interleaved) next to the ideal tau(N)/c(N) from bare calls of the same run; the format of
+    train.speedup_map (its plot and `locate` read it)."""
+    import platform
+
+    from codecspec.train.speedup_map import MAP_FORMAT
+    from codecspec.tts.bench import ideal_speedup
+
+    log = log or (lambda m: None)
+    tts = Qwen3TTS.load(
+        model_dir, cache_dir=cache_dir, provider="cpu", threads=threads, weights=weights, log=log
+    )
+    dec = tts.depth
+    K = dec.config.num_draft_offsets
+    depths = tuple(range(1, min(K, dec.G - 2) + 1)) if depths is None else tuple(depths)
+    rng = np.random.default_rng(seed)
+    hiddens = rng.standard_normal((frames, dec.config.input_width)).astype(np.float32)
+    c0s = rng.integers(0, dec.config.c0_vocab_size, frames)
+    truth = greedy_truth(dec, hiddens, c0s)
+    points = []
+    for n in depths:
+        for a in acceptances:
+            run, stats = controlled_depth_run(dec, hiddens, c0s, frames, a, n, seed, truth)
+            dec.set_tree(cs.DraftTree.chain(n))  # ideal_speedup times the tree call's shape
+            spec_cpf = run.calls["spec"] / frames
+            ideal = ideal_speedup(dec, spec_cpf, blocks=5)
+            ar, spec = run.median_ms("ar"), run.median_ms("spec")
+            host = np.sum(run.times["spec"]) - np.sum(run.graph_ms["spec"])
+            points.append(
+                {
+                    "acceptance": float(a),
+                    "acceptance_top1_mean": stats["acceptance"],
+                    "budget": n,
+                    "tree_nodes": n + 1,
+                    "tokens_per_call": (dec.G - 1) / spec_cpf,
+                    "ar_ms_per_frame": ar,
+                    "spec_ms_per_frame": spec,
+                    "speedup": ar / spec,
+                    "ideal_speedup": ideal["ideal_speedup"],
+                    "efficiency": (ar / spec) / ideal["ideal_speedup"],
+                    "cost_ratio": ideal["graph_ms_tree"] / ideal["graph_ms_q1"],
+                    "graph_ms_q1": ideal["graph_ms_q1"],
+                    "graph_ms_tree": ideal["graph_ms_tree"],
+                    "host_ms_per_call": float(host) / max(run.calls["spec"], 1),
+                }
+            )
+            pt = points[-1]
+            log(f"N={n} a={a:.1f}: {pt['speedup']:.2f}x (ideal {pt['ideal_speedup']:.2f}x)")
+    dec.set_tree(cs.DraftTree.chain(min(K, dec.G - 2)))
+    return {
+        "format": MAP_FORMAT,
+        "model": str(tts.ck.dir),
+        "shape": {
+            "hidden": dec.config.hidden_size,
+            "layers": dec.config.num_layers,
+            "vocab": dec.V,
+            "groups": dec.G,
+        },
+        "weights": tts.weights,
+        "threads": threads,
+        "frames": frames,
+        "cpu_model": platform.processor() or platform.machine(),
+        "points": points,
+    }
+
+
+def shipped_qwen3_map(config, weights: str):
+    """The speed-up map shipped for this code predictor shape and precision (measured on the
+    project's 2-core CPU by bench/qwen3_real_shape.py), or None."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "models" / f"qwen3_speedup_map.{weights}.json"
+    if not path.is_file():
+        return None
+    shape = json.loads(path.read_text()).get("shape", {})
+    want = {
+        "hidden": config.hidden_size,
+        "layers": config.num_layers,
+        "vocab": config.codebook_size,
+        "groups": config.num_codebooks,
+    }
+    return path if shape == want else None

@@ -85,15 +85,18 @@ def calibrate_checkpoint(
     seed: int = 0,
     progress: bool = True,
     ref_audio=None,
+    weights: Optional[str] = None,
 ):
     from codecspec.train.calibrate import calibrate
 
-    tts = Qwen3TTS.load(model_dir, cache_dir=cache_dir, provider=provider, threads=threads)
+    tts = Qwen3TTS.load(
+        model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights
+    )
     hiddens, c0s = collect_corpus(tts, frames, seed, ref_audio=ref_audio)
     _, depth_params = tts.sampling()
-    out = tts.entry / "calibration"
+    out = tts.entry / ("calibration" if tts.weights == "fp32" else f"calibration.{tts.weights}")
     result = calibrate(
-        tts.entry / "depth.onnx",
+        tts.depth.graph.path,
         out,
         frames=len(c0s),
         budgets=tuple(budgets),
@@ -106,16 +109,17 @@ def calibrate_checkpoint(
         progress=progress,
     )
     entry: Path = tts.entry
-    shutil.copyfile(out / "offsets.npy", entry / ".offsets.npy.tmp")
-    (entry / ".offsets.npy.tmp").replace(entry / "offsets.npy")
-    shutil.copyfile(out / "tree.json", entry / ".tree.json.tmp")
-    (entry / ".tree.json.tmp").replace(entry / "tree.json")
+    for name in ("offsets.npy", "tree.json"):
+        dst = tts.calibration_file(name)
+        shutil.copyfile(out / name, dst.with_name(f".{dst.name}.tmp"))
+        dst.with_name(f".{dst.name}.tmp").replace(dst)
     e2e = result.end_to_end or {}
     decision = {
         "tokens_per_call": result.best.simulated_tokens_per_call,
         "measured_speedup": e2e.get("speedup"),
         "speculate": bool(e2e.get("speedup", 0.0) > 1.0),
     }
-    (entry / ".speculation.json.tmp").write_text(json.dumps(decision, indent=2))
-    (entry / ".speculation.json.tmp").replace(entry / "speculation.json")
+    dst = tts.calibration_file("speculation.json")
+    dst.with_name(f".{dst.name}.tmp").write_text(json.dumps(decision, indent=2))
+    dst.with_name(f".{dst.name}.tmp").replace(dst)
     return result, entry

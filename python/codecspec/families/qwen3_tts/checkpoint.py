@@ -21,7 +21,8 @@ import numpy as np
 __all__ = ["Qwen3Checkpoint", "TalkerSpec", "GenerationDefaults", "CACHE_FORMAT"]
 
 # Bump when the built graphs or tables change meaning, so old cache entries are not reused.
-CACHE_FORMAT = "qwen3-tts-1"
+# 2: the code predictor graph scores its 15 heads itself (heads="grouped")
+CACHE_FORMAT = "qwen3-tts-2"
 
 # Qwen3TTSTalkerConfig defaults for keys a config.json may omit.
 _TALKER_DEFAULTS = {

@@ -13,7 +13,7 @@ def _mode(args, tts) -> str:
     if args.mode == "pcg":
         raise ValueError("--mode: pcg is not available for Qwen3-TTS checkpoints (ar or spec)")
     if args.mode == "auto":  # spec where `codecspec calibrate --model DIR` measured it pays
-        f = tts.entry / "speculation.json"
+        f = tts.calibration_file("speculation.json")
         return "spec" if f.is_file() and json.loads(f.read_text()).get("speculate") else "ar"
     return args.mode
 
@@ -88,7 +88,12 @@ def synth(args) -> int:
     log = (lambda m: None) if (args.quiet or args.json) else (lambda m: print(m, file=sys.stderr))
     t0 = time.perf_counter()
     tts = Qwen3TTS.load(
-        args.model, cache_dir=args.cache_dir, provider=args.provider, threads=args.threads, log=log
+        args.model,
+        cache_dir=args.cache_dir,
+        provider=args.provider,
+        threads=args.threads,
+        log=log,
+        weights=args.weights,
     )
     load_s = time.perf_counter() - t0
     mode = _mode(args, tts)
@@ -104,6 +109,7 @@ def synth(args) -> int:
         "model": str(tts.ck.dir),
         "frames": r.frames,
         "mode": mode,
+        "weights": tts.weights,
         "hit_max_frames": r.hit_max_frames,
         "load_seconds": round(load_s, 3),
         "generate_seconds": round(gen_s, 3),

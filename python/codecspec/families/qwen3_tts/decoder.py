@@ -38,7 +38,13 @@ from codecspec.graphs.qwen3_decoder import (
 from codecspec.graphs.safetensors_io import SafetensorsFile
 from codecspec.runtime.session import open_session
 
-__all__ = ["SpeechDecoder", "default_cache_dir", "OFFICIAL_CHUNK_SIZE", "OFFICIAL_LEFT_CONTEXT"]
+__all__ = [
+    "SpeechDecoder",
+    "DecoderStream",
+    "default_cache_dir",
+    "OFFICIAL_CHUNK_SIZE",
+    "OFFICIAL_LEFT_CONTEXT",
+]
 
 # Qwen3TTSTokenizerV2Decoder.chunked_decode defaults, used by the official decode().
 OFFICIAL_CHUNK_SIZE = 300
@@ -238,6 +244,12 @@ class SpeechDecoder:
         if n_pending:
             yield np.concatenate(list(self._advance(cur, np.concatenate(pending), chunk_frames)))
 
+    def open_stream(self) -> DecoderStream:
+        """A stream fed by its caller, one block at a time (`feed(codes)` returns exactly the
+        audio of those frames): for a server that vocodes each utterance in chunks as its
+        frames come. Many may be open at once; each keeps its own state."""
+        return DecoderStream(self)
+
     # -------------------------------------------------------------- internals
     def _check_codes(self, codes, name: str) -> np.ndarray:
         a = np.asarray(codes)
@@ -282,3 +294,23 @@ class SpeechDecoder:
             cur.history = np.concatenate([cur.history, block])[-max(self.left_context, 1) :]
             cur.frame += m
             i += m
+
+
+class DecoderStream:
+    """One utterance's decoder state (see `SpeechDecoder.open_stream`). The audio of every
+    block fed, concatenated, equals `decode()` of all the codes to float32 rounding."""
+
+    def __init__(self, decoder: SpeechDecoder) -> None:
+        self.decoder = decoder
+        self._cur = _Cursor(decoder)
+
+    @property
+    def frames(self) -> int:
+        return self._cur.frame
+
+    def feed(self, codes) -> np.ndarray:
+        """codes int [n, num_quantizers] (n >= 0) -> float32 [n * samples_per_frame]."""
+        d = self.decoder
+        codes = d._check_codes(codes, "codes")
+        parts = list(d._advance(self._cur, codes, DECODE_BLOCK_FRAMES))
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)

@@ -10,8 +10,9 @@ into place only when complete, so an error or an interrupt leaves nothing half-b
                       the talker's multimodal RoPE is plain 1-D RoPE for TTS input, where the
                       three position streams are equal (get_rope_index on an all-ones mask)
   text_proj.onnx      text projection: fc2(silu(fc1(x) + b1)) + b2 over text-embedding rows
-  depth.onnx          the code predictor (graphs.qwen3's importer), heads="hidden", with
-  depth.heads.npy     its 15 LM heads beside it
+  depth.onnx          the code predictor (graphs.qwen3's importer) with its 15 LM heads in
+                      the graph (heads="grouped": a call reads only the heads it uses)
+  depth.heads.npy     the heads again, float32, for offset training (calibrate)
   codec_embedding.npy the talker's codec table [V, H] (c0, tags, speakers)
   code_embedding.npy  the predictor's 15 tables [G-1, V_code, H] (the next talker input sums
                       them with the c0 row)
@@ -19,6 +20,10 @@ into place only when complete, so an error or an interrupt leaves nothing half-b
   speaker_encoder.npz Base checkpoints: the speaker encoder's tensors (run in numpy)
   meta.json           what was built, from what
 Text-embedding rows are read from the checkpoint per request (the table is 151936 x 2048).
+
+Weight-only quantised variants (`--weights int8|int4`, graphs.quantize) are derived from the
+float32 graphs on first use, in the same entry and just as atomically: talker.int8.onnx,
+depth.int8.onnx (heads included), and their int4 twins.
 """
 
 from __future__ import annotations
@@ -36,7 +41,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .checkpoint import CACHE_FORMAT, Qwen3Checkpoint, TalkerSpec
 
-__all__ = ["default_cache_dir", "build_or_load", "talker_depth_config", "FILES"]
+__all__ = [
+    "default_cache_dir",
+    "build_or_load",
+    "talker_depth_config",
+    "weights_graph",
+    "FILES",
+    "QUANTISED_STAGES",
+]
 
 FILES = (
     "talker.onnx",
@@ -174,7 +186,7 @@ def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
         raise ValueError(f"model: {e}") from None
     if dcfg.num_codebooks != spec.num_code_groups:
         raise ValueError("model: config.json: talker and code predictor num_code_groups differ")
-    save_model(build_depth_graph(dcfg, dw, variant="cpu", heads="hidden"), out / "depth.onnx")
+    save_model(build_depth_graph(dcfg, dw, variant="cpu", heads="grouped"), out / "depth.onnx")
     np.save(out / "depth.heads.npy", np.asarray(dw["heads"], np.float32))
     np.save(out / "code_embedding.npy", np.asarray(dw["code_embeddings"], np.float32))
     if ck.model_type == "base":
@@ -264,3 +276,50 @@ def text_embedding_rows(ck: Qwen3Checkpoint, ids: np.ndarray) -> np.ndarray:
         return f.rows(name, np.asarray(ids, np.int64))
     finally:
         f.close()
+
+
+# Graphs that get weight-only quantised variants (text_proj runs once per request: fp32).
+QUANTISED_STAGES = ("talker", "depth")
+
+
+def weights_graph(entry: Path, stage: str, weights: str, log=None) -> Path:
+    """The graph of `stage` ("talker" | "depth") at `weights` precision in a built entry,
+    quantising the float32 graph into `<stage>.<weights>.onnx` first when absent."""
+    from codecspec.graphs.builder import save_model
+    from codecspec.graphs.quantize import check_weights, quantize_weights
+
+    check_weights(weights)
+    if stage not in QUANTISED_STAGES:
+        raise ValueError(f"stage: must be one of {QUANTISED_STAGES}, got {stage!r}")
+    src = entry / f"{stage}.onnx"
+    if weights == "fp32":
+        return src
+    dst = entry / f"{stage}.{weights}.onnx"
+    if dst.is_file():
+        return dst
+    t0 = time.perf_counter()
+    model = quantize_weights(onnx.load(str(src)), weights)
+    # Weights in a .data file beside the graph: onnxruntime then keeps no second copy of
+    # them inside the model proto (-116 MB resident for the 0.6B talker). Written under a
+    # temporary folder and moved into place data first, so a reader never sees half a pair.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=entry))
+    try:
+        save_model(model, tmp / dst.name, external_data=True)
+        os.replace(tmp / f"{dst.name}.data", entry / f"{dst.name}.data")
+        os.replace(tmp / dst.name, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if stage == "depth":  # offset training reads the heads from the sidecar beside the graph
+        _link_or_copy(entry / "depth.heads.npy", entry / f"depth.{weights}.heads.npy")
+    if log:
+        log(f"{stage} graph quantised to {weights} ({time.perf_counter() - t0:.1f} s)")
+    return dst
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    if dst.exists():
+        return
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)

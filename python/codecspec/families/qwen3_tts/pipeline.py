@@ -10,6 +10,7 @@ transformers' generate does (the last sampled token then gets no frame).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from pathlib import Path
@@ -101,50 +102,122 @@ def load_reference(ref_audio) -> np.ndarray:
     return wav
 
 
-class Qwen3TTS:
-    """A loaded checkpoint: graphs built (or found in the cache), sessions open."""
+def calibration_file(entry: Path, name: str, weights: str) -> Path:
+    """Where `codecspec calibrate --model DIR --weights W` keeps `name` (offsets.npy,
+    tree.json, speculation.json): the tree and the decision depend on the graphs' speed,
+    so each precision has its own."""
+    if weights == "fp32":
+        return entry / name
+    stem, dot, ext = name.partition(".")
+    return entry / f"{stem}.{weights}{dot}{ext}"
 
-    def __init__(self, ck: Qwen3Checkpoint, entry: Path, provider="auto", threads=None, tok=None):
+
+def resolve_weights(weights: Optional[str], provider: str) -> str:
+    """`weights`, or the default for the provider `provider` resolves to."""
+    from codecspec.graphs.quantize import check_weights, default_weights
+    from codecspec.runtime.providers import resolve
+
+    if weights is None:
+        return default_weights(resolve(provider)[0])
+    return check_weights(weights)
+
+
+class Qwen3TTS:
+    """A loaded checkpoint: graphs built (or found in the cache), sessions open.
+
+    `weights`: "fp32", "int8" or "int4" talker and code predictor (graphs.quantize); None =
+    the provider's default (int8 on the CPU)."""
+
+    def __init__(
+        self,
+        ck: Qwen3Checkpoint,
+        entry: Path,
+        provider="auto",
+        threads=None,
+        tok=None,
+        weights: Optional[str] = None,
+        log=None,
+    ):
         from codecspec.decode.depth import DepthDecoder
+
+        from .graphs import weights_graph
 
         self.ck, self.entry, self.spec = ck, entry, ck.spec
         self.provider, self.threads = provider, threads
+        self.weights = resolve_weights(weights, provider)
         self.tok = load_text_tokenizer(ck.dir) if tok is None else tok
         self.talker = Talker(
-            entry / "talker.onnx", np.load(entry / "codec_head.npy"), provider, threads
+            weights_graph(entry, "talker", self.weights, log),
+            np.load(entry / "codec_head.npy"),
+            provider,
+            threads,
         )
         from codecspec.runtime.session import open_session
 
         self.text_proj = open_session(
             str(entry / "text_proj.onnx"), provider=provider, threads=threads
         )
-        self.codec_table = np.load(entry / "codec_embedding.npy")
-        self.code_tables = np.load(entry / "code_embedding.npy")
+        # Row lookups only (a frame reads 16 rows): mapped, not resident (126 MB at 0.6B).
+        self.codec_table = np.load(entry / "codec_embedding.npy", mmap_mode="r")
+        self.code_tables = np.load(entry / "code_embedding.npy", mmap_mode="r")
         calib = self._calibration()
-        self.depth = DepthDecoder(entry / "depth.onnx", provider=provider, threads=threads, **calib)
+        self.depth = DepthDecoder(
+            weights_graph(entry, "depth", self.weights, log),
+            provider=provider,
+            threads=threads,
+            **calib,
+        )
         self._pad_row = None
         self._decoder = None
         self._speaker = None
         self._xvector: Optional[np.ndarray] = None
 
+    def replica(self) -> Qwen3TTS:
+        """A runtime for one more concurrent utterance: its own talker KV cache, depth-loop
+        state and per-request rows, sharing this one's ONNX sessions, tables, LM heads and
+        speech decoder (nothing is loaded again). One runtime decodes one utterance at a
+        time; the serving engine keeps one per slot."""
+        from codecspec.decode.depth import DepthDecoder
+
+        r = copy.copy(self)
+        t, d = self.talker, self.depth
+        r.talker = Talker(t.graph, t.head)
+        r.depth = DepthDecoder(
+            d.graph, tree=d.tree, offsets=d.offsets, params=d.params, heads=d.bank
+        )
+        r._pad_row = r._xvector = None
+        return r
+
     @classmethod
     def load(
-        cls, model_dir, cache_dir=None, provider="auto", threads=None, rebuild=False, log=None
+        cls,
+        model_dir,
+        cache_dir=None,
+        provider="auto",
+        threads=None,
+        rebuild=False,
+        log=None,
+        weights: Optional[str] = None,
     ):
-        ck = Qwen3Checkpoint(model_dir)
-        tok = load_text_tokenizer(ck.dir)  # before building: a folder without one fails fast
-        if threads is not None:  # size the shared pool now: the build's sessions would fix it
-            from codecspec.runtime.threads import configure
+        from codecspec.runtime.threads import configure
 
-            configure(threads)
+        ck = Qwen3Checkpoint(model_dir)
+        weights = resolve_weights(weights, provider)  # a bad value fails before any build
+        tok = load_text_tokenizer(ck.dir)  # before building: a folder without one fails fast
+        # The build's probe session would otherwise size the process's shared thread pool
+        # first (to the cores), and a `threads` of another size would then be refused.
+        configure(threads)
         entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
-        return cls(ck, entry, provider=provider, threads=threads, tok=tok)
+        return cls(ck, entry, provider=provider, threads=threads, tok=tok, weights=weights, log=log)
+
+    def calibration_file(self, name: str) -> Path:
+        return calibration_file(self.entry, name, self.weights)
 
     def _calibration(self) -> dict:
         """Offsets and tree from `codecspec calibrate --model DIR`, stored beside the graphs."""
         kw: dict = {}
-        off = self.entry / "offsets.npy"
-        tree = self.entry / "tree.json"
+        off = self.calibration_file("offsets.npy")
+        tree = self.calibration_file("tree.json")
         if off.is_file():
             kw["offsets"] = np.load(off)
         if tree.is_file():
@@ -225,7 +298,7 @@ class Qwen3TTS:
         return out, trailing
 
     def frame_embed(self, codes: np.ndarray) -> np.ndarray:
-        e = self.codec_table[codes[0]].copy()
+        e = np.array(self.codec_table[codes[0]], np.float32)
         for j in range(1, len(codes)):
             e += self.code_tables[j - 1, codes[j]]
         return e
@@ -285,9 +358,12 @@ class Qwen3TTS:
         streaming_text=False,
         info: Optional[dict] = None,
         trace: Optional[list] = None,
+        generator: Optional[cs.Generator] = None,
     ) -> Iterator[np.ndarray]:
         """Codes int64 [G] frame by frame (the order the speech decoder consumes them).
-        `trace` collects (talker hidden state, c0) of every frame (the calibration corpus)."""
+        `trace` collects (talker hidden state, c0) of every frame (the calibration corpus).
+        `generator`: draw from this one instead of `Generator(seed)` (the serving engine's
+        per-stream generator; a fresh `Generator(s)` gives exactly what `seed=s` gives)."""
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
         text, speaker, language, instruct = self.check_request(
@@ -327,7 +403,7 @@ class Qwen3TTS:
         info = {} if info is None else info
         info.update(prompt=p, hit_max_frames=False)
         secs = info["seconds"] = {"prefill": 0.0, "talker": 0.0, "depth": 0.0}
-        g = cs.Generator(seed)
+        g = cs.Generator(seed) if generator is None else generator
         g_talk, g_depth = g.fork(1), g.fork(2)
         t0 = time.perf_counter()
         embeds, trailing = self.prompt_embeds(p)
@@ -394,4 +470,5 @@ class Qwen3TTS:
             "speakers": self.speakers,
             "languages": self.languages,
             "graphs": str(self.entry),
+            "weights": self.weights,
         }

@@ -61,8 +61,11 @@ class Talker:
     """talker.onnx with a growing host KV cache; `prefill` then `step`, each returning the
     final-norm hidden state of the last position (the code predictor's `past_hidden`)."""
 
-    def __init__(self, path: Path, codec_head: np.ndarray, provider="auto", threads=None):
-        self.graph = DepthGraph(path, provider, threads)
+    def __init__(
+        self, path: Path | DepthGraph, codec_head: np.ndarray, provider="auto", threads=None
+    ):
+        # a DepthGraph: share that loaded session (one talker cache per concurrent utterance)
+        self.graph = path if isinstance(path, DepthGraph) else DepthGraph(path, provider, threads)
         self.config = self.graph.config
         self.head = np.ascontiguousarray(codec_head, np.float32)
         self.cache: KVCache | None = None

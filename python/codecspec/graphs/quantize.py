@@ -1,0 +1,75 @@
+"""Weight-only quantisation of built graphs with onnxruntime's own quantiser.
+
+`quantize_weights(model, "int8" | "int4")` rewrites every MatMul whose weight is a constant
+initializer into onnxruntime's MatMulNBits (8 or 4 bits per weight, symmetric, one scale per
+block of 32 input rows) through `onnxruntime.quantization.matmul_nbits_quantizer`; everything
+else (embedding tables, norms, attention) stays float32.
+
+Why MatMulNBits with accuracy_level 4 and not `quantize_dynamic` (MatMulInteger): dynamic
+quantisation scales the activations of a whole call with one number, so in a verify call a
+node's logits would depend on the other nodes of the tree, and the speculative law would
+differ from the autoregressive one. MatMulNBits quantises each activation row on its own
+(accuracy_level 4: int8 compute, per row and block), so row i of a call with Q rows equals
+the same row computed alone, bit for bit (tests/test_quantize.py checks it), and the
+quantised model has one law whatever the tree. accuracy_level 0 (float compute over
+dequantised weights) is row-exact too but ~50x slower on this CPU for 8 bits.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Union
+
+import onnx
+
+__all__ = ["WEIGHTS", "BLOCK_SIZE", "check_weights", "default_weights", "quantize_weights"]
+
+WEIGHTS = ("fp32", "int8", "int4")
+BLOCK_SIZE = 32
+_BITS = {"int8": 8, "int4": 4}
+
+
+def check_weights(weights: str) -> str:
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights: must be one of {WEIGHTS}, got {weights!r}")
+    return weights
+
+
+def default_weights(provider: str) -> str:
+    """int8 on the CPU (memory-bound: a quarter of the bytes, logit error in
+    docs/performance.md); fp32 on an accelerator, where MatMulNBits 8-bit kernels are not
+    available everywhere and bandwidth is less scarce."""
+    return "int8" if provider in ("cpu", "CPUExecutionProvider") else "fp32"
+
+
+def quantize_weights(
+    model: Union[onnx.ModelProto, str], weights: str, block_size: int = BLOCK_SIZE
+) -> onnx.ModelProto:
+    """A copy of `model` with its constant-weight MatMuls as MatMulNBits (see module doc)."""
+    check_weights(weights)
+    if isinstance(model, str):
+        model = onnx.load(model)
+    if weights == "fp32":
+        return model
+    try:
+        from onnxruntime.quantization import matmul_nbits_quantizer as mq
+    except ImportError as e:  # onnx_ir: the quantiser's own dependency
+        raise ValueError(
+            f"weights: {weights} needs onnxruntime's quantiser and its dependency onnx_ir "
+            f"(pip install 'codecspec[qwen3]'): {e}"
+        ) from None
+    cfg = mq.DefaultWeightOnlyQuantConfig(
+        block_size=block_size, is_symmetric=True, accuracy_level=4, bits=_BITS[weights]
+    )
+    # The quantiser logs one INFO line per MatMul; keep a user's console quiet.
+    log = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
+    level = log.level
+    log.setLevel(logging.WARNING)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # the quantiser rewrites the model it is given in place
+    try:
+        q = mq.MatMulNBitsQuantizer(copy, algo_config=cfg)
+        q.process()
+    finally:
+        log.setLevel(level)
+    return q.model.model

@@ -1,0 +1,273 @@
+"""Qwen3-TTS checkpoint folders (`codecspec serve --model DIR`) in the continuous-batching engine.
+
+Each stream runs `Qwen3TTS.iter_frames` (prefill, then per frame the talker's c0, the depth
+loop AR or speculative, the talker step) with its own generator, on a runtime of its slot:
+`Qwen3TTS.replica()` gives every slot its own talker KV cache and depth-loop state over the
+one set of loaded ONNX sessions, tables and LM heads (the graphs are loaded once). An engine
+step advances every active stream by one frame. The codes come from the same loop with the
+same generator as `Qwen3TTS.generate_codes`, so a served stream is bit-identical to it for
+the same seed and arguments, whatever streams share the engine (tests/test_serve_qwen3.py).
+
+The talker's eos decides the length (`known_length = False`): the step that samples eos ends
+the stream without a frame. Audio is the 12 Hz speech decoder (24 kHz), one decoder state per
+stream fed chunk by chunk (`chunk_decoder`), so the chunks join exactly as a whole decode.
+
+Request fields: `voice` is a CustomVoice speaker (OpenAI's voice names map onto the speakers;
+VoiceDesign and Base checkpoints have none); `instructions` is the official `instruct` where
+the checkpoint reads it (`Qwen3Checkpoint.accepts_instruct`); `language` is a language of the
+checkpoint or its ISO 639-1 code; temperature / top_k / top_p override both the talker's and
+the depth loop's law as in `Qwen3TTS.sampling`. `speed` other than 1 is refused: the model has
+no rate control. A Base (voice-cloning) checkpoint is served only with a reference recording
+given at load (`ref_audio`), whose voice every stream then speaks in.
+
+What it does not do yet: batch the graph calls of several streams into one call (the step
+time grows linearly with the streams, and realtime admission sizes the batch accordingly).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+import codecspec as cs
+from codecspec.serve.family import Check, Family, Frame, StreamState, guard, sampling_params
+
+__all__ = ["Qwen3Family", "LANGUAGE_CODES", "check_folder"]
+
+# ISO 639-1 codes of the languages Qwen3-TTS checkpoints name (a request's "en" default too)
+LANGUAGE_CODES = {
+    "zh": "chinese",
+    "en": "english",
+    "ja": "japanese",
+    "ko": "korean",
+    "de": "german",
+    "fr": "french",
+    "ru": "russian",
+    "pt": "portuguese",
+    "es": "spanish",
+    "it": "italian",
+}
+CHARS_PER_FRAME = 14 / 12.5  # about 14 characters a second of speech: retry hints only
+
+
+@dataclass
+class Qwen3State(StreamState):
+    request: Optional[dict] = None  # iter_frames keywords, until the stream takes a slot
+    frames_it: Optional[object] = None  # the stream's frame loop, one frame per next()
+    last: Optional[_Newest] = None  # its newest talker hidden state (the engine's check)
+
+
+class _Newest:
+    """A `trace` for `iter_frames` that keeps only the newest (hidden state, c0)."""
+
+    item: Optional[tuple] = None
+
+    def append(self, item: tuple) -> None:
+        self.item = item
+
+
+class _Codec:
+    """The `codec` attribute other families have (`decode(codes, n_iter, seed)`), over the
+    speech decoder, which is deterministic and has no iterations to set."""
+
+    def __init__(self, decoder) -> None:
+        self.decoder = decoder
+        self.sample_rate = int(decoder.sample_rate)
+        self.frame_rate = self.sample_rate / decoder.samples_per_frame
+
+    def decode(self, codes, n_iter=None, seed=None) -> np.ndarray:
+        return np.asarray(self.decoder.decode(codes), np.float32).reshape(-1)
+
+
+class Qwen3Family(Family):
+    """A Qwen3-TTS 12 Hz checkpoint folder in the engine: one frame loop per stream."""
+
+    name = "qwen3-tts"
+    known_length = False  # the talker's eos decides
+    modes = ("ar", "spec")
+
+    def __init__(
+        self,
+        model_dir,
+        slots,
+        max_frames,
+        provider,
+        threads,
+        cache_dir=None,
+        ref_audio=None,
+        weights=None,
+    ):
+        from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
+
+        self.reference = check_folder(model_dir, ref_audio)
+        self.tts = Qwen3TTS.load(
+            model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights
+        )
+        if self.reference is not None:  # loads the speaker encoder once, for every replica
+            self.tts.speaker_vector(self.reference)
+        self.model_names = (f"qwen3-tts-{Path(model_dir).resolve().name}", "qwen3-tts")
+        self.takes_instructions = self.tts.ck.accepts_instruct
+        self.max_frames = int(max_frames)
+        self.codec = _Codec(self.tts.speech_decoder())
+        self.sample_rate = self.codec.sample_rate
+        self.hop = int(self.tts.speech_decoder().samples_per_frame)
+        self.frame_rate = self.codec.frame_rate
+        self.speculation_pays = self._speculation_pays()
+        self.runtimes: dict = {}  # slot -> its Qwen3TTS replica, made on first use
+
+    def _speculation_pays(self) -> bool:
+        """Mode "auto": what `codecspec calibrate --model DIR` measured (as `synth`)."""
+        f = self.tts.calibration_file("speculation.json")  # per precision, as `synth`
+        return f.is_file() and bool(json.loads(f.read_text()).get("speculate"))
+
+    # ------------------------------------------------------------------ requests
+    @property
+    def voices(self) -> list:
+        return self.tts.speakers if self.tts.model_type == "custom_voice" else []
+
+    @property
+    def languages(self) -> list:
+        own = self.tts.languages
+        return own + [code for code, lang in LANGUAGE_CODES.items() if lang in own]
+
+    def check(self, req) -> None:
+        super().check(req)
+        if req.input_format != "text":
+            raise ValueError("input_format: a Qwen3-TTS checkpoint reads text, not IPA")
+        if float(req.speed) != 1.0:
+            raise ValueError(f"speed: Qwen3-TTS has no speaking-rate control; 1.0, not {req.speed}")
+        if req.instructions and not self.takes_instructions:
+            raise ValueError(
+                f"instructions: this {self.tts.model_type} checkpoint (size "
+                f"{self.tts.ck.model_size!r}) takes none"
+            )
+
+    def params(self, req) -> cs.SamplingParams:
+        talk, _ = self.tts.sampling()
+        sampling_params(talk, req, self.tts.spec.vocab_size)  # ranges, naming the field
+        talk, _ = self.tts.sampling(req.temperature, req.top_k, req.top_p)
+        return talk
+
+    def request_kwargs(self, req) -> dict:
+        """The `Qwen3TTS.iter_frames` keywords of a request (also the reference for tests)."""
+        language = LANGUAGE_CODES.get(req.language, req.language)
+        speaker = req.voice
+        if speaker is None and self.voices:
+            speaker = self.voices[0]
+        mode = req.mode if req.mode != "auto" else ("spec" if self.speculation_pays else "ar")
+        return dict(
+            speaker=speaker,
+            language=language,
+            instruct=req.instructions or None,
+            ref_audio=self.reference,
+            mode=mode,
+            temperature=req.temperature,
+            top_k=req.top_k,
+            top_p=req.top_p,
+        )
+
+    def prepare(self, req, generator: cs.Generator) -> Qwen3State:
+        from codecspec.families.qwen3_tts.text import build_prompt
+
+        tts = self.tts
+        kw = self.request_kwargs(req)
+        try:
+            text, speaker, language, instruct = tts.check_request(
+                req.input, kw["speaker"], kw["language"], kw["instruct"], kw["ref_audio"]
+            )
+        except ValueError as e:  # name the HTTP field, not the runtime's argument
+            raise ValueError(_as_request_field(str(e))) from None
+        p = build_prompt(
+            tts.tok,
+            tts.spec,
+            text,
+            language=language,
+            speaker=speaker,
+            instruct=instruct,
+            speaker_vector=self.reference is not None,
+        )
+        limit = min(self.max_frames, tts.ck.generation.max_new_tokens - 1)
+        limit = min(limit, tts.talker.max_positions - len(p) - 1)
+        if limit < 1:
+            raise ValueError(
+                f"input: its prompt takes {len(p)} of the talker's "
+                f"{tts.talker.max_positions} positions, leaving none for speech"
+            )
+        kw.update(text=text, max_frames=limit)
+        expected = min(limit, max(1, int(np.ceil(len(text) / CHARS_PER_FRAME))))
+        return Qwen3State(
+            generator=generator,
+            params=self.params(req),
+            speaker=0,
+            frames=None,
+            expected=expected,
+            limit=limit,
+            tokens=len(p.prompt_ids),
+            request=kw,
+        )
+
+    def load(self, slot: int, state: Qwen3State) -> None:
+        rt = self.runtimes.get(slot)
+        if rt is None:
+            rt = self.runtimes[slot] = self.tts.replica()
+        kw, state.request = dict(state.request), None
+        state.last = _Newest()
+        text = kw.pop("text")
+        state.frames_it = rt.iter_frames(text, generator=state.generator, trace=state.last, **kw)
+
+    def step(self, streams: list, check: Check) -> list:
+        return [self._frame(s, check) for s in streams]
+
+    def _frame(self, s, check: Check) -> Frame:
+        out = {}
+
+        def one():
+            out["codes"] = next(s.state.frames_it, None)
+            if out["codes"] is not None:
+                check(s, s.state.last.item[0])
+
+        error = guard(one)
+        if error is not None:
+            return Frame(error=error)
+        if out["codes"] is None:  # eos (or the frame limit): no frame this step
+            return Frame(ended=True)
+        return Frame(codes=out["codes"], ended=s.t + 1 >= s.state.limit)
+
+    def counters(self) -> dict:
+        # one depth loop per stream: its graph calls are the frame stage's calls
+        calls = sum(rt.depth.stats.calls for rt in self.runtimes.values())
+        codes = sum(rt.depth.stats.codes for rt in self.runtimes.values())
+        return {"calls": calls, "lane_calls": calls, "codes": codes}
+
+    def chunk_decoder(self, iters: int, seed: int):
+        return self.codec.decoder.open_stream()
+
+
+def check_folder(model_dir, ref_audio=None) -> Optional[tuple]:
+    """Whether a Qwen3-TTS folder can be served (before any graph is built): a Base
+    checkpoint needs a reference recording, the others take none. Returns the recording as
+    (samples, 24000) or None; ValueError naming `model` or `ref_audio` otherwise."""
+    from codecspec.families.qwen3_tts.checkpoint import Qwen3Checkpoint
+    from codecspec.families.qwen3_tts.pipeline import load_reference
+
+    ck = Qwen3Checkpoint(model_dir)
+    if ck.model_type == "base" and ref_audio is None:
+        raise ValueError(
+            f"model: {ck.dir} is a Base (voice-cloning) checkpoint; serve it with --ref-audio "
+            "WAV (24 kHz: the voice every stream speaks in), or serve a CustomVoice or "
+            "VoiceDesign checkpoint"
+        )
+    if ck.model_type != "base" and ref_audio is not None:
+        raise ValueError(f"ref_audio: a {ck.model_type} checkpoint does not clone voices")
+    return None if ref_audio is None else (load_reference(ref_audio), 24000)
+
+
+def _as_request_field(message: str) -> str:
+    """A runtime ValueError's message with the argument named as the request's field."""
+    head, sep, rest = message.partition(":")
+    field = {"text": "input", "speaker": "voice", "instruct": "instructions"}.get(head)
+    return f"{field}{sep}{rest}" if field and sep else message
