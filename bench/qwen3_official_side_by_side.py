@@ -21,9 +21,10 @@ Per frame = seconds / frames actually made; RTF = seconds / audio seconds (80 ms
 
 The official model is loaded with `from_pretrained(..., dtype=torch.float32)` on the CPU (the
 bf16 checkpoint is widened on load; the dtype and attention implementation it ran with are
-printed and stored). codecspec runs its fp32 graphs. Speculative acceptance on random weights
-is not the acceptance of the trained model; the figure to compare with the official one is AR,
-and spec is shown as what this folder gives.
+printed and stored). codecspec runs the graphs `--weights` names (fp32, int8, int4; default: its
+CPU default, int8; stored too). Speculative acceptance on random weights is not the acceptance
+of the trained model; the figure to compare with the official one is AR, and spec is shown as
+what this folder gives.
 
 Not run in CI. Needs torch, transformers==4.57.3, `qwen-tts==0.1.1 --no-deps`, accelerate,
 einops, librosa, soundfile (see scripts/qwen3_parity_fixtures.py; qwen_tts's imports of sox and
@@ -32,7 +33,7 @@ takes minutes:
 
     codecspec random-checkpoint qwen3-0.6b /tmp/qwen3_06b_rand
     OMP_NUM_THREADS=2 nice -n 10 python bench/qwen3_official_side_by_side.py /tmp/qwen3_06b_rand \
-        --threads 2 --frames 24 --repeats 3 --json side_by_side.json
+        --threads 2 --frames 24 --repeats 5 [--weights fp32] --json side_by_side.json
 """
 
 from __future__ import annotations
@@ -101,10 +102,13 @@ class Official:
 
 
 class Codecspec:
-    def __init__(self, folder: str, threads: int, cache_dir) -> None:
+    def __init__(self, folder: str, threads: int, cache_dir, weights) -> None:
         from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
 
-        self.tts = Qwen3TTS.load(folder, cache_dir=cache_dir, provider="cpu", threads=threads)
+        self.tts = Qwen3TTS.load(
+            folder, cache_dir=cache_dir, provider="cpu", threads=threads, weights=weights
+        )
+        self.weights = self.tts.weights
         self.dec = self.tts.speech_decoder()
 
     def codes(self, text: str, speaker: str, language: str, frames: int, mode: str):
@@ -183,7 +187,7 @@ def summarise(runs: dict) -> dict:
     return out
 
 
-def table(summary: dict, official_dtype: str) -> str:
+def table(summary: dict, official_dtype: str, weights: str = "fp32") -> str:
     rows = [
         "| system | frames | codes s/frame | codes CPU-s/frame | decode s/frame | total s/frame "
         "| RTF total | official ÷ this (codes / total) |",
@@ -196,7 +200,11 @@ def table(summary: dict, official_dtype: str) -> str:
             if system != "official"
             else "1"
         )
-        name = f"official PyTorch ({official_dtype})" if system == "official" else system
+        name = (
+            f"official PyTorch ({official_dtype})"
+            if system == "official"
+            else f"{system} ({weights})"
+        )
         rows.append(
             f"| {name} | {s['frames']} | {s['codes_s_per_frame']:.3f} | "
             f"{s.get('codes_cpu_s_per_frame', float('nan')):.3f} | "
@@ -215,6 +223,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--speaker", default="aiden")
     ap.add_argument("--language", default="english")
     ap.add_argument("--cache-dir", default=None, help="codecspec graph cache")
+    ap.add_argument(
+        "--weights",
+        default=None,
+        choices=["fp32", "int8", "int4"],
+        help="codecspec's talker / code-predictor weights (default: its CPU default)",
+    )
     ap.add_argument("--json", default=None, help="write the record here")
     args = ap.parse_args(argv)
     for name in ("threads", "frames", "repeats"):
@@ -226,13 +240,13 @@ def main(argv=None) -> dict:
     from codecspec.runtime.threads import configure
 
     configure(args.threads)  # onnxruntime's shared pool, before any session exists
-    cs = Codecspec(args.model, args.threads, args.cache_dir)
+    cs = Codecspec(args.model, args.threads, args.cache_dir, args.weights)
     t_cs = time.perf_counter() - t0
     t0 = time.perf_counter()
     off = Official(args.model, args.threads)
     t_off = time.perf_counter() - t0
     print(
-        f"loaded: codecspec {t_cs:.1f}s, official {t_off:.1f}s "
+        f"loaded: codecspec {t_cs:.1f}s ({cs.weights} weights), official {t_off:.1f}s "
         f"(dtype {off.dtype}, attention {off.attn})",
         file=sys.stderr,
     )
@@ -269,7 +283,7 @@ def main(argv=None) -> dict:
         "temperature 0)",
         "official_dtype": off.dtype,
         "official_attention": off.attn,
-        "codecspec_weights": "fp32 graphs",
+        "codecspec_weights": cs.weights,
         "load_seconds": {"codecspec": t_cs, "official": t_off},
         "load_average": {"start": load_start, "end": _load_avg()},
         "machine": {
@@ -281,7 +295,7 @@ def main(argv=None) -> dict:
         "summary": summary,
         "runs": runs,
     }
-    print(table(summary, off.dtype))
+    print(table(summary, off.dtype, cs.weights))
     for system in ("codecspec_ar", "codecspec_spec"):
         c = summary[system]
         per = ", ".join(f"{r:.2f}" for r in c["official_over_this_codes_per_repeat"])
