@@ -141,6 +141,8 @@ def test_same_seed_same_weights_other_seed_other(tmp_path):
 
     ta, tb, tc = (tensor(tmp_path / k) for k in "abc")
     assert np.array_equal(ta, tb) and not np.array_equal(ta, tc)
+    for f in a["files"]:  # the whole folder, tokenizer included, is a function of the seed
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     # weights N(0, 1/fan_in): the 1/sqrt(48) scale, not unit variance
     assert 0.1 < float(ta.std()) < 0.2
 
