@@ -1,11 +1,12 @@
 """Talker logits of codecspec vs the official implementation on a full-size (0.6B-shaped)
 checkpoint folder: prompt prefill plus a few decode steps, max abs difference.
 
-The folder is one written by bench/qwen3_synthetic_06b.py (official tensor names, 0.6B shapes,
-random bf16 weights). Needs torch, transformers==4.57.3, qwen-tts==0.1.1 (--no-deps), as
+The folder is one written by `codecspec random-checkpoint qwen3-0.6b DIR` (also what
+bench/qwen3_synthetic_06b.py writes: official tensor names, 0.6B shapes, random bf16 weights).
+Needs torch, transformers==4.57.3, qwen-tts==0.1.1 (--no-deps), as
 scripts/qwen3_parity_fixtures.py does; codecspec itself runs torch-free.
 
-    python scripts/qwen3_fullsize_talker_check.py /tmp/qwen3_06b/ckpt [--cache DIR] [--steps 8]
+    python scripts/qwen3_fullsize_talker_check.py /tmp/qwen3_06b_rand [--cache DIR] [--steps 8]
 """
 
 from __future__ import annotations

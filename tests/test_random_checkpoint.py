@@ -141,6 +141,8 @@ def test_same_seed_same_weights_other_seed_other(tmp_path):
 
     ta, tb, tc = (tensor(tmp_path / k) for k in "abc")
     assert np.array_equal(ta, tb) and not np.array_equal(ta, tc)
+    for f in a["files"]:  # the whole folder, tokenizer included, is a function of the seed
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     # weights N(0, 1/fan_in): the 1/sqrt(48) scale, not unit variance
     assert 0.1 < float(ta.std()) < 0.2
 
@@ -242,3 +244,24 @@ def test_merges_starting_with_a_hash_are_merges(tmp_path):
     tok = load_text_tokenizer(tmp_path)
     assert tok.encode("##").ids == [2]
     assert tok.encode("aa").ids == [3]
+
+
+def test_a_failed_write_leaves_nothing_and_keeps_the_old_folder(tmp_path, monkeypatch):
+    import codecspec.families.qwen3_tts.random_checkpoint as rc
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(rc, "_write_speech_tokenizer", boom)
+    with pytest.raises(OSError, match="disk full"):
+        write_random_checkpoint("tiny", tmp_path / "new")
+    assert list(tmp_path.iterdir()) == []  # no half folder, no staging leftovers
+    monkeypatch.undo()
+    old = tmp_path / "old"
+    write_random_checkpoint("tiny", old, seed=5)
+    before = (old / "config.json").read_bytes()
+    monkeypatch.setattr(rc, "_write_speech_tokenizer", boom)
+    with pytest.raises(OSError):
+        write_random_checkpoint("tiny", old, force=True)
+    assert (old / "config.json").read_bytes() == before  # replaced only once complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]

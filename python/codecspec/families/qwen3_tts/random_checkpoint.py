@@ -36,6 +36,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -583,7 +585,8 @@ def _write_speech_tokenizer(s: CheckpointShape, out: Path, seed: int, bar) -> in
 
 
 # ---------------------------------------------------------------------- entry point
-def _check_out(out, force: bool) -> Path:
+def _check_out(out, force: bool) -> tuple[Path, bool]:
+    """(folder, whether an earlier Qwen3-TTS folder there is to be replaced)."""
     if not isinstance(out, (str, os.PathLike)) or not str(out):
         raise ValueError(f"out: expected a folder path, got {out!r}")
     d = Path(out).expanduser()
@@ -598,10 +601,22 @@ def _check_out(out, force: bool) -> Path:
             raise ValueError(
                 f"out: {d} is not empty and not a Qwen3-TTS folder; --force only replaces one"
             )
-        import shutil
+        return d, True
+    return d, False
 
-        shutil.rmtree(d)
-    return d
+
+def _staging_folder(d: Path) -> Path:
+    """A fresh sibling of `d` to write into, renamed to `d` once complete: a failed or
+    interrupted write leaves no half folder (and a replaced folder stays until then)."""
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.partial-", dir=d.parent))
+    except OSError as e:
+        raise ValueError(f"out: cannot write in {d.parent} ({e.strerror})") from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 is not what a plain mkdir gives
+    return tmp
 
 
 def write_random_checkpoint(
@@ -628,8 +643,7 @@ def write_random_checkpoint(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed: expected an int >= 0, got {seed!r}")
     s = SHAPES[shape]()
-    d = _check_out(out, force)
-    d.mkdir(parents=True, exist_ok=True)
+    d, replace = _check_out(out, force)
 
     def bar(desc):
         if not progress:
@@ -638,13 +652,23 @@ def write_random_checkpoint(
 
         return lambda names: pbar(names, desc=f"writing {desc}", total=len(names))
 
-    assistant_id = write_text_tokenizer(d, s.text_regular, _ADDED_TOKENS, seed)
-    (d / "config.json").write_text(
-        json.dumps(_root_config(s, model_type, assistant_id), indent=2) + "\n"
-    )
-    (d / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2) + "\n")
-    model_bytes = _write_weights(s, d, seed, bar)
-    decoder_bytes = _write_speech_tokenizer(s, d, seed, bar)
+    tmp = _staging_folder(d)
+    try:
+        assistant_id = write_text_tokenizer(tmp, s.text_regular, _ADDED_TOKENS, seed)
+        root = _root_config(s, model_type, assistant_id)
+        (tmp / "config.json").write_text(json.dumps(root, indent=2) + "\n")
+        gen = json.dumps(GENERATION_CONFIG, indent=2) + "\n"
+        (tmp / "generation_config.json").write_text(gen)
+        model_bytes = _write_weights(s, tmp, seed, bar)
+        decoder_bytes = _write_speech_tokenizer(s, tmp, seed, bar)
+        if replace:
+            shutil.rmtree(d)
+        elif d.exists():
+            d.rmdir()  # empty, checked above
+        os.rename(tmp, d)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     params = sum(int(np.prod(v)) for v in model_tensor_shapes(s).values())
     return {
         "out": str(d),
