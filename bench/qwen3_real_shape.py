@@ -106,9 +106,8 @@ def run(args) -> dict:
 def table(res: dict) -> str:
     rows = [
         "| weights | talker ms | depth AR ms | depth spec ms | depth ×  | codes/call | "
-        "decoder ms | host ms | total AR / spec ms | RTF AR / spec | bound AR / spec ms | "
-        "peak RSS MB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "decoder ms | host ms | total AR / spec ms | RTF AR / spec | bound AR / spec ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for w, e in res["weights"].items():
         r = e["pipeline"]
@@ -124,8 +123,7 @@ def table(res: dict) -> str:
             f"{r['depth_speedup']:.2f}× | {r['tokens_per_call']:.2f} | {ms('speech decoder')} | "
             f"{ms(host)} | {r['ms_per_frame']['ar']:.0f} / {r['ms_per_frame']['spec']:.0f} | "
             f"{r['pipeline_rtf']['ar']:.2f} / {r['pipeline_rtf']['spec']:.2f} | "
-            f"{r['bound_ms_per_frame']['ar']:.0f} / {r['bound_ms_per_frame']['spec']:.0f} | "
-            f"{r['peak_rss_mb']:.0f} |"
+            f"{r['bound_ms_per_frame']['ar']:.0f} / {r['bound_ms_per_frame']['spec']:.0f} |"
         )
     lines = ["\n".join(rows), ""]
     for w, e in res["weights"].items():
@@ -157,7 +155,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-decoder", action="store_true")
     ap.add_argument("--ship-maps", action="store_true")
     ap.add_argument("--out", default=str(DOCS), help="where the figures go (default docs/)")
+    ap.add_argument(
+        "--table-only", action="store_true", help="rewrite the .md from the stored .json"
+    )
     args = ap.parse_args(argv)
+    if args.table_only:
+        md = table(json.loads((Path(args.out) / "qwen3_real_shape.json").read_text()))
+        (Path(args.out) / "qwen3_real_shape.md").write_text(md + "\n")
+        print(md)
+        return 0
     t0 = time.time()
     res = run(args)
     res["seconds"] = round(time.time() - t0, 1)
