@@ -50,9 +50,11 @@ def session_threads(session: ort.InferenceSession) -> int:
 
 
 def open_session(
-    model: ModelSource, provider: str = "auto", threads: int | None = None
+    model: ModelSource, provider: str = "auto", threads: int | None = None, arena: bool = True
 ) -> ort.InferenceSession:
-    """An InferenceSession for `model` (a path or serialized bytes).
+    """An InferenceSession for `model` (a path or serialized bytes). `arena=False` frees a
+    run's intermediate tensors after it instead of keeping them in onnxruntime's CPU arena
+    (for graphs with large, variable-size activations, such as a speech decoder).
 
     Raises FileNotFoundError for a missing file, ValueError naming `model` for a file that is
     not a loadable ONNX model, ProviderUnavailable (a ValueError) for a missing provider, and
@@ -61,6 +63,7 @@ def open_session(
     """
     providers = resolve(provider)
     so = session_options(threads)
+    so.enable_cpu_mem_arena = bool(arena)
     if not isinstance(model, (bytes, bytearray)):
         path = Path(model)
         if not path.is_file():
