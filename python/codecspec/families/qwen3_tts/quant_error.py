@@ -181,7 +181,7 @@ def grouping_error(
                 tvs.append(0.5 * float(np.abs(cs.warp(a, params) - cs.warp(b, params)).sum()))
             agree.extend(ar.argmax(-1) == whole.argmax(-1))
     finally:
-        dec._run = orig
+        del dec._run  # the class's method again
         dec.params = saved
     return {
         "weights": tts.weights,

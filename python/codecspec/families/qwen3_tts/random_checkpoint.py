@@ -132,24 +132,18 @@ _ROOT_TEXT_IDS = {  # config.json key -> index into _ADDED_TOKENS
     "tts_eos_token_id": 30,
 }
 
-_TINY_DECODER = {
+# The released decoder's layout at test sizes (only the sizes differ).
+_TINY_DECODER_SIZES = {
     "codebook_size": 64,
     "codebook_dim": 16,
     "hidden_size": 32,
     "head_dim": 8,
     "latent_dim": 32,
     "intermediate_size": 48,
-    "num_quantizers": 16,
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
     "num_key_value_heads": 4,
     "sliding_window": 8,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000,
-    "hidden_act": "silu",
-    "attention_bias": False,
-    "upsample_rates": [8, 5, 4, 3],
-    "upsampling_ratios": [2, 2],
     "decoder_dim": 64,
 }
 
@@ -268,6 +262,8 @@ def _real(size_tag: str, hidden: int, intermediate: int, shards: int) -> Checkpo
 
 
 def _tiny() -> CheckpointShape:
+    from codecspec.graphs.qwen3_decoder import PUBLISHED_DECODER_CONFIG
+
     return CheckpointShape(
         size_tag="0b6",
         hidden=48,
@@ -287,7 +283,7 @@ def _tiny() -> CheckpointShape:
         text_regular=2000,
         text_vocab=2048,
         codebook=64,
-        decoder=dict(_TINY_DECODER),
+        decoder={**PUBLISHED_DECODER_CONFIG, **_TINY_DECODER_SIZES},
         encoder=_mimi_encoder(64, 16, 1, 2, 4),
         shards=2,
         max_positions=4096,
