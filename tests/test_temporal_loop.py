@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import codecspec as cs
+from codecspec.decode import batched_depth
 from codecspec.decode.temporal import Acceptance, TemporalLoop, expected_tokens_per_call
 from codecspec.fidelity import homogeneity_pvalue
 from codecspec.tts.v2 import V2TTS
@@ -145,6 +146,26 @@ def _depth_accepts_the_first_drafts(self, call, tree, n, tokens, heads, g):
     return SimpleNamespace(nodes=nodes, tokens=np.append(tokens[nodes], bonus).astype(np.int32))
 
 
+def _batched_accepts_the_first_drafts(problems):
+    """The same broken depth verifier for the batched depth loop the rounds run in."""
+    out = []
+    for ln, tree, logits, tokens in problems:
+        if tree.num_nodes == 1:  # a root-only draw: the real one
+            out += _REAL_VERIFY_LANES([(ln, tree, logits, tokens)])
+            continue
+        nodes, node = [], 0
+        while kids := [c for c in tree.children(node) if c < len(tokens)]:
+            node = kids[0]
+            nodes.append(node)
+        bonus = int(cs.sample(logits[node], ln.params, ln.generator))
+        nodes = np.array(nodes, np.int32)
+        out.append(SimpleNamespace(nodes=nodes, tokens=np.append(tokens[nodes], bonus)))
+    return out
+
+
+_REAL_VERIFY_LANES = batched_depth.verify_lanes
+
+
 def test_exact_temporal_and_depth_speculation_keep_the_ar_law(tts, ar_codes):
     ar = ar_codes
     sp, _ = _run(tts, temporal="spec", draft_len=2, depth_mode="spec")
@@ -159,6 +180,7 @@ def test_the_depth_law_check_catches_a_broken_depth_verifier(tts, ar_codes, monk
     """The depth half of the law test above, shown able to fail: exact temporal speculation
     (c0 keeps its law) over a depth verifier that accepts every rank-0 draft."""
     monkeypatch.setattr(tts.depth, "_verify", _depth_accepts_the_first_drafts.__get__(tts.depth))
+    monkeypatch.setattr(batched_depth, "verify_lanes", _batched_accepts_the_first_drafts)
     broken, _ = _run(tts, runs=BROKEN_RUNS, temporal="spec", draft_len=2, depth_mode="spec")
     p_depth = _depth_pvalues(ar_codes, broken)
     assert p_depth[0] > P_MIN, p_depth  # level 1 is sampled from the target before any draft

@@ -2,7 +2,7 @@
 
 The two-stage v2 model's temporal LM reads only the c0 history, so L drafted c0 tokens can be
 scored by the target in one call over its ring cache (`codecspec.tts.v2.V2Stepper.score`).
-A round (`TemporalLoop.frames`):
+A round (`TemporalLoop.next_round`, then `finish_round`):
 
 1. the draft LM catches up on the committed c0s it has not seen, then proposes L tokens, each
    sampled from its warped distribution q (kept for verification);
@@ -12,11 +12,15 @@ A round (`TemporalLoop.frames`):
    (`cs.verify_chain_coarse` over similarity groups of c0: the emitted *group* sequence has
    the target's coarse law) — accepts a prefix and emits one correction/bonus token;
 4. the target commits the accepted frames' K/V, the draft rewinds to what it saw correctly;
-5. every emitted frame's depth loop runs from the hidden state of that same target call, and
-   the target's stop head is drawn frame by frame (a stop discards the rest of the round).
+5. the depth loops of all the round's frames run together, one batched depth call per level
+   (`codecspec.decode.batched_depth`: a frame's c1.. depend only on its hidden state and c0),
+   each frame drawing from its own generator (`frame_generator`); then the target's stop
+   head is drawn frame by frame (a stop discards the rest of the round).
 
 With `draft_len=0` a round is one target call and a zero-draft verification, i.e. plain
-autoregressive decoding: AR is the degenerate case of this loop, not a copy of it.
+autoregressive decoding: AR is the degenerate case of this loop, not a copy of it. The
+serving engine runs the same rounds for many streams and batches all their frames' depth
+loops into one call (`codecspec.serve.v2`).
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from typing import Iterator, Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.decode.batched_depth import FrameJob, decode_frames, frame_generator
 
-__all__ = ["ACCEPT_RULES", "Acceptance", "TemporalStats", "TemporalLoop"]
+__all__ = ["ACCEPT_RULES", "Acceptance", "Round", "TemporalStats", "TemporalLoop"]
 
 ACCEPT_RULES = ("exact", "ssd", "pcg")
 
@@ -100,6 +105,20 @@ class TemporalStats:
         return self.verify_seconds / max(self.target_seconds, 1e-12)
 
 
+@dataclass
+class Round:
+    """What one round emitted: frames t .. t+k-1 (their c0s, the target's hidden states and
+    stop logits from the round's one target call)."""
+
+    t: int
+    c0s: np.ndarray  # int64 [k]
+    hidden: np.ndarray  # [k, D]
+    stop_logits: np.ndarray  # [k]
+
+    def __len__(self) -> int:
+        return len(self.c0s)
+
+
 class TemporalLoop:
     """Speculative (or, with draft_len 0, autoregressive) decoding of one utterance.
 
@@ -118,6 +137,7 @@ class TemporalLoop:
         accept: Acceptance = Acceptance(),
         c0_groups: Optional[cs.AcousticGroups] = None,
         depth_mode: str = "ar",
+        batch_depth=None,
     ):
         if isinstance(draft_len, bool) or not isinstance(draft_len, int) or draft_len < 0:
             raise ValueError(f"draft_len: expected an int >= 0, got {draft_len!r}")
@@ -138,7 +158,7 @@ class TemporalLoop:
                 )
         self.target, self.draft, self.depth, self.params = target, draft, depth, params
         self.draft_len, self.accept, self.c0_groups = draft_len, accept, c0_groups
-        self.depth_mode = depth_mode
+        self.depth_mode, self.batch_depth = depth_mode, batch_depth
         self.stats = TemporalStats()
         self.c0s: list = []
 
@@ -173,49 +193,87 @@ class TemporalLoop:
             return cs.verify_chain(logits, tokens, self.params, g)
         return cs.verify_chain(logits, tokens, self.params, g, draft_probs=probs, tolerance=a.beta)
 
+    def next_round(self, generator: cs.Generator, max_frames: int) -> Round:
+        """One round's temporal part (draft, one target call, verification, commits): at
+        least one and at most `max_frames` - frames so far new frames, whose c0s join
+        `self.c0s`."""
+        st, tgt = self.stats, self.target
+        t = len(self.c0s)
+        n = min(self.draft_len, max_frames - t - 1)
+        if n > 0:
+            tokens, probs = self._propose(t, n, generator)
+        else:
+            tokens = np.empty(0, np.int32)
+            probs = np.empty((0, tgt.vocab_size), np.float32)
+        t0 = time.perf_counter()
+        out = tgt.score([self._prev(t)] + tokens.tolist())
+        t1 = time.perf_counter()
+        r = self._verify(out[1], tokens, probs, generator)
+        a = int(r.num_accepted)
+        tgt.commit(out, a + 1)
+        if self.draft is not None and self.draft.t > t + a + 1:
+            self.draft.rewind(t + a + 1)
+        st.target_seconds += t1 - t0
+        st.verify_seconds += time.perf_counter() - t1
+        st.target_calls += 1
+        st.rounds += 1
+        st.drafted += n
+        st.accepted += a
+        st.accepted_per_round.append(a)
+        emitted = np.asarray(r.tokens, np.int64)[: a + 1]
+        self.c0s.extend(int(c) for c in emitted)
+        if self.accept.rule == "pcg":
+            st.groups.extend(int(x) for x in np.asarray(r.groups)[: a + 1])
+        return Round(t, emitted, out[0][: a + 1], out[2][: a + 1])
+
+    def frame_jobs(self, rnd: Round, generator: cs.Generator) -> list:
+        """The depth loops the round's frames need (`decode_frames` runs them)."""
+        return [
+            FrameJob(
+                rnd.hidden[j],
+                int(c0),
+                self.depth_mode,
+                self.params,
+                frame_generator(generator, rnd.t + j),
+            )
+            for j, c0 in enumerate(rnd.c0s)
+        ]
+
+    def finish_round(self, rnd: Round, codes: list, generator: cs.Generator) -> tuple:
+        """(codes int64 [k', G], stopped): the stop head drawn frame by frame over the
+        round's decoded frames; a stop ends the utterance at its frame, the rest of the
+        round is dropped. A frame whose depth loop failed raises its error."""
+        out = []
+        for j, c in enumerate(codes):
+            if isinstance(c, Exception):
+                raise c
+            out.append(np.asarray(c, np.int64))
+            self.stats.frames += 1
+            if bool(cs.sample_stop(rnd.stop_logits[j : j + 1], generator)[0]):
+                return np.stack(out), True
+        return np.stack(out), False
+
+    def _depth_codes(self, jobs: list) -> list:
+        if self.batch_depth is not None:
+            return decode_frames(self.batch_depth, jobs)
+        # without a batched depth loop, frame by frame (same generators, so same codes)
+        return [self.depth.decode_frame(j.hidden, j.c0, j.generator, j.mode) for j in jobs]
+
     def frames(self, generator: cs.Generator, max_frames: int) -> Iterator[tuple]:
         """Yields (codes int64 [G], stop bool, hidden [D]) per emitted frame until the stop
         head fires (its frame is the last one yielded) or `max_frames` frames."""
         if isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1:
             raise ValueError(f"max_frames: expected a positive int, got {max_frames!r}")
-        st, tgt = self.stats, self.target
         while len(self.c0s) < max_frames:
-            t = len(self.c0s)
-            n = min(self.draft_len, max_frames - t - 1)
-            if n > 0:
-                tokens, probs = self._propose(t, n, generator)
-            else:
-                tokens = np.empty(0, np.int32)
-                probs = np.empty((0, tgt.vocab_size), np.float32)
+            rnd = self.next_round(generator, max_frames)
             t0 = time.perf_counter()
-            out = tgt.score([self._prev(t)] + tokens.tolist())
-            t1 = time.perf_counter()
-            r = self._verify(out[1], tokens, probs, generator)
-            a = int(r.num_accepted)
-            tgt.commit(out, a + 1)
-            if self.draft is not None and self.draft.t > t + a + 1:
-                self.draft.rewind(t + a + 1)
-            st.target_seconds += t1 - t0
-            st.verify_seconds += time.perf_counter() - t1
-            st.target_calls += 1
-            st.rounds += 1
-            st.drafted += n
-            st.accepted += a
-            st.accepted_per_round.append(a)
-            emitted = np.asarray(r.tokens, np.int64)[: a + 1]
-            groups = np.asarray(r.groups)[: a + 1] if self.accept.rule == "pcg" else None
-            for j, c0 in enumerate(emitted):
-                self.c0s.append(int(c0))
-                if groups is not None:
-                    st.groups.append(int(groups[j]))
-                t0 = time.perf_counter()
-                codes = self.depth.decode_frame(out[0][j], int(c0), generator, self.depth_mode)
-                st.depth_seconds += time.perf_counter() - t0
-                stop = bool(cs.sample_stop(out[2][j : j + 1], generator)[0])
-                st.frames += 1
-                yield codes.astype(np.int64), stop, out[0][j]
-                if stop:
-                    return
+            codes = self._depth_codes(self.frame_jobs(rnd, generator))
+            self.stats.depth_seconds += time.perf_counter() - t0
+            codes, stopped = self.finish_round(rnd, codes, generator)
+            for j in range(len(codes)):
+                yield codes[j], stopped and j == len(codes) - 1, rnd.hidden[j]
+            if stopped:
+                return
 
 
 def expected_tokens_per_call(alpha: float, draft_len: int) -> float:

@@ -159,11 +159,29 @@ def cmd_loadtest(args) -> int:
     return 0 if bad == 0 else 1
 
 
+STREAM_MODES = ("ar", "spec", "auto")
+
+
+def stream_modes(value: str) -> list:
+    """--stream-mode: "both" (ar and spec) or a comma list of ar, spec, auto (auto: what the
+    model's calibration chose per loop, e.g. v2's temporal speculation over an AR depth
+    loop)."""
+    if value == "both":
+        return ["ar", "spec"]
+    modes = [m.strip() for m in value.split(",")]
+    bad = [m for m in modes if m not in STREAM_MODES]
+    if bad or not modes:
+        raise SystemExit(
+            f"--stream-mode: expected 'both' or a list of {STREAM_MODES}, got {value!r}"
+        )
+    return modes
+
+
 def cmd_bench_streams(args) -> int:
     from codecspec.serve.bench import engine_scaling, plot, table
     from codecspec.serve.engine import Engine
 
-    wanted = ["ar", "spec"] if args.stream_mode == "both" else [args.stream_mode]
+    wanted = stream_modes(args.stream_mode)
     engine = Engine(
         args.model,
         max_streams=max(args.streams),
@@ -171,7 +189,7 @@ def cmd_bench_streams(args) -> int:
         threads=args.threads or 1,  # see Engine: one thread per session unless told
     )
     # "both" means every mode the family has (the FSQ family has one decode loop: ar).
-    modes = [m for m in wanted if m in engine.family.modes]
+    modes = [m for m in wanted if m in engine.family.modes + ("auto",)]
     if not modes:
         engine.shutdown()
         raise SystemExit(
@@ -260,7 +278,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--streams", type=_ints, default=None, help="scaling bench at these stream counts"
     )
-    bench.add_argument("--stream-mode", default="both", choices=["ar", "spec", "both"])
+    bench.add_argument(
+        "--stream-mode",
+        default="both",
+        help="both (ar and spec, default) or a comma list of ar, spec, auto (the model's "
+        "calibrated choice per loop: v2/v3 speculate on the temporal loop only)",
+    )
     bench.add_argument("--plot", type=Path, default=None, help="PNG of the scaling bench")
     single = bench.get_default("func")
 

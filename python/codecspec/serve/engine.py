@@ -5,7 +5,9 @@ model family's adapter (`codecspec.serve.family.Family`): for the RVQ reference 
 temporal call, one c0 draw per sampling law, then the depth loop batched across streams
 (`BatchedDepth`: AR and speculative streams side by side, ragged trees verified in one core
 call); for the FSQ family one batched step call and the factorised heads + stop head
-(`codecspec.serve.fsq`); for v2 each stream's own round loop (`codecspec.serve.v2`); for a
+(`codecspec.serve.fsq`); for v2/v3 one temporal round per stream (speculative or AR) and
+the depth loops of all the frames it emitted in one batched loop, so a speculative stream
+gets several frames per step (`codecspec.serve.v2`); for a
 Qwen3-TTS checkpoint folder each stream's own frame loop (`codecspec.serve.qwen3`).
 Streams join and leave only between steps (frame boundaries): a stream ends at its planned
 length (RVQ), its stop head (FSQ, v2) or its eos token (Qwen3-TTS); one whose client went
@@ -457,6 +459,7 @@ class Engine:
 
     def _step(self) -> None:
         streams = [self._active[k] for k in sorted(self._active)]
+        frames0 = self.stats.frames
         try:
             self._decode(streams)
         except Exception as e:  # a shared call failed: every stream of this step ends
@@ -466,12 +469,16 @@ class Engine:
                         self._leave(s, e)
         now = time.perf_counter()
         self.stats.steps += 1
-        self.stats.recent.append((now, len(streams)))
+        self.stats.recent.append((now, self.stats.frames - frames0))
 
     def _decode(self, streams: list) -> None:
         t0 = time.perf_counter()
         frames = self.family.step(streams, self._check_stream)
-        self.stats.step_times.append((len(streams), time.perf_counter() - t0))
+        # A step may give a stream several frames (a temporal speculation round): capacity
+        # is judged on the time per frame of every stream.
+        per_stream = sum(_frames_in(f) for f in frames) / max(len(frames), 1)
+        dt = (time.perf_counter() - t0) / max(per_stream, 1.0)
+        self.stats.step_times.append((len(streams), dt))
         with self._cv:
             for s, f in zip(streams, frames):
                 self._emit(s, f)
@@ -493,10 +500,11 @@ class Engine:
             if f.ended:
                 self._leave(s, None)
             return
-        s.handle._put(("frame", f.codes))
-        self._deadline(s.handle, s.t)
-        s.t += 1
-        self.stats.frames += 1
+        for codes in f.codes if f.codes.ndim == 2 else [f.codes]:
+            s.handle._put(("frame", codes))
+            self._deadline(s.handle, s.t)
+            s.t += 1
+            self.stats.frames += 1
         if f.ended:
             self._leave(s, None)
 
@@ -509,6 +517,10 @@ class Engine:
         if not h.late:
             h.late = True
             self.stats.late_streams += 1
+
+
+def _frames_in(f: Frame) -> int:
+    return 0 if f.codes is None else (len(f.codes) if f.codes.ndim == 2 else 1)
 
 
 def realtime_capacity(steps: list, budget: float, most: int) -> int:

@@ -52,8 +52,9 @@ class StreamState:
 
 @dataclass
 class Frame:
-    """One stream's outcome of a step: its frame's codes and whether the stream ended, or
-    the error that ended it alone. No codes with `ended`: the stream ended at this step
+    """One stream's outcome of a step: its frame's codes (int64 [G], or [k, G] for the k
+    frames of a temporal speculation round) and whether the stream ended, or the error that
+    ended it alone. No codes with `ended`: the stream ended at this step
     without another frame (a stop token sampled in place of the frame's first code)."""
 
     codes: Optional[np.ndarray] = None

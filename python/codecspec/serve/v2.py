@@ -1,18 +1,21 @@
-"""Reference model v2 (the default shipped model) in the continuous-batching engine.
+"""Reference models v2 and v3 (the two-stage family) in the continuous-batching engine.
 
-Each v2 stream runs the single-stream round loop itself (`V2TTS.temporal_loop`: the draft
-LM and one target call per round when temporal speculation is on, the depth loop, the stop
-head) with its own step caches and its own generator; an engine step advances every active
-stream by one frame. A speculative round yields several frames, which the stream hands out
-one per step. Since a stream's codes come from the same loop, with the same generator and
-the same calls as `V2TTS.generate`, a served v2 stream is bit-identical to single-stream
-generation with the same seed (tests/test_serve_v2.py), whatever streams share the engine.
+An engine step runs one round of `TemporalLoop` (`codecspec.decode.temporal`) for every
+active stream: with temporal speculation the draft LM's proposals, one target call and the
+verification; in AR one target call. Then the depth loops of every frame that step emitted,
+across all streams (one frame per AR stream, the accepted frames plus one per speculative
+stream), run in one batched depth loop (`codecspec.decode.batched_depth`: one graph call per
+level for the whole batch), and each stream draws its stop head frame by frame. A
+speculative stream thus hands out several frames per step.
 
-What this adapter does not do yet: batch the graph calls of several v2 streams into one
-call (the reference and FSQ families do; that is the one-engine refactor's job), so the
-engine's step time grows linearly with v2 streams, and realtime admission sizes the batch
-accordingly. The sampling law is the model's calibrated one: a request's temperature, top_k
-or top_p is a 400 naming the field.
+`V2TTS.generate` runs the very same rounds for one stream (the same `next_round`,
+`frame_jobs` and `finish_round`, each frame's depth loop drawing from its own generator), so
+a served stream is bit-identical to single-stream generation with the same seed, whatever
+streams share the engine (tests/test_serve_v2.py).
+
+The temporal target and draft calls still run per stream (their graphs have a batch of 1);
+the depth loop, most of a frame's work, is batched. The sampling law is the model's
+calibrated one: a request's temperature, top_k or top_p is a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -23,19 +26,22 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.decode.batched_depth import decode_frames
 from codecspec.serve.family import Check, Family, Frame, StreamState, encode_input, guard
 from codecspec.tts.v2 import V2TTS
+
+DRAFT_LEN = 3  # drafts per temporal round (V2TTS.temporal_loop's default)
 
 
 @dataclass
 class V2State(StreamState):
     plan: tuple = ()  # (encoder outputs, speaker id, expected frames, mode) until the slot
-    frames_it: Optional[object] = None  # the stream's round loop, one frame per next()
-    loop: Optional[object] = None  # its TemporalLoop (statistics)
+    loop: Optional[object] = None  # the stream's TemporalLoop
 
 
 class V2Family(Family):
-    """`V2TTS` in the engine: one round loop per stream, advanced one frame per step."""
+    """`V2TTS` in the engine: one temporal round per stream per step, all the step's frames
+    through one batched depth loop."""
 
     name = "v2"
     model_names = ("codecspec-v2",)
@@ -51,7 +57,9 @@ class V2Family(Family):
         self.sample_rate = int(self.codec.sample_rate)
         self.frame_rate = float(self.codec.frame_rate)
         self.hop = int(round(self.sample_rate / self.frame_rate))
-        self.calls = self.stream_steps = self.codes_out = 0
+        # room for every slot's longest round
+        self.depth = self.tts.round_depth(slots * (DRAFT_LEN + 1))
+        self.stream_steps = 0
 
     def check(self, req) -> None:
         super().check(req)
@@ -114,30 +122,66 @@ class V2Family(Family):
     def load(self, slot: int, state: V2State) -> None:
         enc, spk_id, expected, depth, temporal = state.plan
         state.plan = ()
-        loop = self.tts.temporal_loop(enc, spk_id, expected, temporal=temporal, depth_mode=depth)
-        state.loop, state.frames_it = loop, loop.frames(state.generator, state.limit)
+        state.loop = self.tts.temporal_loop(
+            enc, spk_id, expected, temporal=temporal, depth_mode=depth, draft_len=DRAFT_LEN
+        )
 
     def step(self, streams: list, check: Check) -> list:
-        return [self._frame(s, check) for s in streams]
+        frames: list = [None] * len(streams)
+        rounds, jobs = [], []
+        for i, s in enumerate(streams):
+            box = {}
 
-    def _frame(self, s, check: Check) -> Frame:
-        out = {}
+            def one(s=s, box=box):
+                st = s.state
+                box["round"] = rnd = st.loop.next_round(st.generator, st.limit)
+                check(s, rnd.hidden)
 
-        def one():
-            calls = s.state.loop.stats.target_calls
-            codes, stop, hidden = next(s.state.frames_it)
-            self.calls += s.state.loop.stats.target_calls - calls
-            check(s, hidden)
-            out["codes"], out["stop"] = codes, stop
+            error = guard(one)
+            if error is not None:
+                frames[i] = Frame(error=error)
+                continue
+            rnd = box["round"]
+            rounds.append((i, rnd, len(jobs)))
+            jobs += s.state.loop.frame_jobs(rnd, s.state.generator)
+        codes = self._depth(jobs)
+        for i, rnd, at in rounds:
+            frames[i] = self._finish(streams[i], rnd, codes[at : at + len(rnd)])
+        return frames
 
-        error = guard(one)
+    def _depth(self, jobs: list) -> list:
+        if self.depth is not None:
+            return decode_frames(self.depth, jobs)
+        # a depth decoder without a batched form: frame by frame, same generators
+        dec = self.tts.depth
+        return [
+            guard_value(lambda j=j: dec.decode_frame(j.hidden, j.c0, j.generator, j.mode))
+            for j in jobs
+        ]
+
+    def _finish(self, s, rnd, codes: list) -> Frame:
+        st = s.state
+        box = {}
+        error = guard(lambda: box.update(out=st.loop.finish_round(rnd, codes, st.generator)))
         if error is not None:
             return Frame(error=error)
+        out, stopped = box["out"]
         self.stream_steps += 1
-        self.codes_out += len(out["codes"])
-        ended = bool(out["stop"]) or s.t + 1 >= s.state.limit
-        return Frame(codes=out["codes"], ended=ended)
+        ended = stopped or len(st.loop.c0s) >= st.limit
+        return Frame(codes=out, ended=ended)
 
     def counters(self) -> dict:
-        # the frame stage's graph calls here are the temporal target calls (one per round)
-        return {"calls": self.calls, "lane_calls": self.calls, "codes": self.codes_out}
+        # the frame stage's graph calls: the batched depth loop's (as for the reference family)
+        d = self.depth
+        if d is None:
+            s = self.tts.depth.stats
+            return {"calls": s.calls, "lane_calls": s.calls, "codes": s.codes}
+        return {"calls": d.calls, "lane_calls": d.lane_calls, "codes": d.codes_out}
+
+
+def guard_value(fn):
+    """fn()'s value, or the exception it raised (that frame's own failure)."""
+    try:
+        return fn()
+    except Exception as e:
+        return e

@@ -234,6 +234,27 @@ class V2TTS(ReferenceTTS):
         if pcg_tree.is_file():  # each depth decoder has its own calibration
             self._trees["pcg"] = cs.DraftTree.from_json(pcg_tree.read_text())
         self._tree_kind = "exact"
+        self._round_depth = None
+
+    def round_depth(self, frames: int):
+        """A `BatchedDepth` over the depth decoder with room for `frames` frames, in which a
+        round's depth loops run together; None for a decoder without a batched form (the
+        shared depth decoder), whose rounds then decode frame by frame."""
+        from codecspec.decode.batched_depth import BatchedDepth
+
+        bd = self._round_depth
+        if bd is False or (bd is not None and bd.slots >= frames):
+            return bd or None
+        if getattr(self.depth, "bank", None) is None or self.depth.graph.path is None:
+            self._round_depth = False
+            return None
+        self._round_depth = BatchedDepth(self.depth, max(frames, 8), **self._session_args)
+        return self._round_depth
+
+    def depth_calls(self) -> int:
+        """Depth graph calls so far, frame by frame and batched."""
+        bd = self._round_depth
+        return self.depth.stats.calls + (bd.calls if bd else 0)
 
     @property
     def draft(self):
@@ -412,6 +433,7 @@ class V2TTS(ReferenceTTS):
             accept=accept,
             c0_groups=groups,
             depth_mode=depth_mode,
+            batch_depth=self.round_depth(draft_len + 1 if spec else 1),
         )
 
     def plan(
@@ -501,7 +523,7 @@ class V2TTS(ReferenceTTS):
         t0 = time.perf_counter()
         plan = self.plan(text, **plan_kwargs)
         t1 = time.perf_counter()
-        loop, calls0 = plan.loop, self.depth.stats.calls
+        loop, calls0 = plan.loop, self.depth_calls()
         frames = plan.frames
         if progress:
             from codecspec.progress import bar
@@ -522,7 +544,7 @@ class V2TTS(ReferenceTTS):
             sample_rate=self.codec.sample_rate,
             phonemes=plan.phonemes,
             mode=plan.mode,
-            depth_calls=self.depth.stats.calls - calls0,
+            depth_calls=self.depth_calls() - calls0,
             depth_codes=len(codes) * (codes.shape[1] - 1),
             depth_seconds=st.depth_seconds,
             temporal_seconds=t2 - t1 - st.depth_seconds,
