@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--requests", type=int, default=2)
     ap.add_argument("--admit", default="realtime", choices=["realtime", "max"])
+    ap.add_argument("--model", default="reference", help="what `codecspec serve` serves")
     ap.add_argument("--vocoder-iters", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=1500.0)
     args = ap.parse_args()
@@ -51,7 +52,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     n = str(args.clients)
     cmd = [sys.executable, "-m", "codecspec.cli", "serve", "--port", str(port)]
-    cmd += ["--admit", args.admit, "--max-streams", n, "--max-queue", n]
+    cmd += ["--model", args.model, "--admit", args.admit, "--max-streams", n, "--max-queue", n]
     cmd += ["--vocoder-iters", str(args.vocoder_iters)]
     server = subprocess.Popen(cmd, env=dict(os.environ))
     try:

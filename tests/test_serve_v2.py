@@ -109,3 +109,26 @@ def test_an_aligned_model_is_served_bit_identical_to_generate():
             e.submit(ipa(HELLO))
     finally:
         e.shutdown(drain=False)
+
+
+def _steps_and_frames(engine, reqs) -> tuple:
+    s0, f0 = engine.stats.steps, engine.stats.frames
+    for h in engine.submit_many(reqs):
+        codes(h)
+    return engine.stats.steps - s0, engine.stats.frames - f0
+
+
+def test_a_speculative_stream_gets_several_frames_per_step(engine):
+    steps, frames = _steps_and_frames(engine, [ipa(LONG, seed=5, mode="spec")])
+    assert frames > 1.3 * steps, (steps, frames)  # accepted drafts: several frames a round
+    steps, frames = _steps_and_frames(engine, [ipa(LONG, seed=5, mode="ar")])
+    assert frames == steps  # AR: one frame per step (the broken variant of the above)
+
+
+def test_the_streams_share_one_depth_loop(engine):
+    """Three AR streams in one step: one batched depth call per level serves all three."""
+    c0 = engine.family.counters()
+    _steps_and_frames(engine, [ipa(LONG, seed=40 + k, mode="ar") for k in range(3)])
+    c1 = engine.family.counters()
+    calls, lanes = c1["calls"] - c0["calls"], c1["lane_calls"] - c0["lane_calls"]
+    assert lanes > 2.0 * calls, (calls, lanes)  # frame by frame: lanes == calls

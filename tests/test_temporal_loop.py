@@ -309,3 +309,35 @@ def test_bad_loop_arguments_name_the_argument(tts):
         tts.generate("", phonemes=PHONEMES, temporal="tree")
     with pytest.raises(ValueError, match="mode"):
         tts.depth.decode_frame(np.zeros(32, np.float32), 0, cs.Generator(0), "pcg-ish")
+
+
+@pytest.mark.parametrize("depth_mode", ["ar", "spec"])
+def test_a_rounds_frames_decode_the_same_together_and_one_by_one(tts, depth_mode):
+    """A round's depth loops run in one batched loop; each frame draws from its own
+    generator, so frame-by-frame decoding through the DepthDecoder gives the same codes."""
+    enc, spk, expected = _encoded(tts)
+    out = []
+    for batched in (True, False):
+        loop = _loop(tts, enc, spk, expected, temporal="spec", depth_mode=depth_mode)
+        assert loop.batch_depth is not None
+        if not batched:
+            loop.batch_depth = None
+        out.append(np.stack([c for c, _, _ in loop.frames(cs.Generator(5), 3 * F)]))
+        assert loop.stats.tokens_per_call > 1.0  # some rounds had several frames
+    assert np.array_equal(out[0], out[1])
+    # the comparison can fail: another seed gives other codes
+    loop = _loop(tts, enc, spk, expected, temporal="spec", depth_mode=depth_mode)
+    other = np.stack([c for c, _, _ in loop.frames(cs.Generator(6), 3 * F)])
+    assert other.shape != out[0].shape or not np.array_equal(other, out[0])
+
+
+def test_a_rounds_depth_loops_share_graph_calls(tts):
+    """Batching a round's frames: fewer depth calls than frames x levels."""
+    enc, spk, expected = _encoded(tts)
+    loop = _loop(tts, enc, spk, expected, temporal="spec", depth_mode="ar")
+    bd = loop.batch_depth
+    calls0, lanes0 = bd.calls, bd.lane_calls
+    frames = list(loop.frames(cs.Generator(8), 3 * F))
+    levels = tts.depth.G - 1
+    assert bd.calls - calls0 == loop.stats.rounds * levels  # one call per level per round
+    assert bd.lane_calls - lanes0 == len(frames) * levels
