@@ -131,4 +131,4 @@ def test_the_streams_share_one_depth_loop(engine):
     _steps_and_frames(engine, [ipa(LONG, seed=40 + k, mode="ar") for k in range(3)])
     c1 = engine.family.counters()
     calls, lanes = c1["calls"] - c0["calls"], c1["lane_calls"] - c0["lane_calls"]
-    assert lanes > 2.0 * calls, (calls, lanes)  # frame by frame: lanes == calls
+    assert lanes > 1.5 * calls, (calls, lanes)  # frame by frame: lanes == calls
