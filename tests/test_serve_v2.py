@@ -132,3 +132,11 @@ def test_the_streams_share_one_depth_loop(engine):
     c1 = engine.family.counters()
     calls, lanes = c1["calls"] - c0["calls"], c1["lane_calls"] - c0["lane_calls"]
     assert lanes > 1.5 * calls, (calls, lanes)  # frame by frame: lanes == calls
+
+
+def test_the_streams_share_one_target_call_per_step(engine):
+    """AR streams: every step runs one call of the batch-axis target graph for all of them."""
+    batch = engine.tts.step_batch(draft=False)
+    calls0 = batch.calls
+    steps, _ = _steps_and_frames(engine, [ipa(LONG, seed=60 + k, mode="ar") for k in range(3)])
+    assert batch.calls - calls0 == steps

@@ -35,7 +35,7 @@ import numpy as np
 import codecspec as cs
 from codecspec.decode.batched_depth import FrameJob, decode_frames, frame_generator
 
-__all__ = ["ACCEPT_RULES", "Acceptance", "Round", "TemporalStats", "TemporalLoop"]
+__all__ = ["ACCEPT_RULES", "Acceptance", "Round", "TemporalStats", "TemporalLoop", "run_round"]
 
 ACCEPT_RULES = ("exact", "ssd", "pcg")
 
@@ -165,15 +165,16 @@ class TemporalLoop:
     def _prev(self, i: int) -> int:
         return self.target.start_token if i == 0 else int(self.c0s[i - 1])
 
-    def _propose(self, t: int, n: int, g: cs.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """n draft tokens for frames t..t+n-1 and the warped rows they were drawn from."""
+    def _propose(self, t: int, n: int, g: cs.Generator):
+        """n draft tokens for frames t..t+n-1 and the warped rows they were drawn from (a
+        coroutine: yields the draft's score requests, see `round_steps`)."""
         d, st = self.draft, self.stats
         tokens = np.empty(n, np.int32)
         probs = np.empty((n, self.target.vocab_size), np.float32)
         pending = [self._prev(i) for i in range(d.t, t + 1)]  # catch up, then frame t's input
         for j in range(n):
             t0 = time.perf_counter()
-            out = d.score(pending)
+            out = yield d, pending
             st.draft_seconds += time.perf_counter() - t0
             st.draft_calls += 1
             t0 = time.perf_counter()
@@ -197,16 +198,23 @@ class TemporalLoop:
         """One round's temporal part (draft, one target call, verification, commits): at
         least one and at most `max_frames` - frames so far new frames, whose c0s join
         `self.c0s`."""
+        return run_round(self.round_steps(generator, max_frames))
+
+    def round_steps(self, generator: cs.Generator, max_frames: int):
+        """`next_round` as a coroutine: it yields each graph call it needs as (stepper,
+        prev_tokens), takes that call's output (`stepper.score(prev_tokens)`) back, and
+        returns the Round. `run_round` answers it call by call; the serving engine answers
+        the requests of all its streams with one batched call per graph."""
         st, tgt = self.stats, self.target
         t = len(self.c0s)
         n = min(self.draft_len, max_frames - t - 1)
         if n > 0:
-            tokens, probs = self._propose(t, n, generator)
+            tokens, probs = yield from self._propose(t, n, generator)
         else:
             tokens = np.empty(0, np.int32)
             probs = np.empty((0, tgt.vocab_size), np.float32)
         t0 = time.perf_counter()
-        out = tgt.score([self._prev(t)] + tokens.tolist())
+        out = yield tgt, [self._prev(t)] + tokens.tolist()
         t1 = time.perf_counter()
         r = self._verify(out[1], tokens, probs, generator)
         a = int(r.num_accepted)
@@ -274,6 +282,17 @@ class TemporalLoop:
                 yield codes[j], stopped and j == len(codes) - 1, rnd.hidden[j]
             if stopped:
                 return
+
+
+def run_round(steps) -> Round:
+    """Drives a `TemporalLoop.round_steps` coroutine with one graph call per request."""
+    try:
+        request = next(steps)
+        while True:
+            stepper, prev = request
+            request = steps.send(stepper.score(prev))
+    except StopIteration as done:
+        return done.value
 
 
 def expected_tokens_per_call(alpha: float, draft_len: int) -> float:

@@ -13,14 +13,19 @@ speculative stream thus hands out several frames per step.
 a served stream is bit-identical to single-stream generation with the same seed, whatever
 streams share the engine (tests/test_serve_v2.py).
 
-The temporal target and draft calls still run per stream (their graphs have a batch of 1);
-the depth loop, most of a frame's work, is batched. The sampling law is the model's
-calibrated one: a request's temperature, top_k or top_p is a 400 naming the field.
+The temporal calls are batched too: each stream's round is a coroutine
+(`TemporalLoop.round_steps`) that asks for draft and target calls, and one call of the
+batch-axis variant of each step graph (`codecspec.graphs.v2_batch`) answers every stream's
+request of that kind (the draft calls first, then one target call for all); the batched
+graph's outputs equal the single-stream graph's up to float rounding (~4e-6). The sampling
+law is the model's calibrated one: a request's temperature, top_k or top_p is a 400 naming
+the field.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Optional
 
 import numpy as np
@@ -129,25 +134,44 @@ class V2Family(Family):
     def step(self, streams: list, check: Check) -> list:
         frames: list = [None] * len(streams)
         rounds, jobs = [], []
-        for i, s in enumerate(streams):
-            box = {}
-
-            def one(s=s, box=box):
-                st = s.state
-                box["round"] = rnd = st.loop.next_round(st.generator, st.limit)
-                check(s, rnd.hidden)
-
-            error = guard(one)
+        for i, (s, rnd) in enumerate(zip(streams, self._rounds(streams))):
+            error = rnd if isinstance(rnd, Exception) else guard(partial(check, s, rnd.hidden))
             if error is not None:
                 frames[i] = Frame(error=error)
                 continue
-            rnd = box["round"]
             rounds.append((i, rnd, len(jobs)))
             jobs += s.state.loop.frame_jobs(rnd, s.state.generator)
         codes = self._depth(jobs)
         for i, rnd, at in rounds:
             frames[i] = self._finish(streams[i], rnd, codes[at : at + len(rnd)])
         return frames
+
+    def _rounds(self, streams: list) -> list:
+        """Every stream's round (or the exception that ended it), their graph calls batched:
+        each stream's `round_steps` coroutine asks for draft and target calls; all pending
+        draft requests run as one call of the draft graph, and the target requests wait
+        until no stream drafts any more, so they all run as one target call."""
+        steps = [s.state.loop.round_steps(s.state.generator, s.state.limit) for s in streams]
+        results: list = [None] * len(streams)
+        pending: dict = {}
+
+        def advance(i: int, value) -> None:
+            try:
+                pending[i] = steps[i].send(value)
+            except StopIteration as done:
+                results[i] = done.value
+            except Exception as e:  # this stream's own failure (its verification, its input)
+                results[i] = e
+
+        for i in range(len(steps)):
+            advance(i, None)
+        while pending:
+            drafts = [i for i, (st, _) in pending.items() if st.is_draft]
+            group = drafts or list(pending)
+            outs = self.tts.step_batch(draft=bool(drafts)).score([pending.pop(i) for i in group])
+            for i, out in zip(group, outs):
+                advance(i, out)
+        return results
 
     def _depth(self, jobs: list) -> list:
         if self.depth is not None:

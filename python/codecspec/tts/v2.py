@@ -34,6 +34,7 @@ from codecspec.tts.text import BOS, EOS, Frontend
 __all__ = [
     "V2TTS",
     "V2Stepper",
+    "StepBatch",
     "V2FrameDecoder",
     "V2_FILES",
     "V2_FORMAT",
@@ -102,6 +103,7 @@ class V2Stepper:
         self.cache = RingKVCache(L, heads, capacity, hd)
         self.window = int(window)
         self.session, self.t = session, 0
+        self.is_draft = False  # V2TTS.stepper marks the draft LM's (engine batching by graph)
         # v2: r * P, the expected length in frames; v3: the phoneme track u_t itself (frames
         # past its end stay at its last value)
         if np.ndim(pace) == 0:
@@ -122,16 +124,20 @@ class V2Stepper:
     def score(self, prev_tokens) -> tuple:
         """(hidden [n, D], c0 logits [n, V], stop logits [n], new K, new V) of frames
         t..t+n-1 given the c0 before each (prev_tokens [n]; the start token for frame 0)."""
+        f = self.feeds
+        f["prev_tokens"], f["positions"], f["progress"] = self.rows(prev_tokens)
+        return tuple(self.session.run(None, f))
+
+    def rows(self, prev_tokens) -> tuple:
+        """(prev_tokens int64 [n], positions int64 [n], progress float32 [n]) of the next n
+        frames given the c0 before each."""
         prev = np.ascontiguousarray(prev_tokens, np.int64).reshape(-1)
         pos = self.t + np.arange(len(prev), dtype=np.int64)
-        f = self.feeds
-        f["prev_tokens"] = prev
-        f["positions"] = pos
         if self.track is None:
-            f["progress"] = ((pos + 0.5) / self.rate_frames).astype(np.float32)
+            progress = ((pos + 0.5) / self.rate_frames).astype(np.float32)
         else:
-            f["progress"] = self.track[np.minimum(pos, len(self.track) - 1)]
-        return tuple(self.session.run(None, f))
+            progress = self.track[np.minimum(pos, len(self.track) - 1)]
+        return prev, pos, progress
 
     def commit(self, out: tuple, n: int) -> None:
         """Keep the first n frames of a `score` call in the cache."""
@@ -150,6 +156,68 @@ class V2Stepper:
         out = self.score([prev])
         self.commit(out, 1)
         return out[0][0], out[1][0], out[2][:1]
+
+
+class StepBatch:
+    """`V2Stepper.score` for several steppers of one step graph in one call of its batch-axis
+    variant (`codecspec.graphs.v2_batch`): each stepper's rows padded to the longest, its
+    cross K/V to the most phonemes (masked), its ring cache beside the others'. Returns what
+    each stepper's own `score` would (equal up to float rounding), so `commit` and `rewind`
+    work unchanged."""
+
+    def __init__(self, session):
+        self.session = session
+        self.calls = 0
+        self._cross = (None, None)  # (the steppers' identities, their padded cross K/V)
+
+    def score(self, requests: list) -> list:
+        """[(stepper, prev_tokens)] -> [score output tuple] in the same order."""
+        steppers = [st for st, _ in requests]
+        B, n = len(requests), max(len(p) for _, p in requests)
+        prev = np.zeros((B, n), np.int64)
+        pos = np.zeros((B, n), np.int64)
+        progress = np.zeros((B, n), np.float32)
+        for i, (st, p) in enumerate(requests):
+            # padding rows continue the stream's positions: past its real rows, unseen by them
+            rows = st.rows(list(p) + [0] * (n - len(p)))
+            prev[i], pos[i], progress[i] = rows
+        cross_k, cross_v, bias = self._cross_for(steppers)
+        f = {
+            "prev_tokens": prev,
+            "progress": progress,
+            "positions": pos,
+            "speaker": np.concatenate([st.feeds["speaker"] for st in steppers]),
+            "cross_keys": cross_k,
+            "cross_values": cross_v,
+            "cross_bias": bias,
+            "cache_keys": np.concatenate([st.cache.keys for st in steppers], axis=1),
+            "cache_values": np.concatenate([st.cache.values for st in steppers], axis=1),
+            "cache_positions": np.stack([st.cache.positions for st in steppers]),
+        }
+        h, logits, stop, nk, nv = self.session.run(None, f)
+        self.calls += 1
+        return [
+            (h[i, :m], logits[i, :m], stop[i, :m], nk[:, i : i + 1, :, :m], nv[:, i : i + 1, :, :m])
+            for i, m in enumerate(len(p) for _, p in requests)
+        ]
+
+    def _cross_for(self, steppers) -> tuple:
+        # The same streams call again and again between joins and leaves: pad once.
+        key = tuple(id(st) for st in steppers)
+        if self._cross[0] == key:
+            return self._cross[1]
+        ck = [st.feeds["cross_keys"] for st in steppers]
+        p = np.array([c.shape[3] for c in ck])
+        L, _, heads, _, hd = ck[0].shape
+        keys = np.zeros((L, len(ck), heads, int(p.max()), hd), np.float32)
+        values = np.zeros_like(keys)
+        for i, st in enumerate(steppers):
+            keys[:, i, :, : p[i]] = st.feeds["cross_keys"][:, 0]
+            values[:, i, :, : p[i]] = st.feeds["cross_values"][:, 0]
+        visible = np.arange(p.max())[None, :] < p[:, None]
+        bias = np.where(visible, 0.0, -1e9).astype(np.float32)[:, None, None, :]
+        self._cross = (key, (keys, values, bias))
+        return self._cross[1]
 
 
 class V2FrameDecoder:
@@ -235,6 +303,7 @@ class V2TTS(ReferenceTTS):
             self._trees["pcg"] = cs.DraftTree.from_json(pcg_tree.read_text())
         self._tree_kind = "exact"
         self._round_depth = None
+        self._step_batches: dict = {}
 
     def round_depth(self, frames: int):
         """A `BatchedDepth` over the depth decoder with room for `frames` frames, in which a
@@ -250,6 +319,20 @@ class V2TTS(ReferenceTTS):
             return None
         self._round_depth = BatchedDepth(self.depth, max(frames, 8), **self._session_args)
         return self._round_depth
+
+    def step_batch(self, draft: bool) -> StepBatch:
+        """The batch-axis variant of the target (or draft) step graph, built on first use."""
+        from codecspec.graphs.v2_batch import batch_step_graph
+
+        key = "draft" if draft else "target"
+        if key not in self._step_batches:
+            import onnx
+
+            path = self._draft_path if draft else self.dir / "temporal.onnx"
+            model = batch_step_graph(onnx.load(str(path)))
+            session = open_session(model.SerializeToString(), **self._session_args)
+            self._step_batches[key] = StepBatch(session)
+        return self._step_batches[key]
 
     def depth_calls(self) -> int:
         """Depth graph calls so far, frame by frame and batched."""
@@ -360,7 +443,9 @@ class V2TTS(ReferenceTTS):
     def stepper(self, enc, spk_id: int, expected: float, draft: bool = False) -> V2Stepper:
         ck, cv = (enc[2], enc[3]) if draft else (enc[0], enc[1])
         graph = self.draft if draft else self.temporal
-        return V2Stepper(graph, ck, cv, spk_id, expected, self.start_token, self.window)
+        st = V2Stepper(graph, ck, cv, spk_id, expected, self.start_token, self.window)
+        st.is_draft = draft
+        return st
 
     def c0_groups(self, theta: float) -> cs.AcousticGroups:
         """Similarity groups of c0 over the target LM's c0 input embeddings (the paper's

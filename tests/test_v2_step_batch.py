@@ -1,0 +1,78 @@
+"""The batch-axis variant of the v2/v3 step graphs (`codecspec.graphs.v2_batch`): several
+utterances with ragged rows, histories and phoneme counts in one call give what each
+utterance's own call gives, up to float rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from codecspec.graphs.v2_batch import batch_step_graph
+from codecspec.tts.v2 import V2TTS, StepBatch
+
+TEXTS = ("The quick brown fox.", "Speculation keeps the law of the model on every frame.", "Hi.")
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def tts():
+    return V2TTS(threads=1, provider="cpu")
+
+
+def _steppers(tts, draft: bool) -> list:
+    out = []
+    for k, text in enumerate(TEXTS):
+        _, ids, _, spk, enc, track = tts.prepare_text(text, None, "en", None, 1.0)
+        expected = tts.expected_frames(len(ids) - 2, "en", 1.0) if track is None else track
+        st = tts.stepper(enc, spk, expected, draft=draft)
+        for j in range(4 + 9 * k):  # histories of different lengths
+            st.commit(st.score([(7 * j) % 97]), 1)
+        out.append(st)
+    return out
+
+
+def _requests(steppers) -> list:
+    return [(steppers[0], [3, 4, 5, 6]), (steppers[1], [7]), (steppers[2], [8, 9])]
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_a_batched_call_equals_each_streams_own_call(tts, draft):
+    reqs = _requests(_steppers(tts, draft))
+    got = tts.step_batch(draft).score(reqs)
+    for (st, prev), out in zip(reqs, got):
+        want = st.score(prev)
+        for a, b in zip(want, out):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, atol=TOL)
+
+
+def test_without_the_cross_mask_a_short_input_sees_padding(tts, monkeypatch):
+    """The broken variant: padded phonemes left visible change the shorter inputs' rows."""
+    reqs = _requests(_steppers(tts, False))
+    batch = tts.step_batch(False)
+    keys, values, bias = batch._cross_for([st for st, _ in reqs])
+    monkeypatch.setattr(batch, "_cross_for", lambda steppers: (keys, values, np.zeros_like(bias)))
+    got = batch.score(reqs)
+    want = reqs[2][0].score(reqs[2][1])  # "Hi.": the fewest phonemes, the most padding
+    assert np.abs(got[2][1] - want[1]).max() > 100 * TOL
+
+
+def test_committed_rows_continue_like_the_streams_own(tts):
+    """Commit what the batched call scored and go on: the caches stay each stream's own."""
+    a, b = _steppers(tts, False), _steppers(tts, False)
+    batch = tts.step_batch(False)
+    for step in range(3):
+        reqs = [(st, [step + k]) for k, st in enumerate(a)]
+        for (st, _), out in zip(reqs, batch.score(reqs)):
+            st.commit(out, 1)
+        for k, st in enumerate(b):
+            st.commit(st.score([step + k]), 1)
+    for sa, sb in zip(a, b):
+        np.testing.assert_allclose(sa.score([5])[1], sb.score([5])[1], atol=TOL)
+
+
+def test_a_graph_of_another_kind_is_refused(tts):
+    with pytest.raises(ValueError, match="model"):
+        batch_step_graph(onnx.load(str(tts.dir / "depth.onnx")))
+    assert isinstance(tts.step_batch(True), StepBatch)
