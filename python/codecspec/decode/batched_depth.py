@@ -263,8 +263,8 @@ class BatchedDepth:
         pre.keys[:, :, dst] = call.new_keys
         pre.values[:, :, dst] = call.new_values
         self._past = np.full(n, 2, np.int64)
-        rows = [call.hidden[2 * i + 1] for i in range(n)]
-        logits = [self.bank.logits(0, z)[None] for z in rows]  # head 0 reads c0's node
+        rows = call.hidden[1::2][:n]
+        logits = self.bank.logits_rows(0, np.ascontiguousarray(rows))[:, None]  # head 0: c0
         tokens = _sample_roots_of([(ln, ROOT_ONLY, logits[i], None) for i, ln in enumerate(lanes)])
         for i, ln in enumerate(lanes):
             if ln.failed is None:
@@ -317,8 +317,7 @@ class BatchedDepth:
         values[:, :, :, :2] = nv.reshape(split).transpose(0, 2, 1, 3, 4)
         self.calls += 1
         self.lane_calls += n
-        rows = [hidden[i, 1] for i in range(n)]
-        self._ar_level(lanes, rows, 0)
+        self._ar_level(lanes, hidden[:, 1], 0)
         for m in range(1, G - 1):
             past = m + 1
             st.ids[:, 0] = [self._level_base + m * V + int(ln.codes[m]) for ln in lanes]
@@ -331,7 +330,7 @@ class BatchedDepth:
             values[:, :, :, past] = st.new_values.transpose(0, 2, 1, 3)
             self.calls += 1
             self.lane_calls += n
-            self._ar_level(lanes, [st.hidden[i, 0] for i in range(n)], m)
+            self._ar_level(lanes, st.hidden[:, 0], m)
         for ln in lanes:
             ln.level = G - 1
 
@@ -339,7 +338,8 @@ class BatchedDepth:
         """c_{m+1} of every live lane from head m on its hidden row (streams on a real batch
         axis never see each other, so a failed lane's rows are simply not sampled)."""
         live = [i for i, ln in enumerate(lanes) if ln.failed is None]
-        items = [(lanes[i], ROOT_ONLY, self.bank.logits(m, rows[i])[None], None) for i in live]
+        logits = self.bank.logits_rows(m, np.ascontiguousarray(rows[live]))  # one host call
+        items = [(lanes[i], ROOT_ONLY, logits[k : k + 1], None) for k, i in enumerate(live)]
         for i, tok in zip(live, _sample_roots_of(items)):
             if tok is not None:
                 lanes[i].codes[m + 1] = tok[0]

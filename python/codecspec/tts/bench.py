@@ -347,6 +347,14 @@ def pipeline_stages(model_dir, totals: dict, reads: Optional[dict], codec_file: 
         extra = {"note": _STAGE_NOTES[name]} if name in _STAGE_NOTES else {}
         if sp is not None and sp.get(_STAGE_MODE.get(name, "")) == "ar":
             extra["spec_is_ar"] = True  # the speculative side did not speculate here
+        if name == "depth loop" and sp is not None:
+            c_ar = ar["depth_calls"] / max(ar["frames"], 1)
+            c_sp = sp["depth_calls"] / max(sp["frames"], 1)
+            if c_sp < 0.9 * c_ar and sp.get("temporal_mode") != "ar":
+                extra["note"] = (
+                    f"depth loop, speculative side: a temporal round's frames share each "
+                    f"depth call ({c_sp:.1f} calls per frame against {c_ar:.1f})"
+                )
         row = perf.stage(
             name,
             ms(ar, name),

@@ -98,6 +98,17 @@ impl HeadBank {
         }
     }
 
+    /// out [n, V] = W[head] · zs[r] for the n rows of zs [n, H]: `logits_into` for many rows
+    /// at once, the same floats.
+    pub fn logits_rows_into(&self, head: usize, zs: &[f32], n: usize, out: &mut [f32]) {
+        let h = self.hidden;
+        let range = head * self.vocab * h..(head + 1) * self.vocab * h;
+        match &self.weights {
+            Some(w) => gemm_rows(&w[range], zs, n, out),
+            None => gemm_rows(&self.drafts_bf16[range], zs, n, out),
+        }
+    }
+
     fn rows<W: Weight + Sync>(&self, w: &[W], x: &[f32], out: &mut [f32]) {
         let h = self.hidden;
         if self.vocab * h >= PAR_MIN_MACS {
@@ -208,30 +219,88 @@ unsafe fn gemv_avx2<W: Weight>(w: &[W], x: &[f32], out: &mut [f32]) {
 fn gemv_body<W: Weight, const FMA: bool>(w: &[W], x: &[f32], out: &mut [f32]) {
     let h = x.len();
     for (o, row) in out.iter_mut().zip(w.chunks_exact(h)) {
-        let mut acc = [0.0f32; 16];
-        let (a, b) = (row.chunks_exact(16), x.chunks_exact(16));
-        let (ra, rb) = (a.remainder(), b.remainder());
-        for (ca, cb) in a.zip(b) {
-            for i in 0..16 {
-                let wi = ca[i].widen();
-                acc[i] = if FMA {
-                    wi.mul_add(cb[i], acc[i])
-                } else {
-                    acc[i] + wi * cb[i]
-                };
-            }
+        *o = dot_body::<W, FMA>(row, x);
+    }
+}
+
+/// One weight row · x, the arithmetic every logit of this module uses (so that a logit is
+/// the same float however many rows are computed together).
+#[inline(always)]
+fn dot_body<W: Weight, const FMA: bool>(row: &[W], x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let (a, b) = (row.chunks_exact(16), x.chunks_exact(16));
+    let (ra, rb) = (a.remainder(), b.remainder());
+    for (ca, cb) in a.zip(b) {
+        for i in 0..16 {
+            let wi = ca[i].widen();
+            acc[i] = if FMA {
+                wi.mul_add(cb[i], acc[i])
+            } else {
+                acc[i] + wi * cb[i]
+            };
         }
-        let mut s: f32 = acc.iter().sum();
-        for (p, q) in ra.iter().zip(rb) {
-            s += p.widen() * q;
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (p, q) in ra.iter().zip(rb) {
+        s += p.widen() * q;
+    }
+    s
+}
+
+/// out[r * V + i] = W[i] · xs[r] for n rows xs [n, H]: each weight row is read once for all
+/// n rows (it stays in L1), each logit computed exactly as `gemv` computes it.
+fn gemm_rows<W: Weight>(w: &[W], xs: &[f32], n: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // Safety: both features were detected just above.
+            return unsafe { gemm_rows_avx2(w, xs, n, out) };
         }
-        *o = s;
+    }
+    gemm_rows_body::<W, false>(w, xs, n, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemm_rows_avx2<W: Weight>(w: &[W], xs: &[f32], n: usize, out: &mut [f32]) {
+    gemm_rows_body::<W, true>(w, xs, n, out)
+}
+
+#[inline(always)]
+fn gemm_rows_body<W: Weight, const FMA: bool>(w: &[W], xs: &[f32], n: usize, out: &mut [f32]) {
+    let h = xs.len() / n;
+    let v = w.len() / h;
+    for (i, row) in w.chunks_exact(h).enumerate() {
+        for (r, x) in xs.chunks_exact(h).enumerate() {
+            out[r * v + i] = dot_body::<W, FMA>(row, x);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn many_rows_give_the_floats_of_one_row_at_a_time() {
+        let (n, v, h) = (2, 300, 37);
+        let w: Vec<f32> = (0..n * v * h)
+            .map(|i| ((i * 31 % 17) as f32 - 8.0) * 0.013)
+            .collect();
+        let bank = HeadBank::new(w, n, v, h).unwrap();
+        let rows = 5;
+        let zs: Vec<f32> = (0..rows * h)
+            .map(|i| (i % 23) as f32 * 0.07 - 0.5)
+            .collect();
+        let mut many = vec![0.0; rows * v];
+        bank.logits_rows_into(1, &zs, rows, &mut many);
+        for r in 0..rows {
+            let mut one = vec![0.0; v];
+            bank.logits_into(1, &zs[r * h..(r + 1) * h], None, &mut one);
+            assert_eq!(&many[r * v..(r + 1) * v], &one[..]);
+        }
+    }
 
     #[test]
     fn gemv_matches_naive_and_candidates_are_sorted() {

@@ -77,6 +77,41 @@ impl PyHeadBank {
         Ok(out)
     }
 
+    /// float32 [n, V] logits of head `head` on each row of z [n, H]: `logits` row by row,
+    /// the same floats, each weight row read once for all rows.
+    fn logits_rows<'py>(
+        &self,
+        py: Python<'py>,
+        head: i64,
+        z: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let hd = self.inner.check_head(head, "head").map_err(value_error)?;
+        let zz = array::<f32>(z, "z", "float32")?;
+        zz.require_ndim("z", 2)?;
+        let (n, h) = (zz.shape[0], zz.shape[1]);
+        if h != self.inner.hidden() {
+            return Err(arg_error(
+                "z",
+                format!(
+                    "expected rows of {} values, got shape [{n}, {h}]",
+                    self.inner.hidden()
+                ),
+            ));
+        }
+        let data = zz.data()?.into_owned();
+        let v = self.inner.vocab();
+        let out = PyArray2::<f32>::zeros(py, [n, v], false);
+        let o = unsafe { out.as_slice_mut() }.expect("fresh array");
+        let bank = self.inner.clone();
+        if n > 0 {
+            run(py, || {
+                bank.logits_rows_into(hd, &data, n, o);
+                Ok(())
+            })?;
+        }
+        Ok(out)
+    }
+
     /// int32 [K, m]: the top-m tokens of head min(first_head + j, last) on z + offsets[j], for
     /// j < K (offsets [K, H]) — the candidates of the next round's draft tree, best first.
     fn draft_candidates<'py>(
