@@ -296,8 +296,10 @@ def test_cli_bench_on_the_default_model_prints_the_record(capsys):
     stages = ["frontend", "temporal step", "depth loop", "vocoder", "depth loop alone"]
     check_record(res, "v3", stages)
     depth, alone = res["stages"][2], res["stages"][4]
-    # the calibrated v3 runs its depth loop AR on both sides; alone, speculation is forced
-    assert depth.get("spec_is_ar") and depth["bytes_ar"] == depth["bytes_spec"]
+    # the calibrated v3 runs its depth loop AR on both sides; the speculative side's temporal
+    # rounds batch their frames' depth loops, so it reads the weights fewer times per frame
+    assert depth.get("spec_is_ar") and depth["bytes_ar"] > depth["bytes_spec"]
+    assert "share each depth call" in depth["note"]
     assert alone["in_total"] is False and res["tokens_per_call"] > 1.0
     assert res["audio_ms_per_frame"] == 80.0 and res["weights"] == "fp32 (stored fp16)"
     assert res["pipeline_rtf"]["ar"] == pytest.approx(res["ms_per_frame"]["ar"] / 80.0)

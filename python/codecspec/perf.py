@@ -458,6 +458,9 @@ def verdict(record: dict) -> str:
         ttpc = record.get("temporal_tokens_per_call")
         tat = f" at {ttpc:.2f} c0 per call" if ttpc is not None else ""
         line += f"; temporal speculation {temporal:.2f}×{tat}"
+        total = _ratio(ms.get("ar"), ms.get("spec"))
+        if total is not None:
+            line += f", the whole pipeline {total:.2f}×"
     return line
 
 

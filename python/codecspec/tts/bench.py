@@ -250,7 +250,11 @@ def depth_bytes(reads: Optional[dict], mode: str, calls_per_frame: float) -> Opt
         tree_depth=reads["tree_depth"],
         head_bytes=(reads["head_target"], reads["head_draft"]),
     )
-    return by["ar"] if mode == "ar" else by["spec"]
+    if mode != "ar":
+        return by["spec"]
+    # AR frames batched into one call per level (a temporal round's frames) read the weights
+    # once per call, not once per frame: G - 1 calls per frame unbatched.
+    return int(round(by["ar"] * min(1.0, calls_per_frame / (reads["codebooks"] - 1))))
 
 
 def _graph_file(path: Path) -> Optional[perf.GraphReads]:
