@@ -40,6 +40,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2)
     ap.add_argument("--admit", default="realtime", choices=["realtime", "max"])
     ap.add_argument("--model", default="reference", help="what `codecspec serve` serves")
+    ap.add_argument(
+        "--format",
+        default="wav",
+        choices=["wav", "pcm"],
+        help="pcm streams as decoded (a stop-head model's WAV comes whole at the end)",
+    )
     ap.add_argument("--vocoder-iters", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=1500.0)
     args = ap.parse_args()
@@ -64,7 +70,9 @@ def main() -> None:
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
-        run = load_test(url, args.clients, args.requests, timeout=args.timeout)
+        run = load_test(
+            url, args.clients, args.requests, timeout=args.timeout, response_format=args.format
+        )
         row = asyncio.run(asyncio.wait_for(run, args.timeout))
         text = httpx.get(url + "/metrics", timeout=10).text
         row["server"] = {

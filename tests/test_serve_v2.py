@@ -140,3 +140,26 @@ def test_the_streams_share_one_target_call_per_step(engine):
     calls0 = batch.calls
     steps, _ = _steps_and_frames(engine, [ipa(LONG, seed=60 + k, mode="ar") for k in range(3)])
     assert batch.calls - calls0 == steps
+
+
+def test_a_speculative_stream_starts_with_a_cushion(engine, monkeypatch):
+    """A speculative stream's first frames go out after its second step (playback starts
+    with two rounds of frames: a step that brings one frame does not stall it); an AR
+    stream's after its first (the comparison that shows the hold)."""
+    from codecspec.serve.engine import StreamHandle
+
+    first_put = {}
+    real_put = StreamHandle._put
+
+    def put(handle, item):
+        first_put.setdefault(handle.id, engine.stats.steps)
+        real_put(handle, item)
+
+    monkeypatch.setattr(StreamHandle, "_put", put)
+    held = {}
+    for mode in ("spec", "ar"):
+        steps0 = engine.stats.steps  # the engine is idle between requests
+        h = engine.submit(ipa(LONG, seed=7, mode=mode))
+        codes(h)
+        held[mode] = first_put[h.id] - steps0
+    assert held == {"spec": 1, "ar": 0}

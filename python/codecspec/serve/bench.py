@@ -183,6 +183,11 @@ def check_wav(body: bytes) -> tuple[bool, float]:
     return ok, data / 2 / rate
 
 
+def check_pcm(body: bytes, rate: int) -> tuple[bool, float]:
+    """(whole 16-bit samples, audio seconds) of a raw pcm body at `rate` Hz."""
+    return len(body) > 0 and len(body) % 2 == 0, len(body) / (2.0 * rate)
+
+
 async def _one(client, url: str, payload: dict) -> Result:
     t0 = time.perf_counter()
     ttfa = None
@@ -204,9 +209,15 @@ async def _one(client, url: str, payload: dict) -> Result:
         return Result(
             status, 0.0, latency, ttfa or latency, False, body[:200].decode(errors="replace")
         )
-    ok, audio = check_wav(body)
-    rate = struct.unpack("<I", body[24:28])[0] if ok else 16000
-    stall, play_rtf = playback(arrivals, 2.0 * rate)
+    if payload.get("response_format") == "pcm":  # OpenAI's: 24 kHz, no header
+        from codecspec.serve.audio import OPENAI_RATE
+
+        ok, audio = check_pcm(body, OPENAI_RATE)
+        stall, play_rtf = playback(arrivals, 2.0 * OPENAI_RATE, header=0)
+    else:
+        ok, audio = check_wav(body)
+        rate = struct.unpack("<I", body[24:28])[0] if ok else 16000
+        stall, play_rtf = playback(arrivals, 2.0 * rate)
     return Result(status, audio, latency, ttfa or latency, ok, None, stall, play_rtf)
 
 
@@ -219,10 +230,15 @@ async def load_test(
     input_format: str = "text",
     timeout: float = 600.0,
     model: Optional[str] = None,
+    response_format: str = "wav",
 ) -> dict:
     """`clients` concurrent clients, each sending `requests` requests one after another.
     Returns `summarize`'s figures plus counts of valid / lost / non-200 responses. `model`:
-    the HTTP model name to send (default: none, i.e. whichever model the server loaded)."""
+    the HTTP model name to send (default: none, i.e. whichever model the server loaded);
+    `response_format`: "wav" or "pcm" (streamed as decoded even where the length is only
+    known at the end, so the playback figures mean something for stop-head models)."""
+    if response_format not in ("wav", "pcm"):
+        raise ValueError(f"response_format: expected 'wav' or 'pcm', got {response_format!r}")
     import httpx
 
     url = base_url.rstrip("/") + "/v1/audio/speech"
@@ -234,7 +250,7 @@ async def load_test(
             payload = {
                 "input": texts[(c + k) % len(texts)],
                 "input_format": input_format,
-                "response_format": "wav",
+                "response_format": response_format,
                 "mode": mode,
                 "seed": c * 1000 + k,
             }
@@ -258,6 +274,7 @@ async def load_test(
     )
     row.update(
         mode=mode,
+        response_format=response_format,
         requests=len(flat),
         valid=len(good),
         lost=sum(r.status == 0 for r in flat),

@@ -141,6 +141,13 @@ class Family:
         """calls (batched graph calls of the frame stage), lane_calls (per stream), codes."""
         raise NotImplementedError
 
+    def prebuffer_steps(self, state: StreamState) -> int:
+        """Steps whose frames the engine holds back before a stream's first frame goes out.
+        0 for a stream that gets one frame per step; a family whose streams get a varying
+        number per step (temporal speculation) holds the first step's, so that playback
+        starts with a cushion against a step that brings only one frame."""
+        return 0
+
     def chunk_decoder(self, iters: int, seed: int):
         """None: the app vocodes each chunk with `codec.decode(codes, iters, seed)` over a
         few frames of context. A family whose decoder carries state from chunk to chunk

@@ -194,6 +194,9 @@ class V2Family(Family):
         ended = stopped or len(st.loop.c0s) >= st.limit
         return Frame(codes=out, ended=ended)
 
+    def prebuffer_steps(self, state: V2State) -> int:
+        return 1 if state.loop is not None and state.loop.draft_len > 0 else 0
+
     def counters(self) -> dict:
         # the frame stage's graph calls: the batched depth loop's (as for the reference family)
         d = self.depth
