@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2)
     ap.add_argument("--admit", default="realtime", choices=["realtime", "max"])
     ap.add_argument("--model", default="reference", help="what `codecspec serve` serves")
+    ap.add_argument("--mode", default="auto", choices=["auto", "ar", "spec"])
     ap.add_argument(
         "--format",
         default="wav",
@@ -71,7 +72,12 @@ def main() -> None:
                 pass
             time.sleep(0.5)
         run = load_test(
-            url, args.clients, args.requests, timeout=args.timeout, response_format=args.format
+            url,
+            args.clients,
+            args.requests,
+            mode=args.mode,
+            timeout=args.timeout,
+            response_format=args.format,
         )
         row = asyncio.run(asyncio.wait_for(run, args.timeout))
         text = httpx.get(url + "/metrics", timeout=10).text

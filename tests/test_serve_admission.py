@@ -73,6 +73,21 @@ def test_admit_max_and_slow_playback_run_streams_together(engine, monkeypatch):
     assert engine.metrics()["late_frames_total"] == late, "nothing late at this pace"
 
 
+def test_late_frames_lower_the_realtime_limit(engine, monkeypatch):
+    """The step-time estimate cannot see everything that slows a step; the deadlines can. With
+    an estimate blind to the pace (always every slot), frames late at 3 streams hold the
+    limit below 3."""
+    import codecspec.serve.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "realtime_capacity", lambda steps, budget, most: most)
+    monkeypatch.setattr(engine, "_late_limit", engine.max_streams)  # restored afterwards
+    monkeypatch.setattr(engine, "_limit_since", engine.stats.steps)
+    assert engine.capacity() == engine.max_streams  # what the blind estimate alone admits
+    monkeypatch.setattr(engine, "frame_rate", 1e4)  # every frame after the first is late
+    _admitted_together(engine, 3)
+    assert engine.capacity() <= 2
+
+
 def test_bad_admit_policy():
     with pytest.raises(ValueError, match="admit"):
         Engine(admit="fifo")

@@ -44,6 +44,11 @@ ADMIT_POLICIES = ("realtime", "max")
 # rest for jitter on a shared machine and the vocoder's chunks.
 REALTIME_HEADROOM = 0.8
 STEP_WINDOW = 256  # recent steps the capacity estimate is fitted on
+# A late frame lowers the realtime limit to one stream below the batch it happened in; each
+# this many steps without a late frame raise it by one again (additive increase): the step
+# times cannot see everything that competes for the cores (the vocoder's chunks, the HTTP
+# handlers, other processes), the deadlines can.
+LATE_BACKOFF_STEPS = 100
 
 
 class Overloaded(RuntimeError):
@@ -238,6 +243,7 @@ class Engine:
         self._active: dict[int, _Stream] = {}
         self._free = list(range(self.max_streams - 1, -1, -1))
         self._running, self._draining = True, False
+        self._late_limit, self._limit_since = self.max_streams, 0
         self._thread = threading.Thread(target=self._loop, name="codecspec-engine", daemon=True)
         self._thread.start()
 
@@ -359,12 +365,17 @@ class Engine:
     def capacity(self) -> int:
         """How many streams may decode together: max_streams with admit="max"; with
         "realtime", the most whose step the recent step times predict within
-        REALTIME_HEADROOM of one frame's playback time (at least 1)."""
+        REALTIME_HEADROOM of one frame's playback time, and below the batch a frame was last
+        late in (LATE_BACKOFF_STEPS; at least 1)."""
         if self.admit == "max":
             return self.max_streams
-        return realtime_capacity(
+        if self.stats.steps - self._limit_since >= LATE_BACKOFF_STEPS:
+            self._late_limit = min(self._late_limit + 1, self.max_streams)
+            self._limit_since = self.stats.steps
+        est = realtime_capacity(
             list(self.stats.step_times), REALTIME_HEADROOM / self.frame_rate, self.max_streams
         )
+        return max(1, min(est, self._late_limit))
 
     # ------------------------------------------------------------------ state
     def metrics(self) -> dict:
@@ -526,6 +537,8 @@ class Engine:
         if t == 0 or time.perf_counter() <= h.first_frame_at + t / self.frame_rate:
             return
         self.stats.late_frames += 1
+        self._late_limit = max(1, min(self._late_limit, len(self._active) - 1))
+        self._limit_since = self.stats.steps
         if not h.late:
             h.late = True
             self.stats.late_streams += 1
