@@ -163,3 +163,27 @@ def test_a_speculative_stream_starts_with_a_cushion(engine, monkeypatch):
         codes(h)
         held[mode] = first_put[h.id] - steps0
     assert held == {"spec": 1, "ar": 0}
+
+
+def test_a_failing_stream_ends_alone_in_a_batched_round():
+    """One stream's check raises at its 4th frame, inside a step whose temporal and depth
+    calls it shares with two others: it alone ends with StreamFailed, and the others still
+    give the codes of single-stream generation."""
+    from codecspec.serve.engine import StreamFailed
+
+    def fault(req, t):
+        if req.seed == 666 and t >= 3:
+            raise RuntimeError("injected")
+
+    e = Engine("v2", max_streams=3, max_queue=3, threads=1, fault=fault)
+    try:
+        reqs = [ipa(LONG, seed=31, mode="spec"), ipa(LONG, seed=666, mode="spec")]
+        reqs.append(ipa(SHORT, seed=32, mode="ar"))
+        hs = e.submit_many(reqs)
+        with pytest.raises(StreamFailed, match="injected"):
+            codes(hs[1])
+        assert np.array_equal(codes(hs[0]), reference(e, LONG, 31, mode="spec", temporal="spec"))
+        assert np.array_equal(codes(hs[2]), reference(e, SHORT, 32, mode="ar", temporal="ar"))
+        assert e.metrics()["streams_failed_total"] == 1
+    finally:
+        e.shutdown(drain=False)
