@@ -153,6 +153,18 @@ def test_two_concurrent_streams_are_each_generate_codes(custom, reference, mode,
         assert got.shape[0] >= 2 and np.array_equal(got, want), (mode, temperature, req.seed)
 
 
+def test_concurrent_ar_streams_share_one_depth_loop(custom):
+    """Two AR streams in one step: their depth loops run as one batched loop over the code
+    predictor's graph (one call per level for both), not one loop each."""
+    c0 = custom.engine.family.counters()
+    reqs = [SpeechRequest(TEXT, voice=v, mode="ar", seed=s) for v, s in (("aiden", 3), ("eric", 4))]
+    for h in custom.engine.submit_many(reqs):
+        codes(h)
+    c1 = custom.engine.family.counters()
+    calls, lanes = c1["calls"] - c0["calls"], c1["lane_calls"] - c0["lane_calls"]
+    assert lanes > 1.5 * calls, (calls, lanes)  # one loop each: lanes == calls
+
+
 def test_a_different_seed_gives_different_codes(custom, reference):
     # the broken variant of the identity above: the comparison can fail
     got = codes(custom.engine.submit(SpeechRequest(TEXT, voice="aiden", seed=7)))

@@ -160,7 +160,7 @@ class _Layout:
         k = depth.kflat[: depth.row_floats * self.cols].reshape(depth.kv_shape(self.cols))
         v = depth.vflat[: depth.row_floats * self.cols].reshape(depth.kv_shape(self.cols))
         self.keys, self.values = k, v
-        self.call = depth.graph.bind(self.q, k, v)
+        self.call = depth.graph.bind(self.q, k, v, 0 if depth.grouped else None)
 
 
 class BatchedDepth:
@@ -169,13 +169,17 @@ class BatchedDepth:
     depth cache lives for one frame only, so a step may lay the streams out afresh."""
 
     def __init__(self, decoder: DepthDecoder, slots: int, provider="cpu", threads=None):
-        if decoder.bank is None:
+        # heads="grouped" graphs (Qwen3-TTS's code predictor) score the heads in the graph,
+        # chosen per row by head_ids: their AR frames batch; their drafts come from the graph
+        # per stream, so speculative frames of such a graph are not batched here.
+        self.grouped = bool(decoder.graph.grouped_heads)
+        if decoder.bank is None and not self.grouped:
             raise ValueError("decoder: batched depth decoding needs a heads='hidden' graph")
         # AR frames run on the batch-axis variant of the same graph: attention then costs
         # n x cap columns instead of (n x cap)^2 for the concatenated layout.
         # A graph not made by the library's builder keeps the concatenated layout for all.
         self.batch_session = None
-        if decoder.graph.path is not None:
+        if decoder.graph.path is not None and not self.grouped:
             try:
                 model = batch_depth_graph(onnx.load(str(decoder.graph.path)))
             except ValueError:
@@ -233,6 +237,8 @@ class BatchedDepth:
         if len(lanes) * self.cap > len(self.kflat) // self.row_floats:
             raise ValueError(f"lanes: {len(lanes)} frames, more than the {self.slots} slots")
         self._follow_tree()
+        if self.grouped and any(ln.spec for ln in lanes):
+            raise ValueError("lanes: a heads='grouped' graph batches AR frames only")
         if self.batch_session is not None and not any(ln.spec for ln in lanes):
             self._decode_ar(hiddens, lanes)
             return
@@ -263,8 +269,12 @@ class BatchedDepth:
         pre.keys[:, :, dst] = call.new_keys
         pre.values[:, :, dst] = call.new_values
         self._past = np.full(n, 2, np.int64)
-        rows = call.hidden[1::2][:n]
-        logits = self.bank.logits_rows(0, np.ascontiguousarray(rows))[:, None]  # head 0: c0
+        if self.grouped:
+            rows = None
+            logits = call.logits[1::2][:n, None]  # head 0 (head_ids all 0) on c0's row
+        else:
+            rows = call.hidden[1::2][:n]
+            logits = self.bank.logits_rows(0, np.ascontiguousarray(rows))[:, None]  # head 0
         tokens = _sample_roots_of([(ln, ROOT_ONLY, logits[i], None) for i, ln in enumerate(lanes)])
         for i, ln in enumerate(lanes):
             if ln.failed is None:
@@ -371,6 +381,8 @@ class BatchedDepth:
             q0, past = int(lay.qoff[i]), int(self._past[i])
             rows = slice(q0, q0 + n)
             call.ids[rows] = self._level_base + levels * self.V + tokens
+            if self.grouped:
+                call.heads[rows] = np.minimum(levels, G - 2)
             call.pos[rows] = past + spec["depths"]
             call.bias[rows, i * cap : i * cap + past] = 0.0
             call.bias[rows, lay.cols + q0 : lay.cols + q0 + n] = spec["bias"]
@@ -380,9 +392,12 @@ class BatchedDepth:
         for i, ln, tree, tokens, levels in work:
             q0 = int(lay.qoff[i])
             heads = np.minimum(levels, G - 2)
-            logits = np.stack(
-                [self.bank.logits(int(h), call.hidden[q0 + j]) for j, h in enumerate(heads)]
-            )
+            if self.grouped:
+                logits = call.logits[q0 : q0 + len(tokens)]
+            else:
+                logits = np.stack(
+                    [self.bank.logits(int(h), call.hidden[q0 + j]) for j, h in enumerate(heads)]
+                )
             problems.append((ln, tree, logits, tokens))
         results = verify_lanes(problems)
         self._commit(lay, work, results)

@@ -71,6 +71,14 @@ def guard(fn) -> Optional[Exception]:
     return None
 
 
+def guard_value(fn):
+    """fn()'s value, or the exception it raised (a stream's own failure, as `guard`)."""
+    try:
+        return fn()
+    except Exception as e:  # this stream's own error: it alone fails
+        return e
+
+
 def sampling_params(base: cs.SamplingParams, req, top_k_max: int) -> cs.SamplingParams:
     """The request's sampling law over the model's defaults; ValueError names the field."""
     t = base.temperature if req.temperature is None else req.temperature

@@ -1,12 +1,16 @@
 """Qwen3-TTS checkpoint folders (`codecspec serve --model DIR`) in the continuous-batching engine.
 
-Each stream runs `Qwen3TTS.iter_frames` (prefill, then per frame the talker's c0, the depth
-loop AR or speculative, the talker step) with its own generator, on a runtime of its slot:
-`Qwen3TTS.replica()` gives every slot its own talker KV cache and depth-loop state over the
-one set of loaded ONNX sessions, tables and LM heads (the graphs are loaded once). An engine
-step advances every active stream by one frame. The codes come from the same loop with the
-same generator as `Qwen3TTS.generate_codes`, so a served stream is bit-identical to it for
-the same seed and arguments, whatever streams share the engine (tests/test_serve_qwen3.py).
+Each stream runs `Qwen3TTS.frame_steps`, the coroutine behind `iter_frames` (prefill, then
+per frame the talker's c0, the depth loop AR or speculative, the talker step), with its own
+generator, on a runtime of its slot: `Qwen3TTS.replica()` gives every slot its own talker KV
+cache and depth-loop state over the one set of loaded ONNX sessions, tables and LM heads
+(the graphs are loaded once). An engine step advances every active stream by one frame: each
+stream's coroutine hands out its frame's depth loop, the AR ones of all streams run as one
+batched loop (`BatchedDepth` over the code predictor's grouped-heads graph: one call per
+level for every stream), a speculative one on its stream's own decoder. The codes come from
+the same loop with the same generators as `Qwen3TTS.generate_codes`, so a served stream is
+bit-identical to it for the same seed and arguments, whatever streams share the engine
+(tests/test_serve_qwen3.py).
 
 The talker's eos decides the length (`known_length = False`): the step that samples eos ends
 the stream without a frame. Audio is the 12 Hz speech decoder (24 kHz), one decoder state per
@@ -20,8 +24,8 @@ the depth loop's law as in `Qwen3TTS.sampling`. `speed` other than 1 is refused:
 no rate control. A Base (voice-cloning) checkpoint is served only with a reference recording
 given at load (`ref_audio`), whose voice every stream then speaks in.
 
-What it does not do yet: batch the graph calls of several streams into one call (the step
-time grows linearly with the streams, and realtime admission sizes the batch accordingly).
+What it does not do yet: batch the talker's steps (each stream's talker cache is its own, of
+its own length) nor the speculative depth loops of several streams.
 """
 
 from __future__ import annotations
@@ -34,7 +38,15 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
-from codecspec.serve.family import Check, Family, Frame, StreamState, guard, sampling_params
+from codecspec.serve.family import (
+    Check,
+    Family,
+    Frame,
+    StreamState,
+    guard,
+    guard_value,
+    sampling_params,
+)
 
 __all__ = ["Qwen3Family", "LANGUAGE_CODES", "check_folder"]
 
@@ -56,18 +68,9 @@ CHARS_PER_FRAME = 14 / 12.5  # about 14 characters a second of speech: retry hin
 
 @dataclass
 class Qwen3State(StreamState):
-    request: Optional[dict] = None  # iter_frames keywords, until the stream takes a slot
-    frames_it: Optional[object] = None  # the stream's frame loop, one frame per next()
-    last: Optional[_Newest] = None  # its newest talker hidden state (the engine's check)
-
-
-class _Newest:
-    """A `trace` for `iter_frames` that keeps only the newest (hidden state, c0)."""
-
-    item: Optional[tuple] = None
-
-    def append(self, item: tuple) -> None:
-        self.item = item
+    request: Optional[dict] = None  # frame_steps keywords, until the stream takes a slot
+    steps: Optional[object] = None  # the stream's frame_steps coroutine
+    slot_rt: Optional[object] = None  # the slot's runtime (its speculative depth decoder)
 
 
 class _Codec:
@@ -118,6 +121,10 @@ class Qwen3Family(Family):
         self.frame_rate = self.codec.frame_rate
         self.speculation_pays = self._speculation_pays()
         self.runtimes: dict = {}  # slot -> its Qwen3TTS replica, made on first use
+        from codecspec.decode.batched_depth import BatchedDepth
+
+        # every stream's AR depth loop of a step in one batched loop over the shared graph
+        self.depth = BatchedDepth(self.tts.depth, slots, provider, threads)
 
     def _speculation_pays(self) -> bool:
         """Mode "auto": what `codecspec calibrate --model DIR` measured (as `synth`)."""
@@ -215,33 +222,76 @@ class Qwen3Family(Family):
         if rt is None:
             rt = self.runtimes[slot] = self.tts.replica()
         kw, state.request = dict(state.request), None
-        state.last = _Newest()
         text = kw.pop("text")
-        state.frames_it = rt.iter_frames(text, generator=state.generator, trace=state.last, **kw)
+        state.slot_rt = rt
+        state.steps = rt.frame_steps(text, generator=state.generator, **kw)
 
     def step(self, streams: list, check: Check) -> list:
-        return [self._frame(s, check) for s in streams]
+        frames: list = [None] * len(streams)
+        jobs = {}  # stream index -> its frame's depth loop
+        for i, s in enumerate(streams):
+            box = {}
+            error = guard(lambda s=s, box=box: box.update(req=self._advance(s, None)))
+            if error is not None:
+                frames[i] = Frame(error=error)
+            elif box["req"] is None:  # eos (or the frame limit): no frame this step
+                frames[i] = Frame(ended=True)
+            else:
+                job = box["req"]
+                error = guard(lambda s=s, job=job: check(s, job.hidden))
+                if error is None:
+                    jobs[i] = job
+                else:
+                    frames[i] = Frame(error=error)
+        for i, codes in self._depth(streams, jobs).items():
+            s = streams[i]
+            box = {}
+            error = codes if isinstance(codes, Exception) else None
+            if error is None:
+                error = guard(lambda s=s, c=codes, box=box: box.update(c=self._advance(s, c)))
+            if error is not None:
+                frames[i] = Frame(error=error)
+            else:
+                frames[i] = Frame(codes=box["c"], ended=s.t + 1 >= s.state.limit)
+        return frames
 
-    def _frame(self, s, check: Check) -> Frame:
+    @staticmethod
+    def _advance(s, reply):
+        """Resumes the stream's coroutine with `reply` up to its next request: a FrameJob
+        (its depth loop), the frame's codes, or None when it ended."""
+        try:
+            kind, item = s.state.steps.send(reply)
+        except StopIteration:
+            return None
+        return item
+
+    def _depth(self, streams: list, jobs: dict) -> dict:
+        """Codes (or the exception) per stream index: the AR frames in one batched loop, a
+        speculative one through its stream's own decoder."""
+        from codecspec.decode.batched_depth import decode_frames
+
         out = {}
-
-        def one():
-            out["codes"] = next(s.state.frames_it, None)
-            if out["codes"] is not None:
-                check(s, s.state.last.item[0])
-
-        error = guard(one)
-        if error is not None:
-            return Frame(error=error)
-        if out["codes"] is None:  # eos (or the frame limit): no frame this step
-            return Frame(ended=True)
-        return Frame(codes=out["codes"], ended=s.t + 1 >= s.state.limit)
+        ar = [i for i, j in jobs.items() if j.mode == "ar"]
+        for i, codes in zip(ar, decode_frames(self.depth, [jobs[i] for i in ar]) if ar else []):
+            out[i] = codes
+        for i, j in jobs.items():
+            if j.mode != "ar":
+                dec = streams[i].state.slot_rt.depth
+                out[i] = guard_value(
+                    lambda d=dec, j=j: d.decode_frame(j.hidden, j.c0, j.generator, j.mode)
+                )
+        return out
 
     def counters(self) -> dict:
-        # one depth loop per stream: its graph calls are the frame stage's calls
-        calls = sum(rt.depth.stats.calls for rt in self.runtimes.values())
+        # the frame stage's graph calls: the batched AR loop's and the per-stream spec ones
+        spec = sum(rt.depth.stats.calls for rt in self.runtimes.values())
         codes = sum(rt.depth.stats.codes for rt in self.runtimes.values())
-        return {"calls": calls, "lane_calls": calls, "codes": codes}
+        d = self.depth
+        return {
+            "calls": d.calls + spec,
+            "lane_calls": d.lane_calls + spec,
+            "codes": d.codes_out + codes,
+        }
 
     def chunk_decoder(self, iters: int, seed: int):
         return self.codec.decoder.open_stream()

@@ -32,7 +32,15 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.decode.batched_depth import decode_frames
-from codecspec.serve.family import Check, Family, Frame, StreamState, encode_input, guard
+from codecspec.serve.family import (
+    Check,
+    Family,
+    Frame,
+    StreamState,
+    encode_input,
+    guard,
+    guard_value,
+)
 from codecspec.tts.v2 import V2TTS
 
 DRAFT_LEN = 3  # drafts per temporal round (V2TTS.temporal_loop's default)
@@ -204,11 +212,3 @@ class V2Family(Family):
             s = self.tts.depth.stats
             return {"calls": s.calls, "lane_calls": s.calls, "codes": s.codes}
         return {"calls": d.calls, "lane_calls": d.lane_calls, "codes": d.codes_out}
-
-
-def guard_value(fn):
-    """fn()'s value, or the exception it raised (that frame's own failure)."""
-    try:
-        return fn()
-    except Exception as e:
-        return e

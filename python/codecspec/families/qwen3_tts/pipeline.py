@@ -19,6 +19,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.decode.batched_depth import FrameJob
 
 from .checkpoint import Qwen3Checkpoint
 from .graphs import build_or_load, text_embedding_rows
@@ -341,7 +342,27 @@ class Qwen3TTS:
         arr = np.asarray(codes, np.int64).reshape(-1, G)
         return Qwen3Result(arr, info["hit_max_frames"], info["prompt"], info["seconds"])
 
-    def iter_frames(
+    def iter_frames(self, text: str, **kw) -> Iterator[np.ndarray]:
+        """Codes int64 [G] frame by frame (the order the speech decoder consumes them).
+        Keywords: speaker, language, instruct, ref_audio, mode, temperature, top_k, top_p,
+        seed, max_frames, streaming_text, info; `trace` collects (talker hidden state, c0)
+        of every frame (the calibration corpus); `generator`: draw from this one instead of
+        `Generator(seed)` (the serving engine's per-stream generator; a fresh
+        `Generator(s)` gives exactly what `seed=s` gives)."""
+        steps = self.frame_steps(text, **kw)
+        reply = None
+        while True:
+            try:
+                kind, item = steps.send(reply)
+            except StopIteration:
+                return
+            if kind == "depth":
+                reply = self.depth.decode_frame(item.hidden, item.c0, item.generator, item.mode)
+            else:
+                yield item
+                reply = None
+
+    def frame_steps(
         self,
         text: str,
         *,
@@ -359,11 +380,12 @@ class Qwen3TTS:
         info: Optional[dict] = None,
         trace: Optional[list] = None,
         generator: Optional[cs.Generator] = None,
-    ) -> Iterator[np.ndarray]:
-        """Codes int64 [G] frame by frame (the order the speech decoder consumes them).
-        `trace` collects (talker hidden state, c0) of every frame (the calibration corpus).
-        `generator`: draw from this one instead of `Generator(seed)` (the serving engine's
-        per-stream generator; a fresh `Generator(s)` gives exactly what `seed=s` gives)."""
+    ):
+        """`iter_frames` as a coroutine that hands its depth loops out: it yields ("depth",
+        FrameJob) and takes that frame's codes back, then yields ("frame", codes) for the
+        consumer. `iter_frames` answers each depth request with this runtime's decoder; the
+        serving engine answers the AR requests of all its streams with one batched depth
+        loop (`codecspec.decode.batched_depth`)."""
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
         text, speaker, language, instruct = self.check_request(
@@ -423,10 +445,10 @@ class Qwen3TTS:
             if trace is not None:
                 trace.append((hidden.copy(), c0))
             t1 = time.perf_counter()
-            codes = self.depth.decode_frame(hidden, c0, g_depth, mode)
+            codes = yield "depth", FrameJob(hidden, c0, mode, depth_p, g_depth)
             t2 = time.perf_counter()
             secs["depth"] += t2 - t1
-            yield codes
+            yield "frame", codes
             e = self.frame_embed(codes)
             e += trailing[step] if step < len(trailing) else self._pad_row
             step += 1
