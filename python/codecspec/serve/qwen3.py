@@ -24,8 +24,10 @@ the depth loop's law as in `Qwen3TTS.sampling`. `speed` other than 1 is refused:
 no rate control. A Base (voice-cloning) checkpoint is served only with a reference recording
 given at load (`ref_audio`), whose voice every stream then speaks in.
 
-What it does not do yet: batch the talker's steps (each stream's talker cache is its own, of
-its own length) nor the speculative depth loops of several streams.
+What it does not do: batch the talker's steps (a batched GroupQueryAttention over caches of
+other lengths rounds differently, ~2e-7, enough to flip sampled codes of speculative
+streams, and served streams stay bit-identical to generate_codes), nor the speculative depth
+loops of several streams.
 """
 
 from __future__ import annotations
@@ -228,42 +230,53 @@ class Qwen3Family(Family):
 
     def step(self, streams: list, check: Check) -> list:
         frames: list = [None] * len(streams)
-        jobs = {}  # stream index -> its frame's depth loop
-        for i, s in enumerate(streams):
-            box = {}
-            error = guard(lambda s=s, box=box: box.update(req=self._advance(s, None)))
-            if error is not None:
-                frames[i] = Frame(error=error)
-            elif box["req"] is None:  # eos (or the frame limit): no frame this step
+        # 1. every stream to its next request: a newcomer prefills on its own talker and asks
+        #    for its first depth loop; the others ask for their talker step
+        reqs = {i: self._advance(s, None) for i, s in enumerate(streams)}
+        # 2. each stream's talker step on its own talker, then to its depth request. Not one
+        #    batched call: GroupQueryAttention's sums over a past of another length round
+        #    differently (~2e-7), which flips sampled codes of speculative streams, and a
+        #    served stream must stay bit-identical to generate_codes.
+        for i, r in reqs.items():
+            if isinstance(r, tuple) and r[0] == "talker":
+                talker = streams[i].state.slot_rt.talker
+                hidden = guard_value(lambda t=talker, e=r[1]: t.step(e))
+                if isinstance(hidden, Exception):
+                    reqs[i] = hidden
+                else:
+                    reqs[i] = self._advance(streams[i], hidden)
+        # 3. one batched depth loop for every AR frame, then each stream's frame
+        jobs = {}
+        for i, r in reqs.items():
+            if isinstance(r, Exception):
+                frames[i] = Frame(error=r)
+            elif r is None:  # eos (or the frame limit): no frame this step
                 frames[i] = Frame(ended=True)
             else:
-                job = box["req"]
-                error = guard(lambda s=s, job=job: check(s, job.hidden))
+                error = guard(lambda s=streams[i], job=r[1]: check(s, job.hidden))
                 if error is None:
-                    jobs[i] = job
+                    jobs[i] = r[1]
                 else:
                     frames[i] = Frame(error=error)
         for i, codes in self._depth(streams, jobs).items():
             s = streams[i]
-            box = {}
-            error = codes if isinstance(codes, Exception) else None
-            if error is None:
-                error = guard(lambda s=s, c=codes, box=box: box.update(c=self._advance(s, c)))
-            if error is not None:
-                frames[i] = Frame(error=error)
+            r = codes if isinstance(codes, Exception) else self._advance(s, codes)
+            if isinstance(r, Exception):
+                frames[i] = Frame(error=r)
             else:
-                frames[i] = Frame(codes=box["c"], ended=s.t + 1 >= s.state.limit)
+                frames[i] = Frame(codes=r[1], ended=s.t + 1 >= s.state.limit)
         return frames
 
     @staticmethod
     def _advance(s, reply):
-        """Resumes the stream's coroutine with `reply` up to its next request: a FrameJob
-        (its depth loop), the frame's codes, or None when it ended."""
+        """Resumes the stream's coroutine with `reply` up to its next request (kind, item),
+        None when it ended, or the exception it raised (its own failure)."""
         try:
-            kind, item = s.state.steps.send(reply)
+            return s.state.steps.send(reply)
         except StopIteration:
             return None
-        return item
+        except Exception as e:  # this stream's own error: it alone fails
+            return e
 
     def _depth(self, streams: list, jobs: dict) -> dict:
         """Codes (or the exception) per stream index: the AR frames in one batched loop, a

@@ -358,6 +358,8 @@ class Qwen3TTS:
                 return
             if kind == "depth":
                 reply = self.depth.decode_frame(item.hidden, item.c0, item.generator, item.mode)
+            elif kind == "talker":
+                reply = self.talker.step(item)
             else:
                 yield item
                 reply = None
@@ -381,11 +383,12 @@ class Qwen3TTS:
         trace: Optional[list] = None,
         generator: Optional[cs.Generator] = None,
     ):
-        """`iter_frames` as a coroutine that hands its depth loops out: it yields ("depth",
-        FrameJob) and takes that frame's codes back, then yields ("frame", codes) for the
-        consumer. `iter_frames` answers each depth request with this runtime's decoder; the
-        serving engine answers the AR requests of all its streams with one batched depth
-        loop (`codecspec.decode.batched_depth`)."""
+        """`iter_frames` as a coroutine that hands its graph calls out: per frame it yields
+        ("depth", FrameJob) and takes that frame's codes back, yields ("frame", codes) for the
+        consumer, then ("talker", next input row) and takes the talker's hidden state back
+        (the prefill it runs itself). `iter_frames` answers with this runtime's decoder and
+        talker; the serving engine answers the AR depth requests of all its streams with one
+        batched depth loop (`codecspec.decode.batched_depth`), the talker steps per stream."""
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
         text, speaker, language, instruct = self.check_request(
@@ -452,7 +455,7 @@ class Qwen3TTS:
             e = self.frame_embed(codes)
             e += trailing[step] if step < len(trailing) else self._pad_row
             step += 1
-            hidden = self.talker.step(e)
+            hidden = yield "talker", e
             secs["talker"] += time.perf_counter() - t2
 
     # ------------------------------------------------------------------ audio
