@@ -162,3 +162,12 @@ def test_playback_stalls_of_a_client():
     late = [(0.0, 44 + 7680)] + [(0.4 * k, 7680) for k in range(1, 10)]
     stall, rtf = playback(late, bps)
     assert stall > 1.0 and rtf > 1.0
+
+
+def test_stream_mode_lists():
+    from codecspec.serve.commands import stream_modes
+
+    assert stream_modes("both") == ["ar", "spec"]
+    assert stream_modes("ar,auto") == ["ar", "auto"]
+    with pytest.raises(SystemExit, match="--stream-mode"):
+        stream_modes("ar,fast")
