@@ -22,7 +22,6 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.runtime.session import open_session
-from codecspec.serve.batched import SlotCache
 from codecspec.serve.family import (
     Check,
     Family,
@@ -32,46 +31,9 @@ from codecspec.serve.family import (
     guard,
     sampling_params,
 )
-from codecspec.tts.fsq import FSQTTS
+from codecspec.tts.fsq import FSQTTS, FSQSlots  # noqa: F401  (FSQSlots: the engine's name)
 
 __all__ = ["FSQSlots", "FSQFamily"]
-
-
-class FSQSlots(SlotCache):
-    """step.onnx for up to `slots` streams at different frame indices, one call per frame."""
-
-    def __init__(self, session, slots: int, max_frames: int, max_phonemes: int):
-        super().__init__(session, slots, max_frames, max_phonemes)
-        self.channels = int({i.name: i.shape for i in session.get_inputs()}["prev_channels"][1])
-        self.calls = 0
-
-    def step(self, slots, prev_channels, pace, speakers):
-        """(hidden [n, D], channel_logits [n, Σ L], stop_logits [n]) of each slot's next frame."""
-        slots = np.asarray(slots, np.int64)
-        t, p = self.frames[slots], self.phonemes[slots]
-        tmax, pmax = int(t.max()), int(p.max())
-        if tmax >= self.max_frames:
-            raise ValueError(f"frames: a stream exceeds max_frames={self.max_frames}")
-        past = np.where(np.arange(tmax)[None, :] < t[:, None], 0.0, -np.inf)
-        cross = np.where(np.arange(pmax)[None, :] < p[:, None], 0.0, -np.inf)
-        feeds = {
-            "prev_channels": np.asarray(prev_channels, np.int64).reshape(len(slots), -1),
-            "pace": np.asarray(pace, np.float32),
-            "speaker": np.asarray(speakers, np.int64),
-            "is_first": (t == 0).astype(np.float32),
-            "cross_keys": self.cross_k[:, slots, :, :pmax],
-            "cross_values": self.cross_v[:, slots, :, :pmax],
-            "cross_bias": cross.astype(np.float32),
-            "past_keys": self.keys[:, slots, :, :tmax],
-            "past_values": self.values[:, slots, :, :tmax],
-            "past_bias": past.astype(np.float32),
-        }
-        h, logits, stop, nk, nv = self.session.run(None, feeds)
-        self.keys[:, slots, :, t] = nk[:, :, :, 0].transpose(1, 0, 2, 3)
-        self.values[:, slots, :, t] = nv[:, :, :, 0].transpose(1, 0, 2, 3)
-        self.frames[slots] += 1
-        self.calls += 1
-        return h, logits, stop
 
 
 @dataclass
@@ -101,8 +63,6 @@ class FSQFamily(Family):
         self.sample_rate = int(self.codec.sample_rate)
         self.frame_rate = float(self.codec.frame_rate)
         self.hop = int(round(self.sample_rate / self.frame_rate))
-        self.head_sizes = self.tts.frame_decoder.head_sizes
-        self.stop_temperature = self.tts.frame_decoder.stop_temperature
         self.stream_steps = self.codes_out = 0
 
     def check(self, req) -> None:
@@ -111,7 +71,7 @@ class FSQFamily(Family):
             raise ValueError(f"speed: the fsq family's stop head sets the length; got {req.speed}")
 
     def params(self, req) -> cs.SamplingParams:
-        return sampling_params(self.tts.params, req, max(self.head_sizes))
+        return sampling_params(self.tts.params, req, max(self.tts.frame_decoder.head_sizes))
 
     def prepare(self, req, generator: cs.Generator) -> FSQState:
         tts = self.tts
@@ -176,10 +136,8 @@ class FSQFamily(Family):
         return Frame(codes=out["codes"], ended=bool(out["stop"]) or s.t + 1 >= s.state.limit)
 
     def _sample(self, st: FSQState, logits, stop):
-        # FSQFrameDecoder.sample's draws, in its order, with the stream's own sampling law.
-        codes = cs.sample_factorized(logits, self.head_sizes, st.params, st.generator)[0]
-        temp = 0.0 if st.params.temperature == 0 else self.stop_temperature
-        return codes.astype(np.int64), cs.sample_stop(stop, st.generator, temperature=temp)[0]
+        # FSQTTS.generate's draws (FSQFrameDecoder), with the stream's own sampling law
+        return self.tts.frame_decoder.sample_stream(logits, stop, st.params, st.generator)
 
     def counters(self) -> dict:
         return {"calls": self.slots.calls, "lane_calls": self.stream_steps, "codes": self.codes_out}

@@ -2,7 +2,8 @@
 
 The same stages as the RVQ family (docs/fsq_model.md): espeak-ng IPA and the phoneme
 frontend -> encoder graph (cross-attention K/V) -> per frame ONE step graph call
-(`FSQStepper`) whose outputs are all 32 channel heads' logits and the stop logit ->
+(`FSQStepper`, slots of the serving engine's `FSQSlots`) whose outputs are all 32 channel
+heads' logits and the stop logit ->
 `FSQFrameDecoder` (`cs.sample_factorized` + `cs.sample_stop`) -> the frame's channels fed
 back -> `FSQCodec.decode` (the v1 vocoder). The loop is `codecspec.decode.frames.run_frame_loop`;
 the step graph has a batch axis, so B streams share each call.
@@ -25,11 +26,19 @@ import codecspec as cs
 from codecspec.codec.fsq import FSQCodec, check_levels
 from codecspec.decode.frames import run_frame_loop
 from codecspec.runtime.session import open_session
+from codecspec.runtime.slots import SlotCache
 from codecspec.tts.model import ReferenceTTS, phonemize
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
 from codecspec.tts.text import BOS, EOS, PAD, Frontend
 
-__all__ = ["FSQTTS", "FSQSynthesis", "FSQStepper", "FSQFrameDecoder", "stop_logits_from_prob"]
+__all__ = [
+    "FSQTTS",
+    "FSQSynthesis",
+    "FSQStepper",
+    "FSQSlots",
+    "FSQFrameDecoder",
+    "stop_logits_from_prob",
+]
 __all__ += ["FORMAT", "FSQ_FILES", "default_fsq_dir"]
 
 FORMAT = "codecspec-fsq-tts/1"
@@ -62,7 +71,8 @@ class FSQFrameDecoder:
             raise ValueError(f"channel_levels: expected sizes >= 1, got {channel_levels!r}")
         self.width = sum(self.head_sizes)
         self.params = params
-        self.stop_temperature = 0.0 if params.temperature == 0 else float(stop_temperature)
+        self.stop_base = float(stop_temperature)  # the stop head's temperature when sampling
+        self.stop_temperature = 0.0 if params.temperature == 0 else self.stop_base
 
     def decode(self, step_output, generator: Generators) -> tuple[np.ndarray, np.ndarray]:
         """`step_output` = (hidden, channel_logits [B, Σ L], stop_logits [B])."""
@@ -92,50 +102,96 @@ class FSQFrameDecoder:
         out = np.empty((len(cl), len(self.head_sizes)), np.int64)
         stop = np.empty(len(cl), bool)
         for b, g in enumerate(gens):
-            out[b] = cs.sample_factorized(cl[b : b + 1], self.head_sizes, self.params, g)[0]
-            stop[b] = cs.sample_stop(sl[b : b + 1], g, temperature=self.stop_temperature)[0]
+            out[b], stop[b] = self.sample_stream(cl[b : b + 1], sl[b : b + 1], self.params, g)
         return out, stop
+
+    def sample_stream(self, channel_logits, stop_logits, params: cs.SamplingParams, generator):
+        """One stream's frame from its rows [1, Σ L] and [1] under the law `params` (the
+        serving engine's per request): (channels int64 [C], stop bool), the channels drawn
+        first, then the stop (temperature 0 when `params` is greedy)."""
+        codes = cs.sample_factorized(channel_logits, self.head_sizes, params, generator)[0]
+        temp = 0.0 if params.temperature == 0 else self.stop_base
+        stop = cs.sample_stop(stop_logits, generator, temperature=temp)[0]
+        return codes.astype(np.int64), bool(stop)
+
+
+class FSQSlots(SlotCache):
+    """step.onnx for up to `slots` streams at different frame indices, one call per frame."""
+
+    def __init__(self, session, slots: int, max_frames: int, max_phonemes: int):
+        super().__init__(session, slots, max_frames, max_phonemes)
+        self.channels = int({i.name: i.shape for i in session.get_inputs()}["prev_channels"][1])
+        self.calls = 0
+
+    def step(self, slots, prev_channels, pace, speakers):
+        """(hidden [n, D], channel_logits [n, Σ L], stop_logits [n]) of each slot's next frame."""
+        slots = np.asarray(slots, np.int64)
+        t, p = self.frames[slots], self.phonemes[slots]
+        tmax, pmax = int(t.max()), int(p.max())
+        if tmax >= self.max_frames:
+            raise ValueError(f"frames: a stream exceeds max_frames={self.max_frames}")
+        past = np.where(np.arange(tmax)[None, :] < t[:, None], 0.0, -np.inf)
+        cross = np.where(np.arange(pmax)[None, :] < p[:, None], 0.0, -np.inf)
+        feeds = {
+            "prev_channels": np.asarray(prev_channels, np.int64).reshape(len(slots), -1),
+            "pace": np.asarray(pace, np.float32),
+            "speaker": np.asarray(speakers, np.int64),
+            "is_first": (t == 0).astype(np.float32),
+            "cross_keys": self.cross_k[:, slots, :, :pmax],
+            "cross_values": self.cross_v[:, slots, :, :pmax],
+            "cross_bias": cross.astype(np.float32),
+            "past_keys": self.keys[:, slots, :, :tmax],
+            "past_values": self.values[:, slots, :, :tmax],
+            "past_bias": past.astype(np.float32),
+        }
+        h, logits, stop, nk, nv = self.session.run(None, feeds)
+        self.keys[:, slots, :, t] = nk[:, :, :, 0].transpose(1, 0, 2, 3)
+        self.values[:, slots, :, t] = nv[:, :, :, 0].transpose(1, 0, 2, 3)
+        self.frames[slots] += 1
+        self.calls += 1
+        return h, logits, stop
 
 
 class FSQStepper:
-    """Runs step.onnx one frame at a time for B streams, keeping the self-attention KV cache
-    on the host (the RVQ family's `TemporalStepper`, batched). `phoneme_lengths`: tokens per
-    stream with bos/eos (the pace unit's denominator)."""
+    """B streams of step.onnx advanced together, one frame per call: slots 0..B-1 of an
+    `FSQSlots` (the serving engine's stepper, where streams join and leave). `phoneme_lengths`:
+    tokens per stream with bos/eos (the pace unit's denominator); cross K/V [L, B, heads, P,
+    hd] padded to the longest; `max_frames`: the most frames a stream may run (its K/V block
+    is mapped lazily: unused room costs no memory)."""
 
-    def __init__(self, session, cross_keys, cross_values, speakers, phoneme_lengths, pace_unit):
-        L, B, heads, P, hd = cross_keys.shape
+    def __init__(
+        self,
+        session,
+        cross_keys,
+        cross_values,
+        speakers,
+        phoneme_lengths,
+        pace_unit,
+        max_frames: int = 512,
+    ):
         lengths = np.asarray(phoneme_lengths, np.int64)
-        self.session, self.t = session, 0
-        self._pace = 1.0 / (lengths.astype(np.float32) * np.float32(pace_unit))
-        empty = np.zeros((L, B, heads, 0, hd), np.float32)
-        channels = session.get_inputs()[0].shape[1]
-        self.feeds = {
-            "prev_channels": np.zeros((B, channels), np.int64),
-            "pace": np.zeros(B, np.float32),
-            "speaker": np.asarray(speakers, np.int64).reshape(B),
-            "is_first": np.ones(B, np.float32),
-            "cross_keys": cross_keys,
-            "cross_values": cross_values,
-            "cross_bias": np.where(np.arange(P)[None, :] < lengths[:, None], 0.0, -np.inf).astype(
-                np.float32
-            ),
-            "past_keys": empty,
-            "past_values": empty,
-            "past_bias": np.zeros((B, 0), np.float32),
-        }
+        B = len(lengths)
+        self.slots = FSQSlots(session, B, max_frames, int(lengths.max()))
+        for b, n in enumerate(lengths):
+            self.slots.load(b, cross_keys[:, b : b + 1, :, :n], cross_values[:, b : b + 1, :, :n])
+        self._pace = np.float32(1.0) / (lengths.astype(np.float32) * np.float32(pace_unit))
+        self.speakers = np.asarray(speakers, np.int64).reshape(B)
+        self.t = 0
+
+    @property
+    def session(self):
+        return self.slots.session
 
     def step(self, prev_channels=None):
         """(hidden [B, D], channel_logits [B, Σ L], stop_logits [B]) of the next frame."""
-        f = self.feeds
-        f["pace"][:] = (self.t + 0.5) * self._pace
-        f["is_first"][:] = 1.0 if self.t == 0 else 0.0
-        f["prev_channels"][:] = 0 if prev_channels is None else prev_channels
-        h, logits, stop, nk, nv = self.session.run(None, f)
-        f["past_keys"] = np.concatenate([f["past_keys"], nk], axis=3)
-        f["past_values"] = np.concatenate([f["past_values"], nv], axis=3)
-        f["past_bias"] = np.zeros((len(h), self.t + 1), np.float32)
+        B = len(self.speakers)
+        prev = np.zeros((B, self.slots.channels), np.int64)
+        if prev_channels is not None:
+            prev[:] = prev_channels
+        pace = np.float32(self.t + 0.5) * self._pace
+        out = self.slots.step(np.arange(B), prev, pace, self.speakers)
         self.t += 1
-        return h, logits, stop
+        return out
 
 
 @dataclass
@@ -252,8 +308,12 @@ class FSQTTS:
         """The max-length guard: `max_pace` times the nominal length of the text."""
         return int(math.ceil(self.meta["max_pace"] * num_tokens * self.meta["pace_unit"])) + 4
 
-    def stepper(self, token_lists: list, languages: list, speakers: list) -> FSQStepper:
-        """Encoder call for B streams (padded) and a stepper over them."""
+    def stepper(
+        self, token_lists: list, languages: list, speakers: list, max_frames: Optional[int] = None
+    ) -> FSQStepper:
+        """Encoder call for B streams (padded) and a stepper over them, room for `max_frames`
+        frames each (default: the largest `max_frames_for` guard of the streams, at least
+        512; the K/V block is mapped lazily, so unused room costs no memory)."""
         lengths = np.array([len(t) for t in token_lists], np.int64)
         ph = np.full((len(token_lists), lengths.max()), PAD, np.int64)
         for b, t in enumerate(token_lists):
@@ -266,7 +326,10 @@ class FSQTTS:
             "speaker": spk,
         }
         ck, cv = self.encoder.run(None, feeds)
-        return FSQStepper(self.step_graph, ck, cv, spk, lengths, self.meta["pace_unit"])
+        if max_frames is None:
+            max_frames = max(512, self.max_frames_for(int(lengths.max())))
+        unit = self.meta["pace_unit"]
+        return FSQStepper(self.step_graph, ck, cv, spk, lengths, unit, int(max_frames))
 
     def tokens(self, text, phonemes, language) -> tuple[str, np.ndarray]:
         if phonemes is None:
@@ -299,7 +362,7 @@ class FSQTTS:
         phonemes, ids = self.tokens(text, phonemes, language)
         guard = self.max_frames_for(len(ids)) if max_frames is None else int(max_frames)
         t0 = time.perf_counter()  # the encoder graph (FSQSynthesis counts it as temporal)
-        stepper = self.stepper([ids], [lang_id], [spk_id])
+        stepper = self.stepper([ids], [lang_id], [spk_id], max(guard, 1))
         return FramePlan(
             stepper=stepper,
             decoder=self.frame_decoder,
