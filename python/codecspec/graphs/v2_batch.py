@@ -28,7 +28,8 @@ from onnx import helper, numpy_helper
 _MASK_FILL = -1e9  # what the shipped graphs' own mask uses for hidden keys
 
 
-def _feeds_from(graph: onnx.GraphProto, name: str, depth: int = 6) -> set:
+def feeds_from(graph: onnx.GraphProto, name: str, depth: int = 6) -> set:
+    """Names of the graph inputs (or tensors) `name` depends on within `depth` node hops."""
     producer = {o: n for n in graph.node for o in n.output}
     found, frontier = set(), {name}
     for _ in range(depth):
@@ -90,7 +91,7 @@ def batch_step_graph(model: onnx.ModelProto) -> onnx.ModelProto:
             n = helper.make_node("Identity", [n.input[0]], list(n.output), name=n.name)
             done.add("out_" + n.output[0])
         nodes.append(n)
-        if n.op_type == "Where" and "positions" in _feeds_from(g, n.input[0]):
+        if n.op_type == "Where" and "positions" in feeds_from(g, n.input[0]):
             # the mask [B, n, C+n] -> [B, 1, n, C+n] against scores [B, heads, n, C+n]
             mask = n.output[0]
             nodes.append(helper.make_node("Unsqueeze", [mask, "vb_axis1"], [mask + "_b"]))
@@ -101,7 +102,7 @@ def batch_step_graph(model: onnx.ModelProto) -> onnx.ModelProto:
             n.input[:] = [i + "_b" if i in masks else i for i in n.input]
     out_nodes = []
     for n in nodes:
-        if n.op_type == "Softmax" and "cross_keys" in _feeds_from(g, n.input[0]):
+        if n.op_type == "Softmax" and "cross_keys" in feeds_from(g, n.input[0]):
             biased = n.input[0] + "_cross_masked"
             out_nodes.append(helper.make_node("Add", [n.input[0], "cross_bias"], [biased]))
             n.input[0] = biased

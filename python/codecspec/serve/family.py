@@ -184,9 +184,8 @@ class ReferenceFamily(Family):
     def __init__(self, model_dir, slots, max_frames, max_phonemes, provider, threads):
         self.tts = ReferenceTTS(model_dir, provider=provider, threads=threads)
         self.max_frames, self.max_phonemes = max_frames, max_phonemes
-        self.temporal = BatchedTemporal(
-            self.tts.dir / "temporal.onnx", slots, max_frames, max_phonemes, provider, threads
-        )
+        # the session ReferenceTTS.generate runs its utterance on (one stepper for both)
+        self.temporal = BatchedTemporal(self.tts.temporal_batch, slots, max_frames, max_phonemes)
         self.depth = BatchedDepth(self.tts.depth, slots, provider, threads)
         self.codec = self.tts.codec
         self.hop = self.codec.cfg.frame_hop

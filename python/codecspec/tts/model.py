@@ -29,6 +29,7 @@ from codecspec.decode.depth import MODES, DepthDecoder
 from codecspec.decode.frames import run_frame_loop
 from codecspec.runtime.session import open_session
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
+from codecspec.tts.temporal_batch import SlotStepper
 from codecspec.tts.text import BOS, EOS, Frontend
 
 __all__ = [
@@ -155,8 +156,10 @@ class Synthesis:
 
 
 class TemporalStepper:
-    """Runs a temporal step graph (temporal.onnx or draft_temporal.onnx) one frame at a time
-    over an utterance of `frames` frames, keeping its self-attention KV cache on the host."""
+    """Runs a temporal step graph (temporal.onnx or draft_temporal.onnx) as shipped, one frame
+    at a time over an utterance of `frames` frames, keeping its self-attention KV cache on the
+    host: the training recipe's and the export checks' stepper. Synthesis runs the batch-axis
+    variant (`codecspec.tts.temporal_batch.SlotStepper`), the serving engine's stepper."""
 
     def __init__(self, session, cross_keys, cross_values, speaker: int, frames: int):
         L, _, heads, _, hd = cross_keys.shape
@@ -220,6 +223,8 @@ class ReferenceTTS:
         self._levels = np.arange(self._books.shape[0])
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
         self.temporal = open_session(str(d / "temporal.onnx"), provider=provider, threads=threads)
+        self._temporal_batch = None
+        self._temporal_args = dict(provider=provider, threads=threads)
         self.depth = DepthDecoder.from_dir(
             d, params=self.params, provider=provider, threads=threads
         )
@@ -244,6 +249,19 @@ class ReferenceTTS:
         if speaker not in self.frontend.speakers:
             raise ValueError(f"speaker: expected one of {self.speakers}, got {speaker!r}")
         return self.frontend.languages.id(language), self.frontend.speakers.id(speaker)
+
+    @property
+    def temporal_batch(self):
+        """The batch-axis variant of temporal.onnx (`codecspec.tts.temporal_batch`), opened on
+        first use: `generate` runs its utterance as one slot of it, the serving engine all
+        its streams."""
+        if self._temporal_batch is None:
+            from codecspec.tts.temporal_batch import batched_temporal_session
+
+            self._temporal_batch = batched_temporal_session(
+                self.dir / "temporal.onnx", **self._temporal_args
+            )
+        return self._temporal_batch
 
     def num_frames(self, num_phonemes: int, language: str, rate: float = 1.0) -> int:
         """Frames for an utterance: phonemes x the language's frames per phoneme / rate."""
@@ -302,7 +320,7 @@ class ReferenceTTS:
             },
         )
         return FramePlan(
-            stepper=RVQStepper(self, TemporalStepper(self.temporal, ck, cv, spk_id, frames)),
+            stepper=RVQStepper(self, SlotStepper(self.temporal_batch, ck, cv, spk_id, frames)),
             decoder=RVQFrameDecoder(self, frames, mode),
             generator=cs.Generator(seed),
             max_frames=frames,
@@ -411,7 +429,7 @@ class RVQStepper:
     as the codec latent the step graph reads. step(prev_codes [1, G] or None) -> (h_t, c0
     logits)."""
 
-    def __init__(self, tts: ReferenceTTS, stepper: TemporalStepper):
+    def __init__(self, tts: ReferenceTTS, stepper):
         self.tts, self.stepper = tts, stepper
 
     def step(self, prev_codes=None):

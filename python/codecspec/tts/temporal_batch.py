@@ -1,0 +1,127 @@
+"""The reference (v1) family's temporal step graph for several utterances per call.
+
+The shipped graph declares batch 1 (and bakes it into its Reshape shapes) and has no attention
+mask, so it is rewritten in memory at load time (`batch_temporal_graph`): a symbolic batch
+axis, Reshape shapes with -1 for the batch, and two additive biases before the self- and
+cross-attention softmaxes so that streams with different frame counts and phoneme counts can
+share one padded call. Attention in this model has no positional term (position enters
+through `progress`), so a padded, masked key set gives the same result as the stream's own
+keys. `BatchedTemporal` keeps each utterance in a slot of preallocated caches; the serving
+engine runs every active stream through it, and `ReferenceTTS.generate` runs its one
+utterance as slot 0 of one (`SlotStepper`): one stepper for both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from codecspec.graphs.v2_batch import feeds_from
+from codecspec.runtime.session import open_session
+from codecspec.runtime.slots import SlotCache
+
+__all__ = ["BatchedTemporal", "SlotStepper", "batch_temporal_graph", "batched_temporal_session"]
+
+
+def batch_temporal_graph(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The temporal step graph with a batch axis and `self_bias` [B,1,1,T+1] / `cross_bias`
+    [B,1,1,P] additive attention masks (0 visible, -inf hidden)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    for vi in list(g.input) + list(g.output):
+        dims = vi.type.tensor_type.shape.dim
+        axis = 1 if len(dims) == 5 else 0
+        dims[axis].Clear()
+        dims[axis].dim_param = "batch"
+    reshape_shapes = {n.input[1] for n in g.node if n.op_type == "Reshape"}
+    for n in g.node:
+        if n.op_type == "Constant" and n.output[0] in reshape_shapes:
+            v = numpy_helper.to_array(n.attribute[0].t).copy()
+            if v[0] == 1:  # the baked-in batch of 1
+                v[0] = -1
+                n.attribute[0].t.CopyFrom(numpy_helper.from_array(v))
+    del g.value_info[:]  # stale batch-1 shapes would contradict the new axis
+    biases = {"self_bias": "self_len", "cross_bias": "P"}
+    for name, last in biases.items():
+        g.input.append(
+            helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, ["batch", 1, 1, last])
+        )
+    nodes = []
+    for n in g.node:
+        if n.op_type == "Softmax":
+            kind = "cross_bias" if "cross_keys" in feeds_from(g, n.input[0], 5) else "self_bias"
+            masked = n.input[0] + "_masked"
+            nodes.append(helper.make_node("Add", [n.input[0], kind], [masked]))
+            n.input[0] = masked
+        nodes.append(n)
+    del g.node[:]
+    g.node.extend(nodes)
+    onnx.checker.check_model(m)
+    return m
+
+
+class BatchedTemporal(SlotCache):
+    """The reference family's temporal step graph for up to `slots` streams (the shipped
+    graph given a batch axis and attention masks, `batch_temporal_graph`)."""
+
+    def __init__(self, session, slots: int, max_frames: int, max_phonemes: int):
+        super().__init__(session, slots, max_frames, max_phonemes)
+        self.latent_dim = {i.name: i.shape for i in session.get_inputs()}["prev_latent"][1]
+
+    def step(self, slots, latents, progress, speakers) -> tuple[np.ndarray, np.ndarray]:
+        """(hidden [n, D], c0 logits [n, V]) of the next frame of each stream in `slots`."""
+        slots = np.asarray(slots, np.int64)
+        t, p = self.frames[slots], self.phonemes[slots]
+        tmax, pmax = int(t.max()), int(p.max())
+        if tmax >= self.max_frames:
+            raise ValueError(f"frames: a stream exceeds max_frames={self.max_frames}")
+        n = len(slots)
+        # A stream sees its own t past rows, then this frame's key (the graph appends it last).
+        visible = np.arange(tmax + 1)[None, :] < t[:, None]
+        visible[:, tmax] = True
+        self_bias = np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(n, 1, 1, -1)
+        cross_bias = np.where(np.arange(pmax)[None, :] < p[:, None], 0.0, -np.inf)
+        feeds = {
+            "prev_latent": np.ascontiguousarray(latents, np.float32),
+            "progress": np.asarray(progress, np.float32),
+            "speaker": np.asarray(speakers, np.int64),
+            "is_first": (t == 0).astype(np.float32),
+            "cross_keys": self.cross_k[:, slots, :, :pmax],
+            "cross_values": self.cross_v[:, slots, :, :pmax],
+            "past_keys": self.keys[:, slots, :, :tmax],
+            "past_values": self.values[:, slots, :, :tmax],
+            "self_bias": self_bias,
+            "cross_bias": cross_bias.astype(np.float32).reshape(n, 1, 1, pmax),
+        }
+        h, logits, nk, nv = self.session.run(None, feeds)
+        self.keys[:, slots, :, t] = nk[:, :, :, 0].transpose(1, 0, 2, 3)
+        self.values[:, slots, :, t] = nv[:, :, :, 0].transpose(1, 0, 2, 3)
+        self.frames[slots] += 1
+        return h, logits
+
+
+def batched_temporal_session(path, provider="auto", threads=None):
+    """A session of the batch-axis variant of the temporal step graph at `path`."""
+    model = batch_temporal_graph(onnx.load(str(path)))
+    return open_session(model.SerializeToString(), provider=provider, threads=threads)
+
+
+class SlotStepper:
+    """One utterance as slot 0 of a `BatchedTemporal`, stepped a frame at a time (the
+    single-stream form of the engine's stepper). step(prev_latent or None) -> (h_t, c0
+    logits) of the next frame; `frames`: the utterance's planned length (its progress)."""
+
+    def __init__(self, session, cross_keys, cross_values, speaker: int, frames: int):
+        self.batch = BatchedTemporal(session, 1, frames, cross_keys.shape[3])
+        self.batch.load(0, cross_keys, cross_values)
+        self.speaker, self.frames, self.t = int(speaker), int(frames), 0
+        self._zero = np.zeros(self.batch.latent_dim, np.float32)
+
+    def step(self, prev_latent=None) -> tuple[np.ndarray, np.ndarray]:
+        latent = self._zero if prev_latent is None else np.asarray(prev_latent, np.float32)
+        progress = (self.t + 0.5) / self.frames
+        h, logits = self.batch.step([0], latent[None], [progress], [self.speaker])
+        self.t += 1
+        return h[0], logits[0]
