@@ -23,5 +23,4 @@ from codecspec.runtime.slots import SlotCache  # noqa: F401  (also the FSQ stepp
 from codecspec.tts.temporal_batch import (  # noqa: F401,E402  (the engine's names)
     BatchedTemporal,
     batch_temporal_graph,
-    batched_temporal_session,
 )

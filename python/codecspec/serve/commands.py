@@ -213,6 +213,8 @@ def cmd_bench_streams(args) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from codecspec.tts.commands import add_cache_dir
+
     p = sub.add_parser("serve", help="OpenAI-compatible speech server (continuous batching)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000)
@@ -229,12 +231,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the model to serve: reference (RVQ, default), fsq, v2, v3, a model folder, or "
         "a Qwen3-TTS checkpoint folder (CustomVoice, VoiceDesign; Base with --ref-audio)",
     )
-    p.add_argument(
-        "--cache-dir",
-        default=None,
-        help="Qwen3-TTS: where built graphs are kept (default $CODECSPEC_CACHE_DIR or "
-        "~/.cache/codecspec)",
-    )
+    add_cache_dir(p)
     p.add_argument(
         "--ref-audio",
         default=None,

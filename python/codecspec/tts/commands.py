@@ -566,12 +566,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="Qwen3-TTS: the official streaming-text prompt (text fed one token per frame)",
     )
-    p.add_argument(
-        "--cache-dir",
-        default=None,
-        help="Qwen3-TTS: where built graphs are kept (default $CODECSPEC_CACHE_DIR or "
-        "~/.cache/codecspec)",
-    )
+    add_cache_dir(p)
     p.add_argument(
         "--mode",
         choices=["auto", "ar", "spec", "pcg"],
@@ -653,3 +648,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit("use: codecspec synth|bench")
+
+
+def add_cache_dir(p) -> None:
+    """--cache-dir, where a Qwen3-TTS folder's graphs are built (synth and serve)."""
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help="Qwen3-TTS: where built graphs are kept (default $CODECSPEC_CACHE_DIR or "
+        "~/.cache/codecspec)",
+    )
