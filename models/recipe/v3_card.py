@@ -1,10 +1,12 @@
 """MODEL_CARD.md of reference model v3, led by what a recognizer finds in its speech.
 
     python models/recipe/v3_card.py [--model python/codecspec/models/v3] \
-        [--quality docs/speed_quality.json]
+        [--quality docs/speed_quality_rounds.json] [--words docs/quality_v3_rounds.json]
 
-Reads the folder's report.json (written by `v3.py ship`) and the speed-quality table of
-`bench/speed_quality.py` (words recognised per decoding mode, speed-up, tokens per call).
+Reads the folder's report.json (written by `v3.py ship`), the speed-quality table of
+`bench/speed_quality.py` (words recognised per decoding mode, speed-up, tokens per call; its
+.md and .png beside the JSON) and, when given, a multi-seed `codecspec quality --json` run
+(AR and exact temporal speculation), which then leads the card.
 """
 
 from __future__ import annotations
@@ -20,26 +22,38 @@ def _pct(x) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _quality(q: dict) -> list:
-    ar = q["modes"]["AR"]
+def _words(r: dict) -> str:
+    lo, hi = r["words_recognised_ci"]
+    return f"{_pct(r['words_recognised'])} (95% CI {_pct(lo)}–{_pct(hi)})"
+
+
+def _quality(q: dict, qpath: Path, words: dict | None) -> list:
+    ar = words["ar"] if words else q["modes"]["AR"]
+    seeds = len(ar["seeds"]) if words else len(q["seeds"])
     lo, hi = ar["words_recognised_ci"]
+    lead = (
+        f"Whisper base recognises **{_pct(ar['words_recognised'])} of the words** of v3's speech "
+        f"(AR, 95% CI {_pct(lo)}–{_pct(hi)}; {q['sentences']} held-out evaluation sentences x "
+        f"{seeds} seed(s), `docs/quality.md`)"
+    )
+    if words:
+        lead += f"; with exact temporal speculation {_words(words['temporal'])}, the same law"
     lines = [
         "## Does it say the text?",
         "",
-        f"Whisper base recognises **{_pct(ar['words_recognised'])} of the words** of v3's speech "
-        f"(AR, 95% CI {_pct(lo)}–{_pct(hi)}; {q['sentences']} held-out evaluation sentences x "
-        f"{len(q['seeds'])} seed(s), `docs/quality.md`), against 81.1% for espeak-ng's own "
-        "rendering of the same sentences, 7.5% for espeak-ng cut into shuffled 80 ms blocks "
-        "(chance), and 2.7% / 6.4% for the v2 / v1 models this one replaces.",
+        lead + ". Against 81.1% for espeak-ng's own rendering of the same sentences, 7.5% for "
+        "espeak-ng cut into shuffled 80 ms blocks (chance), and 2.7% / 6.4% for the v2 / v1 "
+        "models this one replaces.",
         "",
         "Per decoding mode, one interleaved run (`" + q.get("command", "") + "`):",
         "",
     ]
-    table = (ROOT / "docs" / "speed_quality.md").read_text().strip().splitlines()
-    return lines + table + ["", "![speed vs words](../../../../docs/speed_quality.png)", ""]
+    table = qpath.with_suffix(".md").read_text().strip().splitlines()
+    png = f"../../../../docs/{qpath.with_suffix('.png').name}"
+    return lines + table + ["", f"![speed vs words]({png})", ""]
 
 
-def card(model: Path, q: dict | None) -> str:
+def card(model: Path, q: dict | None, qpath: Path = None, words: dict | None = None) -> str:
     rep = json.loads((model / "report.json").read_text())
     meta = json.loads((model / "model.json").read_text())
     sizes = rep["sizes"]
@@ -55,7 +69,8 @@ def card(model: Path, q: dict | None) -> str:
         "Design and rebuild: `docs/reference_model_v3.md`; recipe `models/recipe/v3.py`.",
         "",
     ]
-    lines += _quality(q) if q else ["(No speed-quality table yet: run bench/speed_quality.py.)", ""]
+    none = ["(No speed-quality table yet: run bench/speed_quality.py.)", ""]
+    lines += _quality(q, qpath, words) if q else none
     lines += [
         "## Speculation on this model",
         "",
@@ -100,12 +115,14 @@ def card(model: Path, q: dict | None) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=str(ROOT / "python" / "codecspec" / "models" / "v3"))
-    ap.add_argument("--quality", default=str(ROOT / "docs" / "speed_quality.json"))
+    ap.add_argument("--quality", default=str(ROOT / "docs" / "speed_quality_rounds.json"))
+    ap.add_argument("--words", default=str(ROOT / "docs" / "quality_v3_rounds.json"))
     args = ap.parse_args(argv)
     model = Path(args.model)
-    qp = Path(args.quality)
+    qp, wp = Path(args.quality), Path(args.words)
     q = json.loads(qp.read_text()) if qp.is_file() else None
-    (model / "MODEL_CARD.md").write_text(card(model, q))
+    words = json.loads(wp.read_text()) if wp.is_file() else None
+    (model / "MODEL_CARD.md").write_text(card(model, q, qp, words))
     print(model / "MODEL_CARD.md")
     return 0
 
