@@ -10,6 +10,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+# The reference models v1 and v2 are not in the wheel: the tests (and the CLI processes they
+# start) find them in the repository's models/ folder, also when codecspec is the installed
+# wheel rather than this source tree.
+_REPO_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
+os.environ["CODECSPEC_MODEL_PATH"] = os.pathsep.join(
+    p for p in (os.environ.get("CODECSPEC_MODEL_PATH"), _REPO_MODELS) if p
+)
+
 try:
     from hypothesis import HealthCheck, settings
 

@@ -3,12 +3,12 @@
 # calibration, ablation, bench -> model card. About 2 h on 2 CPU cores; needs root (or
 # espeak-ng and the fortunes packages already installed) and PyPI access for torch.
 #
-#   bash models/recipe/build.sh            # everything, into python/codecspec/models/reference
+#   bash models/recipe/build.sh            # everything, into models/reference
 #   MINUTES=10 bash models/recipe/build.sh # a shorter training budget
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CACHE="${CODECSPEC_CACHE:-$HOME/.cache/codecspec}"
-OUT="${OUT:-python/codecspec/models/reference}"
+OUT="${OUT:-models/reference}"
 python3 -m pip install -q ".[train,plot]"
 python3 models/recipe/corpus.py --out "$CACHE/corpus" --seed 0 --overwrite
 python3 models/recipe/codec.py --corpus "$CACHE/corpus" --out "$CACHE/codec" --seed 0
@@ -21,10 +21,10 @@ python3 models/recipe/vocoder.py --model "$OUT" --corpus "$CACHE/corpus"
 python3 models/recipe/card.py --model "$OUT" --corpus "$CACHE/corpus" --codec "$CACHE/codec"
 
 # Reference model v2 (docs/reference_model_v2.md): codec v2 -> two-stage LM + draft + depth
-# decoder -> shipped folder python/codecspec/models/v2. `train` resumes from the checkpoint in
+# decoder -> shipped folder models/v2. `train` resumes from the checkpoint in
 # $CACHE/v2/train when one exists: rerunning this script (here, or on a fresh machine with
 # that folder copied over) continues the run instead of starting again.
-V2OUT="${V2OUT:-python/codecspec/models/v2}"
+V2OUT="${V2OUT:-models/v2}"
 python3 models/recipe/v2.py --work "$CACHE/v2" codec
 OMP_NUM_THREADS=1 python3 models/recipe/v2.py --work "$CACHE/v2" train \
     --minutes "${V2_MINUTES:-78}" --threads 1

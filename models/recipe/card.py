@@ -1,6 +1,6 @@
 """Write MODEL_CARD.md and its plots from ship.py's report.json (numbers are never typed in).
 
-python models/recipe/card.py --model python/codecspec/models/reference
+python models/recipe/card.py --model models/reference
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "python/codecspec/models/reference"
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models/reference"
 
 
 def _plt():

@@ -45,7 +45,7 @@ LEVELS = (1, 2, 4, 8, 16)
 # the brief's θ grid is 0.9..0.6; the tighter ones show where within-group swaps stay inaudible
 THETAS = (0.99, 0.98, 0.95, 0.9, 0.8, 0.7, 0.6)
 BUDGETS = (0.02, 0.05)  # dB of added mel distortion per level allowed by a per-level θ schedule
-V1_PATH = ROOT / "python" / "codecspec" / "models" / "reference" / "codec.npz"
+V1_PATH = ROOT / "models" / "reference" / "codec.npz"
 PERTURB = {"pitch+1": ("pitch", 1), "rate+2": ("rate", 2)}
 
 

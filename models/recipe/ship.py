@@ -1,6 +1,6 @@
 """Export, calibrate and document the trained reference TTS: the files codecspec ships.
 
-    python models/recipe/ship.py --out python/codecspec/models/reference
+    python models/recipe/ship.py --out models/reference
 
 Reads tts.py's model.pt / train.json and codec.py's outputs; writes to --out:
     encoder.onnx, temporal.onnx, draft_temporal.onnx   temporal model graphs (float16 storage)
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
     ap.add_argument("--codec", default="~/.cache/codecspec/codec")
     ap.add_argument(
         "--out",
-        default=str(Path(__file__).resolve().parents[2] / "python/codecspec/models/reference"),
+        default=str(Path(__file__).resolve().parents[2] / "models/reference"),
     )
     ap.add_argument("--frames", type=int, default=4096, help="held-out frames for calibration")
     ap.add_argument("--ship-frames", type=int, default=1024, help="frames kept in frames.npz")

@@ -2,7 +2,7 @@
 
     python models/recipe/v2.py codec                 # ~/.cache/codecspec/v2/codec (~1 min)
     python models/recipe/v2.py train --minutes 70    # ~/.cache/codecspec/v2/train/ckpt.pt
-    python models/recipe/v2.py ship                  # python/codecspec/models/v2
+    python models/recipe/v2.py ship                  # models/v2
     python models/recipe/v2.py shared-depth --minutes 10   # + the shared depth decoder
 
 `train` is resumable: run the same command again (on this machine, or on a fresh one with the
@@ -129,7 +129,7 @@ def cmd_train(args) -> int:
 
 
 # ---------------------------------------------------------------------- ship
-SHIP_DIR = ROOT / "python" / "codecspec" / "models" / "v2"
+SHIP_DIR = ROOT / "models" / "v2"
 THETAS = (0.99, 0.98, 0.95, 0.9, 0.8)
 
 
@@ -429,7 +429,7 @@ def export_folder(args, out: Path):
     codes = work / "codec" / "codes.npz"
     aligned = bool(getattr(args, "aligned", False))
     codec_file = "codec.npz" if aligned else "codec_v2.npz"
-    codec_src = ROOT / "python/codecspec/models/reference/codec.npz" if aligned else None
+    codec_src = ROOT / "models/reference/codec.npz" if aligned else None
     shutil.copy(codec_src or work / "codec" / "codec_v2.npz", out / codec_file)
     train = TTSDataset(corpus, codes, "train")
     held = TTSDataset(corpus, codes, "test", frontend=train.frontend)

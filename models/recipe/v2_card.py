@@ -1,6 +1,6 @@
 """MODEL_CARD.md of reference model v2 from the folder's report.json (written by v2.py ship).
 
-python models/recipe/v2_card.py --model python/codecspec/models/v2
+python models/recipe/v2_card.py --model models/v2
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def shared_depth_section(r: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=str(ROOT / "python/codecspec/models/v2"))
+    ap.add_argument("--model", default=str(ROOT / "models/v2"))
     ap.add_argument("--corpus", default="~/.cache/codecspec/corpus")
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)

@@ -37,7 +37,7 @@ except ImportError:  # running from a checkout whose package is not installed
 
 import v2  # noqa: E402  (the v2 recipe: train and ship are shared)
 
-V1_CODEC = ROOT / "python" / "codecspec" / "models" / "reference" / "codec.npz"
+V1_CODEC = ROOT / "models" / "reference" / "codec.npz"
 SHIP_DIR = ROOT / "python" / "codecspec" / "models" / "v3"
 # English only (the recognizer that judges the model is English), four voice variants
 CORPUS_ARGS = [

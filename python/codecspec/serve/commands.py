@@ -226,9 +226,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--model",
-        default="reference",
+        default=None,
         type=model_arg,
-        help="the model to serve: reference (RVQ, default), fsq, v2, v3, a model folder, or "
+        help="the model to serve: v3 (the default), fsq, reference, v2, a model folder, or "
         "a Qwen3-TTS checkpoint folder (CustomVoice, VoiceDesign; Base with --ref-audio)",
     )
     add_cache_dir(p)

@@ -177,7 +177,7 @@ class EngineStats:
 
 class Engine:
     """Continuous-batching TTS engine over a model: a folder, or a shipped model's name
-    ("reference", the default, or "fsq"); its model.json picks the family, or its config.json
+    (None: the registry's default, v3); its model.json picks the family, or its config.json
     marks a Qwen3-TTS checkpoint folder (then `cache_dir`: where its graphs are built;
     `ref_audio`: the recording a Base checkpoint clones, required for one; `weights`: fp32,
     int8 or int4 talker and code predictor, None = the provider's default).
@@ -608,7 +608,7 @@ def _load_family(
         raise ValueError("ref_audio: only a Qwen3-TTS Base checkpoint folder clones a voice")
     if weights is not None:
         raise ValueError("weights: only for Qwen3-TTS checkpoint folders")
-    d = resolve_model_dir("reference" if model_dir is None else model_dir)
+    d = resolve_model_dir(model_dir)  # None: the registry's default model
     family = model_family(d)
     if family == "v2":
         from codecspec.serve.v2 import V2Family

@@ -36,7 +36,7 @@ def _int(args: dict, key: str, default: Optional[int]) -> Optional[int]:
 
 def build_app(args: Optional[dict[str, Any]] = None):
     """A Ray Serve application. Options (strings from `serve run ... key=value` or a dict):
-    model (reference | fsq, default reference), max_streams (16), max_queue (= max_streams),
+    model (a name or folder; default: the registry's default, v3), max_streams (16), max_queue (= max_streams),
     threads (ONNX Runtime threads per replica), provider (cpu), admit (realtime | max, as
     `codecspec serve --admit`; default realtime), replicas (a fixed count; otherwise
     autoscaling between min_replicas (1) and max_replicas (4)), max_queued (Ray's per-caller
@@ -48,7 +48,7 @@ def build_app(args: Optional[dict[str, Any]] = None):
     threads = _int(args, "threads", 1)
     provider = str(args.get("provider", "cpu"))
     engine_kw = dict(
-        model_dir=str(args.get("model", "reference")),
+        model_dir=args.get("model"),  # None: the registry's default model
         max_streams=max_streams,
         max_queue=max_queue,
         threads=threads,

@@ -203,7 +203,9 @@ def build_speedup_map(
 
 def shipped_marks() -> dict:
     """Tokens per call of the shipped reference model (its report.json bench), to mark."""
-    rep = shipped_map_path().parent / "reference" / "report.json"
+    from codecspec.model_store import named_model_dir
+
+    rep = named_model_dir("reference") / "report.json"
     try:
         tpc = json.loads(rep.read_text())["bench"]["tokens_per_call"]
     except (OSError, KeyError, ValueError):

@@ -1,4 +1,10 @@
-"""espeak-ng's C library through ctypes, with no dependency beyond the standard library.
+"""espeak-ng's C library through ctypes.
+
+Where it comes from (`locate`): the `espeakng-loader` wheel first (a PyPI dependency that
+carries the library and its `espeak-ng-data`, so `pip install codecspec` needs no system
+package), then a system library (Debian's ``libespeak-ng1``) as the fallback. The corpus recipe
+and the runtime both load it through here, so the phoneme track at synthesis comes from the
+library the model's corpus was timed with.
 
 `codecspec.tts.espeak` builds on this; run as a script (``python -I _espeak_lib.py`` with a
 JSON request on stdin) it answers with the phoneme timing of one text from a freshly
@@ -12,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import json
+import os
 import sys
 
 # espeak_EVENT_TYPE values and API constants (speak_lib.h)
@@ -49,29 +56,54 @@ _CALLBACK = ctypes.CFUNCTYPE(
 )
 
 
-class Library:
-    """The loaded library, initialised once per process with phoneme events on."""
+def locate() -> tuple:
+    """(library file, data folder or None): the `espeakng-loader` wheel's if installed, else
+    the system's (its data folder is compiled into it, hence None)."""
+    try:
+        import espeakng_loader
 
-    def __init__(self):
-        name = ctypes.util.find_library("espeak-ng") or "libespeak-ng.so.1"
+        return espeakng_loader.get_library_path(), espeakng_loader.get_data_path()
+    except (ImportError, RuntimeError):
+        pass
+    return ctypes.util.find_library("espeak-ng") or "libespeak-ng.so.1", None
+
+
+class Library:
+    """The loaded library, initialised once per process with phoneme events on.
+
+    `path` / `data` default to `locate()`; a worker process is handed the parent's choice so
+    that both load the same library."""
+
+    def __init__(self, path: str | None = None, data: str | None = None):
+        if path is None:
+            path, data = locate()
         try:
-            self.lib = ctypes.CDLL(name)
+            self.lib = ctypes.CDLL(path)
         except OSError as e:
             raise EspeakError(
-                "espeak-ng's library (libespeak-ng.so.1) is not installed: "
-                "apt-get install espeak-ng"
+                f"espeak-ng's library could not be loaded ({path}): "
+                "pip install espeakng-loader (or apt-get install espeak-ng)"
             ) from e
+        self.path, self.data = path, data
+        # espeak_Initialize's path is the folder that holds espeak-ng-data (None: built-in)
+        home = None if data is None else os.path.dirname(os.path.abspath(data)).encode()
         rate = self.lib.espeak_Initialize(
-            _AUDIO_OUTPUT_SYNCHRONOUS, 0, None, _OPTION_PHONEME_EVENTS
+            _AUDIO_OUTPUT_SYNCHRONOUS, 0, home, _OPTION_PHONEME_EVENTS
         )
         if rate <= 0:
-            raise EspeakError(f"espeak_Initialize failed ({rate})")
+            raise EspeakError(f"espeak_Initialize failed ({rate}; data {data})")
         self.sample_rate = int(rate)
         self.pcm: list = []
         self.events: list = []
         self._cb = _CALLBACK(self._collect)  # keep a reference: the library holds a raw pointer
         self.lib.espeak_SetSynthCallback(self._cb)
         self.lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+        self.lib.espeak_Info.restype = ctypes.c_char_p
+
+    @property
+    def version(self) -> str:
+        """The library's own version string, e.g. "1.52.0"."""
+        return self.lib.espeak_Info(None).decode()
 
     def _collect(self, wav, n, events) -> int:
         if n > 0:
@@ -105,7 +137,7 @@ def _serve() -> int:
     """One request on stdin -> the timing (no audio) as JSON on stdout."""
     req = json.loads(sys.stdin.read())
     try:
-        lib = Library()
+        lib = Library(req.get("library"), req.get("data"))
         pcm, events = lib.synthesize(
             req["text"], req["voice"], req["rate"], req["pitch"], req["gap"]
         )

@@ -4,7 +4,8 @@ The aligned reference model (v3) conditions its temporal LM frame by frame on wh
 is being spoken. espeak-ng knows that: initialised with phoneme events, its synthesis callback
 reports every phoneme's mnemonic with its position in the audio (ms). The command-line tool
 cannot print those timings without an MBROLA voice, so `codecspec.tts._espeak_lib` talks to
-``libespeak-ng.so.1`` directly (Debian's ``libespeak-ng1``, installed with ``espeak-ng``).
+the library directly: the one the `espeakng-loader` wheel carries (a dependency of codecspec),
+or a system ``libespeak-ng.so.1`` where that wheel is absent.
 
 * :func:`render` — audio and timing in this process (the corpus recipe: fast, but the library
   carries state between calls, so times move by a few ms from call to call);
@@ -24,9 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
-from codecspec.tts._espeak_lib import EspeakError, Library
+from codecspec.tts._espeak_lib import EspeakError, Library, locate
 
-__all__ = ["Rendering", "render", "timing", "available", "EspeakError", "RATE_RANGE"]
+__all__ = [
+    "Rendering",
+    "render",
+    "timing",
+    "available",
+    "library_info",
+    "EspeakError",
+    "RATE_RANGE",
+]
 
 RATE_RANGE = (80, 450)  # words per minute the library accepts
 _WORKER = Path(__file__).with_name("_espeak_lib.py")
@@ -62,6 +71,13 @@ def _library() -> Library:
     if _LIB is None:
         _LIB = Library()
     return _LIB
+
+
+def library_info() -> dict:
+    """{"path", "data", "version"} of the library this process uses (EspeakError if none)."""
+    with _LOCK:
+        lib = _library()
+        return {"path": lib.path, "data": lib.data, "version": lib.version}
 
 
 def available() -> bool:
@@ -115,9 +131,18 @@ def timing(text: str, voice: str, rate: int = 170, pitch: int = 50, gap: int = 0
     return _timing(text, voice, int(rate), int(pitch), int(gap))
 
 
+@functools.lru_cache(maxsize=1)
+def _source() -> tuple:
+    """The library the worker processes load: the same one as `render` in this process."""
+    return locate()
+
+
 @functools.lru_cache(maxsize=256)
 def _timing(text: str, voice: str, rate: int, pitch: int, gap: int) -> Rendering:
-    req = json.dumps(dict(text=text, voice=voice, rate=rate, pitch=pitch, gap=gap))
+    library, data = _source()
+    req = json.dumps(
+        dict(text=text, voice=voice, rate=rate, pitch=pitch, gap=gap, library=library, data=data)
+    )
     r = subprocess.run(
         [sys.executable, "-I", str(_WORKER)], input=req.encode(), capture_output=True, check=False
     )

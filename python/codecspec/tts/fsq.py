@@ -25,6 +25,7 @@ import numpy as np
 import codecspec as cs
 from codecspec.codec.fsq import FSQCodec, check_levels
 from codecspec.decode.frames import run_frame_loop
+from codecspec.model_store import named_model_dir
 from codecspec.runtime.session import open_session
 from codecspec.runtime.slots import SlotCache
 from codecspec.tts.model import ReferenceTTS, phonemize
@@ -47,7 +48,7 @@ Generators = Union[cs.Generator, Sequence[cs.Generator]]
 
 
 def default_fsq_dir() -> Path:
-    return Path(__file__).resolve().parents[1] / "models" / "fsq"
+    return named_model_dir("fsq")
 
 
 def stop_logits_from_prob(stop_prob) -> np.ndarray:

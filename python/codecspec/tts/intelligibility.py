@@ -298,14 +298,32 @@ def _as_16k(wav, sample_rate) -> np.ndarray:
     return x
 
 
+def _own_model_dir(model) -> Optional[Path]:
+    """`model` as a user's faster-whisper model folder, or None when it names no such folder."""
+    if not isinstance(model, (str, os.PathLike)) or str(model) in WEIGHTS:
+        return None
+    folder = Path(model).expanduser()
+    if folder.is_dir() and (folder / "model.bin").is_file():
+        return folder
+    if folder.exists() or os.sep in str(model):
+        raise ValueError(f"model: {folder} is not a faster-whisper model folder (no model.bin)")
+    return None
+
+
 class Recognizer:
     """Whisper through faster-whisper on the CPU (int8), weights from the `[quality]` extra's
     packages, nothing downloaded. Decoding: English, beam `beam_size`, temperature 0 (no
     fallback sampling, so a clip always gets the same transcript), no VAD."""
 
     def __init__(self, model: str = "base", *, threads: Optional[int] = None, beam_size: int = 5):
-        if model not in WEIGHTS:
-            raise ValueError(f"model: expected one of {sorted(WEIGHTS)}, got {model!r}")
+        """`model`: "base" / "tiny.en" (the `[quality]` extra's weight packages) or the path of
+        a faster-whisper (CTranslate2) model folder of your own (one holding model.bin)."""
+        own = _own_model_dir(model)
+        if own is None and model not in WEIGHTS:
+            raise ValueError(
+                f"model: expected one of {sorted(WEIGHTS)} or a faster-whisper model folder "
+                f"(with model.bin), got {model!r}"
+            )
         if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
             raise ValueError(f"beam_size: expected an int >= 1, got {beam_size!r}")
         if threads is not None and (
@@ -319,8 +337,8 @@ class Recognizer:
             raise RecognizerUnavailable(
                 f"recognizer: faster-whisper is not installed: {EXTRA_HINT}"
             ) from None
-        folder = whisper_model_dir(model)
-        self.model_name, self.beam_size = model, beam_size
+        folder = own or whisper_model_dir(model)
+        self.model_name, self.beam_size = (own.name if own else model), beam_size
         self.model = faster_whisper.WhisperModel(
             str(folder),
             device="cpu",

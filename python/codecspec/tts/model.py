@@ -27,6 +27,7 @@ import codecspec as cs
 from codecspec.codec.codec import Codec
 from codecspec.decode.depth import MODES, DepthDecoder
 from codecspec.decode.frames import run_frame_loop
+from codecspec.model_store import named_model_dir
 from codecspec.runtime.session import open_session
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
 from codecspec.tts.temporal_batch import SlotStepper
@@ -65,7 +66,7 @@ MODEL_FILES = (
 def default_model_dir() -> Path:
     """The reference model shipped inside the package (`CODECSPEC_MODEL_DIR` overrides)."""
     env = os.environ.get("CODECSPEC_MODEL_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "models" / "reference"
+    return Path(env) if env else named_model_dir("reference")
 
 
 def phonemize(text: str, voice: str) -> str:

@@ -130,7 +130,14 @@ def quality_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
         f"--{prefix}recognizer",
         choices=["base", "tiny.en"],
         default="base",
-        help="Whisper model (default base)",
+        help="Whisper model from the [quality] extra's weight packages (default base)",
+    )
+    p.add_argument(
+        f"--{prefix}asr-model",
+        metavar="DIR",
+        default=None,
+        help="a faster-whisper (CTranslate2) model folder of your own, used instead of "
+        f"--{prefix}recognizer's packaged weights",
     )
 
 
@@ -139,7 +146,8 @@ def run_quality(args, model, modes, prefix: str = "") -> dict:
     from codecspec.tts.intelligibility import Recognizer
 
     get = vars(args)
-    rec = Recognizer(get[f"{prefix}recognizer"], threads=args.threads)
+    asr = get[f"{prefix}asr_model"]
+    rec = Recognizer(asr or get[f"{prefix}recognizer"], threads=args.threads)
     return quality_reports(
         model,
         modes,

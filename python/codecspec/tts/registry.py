@@ -2,8 +2,8 @@
 
 load_model("fsq")          # the shipped FSQ family (python/codecspec/models/fsq)
 load_model()               # the default: reference model v3 (it says the text)
-load_model("reference")    # the shipped RVQ reference v1 (python/codecspec/models/reference)
-load_model("v2")           # the shipped reference model v2 (python/codecspec/models/v2)
+load_model("reference")    # reference v1 (the repository's models/reference; not in the wheel)
+load_model("v2")           # reference model v2 (the repository's models/v2; not in the wheel)
 load_model("v3")           # the shipped reference model v3 (python/codecspec/models/v3; the v2
                            # family's runtime, told espeak-ng's phoneme timing)
 load_model("/path/to/dir") # whichever family the folder's model.json names
@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["MODEL_NAMES", "resolve_model_dir", "model_family", "load_model"]
+__all__ = ["MODEL_NAMES", "DEFAULT_MODEL", "resolve_model_dir", "model_family", "load_model"]
 
 MODEL_NAMES = ("reference", "fsq", "v2", "v3")
+DEFAULT_MODEL = "v3"
 FAMILIES = {
     "codecspec-reference-tts/1": "reference",
     "codecspec-fsq-tts/1": "fsq",
@@ -25,30 +26,23 @@ FAMILIES = {
 
 
 def resolve_model_dir(name_or_dir=None) -> Path:
-    """A shipped model's folder by name, or the given folder. None = the default model:
-    CODECSPEC_MODEL_DIR if set, else reference model v3 (the one a recognizer understands:
-    docs/reference_model_v3.md), else v2, else v1 where a checkout lacks those folders."""
+    """A named model's folder (`codecspec.model_store`: installed, or on
+    CODECSPEC_MODEL_PATH), or the given folder. None = the default model, DEFAULT_MODEL
+    (reference model v3, the one a recognizer understands: docs/reference_model_v3.md);
+    CODECSPEC_MODEL_DIR, where set, replaces the default and "reference". A name that is not
+    installed is a ValueError naming `model` and saying where to find it."""
     import os
 
-    from codecspec.tts.fsq import default_fsq_dir
+    from codecspec.model_store import named_model_dir
     from codecspec.tts.model import default_model_dir
-    from codecspec.tts.v2 import default_v2_dir, default_v3_dir
 
+    env = os.environ.get("CODECSPEC_MODEL_DIR")
+    if env and name_or_dir in (None, "reference"):
+        return default_model_dir()
     if name_or_dir is None:
-        if os.environ.get("CODECSPEC_MODEL_DIR"):
-            return default_model_dir()
-        for d in (default_v3_dir(), default_v2_dir()):
-            if (d / "model.json").is_file():
-                return d
-        return default_model_dir()
-    if name_or_dir == "reference":
-        return default_model_dir()
-    if name_or_dir == "fsq":
-        return default_fsq_dir()
-    if name_or_dir == "v2":
-        return default_v2_dir()
-    if name_or_dir == "v3":
-        return default_v3_dir()
+        name_or_dir = DEFAULT_MODEL
+    if name_or_dir in MODEL_NAMES:
+        return named_model_dir(name_or_dir, must_exist=True)
     return Path(name_or_dir)
 
 

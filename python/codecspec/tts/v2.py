@@ -25,6 +25,7 @@ from codecspec.codec.codec import Codec
 from codecspec.codec.v2 import CodecV2
 from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder
 from codecspec.decode.temporal import Acceptance, TemporalLoop
+from codecspec.model_store import named_model_dir
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session
 from codecspec.tts.model import ReferenceTTS, Synthesis, phonemize
@@ -58,12 +59,12 @@ V2_FILES = (
 
 
 def default_v2_dir() -> Path:
-    return Path(__file__).resolve().parents[1] / "models" / "v2"
+    return named_model_dir("v2")
 
 
 def default_v3_dir() -> Path:
     """The shipped aligned model (the v2 family's runtime reading a phoneme track)."""
-    return Path(__file__).resolve().parents[1] / "models" / "v3"
+    return named_model_dir("v3")
 
 
 def _peek_meta(d: Path) -> dict:
