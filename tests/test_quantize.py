@@ -15,6 +15,14 @@ from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import DepthDecoderConfig, build_depth_graph
 from codecspec.graphs.quantize import default_weights, quantize_weights
+from codecspec.graphs.row_probe import (
+    activation_half_steps,
+    matmul_model,
+    nbits_node,
+    probe_rows,
+    rounding_bound,
+    together_and_alone,
+)
 from codecspec.runtime.kv import KVCache
 from codecspec.train.data import drift_weights
 
@@ -76,22 +84,26 @@ def _rows_alone_and_together(model, n=5, drafts=None):
 
 @pytest.mark.parametrize("weights_kind", ["int8", "int4"])
 def test_a_rows_logits_do_not_depend_on_the_other_rows_of_its_call(grouped, weights_kind):
-    """MatMulNBits quantises each activation row alone: a tree node's logits are the same
-    bits whatever else the verify call holds, so the quantised model has one law."""
-    together, alone = _rows_alone_and_together(quantize_weights(grouped, weights_kind))
-    np.testing.assert_array_equal(together, alone)
+    """MatMulNBits quantises each activation row on its own, so a tree node's logits do not
+    depend on the rest of its verify call: the same bits where this CPU's kernel computes a
+    row the same way for every call size (AVX-512; int8 on AVX2), within the float rounding
+    of each MatMul's sum where it does not (int4 on AVX2: a one-row kernel and a tiled one)."""
+    model = quantize_weights(grouped, weights_kind)
+    probe = probe_rows(model, weights_kind, threads=1)
+    assert probe.within_rounding, probe.to_dict()
+    together, alone = _rows_alone_and_together(model)
+    if probe.row_independent:
+        np.testing.assert_array_equal(together, alone)
 
 
-def test_dynamic_quantisation_would_couple_the_rows_of_a_call(grouped):
-    """The broken variant: quantize_dynamic scales a whole call's activations with one
-    number, so a row's logits change with its neighbours (why codecspec does not use it)."""
+def _quantize_dynamic(model):
     import tempfile
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory() as d:
         src, dst = Path(d) / "f.onnx", Path(d) / "q.onnx"
-        onnx.save_model(grouped, src)
+        onnx.save_model(model, src)
         quantize_dynamic(
             str(src),
             str(dst),
@@ -100,8 +112,56 @@ def test_dynamic_quantisation_would_couple_the_rows_of_a_call(grouped):
         )
         q = onnx.load(str(dst))
     assert "MatMulInteger" in {n.op_type for n in q.graph.node}
-    together, alone = _rows_alone_and_together(q)
-    assert np.abs(together - alone).max() > 1e-4
+    return q
+
+
+def _first_matmul_weight(model) -> np.ndarray:
+    inits = {t.name: t for t in model.graph.initializer}
+    name = next(
+        n.input[1] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits
+    )
+    return onnx.numpy_helper.to_array(inits[name])
+
+
+def test_dynamic_quantisation_would_couple_the_rows_of_a_call(grouped):
+    """The broken variant: quantize_dynamic scales a whole call's activations with one
+    number, so a row's logits change with its neighbours (why codecspec does not use it).
+    Caught on every CPU: its rows are not the same bits (what row-independent kernels keep),
+    and one of its MatMuls moves rows by more than the rounding bound that MatMulNBits meets
+    at either precision."""
+    from codecspec.runtime.session import open_session
+
+    together, alone = _rows_alone_and_together(_quantize_dynamic(grouped))
+    assert not np.array_equal(together, alone)
+    W = _first_matmul_weight(grouped)
+    mm = matmul_model(W)
+    x = np.random.default_rng(0).standard_normal((17, W.shape[0])).astype(np.float32)
+    coupled = together_and_alone(
+        open_session(_quantize_dynamic(mm).SerializeToString(), "cpu", 1), x, (2, 5, 17)
+    )
+    for weights in ("int8", "int4"):
+        q = quantize_weights(mm, weights)
+        w = nbits_node(q.graph.node[0], {t.name: t for t in q.graph.initializer})
+        for t, a in coupled:
+            assert (np.abs(t - a) > rounding_bound(w, x[: len(t)])).any(), (weights, len(t))
+
+
+@pytest.mark.parametrize("weights_kind", ["int8", "int4"])
+def test_the_probe_reads_the_weights_the_kernel_multiplies_by(grouped, weights_kind):
+    """The rounding bound is only as good as the weights it is computed from: x @ w~ (the
+    probe's dequantised weights) is within half an activation step per input of the
+    kernel's output, plus its rounding."""
+    from codecspec.runtime.session import open_session
+
+    W = _first_matmul_weight(grouped)
+    q = quantize_weights(matmul_model(W), weights_kind)
+    w = nbits_node(q.graph.node[0], {t.name: t for t in q.graph.initializer})
+    x = np.random.default_rng(1).standard_normal((5, w.q.shape[0])).astype(np.float32)
+    got = open_session(q.SerializeToString(), "cpu", 1).run(None, {"x": x})[0]
+    wd = w.dequantized()
+    slack = activation_half_steps(x, w.block_size) @ np.abs(wd) + rounding_bound(w, x)
+    assert (np.abs(got - x @ wd) <= slack).all()
+    assert (np.abs(wd - W) <= np.abs(w.scale)).all()  # within a step (clipping included)
 
 
 def test_grouped_heads_score_like_gathered_heads(weights, grouped):

@@ -9,10 +9,12 @@ Why MatMulNBits with accuracy_level 4 and not `quantize_dynamic` (MatMulInteger)
 quantisation scales the activations of a whole call with one number, so in a verify call a
 node's logits would depend on the other nodes of the tree, and the speculative law would
 differ from the autoregressive one. MatMulNBits quantises each activation row on its own
-(accuracy_level 4: int8 compute, per row and block), so row i of a call with Q rows equals
-the same row computed alone, bit for bit (tests/test_quantize.py checks it), and the
-quantised model has one law whatever the tree. accuracy_level 0 (float compute over
-dequantised weights) is row-exact too but ~50x slower on this CPU for 8 bits.
+(accuracy_level 4: int8 compute, per row and block), so row i of a call with Q rows is the
+same row computed alone: bit for bit where the CPU's kernel treats every call size alike
+(AVX-512; 8 bits on AVX2), within the float rounding of the row's sum where it does not
+(4 bits on AVX2). `graphs.row_probe` measures which holds on a machine; calibration records
+it. accuracy_level 0 (float compute over dequantised weights) is row-exact too but ~50x
+slower on this CPU for 8 bits.
 """
 
 from __future__ import annotations
