@@ -281,6 +281,9 @@ def test_calibrate_end_to_end(model, tmp_path):
     assert [b["budget"] for b in prof["budgets"]] == [1, 2, 4, 8]
     assert set(prof["ablation"]) == {"zero_offsets", "medusa", "offsets"}
     assert prof["end_to_end"]["speedup"] > 0
+    for weights in ("int8", "int4"):  # what speculation over quantised weights keeps here
+        rows = prof["quantised_rows"][weights]
+        assert rows["holds"] in ("bit-identical", "float-rounding"), rows
     offs, meta = load_offsets(out / "offsets.npz", config=CFG, heads=heads)
     np.testing.assert_array_equal(offs, res.offsets)
     assert "train_loss" in meta and "date" in meta

@@ -31,6 +31,7 @@ __all__ = [
     "NBitsWeights",
     "RowProbe",
     "activation_half_steps",
+    "cpu_simd_flags",
     "matmul_model",
     "nbits_node",
     "probe_rows",
@@ -237,3 +238,18 @@ def probe_weights(
     W = np.random.default_rng(seed).standard_normal((K, N)) / np.sqrt(K)
     model = quantize_weights(matmul_model(W.astype(np.float32)), weights)
     return probe_rows(model, weights, rows=rows, seed=seed, provider=provider, threads=threads)
+
+
+# The flags MLAS dispatches its quantised GEMM kernels on.
+_SIMD = ("avx2", "fma", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni", "amx_int8")
+
+
+def cpu_simd_flags() -> list:
+    """Which of the SIMD extensions MLAS picks its kernels by this CPU has (Linux; [] where
+    /proc/cpuinfo cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return []
+    return [f for f in _SIMD if f in flags]

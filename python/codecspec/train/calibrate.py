@@ -774,6 +774,26 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def _quantised_rows(provider: str, threads: Optional[int], hidden: int, tree_nodes: int) -> dict:
+    """What speculation over int8 / int4 weights keeps on this device: per precision, whether
+    a MatMulNBits row is the same bits alone and in a verify call, or how far it moves
+    against float rounding (graphs.row_probe), for an [H, H] MatMul and calls of up to the
+    chosen tree's size."""
+    from codecspec.graphs.row_probe import cpu_simd_flags, probe_weights
+
+    rows = sorted({2, 5, 17, max(2, tree_nodes)})
+    out: dict[str, Any] = {"cpu_simd": cpu_simd_flags(), "size": [hidden, hidden]}
+    for weights in ("int8", "int4"):
+        try:
+            probe = probe_weights(
+                weights, (hidden, hidden), rows=rows, provider=provider, threads=threads
+            )
+            out[weights] = probe.to_dict()
+        except ValueError as e:  # no quantiser (onnx_ir) or no kernel on this provider
+            out[weights] = {"error": str(e)}
+    return out
+
+
 def _ablation_row(acc: Acceptance, latency, budget) -> dict:
     _, rows = choose_budget(acc, latency, [budget])
     r = rows[0]
@@ -826,7 +846,8 @@ def calibrate(
     3. acceptance on the held-out frames (all frames when offsets were given), for the offsets
        and for zero offsets (and Medusa heads with medusa=True) as ablations.
     4. latency profile for q in {1, 2} ∪ {N + 1}; 5. best N; 6. optional end-to-end check with
-       the real decoder; 7. tree.json, device_profile.json, PNG plots.
+       the real decoder; 7. tree.json, device_profile.json (with what int8 / int4
+       speculation keeps on this device: `quantised_rows`), PNG plots.
     """
     import onnxruntime as ort
 
@@ -1014,6 +1035,7 @@ def calibrate(
             "seconds": history.seconds,
         },
         "offsets_file": files.get("offsets"),
+        "quantised_rows": _quantised_rows(provider, threads, H, tree.num_nodes),
         "seconds": None,
     }
     profile["seconds"] = round(time.monotonic() - t_start, 2)
