@@ -1,6 +1,6 @@
 """Plain-numpy reference implementation of codecspec's sampling core.
 
-Written independently from the Rust code, from the contract in DESIGN.md section 4 and
+Written independently from the Rust code, from the contract in docs/design.md section 4 and
 docs/api-extensions.md. It serves two purposes:
 
 * the baseline for the speed targets in ``bench/test_bench_core.py`` (a reasonable, vectorised

@@ -1,4 +1,4 @@
-"""Statistical conformance helpers, written against the contract (DESIGN.md sections 2 and 4).
+"""Statistical conformance helpers, written against the contract (docs/design.md sections 2 and 4).
 
 Everything here is plain numpy float64 and independent of codecspec:
 

@@ -1,4 +1,4 @@
-"""Statistical conformance of cs.verify_chain (DESIGN.md section 2, "Lossless verification").
+"""Statistical conformance of cs.verify_chain (docs/design.md section 2, "Lossless verification").
 
 Targets and drafters are context dependent ("depth bigram": row j of target_logits is a table
 row selected by the j-th draft token), drafts are drawn afresh for every trial, and one Generator

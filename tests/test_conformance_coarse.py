@@ -1,4 +1,4 @@
-"""Statistical conformance of cs.verify_chain_coarse (PCG, DESIGN.md section 2).
+"""Statistical conformance of cs.verify_chain_coarse (PCG, docs/design.md section 2).
 
 The exact-law variable is the emitted group: r.groups[0] must follow coarse(warp(root row)) and
 (groups[0], groups[1] | STOP) the exact joint law (after acceptance of draft x the next group

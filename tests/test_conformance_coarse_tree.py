@@ -1,4 +1,4 @@
-"""Statistical conformance of cs.verify_tree_coarse (DESIGN.md section 2, "Coarse-grained
+"""Statistical conformance of cs.verify_tree_coarse (docs/design.md section 2, "Coarse-grained
 acceptance in a top-k tree"; contract in section 4).
 
 The exact-law variable is the emitted group. In a top-k tree the node tokens are fixed given the

@@ -1,5 +1,5 @@
-"""cs.verify_chain(..., tolerance=beta): SSD's tolerance-relaxed acceptance (DESIGN.md section 2,
-the lossy baseline PCG is compared with; contract in section 4).
+"""cs.verify_chain(..., tolerance=beta): SSD's tolerance-relaxed acceptance (docs/design.md
+section 2, the lossy baseline PCG is compared with; contract in section 4).
 
 Draft x is accepted iff u < min(1, p(x)/q(x)) + beta; a rejection emits a token from the usual
 residual norm(max(p - q, 0)) (p when that is all zero). Checks:

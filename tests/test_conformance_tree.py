@@ -1,4 +1,4 @@
-"""Statistical conformance of cs.verify_tree for the three draft kinds (DESIGN.md section 2).
+"""Statistical conformance of cs.verify_tree for the three draft kinds (docs/design.md section 2).
 
 Every tree node has its own (context-dependent) target row: the row of a node at depth d whose
 token is t is L[d, t], so children that repeat a token (iid drafts) share a row. Drafts are drawn

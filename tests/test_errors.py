@@ -1,6 +1,6 @@
 """Every public function rejects invalid input with a ValueError whose message names the argument
-(DESIGN.md section 4); a Rust panic (pyo3 PanicException, a BaseException) or an OverflowError /
-TypeError from argument conversion is a failure here."""
+(docs/design.md section 4); a Rust panic (pyo3 PanicException, a BaseException) or an
+OverflowError / TypeError from argument conversion is a failure here."""
 
 import numpy as np
 import pytest

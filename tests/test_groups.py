@@ -1,4 +1,4 @@
-"""cs.AcousticGroups (PCG similarity groups, DESIGN.md section 2) against a numpy brute force:
+"""cs.AcousticGroups (PCG similarity groups, docs/design.md section 2) against a numpy brute force:
 group k = {t : cos(e_k, e_t) >= threshold} (always containing k), singleton tokens only in their
 own group, w[k, t] = 1/|groups(t)|, coarse(p)[k] = sum_t w[k, t] p(t)."""
 

@@ -1,4 +1,4 @@
-"""Repetition penalty in cs.warp / cs.sample (DESIGN.md section 4): the transformers
+"""Repetition penalty in cs.warp / cs.sample (docs/design.md section 4): the transformers
 convention (logit / r where > 0, logit * r otherwise, for every distinct id of the history),
 applied before temperature / top-k / top-p; r = 1 or an empty history is bit-identical to the
 call without it; bad values and ids are ValueErrors naming the argument."""

@@ -1,5 +1,5 @@
 """DraftTree: exact structure on hand-worked examples, validation, JSON, greedy construction vs a
-brute-force optimum, and hypothesis properties on random trees (DESIGN.md section 4 and
+brute-force optimum, and hypothesis properties on random trees (docs/design.md section 4 and
 docs/api-extensions.md: node order = root, then paths sorted by (depth, path))."""
 
 import functools

@@ -1,5 +1,5 @@
 """Fit codec v2 (grid levels over PCA, issue 12) on the reference corpus and measure it beside
-v1's RVQ codec, per level, as shared/notes/codes_predictability.md does.
+v1's RVQ codec, per level, as docs/codec_v2.md section 0 does.
 
     OMP_NUM_THREADS=1 nice -n 10 python models/recipe/codec_v2.py \
         --corpus ~/.cache/codecspec/corpus --out ~/.cache/codecspec/codec_v2

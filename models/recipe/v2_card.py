@@ -95,7 +95,7 @@ def card(model: Path, corpus: Path) -> str:
     L.append(
         "A text-to-speech model trained here from espeak-ng speech (4 languages, several "
         "voices) so that codecspec's speculation can be measured on a model whose codes a "
-        "model can predict (`shared/notes/codes_predictability.md`). Temporal LM over c0 only "
+        "model can predict (`docs/codec_v2.md`). Temporal LM over c0 only "
         f"(sliding window of {meta['temporal_config']['window']} frames, ring-buffer cache, "
         "Bernoulli stop head, speaking-rate input), a one-layer draft LM, and a Qwen3-TTS-layout "
         "depth decoder for c1..c15. Recipe: `models/recipe/v2.py` (docs/reference_model_v2.md).\n"

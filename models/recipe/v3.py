@@ -10,7 +10,7 @@ What changes from v2 (docs/reference_model_v3.md): the corpus keeps espeak-ng's 
 timing (`corpus.py --timed`), the temporal LM reads the phoneme track u_t of
 `codecspec.tts.aligned` instead of an expected progress (its cross-attention gets a prior
 centred on the phoneme being spoken), and the codec is v1's, which keeps the words (67.5% of
-words recognised after resynthesis against v2's 55%, `../shared/notes/intelligibility.md`).
+words recognised after resynthesis against v2's 55%, docs/quality.md).
 Everything else — the depth decoder, the draft LM, the ring cache, the stop head, the ship
 step's calibration and measurements — is v2's recipe, run with these settings. `train` is
 resumable exactly as v2's.

@@ -1,7 +1,7 @@
 """Codec v2: 16 grid-structured levels over PCA components of stacked log-mel (issue 12).
 
 v1's residual VQ levels are chaotic: a deep code flips under a pitch change of one espeak-ng
-step and its codebook vectors have no neighbours (shared/notes/codes_predictability.md). Here
+step and its codebook vectors have no neighbours (docs/codec_v2.md). Here
 every level is a small grid: level k quantises a few PCA components (or the residual of
 components an earlier level already quantised), each with its own ordered set of scalar values,
 and its code is the mixed-radix number of the per-component indices (first component most

@@ -2,7 +2,7 @@
 
 v2 learned where in the text each frame is from an expected progress (t + 0.5) / (r * P) and
 cross-attention, and that alignment never formed at the training budget here (its speech was
-babble to a recognizer, `../shared/notes/intelligibility.md`). v3 is told instead, as
+babble to a recognizer, docs/quality.md). v3 is told instead, as
 Qwen3-TTS feeds one text token per frame and Kyutai's delayed-streams TTS aligns a text stream
 with the audio: espeak-ng's own phoneme timing (`codecspec.tts.espeak`) gives every frame t a
 *phoneme position*

@@ -1,4 +1,4 @@
-//! Coarse-grained acceptance in a top-k draft tree (DESIGN.md §2, this library's extension of
+//! Coarse-grained acceptance in a top-k draft tree (docs/design.md §2, this library's extension of
 //! PCG).
 //!
 //! The exact rule for deterministic (top-k) children is "sample y ~ p at the node; descend into

@@ -219,7 +219,7 @@ impl PyAcousticGroups {
     }
 }
 
-/// Coarse-grained chain verification (PCG, DESIGN.md §2): draft j's group k is drawn from
+/// Coarse-grained chain verification (PCG, docs/design.md §2): draft j's group k is drawn from
 /// w[·, x_j] and accepted iff u·Q_c(k) <= P_c(k); on rejection a group is drawn from
 /// norm(max(P_c − Q_c, 0)) and a token inside it from p weighted by w. The law of the emitted
 /// groups (result.groups) equals the target's coarse law; with all-singleton groups the result
@@ -276,7 +276,7 @@ pub fn verify_chain_coarse(
     Ok(PyVerifyResult::from_core(r, Some(gids)))
 }
 
-/// Coarse-grained verification of a top-k (deterministic children) draft tree (DESIGN.md §2,
+/// Coarse-grained verification of a top-k (deterministic children) draft tree (docs/design.md §2,
 /// "Coarse-grained acceptance in a top-k tree"): at each visited node a group G ~ P_c (the
 /// coarse law of the node's target row) is drawn one child at a time: the walk descends into
 /// the lowest-rank child whose token belongs to G (that token is G's representative), else it

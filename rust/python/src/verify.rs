@@ -174,7 +174,7 @@ fn tree_inputs<'py>(
     })
 }
 
-/// Verifies a draft tree in one pass (see DESIGN.md §2 for the residual rules).
+/// Verifies a draft tree in one pass (see docs/design.md §2 for the residual rules).
 /// node_tokens [T] int in [0, V) (node 0 = the root); target_logits [T, V]: row i =
 /// target law of the token after node i; draft_probs [T, V]: row i = the law node i's children
 /// were drawn from (None = point masses); draft_kind 'topk' (distinct deterministic children),

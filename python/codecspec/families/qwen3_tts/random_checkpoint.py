@@ -18,7 +18,7 @@ Sources of the values (looked up, not copied): the class defaults and key names 
 `qwen_tts/core/models/configuration_qwen3_tts.py` and
 `qwen_tts/core/tokenizer_12hz/configuration_qwen3_tts_tokenizer_v2.py` (qwen-tts 0.1.1); the
 dimensions, codec ids, speakers and languages of the published config.json as several
-independent public ports give them (see /work/shared/notes/qwen3_tts.md and docs/models.md);
+independent public ports give them (see docs/qwen3_tts.md);
 the decoder config is `graphs.qwen3_decoder.PUBLISHED_DECODER_CONFIG`.
 
 Not written: the speech tokenizer's encoder-side weights (the Mimi encoder and the quantizers'
