@@ -253,3 +253,22 @@ def cpu_simd_flags() -> list:
     except OSError:
         return []
     return [f for f in _SIMD if f in flags]
+
+
+def _main() -> None:
+    """`python -m codecspec.graphs.row_probe [K N ...]`: what this machine keeps, per size."""
+    import sys
+
+    dims = [int(a) for a in sys.argv[1:]] or [1024, 1024, 1024, 3072, 3072, 1024]
+    print("SIMD:", " ".join(cpu_simd_flags()))
+    for K, N in zip(dims[::2], dims[1::2]):
+        for weights in ("int8", "int4"):
+            p = probe_weights(weights, (K, N), threads=1)
+            print(
+                f"{weights} [{K}, {N}] calls {list(p.rows)}: {p.holds}; "
+                f"max |together - alone| {p.max_abs:.2g}, {p.bound_ratio:.3g} of the bound"
+            )
+
+
+if __name__ == "__main__":
+    _main()
