@@ -1,4 +1,4 @@
-"""Qwen3-TTS at its real size on this CPU: the figures of README's Qwen3-TTS table and
+"""Qwen3-TTS at its real size on this CPU: the figures of docs/qwen3_tts.md's table and
 docs/performance.md, from one run.
 
 No real weights can be downloaded here, and the time of a graph call does not depend on the
