@@ -57,8 +57,11 @@ _CALLBACK = ctypes.CFUNCTYPE(
 
 
 def locate() -> tuple:
-    """(library file, data folder or None): the `espeakng-loader` wheel's if installed, else
-    the system's (its data folder is compiled into it, hence None)."""
+    """(library file, data folder or None): CODECSPEC_ESPEAK_LIBRARY (with
+    CODECSPEC_ESPEAK_DATA, else the library's built-in data folder) where set, else the
+    `espeakng-loader` wheel's, else the system's (its data folder compiled into it: None)."""
+    if os.environ.get("CODECSPEC_ESPEAK_LIBRARY"):
+        return os.environ["CODECSPEC_ESPEAK_LIBRARY"], os.environ.get("CODECSPEC_ESPEAK_DATA")
     try:
         import espeakng_loader
 
