@@ -39,7 +39,7 @@ def test_capacity_is_robust_to_outliers_and_noise():
 
 @pytest.fixture(scope="module")
 def engine():
-    e = Engine(max_streams=4, max_queue=4, threads=1, admit="realtime")
+    e = Engine("reference", max_streams=4, max_queue=4, threads=1, admit="realtime")
     yield e
     e.shutdown(drain=False)
 

@@ -33,7 +33,8 @@ def test_sigterm_drains_in_flight_streams():
     # The server process imports codecspec from where this test did (source tree or wheel).
     here = str(Path(codecspec.__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "codecspec.cli", "serve", "--port", str(port)]
+    serve = ["serve", "--model", "reference", "--port", str(port)]
+    cmd = [sys.executable, "-m", "codecspec.cli", *serve]
     proc = subprocess.Popen(cmd + ["--max-streams", "2", "--threads", "1"], env=env)
     try:
         assert wait_for(lambda: _up(url), timeout=120, every=0.2), "server did not come up"

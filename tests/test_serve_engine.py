@@ -29,7 +29,7 @@ def _slow(req, t):
 
 @pytest.fixture(scope="module")
 def engine():
-    e = Engine(max_streams=8, max_queue=8, threads=1, fault=_slow)
+    e = Engine("reference", max_streams=8, max_queue=8, threads=1, fault=_slow)
     yield e
     e.shutdown()
 
@@ -228,7 +228,7 @@ def test_cancel_frees_the_slot_within_one_step(engine):
 
 
 def test_bounded_queue_refuses_with_a_retry_hint():
-    e = Engine(max_streams=1, max_queue=1, threads=1, fault=_slow)
+    e = Engine("reference", max_streams=1, max_queue=1, threads=1, fault=_slow)
     try:
         first = e.submit(ipa(LONG, seed=SLOW))
         assert wait_for(lambda: e._active, timeout=30)

@@ -40,7 +40,7 @@ def _fault(req, t):
 @pytest.fixture(scope="module")
 def server():
     def factory():
-        return Engine(max_streams=1, max_queue=2, threads=1, fault=_fault)
+        return Engine("reference", max_streams=1, max_queue=2, threads=1, fault=_fault)
 
     with LocalServer(factory, api_key=KEY) as s:
         yield s

@@ -23,7 +23,14 @@ def cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        opts = {"replicas": 2, "max_streams": 2, "max_queue": 2, "threads": 1, "num_cpus": 0.5}
+        opts = {
+            "model": "reference",
+            "replicas": 2,
+            "max_streams": 2,
+            "max_queue": 2,
+            "threads": 1,
+            "num_cpus": 0.5,
+        }
         serve.run(build_app(opts), name="codecspec", route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -91,7 +98,13 @@ def test_the_documented_serve_run_and_serve_status_commands(tmp_path):
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN=secrets.token_hex(32),  # this cluster's own, not ~/.ray/auth_token
     )
-    app = ["codecspec.serve.ray:build_app", "replicas=1", "max_streams=2", "num_cpus=0.5"]
+    app = [
+        "codecspec.serve.ray:build_app",
+        "model=reference",
+        "replicas=1",
+        "max_streams=2",
+        "num_cpus=0.5",
+    ]
     log = open(tmp_path / "serve_run.log", "w")
     run = subprocess.Popen(
         [serve_cli, "run", *app],

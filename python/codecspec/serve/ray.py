@@ -36,12 +36,12 @@ def _int(args: dict, key: str, default: Optional[int]) -> Optional[int]:
 
 def build_app(args: Optional[dict[str, Any]] = None):
     """A Ray Serve application. Options (strings from `serve run ... key=value` or a dict):
-    model (a name or folder; default: the registry's default, v3), max_streams (16), max_queue (= max_streams),
-    threads (ONNX Runtime threads per replica), provider (cpu), admit (realtime | max, as
-    `codecspec serve --admit`; default realtime), replicas (a fixed count; otherwise
-    autoscaling between min_replicas (1) and max_replicas (4)), max_queued (Ray's per-caller
-    queue, 4 x max_streams), num_cpus (per replica, 1), metrics_open (1: /metrics without
-    the API key)."""
+    model (a name or folder; default: the registry's default, v3), max_streams (16),
+    max_queue (= max_streams), threads (ONNX Runtime threads per replica), provider (cpu),
+    admit (realtime | max, as `codecspec serve --admit`; default realtime), replicas (a fixed
+    count; otherwise autoscaling between min_replicas (1) and max_replicas (4)), max_queued
+    (Ray's per-caller queue, 4 x max_streams), num_cpus (per replica, 1), metrics_open (1:
+    /metrics without the API key)."""
     args = dict(args or {})
     max_streams = _int(args, "max_streams", 16)
     max_queue = _int(args, "max_queue", max_streams)
