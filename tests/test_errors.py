@@ -422,3 +422,17 @@ def test_topk_duplicate_siblings_rejected_or_lossless():
     want = np_warp(x[0])
     assert law_ok(counts_of(first, V), want, n), "duplicate siblings double-count mass"
     assert not law_ok(counts_of(first, V), np_warp(x[0], 1.5), n)  # the check has power
+
+
+def test_python_dash_m_codecspec_is_the_command_line():
+    """`python -m codecspec` runs the same parser as the `codecspec` script (exit codes too)."""
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "codecspec", "--help"], capture_output=True)
+    assert ok.returncode == 0 and b"synth" in ok.stdout and b"serve" in ok.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "codecspec", "synth", "hi", "--temperature", "-1"],
+        capture_output=True,
+    )
+    assert bad.returncode == 2 and b"temperature" in bad.stderr

@@ -387,6 +387,33 @@ def test_tiny_en_recognizer_from_its_package(clips):
     assert word_errors(reference, rec.transcribe(wav, sr)).words_recognised >= 0.5
 
 
+def test_a_users_own_model_folder_replaces_the_packaged_weights(clips, tmp_path):
+    """--asr-model DIR: any faster-whisper folder (here a copy of tiny.en's) is used as it is;
+    a folder without model.bin is a ValueError naming `model`."""
+    pytest.importorskip("faster_whisper", reason="the [quality] extra is not installed")
+    import shutil
+
+    own = tmp_path / "my-whisper"
+    shutil.copytree(intel.whisper_model_dir("tiny.en"), own)
+    rec = intel.Recognizer(str(own), threads=2)
+    assert rec.model_name == "my-whisper" and "my-whisper" in rec.name
+    sid, _, wav, sr = clips[1]
+    reference = next(r["text"] for r in load_sentences() if r["id"] == sid)
+    assert word_errors(reference, rec.transcribe(wav, sr)).words_recognised >= 0.5
+    (own / "model.bin").unlink()
+    with pytest.raises(ValueError, match="^model: .*model.bin"):
+        intel.Recognizer(str(own))
+    with pytest.raises(ValueError, match="^model: .*model.bin"):
+        intel.Recognizer(str(tmp_path / "no-such-folder"))
+
+
+def test_quality_cli_takes_an_asr_model_folder(capsys, tmp_path):
+    from codecspec.cli import main
+
+    assert main(["quality", "--asr-model", str(tmp_path / "nothing-here")]) == 2
+    assert "model.bin" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "wav, sr, match",
     [
