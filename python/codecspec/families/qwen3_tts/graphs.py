@@ -5,7 +5,8 @@ $CODECSPEC_CACHE_DIR or ~/.cache/codecspec), written into a temporary sibling fo
 into place only when complete, so an error or an interrupt leaves nothing half-built:
 
   talker.onnx         the talker's 28 (config: num_hidden_layers) Qwen3 decoder layers over a
-                      host-owned KV cache (the depth-graph builder's "cpu" variant with
+                      host-owned KV cache (the depth-graph builder's "cpu" variant, or
+                      "plain" where the head size is not a multiple of 8, see graph_variant;
                       heads="hidden": input_embeds in, final-norm hidden + new K/V rows out);
                       the talker's multimodal RoPE is plain 1-D RoPE for TTS input, where the
                       three position streams are equal (get_rope_index on an all-ones mask)
@@ -96,6 +97,13 @@ def talker_depth_config(spec: TalkerSpec):
     )
 
 
+def graph_variant(head_dim: int) -> str:
+    """The builder variant for a model with this head size: onnxruntime's GroupQueryAttention
+    (variant "cpu") only takes head sizes that are multiples of 8 and fails at run time on
+    others, so those get the standard-ops graph (variant "plain"), same I/O and results."""
+    return "cpu" if head_dim % 8 == 0 else "plain"
+
+
 def _talker_weights(ck, spec: TalkerSpec, cfg):
     from codecspec.graphs.qwen3 import LAYER_MAP
     from codecspec.graphs.weights import DepthDecoderWeights, expected_shapes
@@ -164,7 +172,10 @@ def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
     try:
         cfg = talker_depth_config(spec)
         model = build_depth_graph(
-            cfg, _talker_weights(tensors, spec, cfg), variant="cpu", heads="hidden"
+            cfg,
+            _talker_weights(tensors, spec, cfg),
+            variant=graph_variant(cfg.head_dim),
+            heads="hidden",
         )
         save_model(model, out / "talker.onnx")
         del model
@@ -186,7 +197,8 @@ def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
         raise ValueError(f"model: {e}") from None
     if dcfg.num_codebooks != spec.num_code_groups:
         raise ValueError("model: config.json: talker and code predictor num_code_groups differ")
-    save_model(build_depth_graph(dcfg, dw, variant="cpu", heads="grouped"), out / "depth.onnx")
+    depth = build_depth_graph(dcfg, dw, variant=graph_variant(dcfg.head_dim), heads="grouped")
+    save_model(depth, out / "depth.onnx")
     np.save(out / "depth.heads.npy", np.asarray(dw["heads"], np.float32))
     np.save(out / "code_embedding.npy", np.asarray(dw["code_embeddings"], np.float32))
     if ck.model_type == "base":
