@@ -20,11 +20,23 @@ custom_equal (CustomVoice, equal widths, speakers + a dialect speaker), design_w
 (VoiceDesign, talker wider than the predictor), base_xvector (Base, voice clone in
 x-vector-only mode from tests/data/qwen3_tiny/ref.wav, generate_voice_clone).
 
+`--configs [NAME ...]` builds the configuration sweep instead (SWEEP below, every entry by
+default) into tests/data/qwen3_configs/: checkpoints that walk the axes the published config
+allows, issue 26's among them, each with 2-3 requests, in the same layout with these changes:
+case 0 keeps only the prompt rows of case_0_embeds, the talker logits from the prompt's last
+row over the first SWEEP_FRAMES frames, and adds
+  case_0_prompt_rows       prefill rows of the official run
+  case_0_depth_hidden      the talker hidden states those frames' code predictor started from
+  case_0_depth_logits      the code predictor's teacher-forced logits on them [F, G-1, V]
+                           (talker.forward_sub_talker_finetune)
+Sweep folders carry no speech-tokenizer weights (the tests compare codes, not audio).
+
 Needs torch, transformers==4.57.3, `pip install qwen-tts==0.1.1 --no-deps`, accelerate, einops
 (plus librosa, soundfile as qwen_tts imports them). qwen_tts imports sox and torchaudio for its
 25 Hz tokenizer only; empty stand-in modules are put in sys.modules before the import.
 
     OMP_NUM_THREADS=1 python scripts/qwen3_parity_fixtures.py [--out tests/data/qwen3_tiny]
+    OMP_NUM_THREADS=1 python scripts/qwen3_parity_fixtures.py --configs [issue26 ...]
 
 Everything is seeded; a rerun writes the same files.
 """
@@ -203,10 +215,19 @@ def variants() -> dict:
     }
 
 
+def default_mrope(head_dim: int) -> list:
+    """M-RoPE sections summing to head_dim / 2, shaped like the released [24, 20, 20]."""
+    return [head_dim // 2 - 2 * (head_dim // 6)] + [head_dim // 6] * 2
+
+
 def make_config(v: dict, text_ids: dict, text_vocab: int) -> Qwen3TTSConfig:
+    """The official config of variant `v`. Keys a variant leaves out keep the values the
+    three original variants were built with, so those rebuild unchanged."""
     t, p = v["talker"], v["predictor"]
+    codebook = v.get("codebook", CODEBOOK)
+    groups = v.get("groups", GROUPS)
     talker = dict(
-        vocab_size=TALKER_VOCAB,
+        vocab_size=v.get("vocab", TALKER_VOCAB),
         hidden_size=t["hidden"],
         intermediate_size=t["inter"],
         num_hidden_layers=t["layers"],
@@ -215,34 +236,33 @@ def make_config(v: dict, text_ids: dict, text_vocab: int) -> Qwen3TTSConfig:
         head_dim=t["head_dim"],
         hidden_act="silu",
         max_position_embeddings=4096,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
+        rms_norm_eps=t.get("eps", 1e-6),
+        rope_theta=t.get("theta", 10000.0),
         rope_scaling={
-            "interleaved": True,
-            "mrope_section": [t["head_dim"] // 2 - 2 * (t["head_dim"] // 6)]
-            + [t["head_dim"] // 6] * 2,
+            "interleaved": t.get("interleaved", True),
+            "mrope_section": t.get("mrope") or default_mrope(t["head_dim"]),
             "rope_type": "default",
         },
-        num_code_groups=GROUPS,
-        text_hidden_size=t["hidden"] + 8,
-        text_vocab_size=text_vocab,
+        num_code_groups=groups,
+        text_hidden_size=v.get("text_hidden", t["hidden"] + 8),
+        text_vocab_size=max(text_vocab, v.get("text_vocab", 0)),
         spk_id=v["spk_id"],
         spk_is_dialect=v["spk_is_dialect"],
         codec_language_id=v["languages"],
         code_predictor_config=dict(
-            vocab_size=CODEBOOK,
+            vocab_size=codebook,
             hidden_size=p["hidden"],
             intermediate_size=p["inter"],
             num_hidden_layers=p["layers"],
             num_attention_heads=p["heads"],
             num_key_value_heads=p["kv"],
             head_dim=p["head_dim"],
-            rms_norm_eps=1e-6,
-            rope_theta=1000000.0,
+            rms_norm_eps=p.get("eps", 1e-6),
+            rope_theta=p.get("theta", 1000000.0),
             max_position_embeddings=64,
-            num_code_groups=GROUPS,
+            num_code_groups=groups,
         ),
-        **codec_ids(),
+        **v.get("codec", codec_ids()),
     )
     return Qwen3TTSConfig(
         talker_config=talker,
@@ -356,15 +376,21 @@ def write_ref_wav(path: str) -> None:
 
 # ---------------------------------------------------------------------- recording
 class Recorder:
-    """Captures the talker's input embeddings and logits over one generate() call."""
+    """Captures the talker's input embeddings, final-norm hidden states (the code predictor's
+    `past_hidden`) and logits over one generate() call."""
 
     def __init__(self, talker) -> None:
         self.embeds: list[torch.Tensor] = []
+        self.hidden: list[torch.Tensor] = []
         self.logits: list[torch.Tensor] = []
         self._h = [
             talker.model.register_forward_pre_hook(self._pre, with_kwargs=True),
+            talker.model.register_forward_hook(self._hidden),
             talker.codec_head.register_forward_hook(self._post),
         ]
+
+    def _hidden(self, module, args, out):
+        self.hidden.append(out.last_hidden_state[0].detach().clone())
 
     def _pre(self, module, args, kwargs):
         self.embeds.append(kwargs["inputs_embeds"][0].detach().clone())
@@ -409,7 +435,7 @@ def cases(model_type: str) -> list[dict]:
     ]
 
 
-def record(wrapper: Qwen3TTSModel, case: dict, keep_logits: bool) -> dict:
+def record(wrapper: Qwen3TTSModel, case: dict, keep_logits: bool, detail: bool = False) -> dict:
     model = wrapper.model
     seen: dict = {}
     orig = model.generate
@@ -478,6 +504,9 @@ def record(wrapper: Qwen3TTSModel, case: dict, keep_logits: bool) -> dict:
         out["xvector"] = xvec.float().numpy().astype(np.float32)
     if keep_logits:
         out["logits"] = torch.cat(rec.logits).numpy().astype(np.float32)
+    if detail:
+        out["hidden"] = torch.cat(rec.hidden).numpy().astype(np.float32)
+        out["prompt_rows"] = np.int64(len(rec.embeds[0]))
     return out
 
 
@@ -582,12 +611,310 @@ def tiny_mimi_config() -> dict:
     }
 
 
+# ---------------------------------------------------------------------- configuration sweep
+# Parity as a property of the loader: checkpoints that walk the axes the published config
+# allows, each with the official outputs on a few texts. Written to tests/data/qwen3_configs/
+# by `--configs`; tests/test_qwen3_parity_configs.py replays them without torch.
+SWEEP_OUT = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "qwen3_configs"
+)
+SWEEP_FRAMES = 6  # frames whose talker / predictor logits are kept teacher-forced
+SPECIAL_KEYS = (
+    "codec_pad_id",
+    "codec_bos_id",
+    "codec_eos_token_id",
+    "codec_think_id",
+    "codec_nothink_id",
+    "codec_think_bos_id",
+    "codec_think_eos_id",
+)
+
+
+def special_layout(layout: str, codebook: int, vocab: int) -> tuple[dict, int, int]:
+    """(special codec ids, first language id, first speaker id) placed by `layout`:
+    "qwen" as the released checkpoints (codebook + 100 ...), "low" right after the codebook,
+    "top" at the top of the vocabulary with eos the last id."""
+    b, t = codebook, vocab - 1
+    if layout == "qwen":
+        ids, lang0, spk0 = [b + 100, b + 101, b + 102, b + 106, b + 107, b + 108, b + 109], 200, 300
+        return dict(zip(SPECIAL_KEYS, ids)), b + lang0, b + spk0
+    if layout == "low":
+        return dict(zip(SPECIAL_KEYS, range(b, b + 7))), b + 10, b + 20
+    if layout == "top":
+        ids = [t - 2, t - 1, t, t - 6, t - 5, t - 4, t - 3]
+        return dict(zip(SPECIAL_KEYS, ids)), t - 40, t - 60
+    raise ValueError(f"layout {layout!r}")
+
+
+def sweep_variant(name: str, spec: dict) -> dict:
+    """A variant dict as make_config reads it, from a sweep entry (SWEEP's shorthand)."""
+    v = dict(SWEEP_BASE, **spec)
+    v["talker"] = dict(SWEEP_BASE["talker"], **spec.get("talker", {}))
+    v["predictor"] = dict(SWEEP_BASE["predictor"], **spec.get("predictor", {}))
+    v["vocab"] = v["codebook"] + 1024 + v.get("extra_vocab", 0)
+    codec, lang0, spk0 = special_layout(v["layout"], v["codebook"], v["vocab"])
+    v["codec"] = codec
+    v["languages"] = {n: lang0 + i for i, n in enumerate(v["language_names"])}
+    speakers = v["speaker_dialects"] if v["model_type"] == "custom_voice" else {}
+    v["spk_id"] = {n: spk0 + i for i, n in enumerate(speakers)}
+    v["spk_is_dialect"] = dict(speakers)
+    v.setdefault("seed", 100 + sorted(SWEEP).index(name))
+    return v
+
+
+SWEEP_BASE = dict(
+    model_type="custom_voice",
+    size="0b6",
+    talker=dict(hidden=16, layers=2, heads=2, kv=1, head_dim=8, inter=32, theta=1e4),
+    predictor=dict(hidden=16, layers=2, heads=2, kv=1, head_dim=8, inter=24, theta=1e6),
+    codebook=32,
+    layout="qwen",
+    language_names=["english", "chinese", "german", "sichuan_dialect"],
+    speaker_dialects={"aiden": False, "vivian": False, "eric": "sichuan_dialect"},
+    generation=dict(repetition_penalty=1.05, max_new_tokens=14),
+)
+T_HELLO = "Hello world."
+T_FOX = "The quick brown fox, 42 times: caf\u00e9!"
+T_DIGITS = "Numbers 0123456789; punctuation? (yes) - 'quoted'!"
+T_ZH = "\u4f60\u597d\uff0c\u4e16\u754c\u3002"
+T_MIXED = "\u00dcber 3.14 \u20ac \u2014 na\u00efve r\u00e9sum\u00e9."
+
+
+def cv(text, speaker="aiden", language="english", **kw) -> dict:
+    return dict(text=text, speaker=speaker, language=language, **kw)
+
+
+def vd(text, instruct, language="english", **kw) -> dict:
+    return dict(text=text, instruct=instruct, language=language, **kw)
+
+
+def vc(text, language="english", **kw) -> dict:
+    return dict(text=text, language=language, ref_audio="ref.wav", **kw)
+
+
+# name -> what differs from SWEEP_BASE, and the requests (case 0 keeps the teacher-forced
+# logits). Axes: widths equal / different, heads, KV heads, head_dim (also != hidden / heads),
+# layers, codebook and vocabulary sizes, where the special ids sit, both RoPE thetas, M-RoPE
+# sections, RMSNorm eps, repetition penalty, model types, prompt modes, texts.
+SWEEP: dict = {
+    # issue 26: the reported configuration (widths differ: the projection is a Linear)
+    "issue26": dict(
+        talker=dict(hidden=64, heads=4, kv=2, head_dim=16, inter=128, theta=1e6, mrope=[4, 2, 2]),
+        predictor=dict(hidden=48, heads=4, kv=2, head_dim=16, inter=96, theta=1e4),
+        codebook=128,
+        text_hidden=32,
+        text_vocab=384,
+        language_names=["english", "chinese"],
+        speaker_dialects={"ryan": False, "vivian": False},
+        generation=dict(repetition_penalty=1.25, max_new_tokens=8192),
+        cases=[cv(T_HELLO, "ryan"), cv(T_FOX, "ryan")],
+    ),
+    "mha_equal": dict(  # MHA, head_dim = hidden / heads, CustomVoice 1.7B reads instruct
+        size="1b7",
+        talker=dict(kv=2),
+        predictor=dict(kv=2),
+        cases=[cv(T_FOX), cv(T_HELLO, "vivian", "auto", instruct="Whisper it."), cv(T_ZH, "eric")],
+    ),
+    "mqa_wide_heads": dict(  # one KV head, head_dim > hidden / heads in both models
+        model_type="voice_design",
+        size="1b7",
+        talker=dict(heads=2, kv=1, head_dim=32, mrope=[8, 4, 4]),
+        predictor=dict(hidden=24, heads=3, kv=1, head_dim=16, inter=40),
+        cases=[vd(T_HELLO, "A calm low voice."), vd(T_DIGITS, "Fast and bright.", "auto")],
+    ),
+    "narrow_heads": dict(  # head_dim < hidden / heads, predictor wider than the talker
+        talker=dict(hidden=24, heads=2, kv=1, head_dim=8, inter=48),
+        predictor=dict(hidden=32, heads=4, kv=2, head_dim=4, inter=40),
+        cases=[cv(T_DIGITS, "vivian"), cv(T_HELLO, streaming=True)],
+    ),
+    "deep_talker": dict(
+        talker=dict(layers=3),
+        predictor=dict(layers=1),
+        codebook=64,
+        layout="low",
+        cases=[cv(T_HELLO), cv(T_MIXED, "eric", "auto")],
+    ),
+    "deep_predictor": dict(
+        talker=dict(layers=1),
+        predictor=dict(layers=4),
+        layout="top",
+        cases=[cv(T_FOX, "vivian"), cv(T_ZH, "aiden", "chinese", streaming=True)],
+    ),
+    "vocab_gap": dict(  # ids between the codebook and the suppressed top 1024 stay allowed
+        codebook=16,
+        extra_vocab=40,
+        layout="top",
+        cases=[cv(T_HELLO), cv(T_DIGITS, "eric", "auto")],
+    ),
+    "theta_swapped": dict(  # talker theta large, predictor theta small (as issue 26)
+        talker=dict(theta=5e5),
+        predictor=dict(theta=2e3),
+        cases=[cv(T_FOX), cv(T_HELLO, "vivian", "german")],
+    ),
+    "theta_equal": dict(
+        talker=dict(theta=1e6),
+        predictor=dict(theta=1e6),
+        cases=[cv(T_MIXED), cv(T_HELLO, streaming=True)],
+    ),
+    "mrope_blocks": dict(  # non-interleaved M-RoPE, uneven sections
+        talker=dict(head_dim=16, interleaved=False, mrope=[2, 3, 3]),
+        cases=[cv(T_HELLO, "vivian"), cv(T_FOX, streaming=True)],
+    ),
+    "mrope_interleaved_uneven": dict(
+        talker=dict(head_dim=16, mrope=[6, 1, 1]),
+        predictor=dict(head_dim=16),
+        cases=[cv(T_DIGITS), cv(T_ZH, "eric", "auto")],
+    ),
+    "penalty_off": dict(
+        generation=dict(repetition_penalty=1.0, max_new_tokens=14),
+        cases=[cv(T_HELLO), cv(T_FOX, "vivian")],
+    ),
+    "penalty_strong": dict(
+        generation=dict(repetition_penalty=2.0, max_new_tokens=14),
+        cases=[cv(T_FOX), cv(T_DIGITS, "eric", "chinese", streaming=True)],
+    ),
+    "norm_eps": dict(  # different RMSNorm eps per model; text hidden wider than the talker
+        talker=dict(eps=1e-5),
+        predictor=dict(eps=1e-3),
+        text_hidden=48,
+        cases=[cv(T_MIXED, "vivian"), cv(T_HELLO)],
+    ),
+    "dialects": dict(  # several dialect speakers: "auto" picks the speaker's dialect tag
+        language_names=["english", "chinese", "beijing_dialect", "sichuan_dialect"],
+        speaker_dialects={"dylan": "beijing_dialect", "eric": "sichuan_dialect", "ryan": False},
+        cases=[cv(T_ZH, "dylan", "auto"), cv(T_ZH, "eric", "chinese"), cv(T_HELLO, "ryan", "auto")],
+    ),
+    "design_instruct": dict(
+        model_type="voice_design",
+        size="1b7",
+        talker=dict(hidden=32, inter=48),
+        predictor=dict(head_dim=16, kv=2),
+        cases=[
+            vd(T_FOX, "Speak slowly and clearly, with a warm and friendly voice."),
+            vd(T_HELLO, "Loud.", "auto", streaming=True),
+            vd(T_ZH, "\u6e29\u67d4\u3002", "chinese"),
+        ],
+    ),
+    "base_wide": dict(  # voice clone, x-vector only, talker wider than the predictor
+        model_type="base",
+        talker=dict(hidden=24, heads=3, kv=3),
+        predictor=dict(hidden=12, heads=2, kv=1, head_dim=12, inter=24),
+        cases=[vc(T_HELLO), vc(T_FOX, "auto", streaming=True)],
+    ),
+    "base_top_layout": dict(
+        model_type="base",
+        layout="top",
+        generation=dict(repetition_penalty=1.3, max_new_tokens=14),
+        cases=[vc(T_DIGITS), vc(T_MIXED, "german")],
+    ),
+    "frame_limit": dict(  # max_new_tokens ends every request
+        generation=dict(repetition_penalty=1.05, max_new_tokens=5),
+        cases=[cv(T_FOX), cv(T_HELLO, streaming=True)],
+    ),
+}
+
+
+def predictor_logits(talker, codes: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+    """The code predictor's teacher-forced logits [frames, G-1, V] of the official
+    fine-tuning path (forward_sub_talker_finetune)."""
+    with torch.no_grad():
+        logits, _ = talker.forward_sub_talker_finetune(
+            torch.from_numpy(codes).long(), torch.from_numpy(hidden)
+        )
+    return logits.numpy().astype(np.float32)
+
+
+def trim_detail(model, r: dict) -> dict:
+    """Case 0: keeps the prompt rows, the talker logits from the prompt's last row over
+    SWEEP_FRAMES frames, and the predictor's teacher-forced logits of those frames."""
+    n, codes = int(r["prompt_rows"]), r["codes"]
+    k = min(SWEEP_FRAMES, len(codes))
+    hidden = r.pop("hidden")[n - 1 : n - 1 + k]
+    r["embeds"] = r["embeds"][:n]
+    r["logits"] = r["logits"][n - 1 : n + k]
+    r["depth_hidden"] = hidden
+    r["depth_logits"] = predictor_logits(model.talker, codes[:k], hidden)
+    return r
+
+
+def write_generation_config(d: str, gen: dict) -> dict:
+    cfg = dict(GENERATION_CONFIG, **gen)
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    return cfg
+
+
+def build_sweep_entry(out_root: str, name: str, v: dict) -> None:
+    d = os.path.join(out_root, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    text_ids = make_tokenizer(d)
+    with open(os.path.join(d, "vocab.json"), encoding="utf-8") as f:
+        text_vocab = len(json.load(f)) + len(SPECIALS)
+    torch.manual_seed(v["seed"])
+    model = Qwen3TTSForConditionalGeneration(make_config(v, text_ids, text_vocab)).eval()
+    redraw(model, v["seed"])
+    save_bf16(model, d)
+    os.chmod(os.path.join(d, "model.safetensors"), 0o644)  # safetensors writes 0600
+    gen = write_generation_config(d, v["generation"])
+    write_speech_tokenizer(os.path.join(d, "speech_tokenizer"), False)
+    if v["model_type"] == "base":
+        write_ref_wav(os.path.join(out_root, "ref.wav"))
+    from transformers import Qwen2TokenizerFast
+
+    tok = Qwen2TokenizerFast.from_pretrained(d)
+    wrapper = Qwen3TTSModel(model, Qwen3TTSProcessor(tokenizer=tok), gen)
+    arrays: dict = {}
+    for i, case in enumerate(v["cases"]):
+        r = record(wrapper, case, keep_logits=i == 0, detail=i == 0)
+        if i == 0:
+            r = trim_detail(model, r)
+        else:
+            r.pop("embeds")
+        arrays.update({f"case_{i}_{k}": a for k, a in r.items()})
+        print(f"{name} case {i}: {len(r['prompt_ids'])} text ids, codes {r['codes'].shape}")
+    np.savez_compressed(os.path.join(out_root, f"{name}.fixtures.npz"), **arrays)
+    with open(os.path.join(out_root, f"{name}.cases.json"), "w", encoding="utf-8") as f:
+        json.dump(v["cases"], f, indent=2, ensure_ascii=False)
+
+
+def save_bf16(model, d: str) -> None:
+    """save_pretrained in bf16 (the weights are bf16-exact), then the f32 model restored
+    with its RoPE buffers, which the bf16 cast rounds."""
+    buffers = {n: b.clone() for n, b in model.named_buffers()}
+    model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    model.to(torch.float32)
+    with torch.no_grad():
+        for n, b in model.named_buffers():
+            b.copy_(buffers[n])
+    for m in model.modules():  # the rotary modules keep a second reference, not a buffer
+        if hasattr(m, "original_inv_freq") and hasattr(m, "inv_freq"):
+            m.original_inv_freq = m.inv_freq
+
+
+def build_sweep(out_root: str, names=None) -> None:
+    os.makedirs(out_root, exist_ok=True)
+    for name in sorted(SWEEP) if not names else names:
+        build_sweep_entry(out_root, name, sweep_variant(name, SWEEP[name]))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "data", "qwen3_tiny"))
+    ap.add_argument(
+        "--configs",
+        nargs="*",
+        metavar="NAME",
+        help="build the configuration sweep (all of SWEEP, or these entries) into "
+        "tests/data/qwen3_configs instead (or --out)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if args.configs is not None:
+        out = args.out if args.out != ap.get_default("out") else SWEEP_OUT
+        build_sweep(out, args.configs)
+        return
     os.makedirs(args.out, exist_ok=True)
     for i, (name, v) in enumerate(variants().items()):
         build_variant(args.out, name, v, with_speech_weights=i == 0)
