@@ -233,3 +233,31 @@ def test_broken_loader_fails_the_comparison(tmp_path, monkeypatch):
     assert np.abs(got - want).max() > 100 * TOL
     problems = greedy_mismatches(tts, "issue26", "ar")
     assert problems and all("first difference at frame" in p for p in problems), problems
+
+
+# ---------------------------------------------------------------------- issue 26, as reported
+def _synth_codes(tmp_path, capsys, *extra) -> tuple[np.ndarray, str]:
+    from codecspec.cli import main
+
+    cases, _ = _fixture("frame_limit")
+    out = tmp_path / "c.npy"
+    argv = ["synth", cases[0]["text"], "--model", str(DATA / "frame_limit")]
+    argv += ["--speaker", cases[0]["speaker"], "--language", cases[0]["language"]]
+    argv += ["--temperature", "0", "--mode", "ar", "--provider", "cpu", "--codes-out", str(out)]
+    assert main(argv + ["--cache-dir", str(tmp_path / "cache"), "--json", *extra]) == 0
+    return np.load(out), capsys.readouterr().err
+
+
+def test_cli_greedy_codes_are_the_official_ones_in_fp32(tmp_path, capsys):
+    codes, err = _synth_codes(tmp_path, capsys, "--weights", "fp32")
+    assert (
+        parity_message("synth --weights fp32", codes, _fixture("frame_limit")[1]["case_0_codes"])
+        is None
+    )
+    assert "quantised" not in err
+
+
+def test_cli_greedy_on_the_quantised_default_says_how_to_get_them(tmp_path, capsys):
+    """What issue 26 ran: no --weights on the CPU is int8, whose greedy codes may differ."""
+    _, err = _synth_codes(tmp_path, capsys)
+    assert "weights int8" in err and "--weights fp32" in err

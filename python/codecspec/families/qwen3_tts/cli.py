@@ -66,6 +66,21 @@ def _stream(args, tts, text: str, mode: str, load_s: float) -> int:
     return 0
 
 
+def _precision_note(args, tts) -> None:
+    """Greedy decoding is how users compare with the official code, whose model is float32;
+    the CPU's quantised default gives other codes there (issue 26), so say so unless the
+    precision was asked for."""
+    if args.quiet or args.weights is not None or tts.weights == "fp32":
+        return
+    if args.temperature is None or args.temperature != 0:
+        return
+    print(
+        f"note: weights {tts.weights} (this device's default) are quantised, so greedy codes "
+        "can differ from the official float32 model's; --weights fp32 reproduces them",
+        file=sys.stderr,
+    )
+
+
 def synth(args) -> int:
     """Text -> codes (-> 16-bit 24 kHz WAV) with a Qwen3-TTS checkpoint folder."""
     from codecspec.tts.commands import _synth_text, check_output
@@ -96,6 +111,7 @@ def synth(args) -> int:
         weights=args.weights,
     )
     load_s = time.perf_counter() - t0
+    _precision_note(args, tts)
     mode = _mode(args, tts)
     if args.stream:
         return _stream(args, tts, text, mode, load_s)
