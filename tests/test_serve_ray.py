@@ -14,15 +14,39 @@ from serve_util import HELLO, free_port, wait_for  # noqa: E402
 
 from codecspec.serve.bench import check_wav  # noqa: E402
 
+# Serve's controller gives a starting HTTP proxy 3 readiness checks of 5 s, then kills it and
+# starts another; serve.start() waits on the first one and raises ActorDiedError when it is
+# killed. On a 2-core machine with both cores busy the proxy's process takes longer than
+# 15 s to import and bind, so each check may take this long instead (read by the controller,
+# which inherits the environment of the local cluster that ray.init starts).
+PROXY_READY_CHECK_S = "120"
+
+
+def _start_serve(port: int) -> None:
+    """serve.start(), waiting on the proxy's own progress: serve.start gives it a fixed 60 s;
+    when that runs out the proxy is still starting, and the wait goes on while it is."""
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+    except TimeoutError:
+        from ray.serve.schema import ProxyStatus
+
+        def proxies():
+            return set(serve.status().proxies.values())
+
+        assert wait_for(lambda: ProxyStatus.STARTING not in proxies(), 600, every=1.0)
+        assert proxies() == {ProxyStatus.HEALTHY}, proxies()
+
 
 @pytest.fixture(scope="module")
 def cluster():
     from codecspec.serve.ray import build_app
 
     port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", PROXY_READY_CHECK_S)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        _start_serve(port)
         opts = {
             "model": "reference",
             "replicas": 2,
