@@ -121,6 +121,7 @@ def test_the_documented_serve_run_and_serve_status_commands(tmp_path):
         PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""),
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN=secrets.token_hex(32),  # this cluster's own, not ~/.ray/auth_token
+        RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S=PROXY_READY_CHECK_S,  # a busy machine
     )
     app = [
         "codecspec.serve.ray:build_app",
