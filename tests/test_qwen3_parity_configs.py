@@ -248,16 +248,17 @@ def _synth_codes(tmp_path, capsys, *extra) -> tuple[np.ndarray, str]:
     return np.load(out), capsys.readouterr().err
 
 
-def test_cli_greedy_codes_are_the_official_ones_in_fp32(tmp_path, capsys):
-    codes, err = _synth_codes(tmp_path, capsys, "--weights", "fp32")
-    assert (
-        parity_message("synth --weights fp32", codes, _fixture("frame_limit")[1]["case_0_codes"])
-        is None
-    )
+def test_cli_greedy_codes_are_the_official_ones_by_default(tmp_path, capsys):
+    """What issue 26 ran (no --weights): the default is fp32, and its greedy codes are the
+    official ones; asking for it by name gives the same."""
+    official = _fixture("frame_limit")[1]["case_0_codes"]
+    codes, err = _synth_codes(tmp_path, capsys)
+    assert parity_message("synth (default weights)", codes, official) is None
     assert "quantised" not in err
+    named, _ = _synth_codes(tmp_path, capsys, "--weights", "fp32")
+    assert np.array_equal(named, codes)
 
 
-def test_cli_greedy_on_the_quantised_default_says_how_to_get_them(tmp_path, capsys):
-    """What issue 26 ran: no --weights on the CPU is int8, whose greedy codes may differ."""
-    _, err = _synth_codes(tmp_path, capsys)
+def test_cli_greedy_on_quantised_weights_says_how_to_get_the_official_codes(tmp_path, capsys):
+    _, err = _synth_codes(tmp_path, capsys, "--weights", "int8")
     assert "weights int8" in err and "--weights fp32" in err

@@ -38,10 +38,13 @@ def check_weights(weights: str) -> str:
 
 
 def default_weights(provider: str) -> str:
-    """int8 on the CPU (memory-bound: a quarter of the bytes, logit error in
-    docs/performance.md); fp32 on an accelerator, where MatMulNBits 8-bit kernels are not
-    available everywhere and bandwidth is less scarce."""
-    return "int8" if provider in ("cpu", "CPUExecutionProvider") else "fp32"
+    """fp32 on every provider: the checkpoint's own numbers (bf16 files widened exactly, as
+    the official loader does), so greedy codes are the official code's. int8 / int4 read a
+    quarter / an eighth of the bytes but are other models: their codes differ (a near tie in
+    an argmax moves, and the utterance follows other codes from there), so they are asked for
+    (`--weights`), never assumed. `provider` is kept for a provider that cannot run fp32."""
+    del provider
+    return "fp32"
 
 
 def quantize_weights(

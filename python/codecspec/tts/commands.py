@@ -515,7 +515,8 @@ def weights_option(p: argparse.ArgumentParser) -> None:
         choices=["fp32", "int8", "int4"],
         default=None,
         help="Qwen3-TTS: talker and code predictor precision, weight-only quantised with "
-        "onnxruntime's MatMulNBits (default: int8 on the CPU, fp32 on CUDA/CoreML)",
+        "onnxruntime's MatMulNBits (default fp32: the official model's codes; int8 / int4 are "
+        "faster and lossy)",
     )
 
 

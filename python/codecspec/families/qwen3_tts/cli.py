@@ -68,15 +68,14 @@ def _stream(args, tts, text: str, mode: str, load_s: float) -> int:
 
 def _precision_note(args, tts) -> None:
     """Greedy decoding is how users compare with the official code, whose model is float32;
-    the CPU's quantised default gives other codes there (issue 26), so say so unless the
-    precision was asked for."""
-    if args.quiet or args.weights is not None or tts.weights == "fp32":
+    quantised weights give other codes there (issue 26's divergence), so say so."""
+    if args.quiet or tts.weights == "fp32":
         return
     if args.temperature is None or args.temperature != 0:
         return
     print(
-        f"note: weights {tts.weights} (this device's default) are quantised, so greedy codes "
-        "can differ from the official float32 model's; --weights fp32 reproduces them",
+        f"note: weights {tts.weights} are quantised, so greedy codes can differ from the "
+        "official float32 model's; --weights fp32 (the default) reproduces them",
         file=sys.stderr,
     )
 
