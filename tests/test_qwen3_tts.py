@@ -399,9 +399,9 @@ def _write_wav(path, wav, sr):
         ("base_xvector", None, "Base checkpoint clones"),
         ("custom_equal", "ref.wav", "does not clone"),
         ("base_xvector", "missing.wav", "no such file"),
-        ("base_xvector", "rate16k.wav", "16000 Hz"),
+        ("base_xvector", "rate16k.wav", "silent"),  # resampled, then found silent
         ("base_xvector", "empty.wav", "too short"),
-        ("base_xvector", "notwav.wav", "not a readable"),
+        ("base_xvector", "notwav.wav", "not a readable audio file"),
     ],
 )
 def test_bad_reference_audio(models, tmp_path, variant, ref, needle):

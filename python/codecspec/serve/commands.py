@@ -235,7 +235,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--ref-audio",
         default=None,
-        help="Qwen3-TTS Base checkpoint: the voice to clone (24 kHz WAV) for every stream",
+        help="Qwen3-TTS Base checkpoint: the voice to clone (WAV, FLAC, MP3, ...; any rate) "
+        "for every stream",
     )
     weights_option(p)
     p.add_argument(

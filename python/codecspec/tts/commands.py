@@ -560,7 +560,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--ref-audio",
         default=None,
-        help="Qwen3-TTS Base: a 24 kHz WAV of the voice to clone (x-vector-only mode)",
+        help="Qwen3-TTS Base: a clip of the voice to clone (WAV, FLAC, MP3, ...; any rate and "
+        "channel count; x-vector-only mode)",
     )
     p.add_argument(
         "--streaming-text",
@@ -599,7 +600,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
-    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
+    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: a clip of the voice")
     p.add_argument("--cache-dir", default=None, help="Qwen3-TTS: graph cache (see synth)")
     weights_option(p)
     p.add_argument(

@@ -72,35 +72,12 @@ def check_request(ck: Qwen3Checkpoint, text, speaker, language, instruct, ref_au
 
 
 def load_reference(ref_audio) -> np.ndarray:
-    """A reference recording: a WAV path or (samples, sample_rate); 24 kHz, not empty."""
-    from codecspec.families.qwen3_tts.speaker import SAMPLE_RATE
+    """A reference recording (a file in any common format, rate and channel count, or
+    (samples, sample_rate)) as 24 kHz mono float32, read as the official wrapper reads it
+    (`reference_audio`); ValueError naming `ref_audio` when it cannot be used."""
+    from codecspec.families.qwen3_tts.reference_audio import read_reference
 
-    if isinstance(ref_audio, tuple) and len(ref_audio) == 2:
-        wav, sr = np.asarray(ref_audio[0], np.float32), ref_audio[1]
-        if wav.ndim == 2:  # [samples, channels]
-            wav = wav.mean(axis=1)
-    else:
-        import wave
-
-        from codecspec.codec.audio import read_wav
-
-        try:
-            wav, sr = read_wav(ref_audio)
-        except FileNotFoundError:
-            raise ValueError(f"ref_audio: no such file: {ref_audio}") from None
-        except (OSError, EOFError, ValueError, wave.Error) as e:
-            raise ValueError(f"ref_audio: {ref_audio} is not a readable PCM WAV ({e})") from None
-    wav = wav.reshape(-1)
-    if int(sr) != SAMPLE_RATE:
-        raise ValueError(
-            f"ref_audio: {int(sr)} Hz; the speaker encoder takes {SAMPLE_RATE} Hz audio "
-            "(resample it first)"
-        )
-    if wav.size < 1024:  # shorter than one analysis window of the speaker encoder
-        raise ValueError(f"ref_audio: {wav.size} samples is empty or too short (>= 1024)")
-    if not np.all(np.isfinite(wav)):
-        raise ValueError("ref_audio: contains NaN or inf")
-    return wav
+    return read_reference(ref_audio)
 
 
 def calibration_file(entry: Path, name: str, weights: str) -> Path:
@@ -127,7 +104,7 @@ class Qwen3TTS:
     """A loaded checkpoint: graphs built (or found in the cache), sessions open.
 
     `weights`: "fp32", "int8" or "int4" talker and code predictor (graphs.quantize); None =
-    the provider's default (int8 on the CPU)."""
+    the default, fp32 (the official model's numbers; quantised weights are asked for)."""
 
     def __init__(
         self,
