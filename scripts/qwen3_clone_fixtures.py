@@ -1,0 +1,264 @@
+"""In-context voice cloning fixtures: a tiny random Base checkpoint whose speech tokenizer has
+encoder weights, and what the official `qwen-tts` 0.1.1 code makes of it.
+
+Writes tests/data/qwen3_clone/:
+
+  base_icl/                  the checkpoint (as scripts/qwen3_parity_fixtures.py lays it out),
+                             speech_tokenizer/ with float32 encoder weights (no decoder ones)
+  ref_a.wav, ref_b.wav       two 24 kHz 16-bit reference clips (not multiples of 1920 samples)
+  base_icl.fixtures.npz      per reference clip: clip_<name>_codes, the official encoder's codes
+                             (`Qwen3TTSTokenizer.encode`, as generate_voice_clone calls it);
+                             per case: case_<i>_prompt_ids, case_<i>_ref_ids (the wrapper's
+                             tokenized reference text), case_<i>_codes (greedy codes of
+                             `generate_voice_clone(..., ref_text=..., do_sample=False,
+                             subtalker_dosample=False)`), case_<i>_prefill (the talker's prompt
+                             rows), case_<i>_xvector
+  base_icl.cases.json        the requests
+
+Needs what scripts/qwen3_parity_fixtures.py needs (torch, transformers 4.57.3, qwen-tts 0.1.1):
+
+    OMP_NUM_THREADS=1 python scripts/qwen3_clone_fixtures.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import wave
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import qwen3_parity_fixtures as pf  # noqa: E402  (puts the sox/torchaudio stand-ins in place)
+import torch  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "qwen3_clone")
+NAME = "base_icl"
+SEED = 12
+
+# A Mimi encoder small enough for the repository. The codebook width equals the RVQ's
+# projection width (the official encode needs it); sliding_window is below the clips' 25 Hz
+# frame counts, so a graph that applied it would disagree with the official mask, which
+# does not.
+TINY_ENCODER = {
+    "hidden_size": 16,
+    "num_filters": 4,
+    "num_residual_layers": 1,
+    "upsampling_ratios": [8, 6, 5, 4],
+    "codebook_size": pf.CODEBOOK,
+    "codebook_dim": 8,
+    "vector_quantization_hidden_dimension": 8,
+    "num_quantizers": 20,  # more than the 16 kept, as the published 32
+    "num_semantic_quantizers": 1,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "intermediate_size": 32,
+    "sliding_window": 4,
+    "upsample_groups": 16,
+    "frame_rate": 12.5,
+    "sampling_rate": 24000,
+}
+
+
+def clip(seconds: float, f0: float, seed: int) -> np.ndarray:
+    """16-bit PCM: a gliding tone with harmonics and a little noise."""
+    t = np.arange(int(seconds * 24000)) / 24000.0
+    rng = np.random.default_rng(seed)
+    x = 0.3 * np.sin(2 * np.pi * (f0 + 60 * t) * t) + 0.15 * np.sin(2 * np.pi * 3.1 * f0 * t)
+    x += 0.02 * rng.standard_normal(len(t))
+    return np.round(32767 * x).astype("<i2")
+
+
+CLIPS = {"ref_a": clip(0.77, 170.0, 1), "ref_b": clip(1.13, 240.0, 2)}
+
+CASES = [
+    dict(text="Hello world.", language="english", ref_audio="ref_a", ref_text="Good morning."),
+    dict(
+        text="The quick brown fox jumps over the lazy dog.",
+        language="auto",
+        ref_audio="ref_b",
+        ref_text="A tiny tokenizer.",
+    ),
+    # streaming text, text longer than the reference codes (the rest trails)
+    dict(
+        text="Numbers 0123 and more words to say.",
+        language="english",
+        ref_audio="ref_a",
+        ref_text="Hello there, how are you today?",
+        streaming=True,
+    ),
+    # streaming text, shorter than the reference codes (padded with tts_pad)
+    dict(text="Hi.", language="chinese", ref_audio="ref_b", ref_text="Ok.", streaming=True),
+]
+
+
+def write_wav(path: str, pcm: np.ndarray) -> None:
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(24000)
+        w.writeframes(pcm.tobytes())
+
+
+def tokenizer_model():
+    """The official 12 Hz tokenizer model with seeded encoder weights (codebooks included:
+    their default init is all zeros, which would make every code 0)."""
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
+        Qwen3TTSTokenizerV2Config,
+    )
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
+        Qwen3TTSTokenizerV2Model,
+    )
+
+    conf = Qwen3TTSTokenizerV2Config(
+        encoder_config=TINY_ENCODER,
+        decoder_config=pf.speech_tokenizer_config()["decoder_config"],
+        encoder_valid_num_quantizers=pf.GROUPS,
+    )
+    torch.manual_seed(SEED)
+    m = Qwen3TTSTokenizerV2Model(conf).eval()
+    pf.redraw(m.encoder, SEED)
+    g = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for name, buf in m.encoder.named_buffers():
+            if name.endswith("embed_sum"):
+                buf.copy_(torch.randn(buf.shape, generator=g))
+            elif name.endswith("cluster_usage"):
+                buf.copy_(0.5 + torch.rand(buf.shape, generator=g))
+    return m, conf
+
+
+def save_tokenizer(d: str, m, conf) -> None:
+    from safetensors.torch import save_file
+
+    os.makedirs(d, exist_ok=True)
+    state = {k: v.contiguous() for k, v in m.state_dict().items() if k.startswith("encoder.")}
+    save_file(state, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(d, "config.json"), "w") as f:
+        f.write(conf.to_json_string())
+
+
+def official_tokenizer(m):
+    from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer
+    from transformers import EncodecFeatureExtractor
+
+    tok = Qwen3TTSTokenizer()
+    tok.model = m
+    tok.feature_extractor = EncodecFeatureExtractor(
+        feature_size=1, sampling_rate=24000, padding_value=0.0, return_attention_mask=True
+    )
+    tok.config, tok.device = m.config, torch.device("cpu")
+    return tok
+
+
+def build_checkpoint(d: str) -> object:
+    """The Base checkpoint (talker, predictor, speaker encoder) with the parity script's
+    tokenizer and seeded weights, saved as bf16; the returned model holds the same values."""
+    v = dict(pf.variants()["base_xvector"], seed=SEED)
+    text_ids = pf.make_tokenizer(d)
+    with open(os.path.join(d, "vocab.json"), encoding="utf-8") as f:
+        text_vocab = len(json.load(f)) + len(pf.SPECIALS)
+    cfg = pf.make_config(v, text_ids, text_vocab)
+    torch.manual_seed(SEED)
+    model = pf.Qwen3TTSForConditionalGeneration(cfg).eval()
+    pf.redraw(model, SEED)
+    buffers = {n: b.clone() for n, b in model.named_buffers()}
+    model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    model.to(torch.float32)
+    with torch.no_grad():
+        for n, b in model.named_buffers():
+            b.copy_(buffers[n])
+    for mod in model.modules():
+        if hasattr(mod, "original_inv_freq") and hasattr(mod, "inv_freq"):
+            mod.original_inv_freq = mod.inv_freq
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump(pf.GENERATION_CONFIG, f, indent=2)
+    return model
+
+
+def record(wrapper, case: dict) -> dict:
+    model = wrapper.model
+    seen: dict = {}
+    codes_out: list = []
+    orig_generate, orig_decode = model.generate, model.speech_tokenizer.decode
+
+    def spy(**kw):
+        seen.update(kw)
+        return orig_generate(**kw)
+
+    def codes_only(items):
+        codes_out.extend(it["audio_codes"] for it in items)
+        return [np.zeros(1, np.float32)], 24000
+
+    model.generate, model.speech_tokenizer.decode = spy, codes_only
+    rec = pf.Recorder(model.talker)
+    pcm = CLIPS[case["ref_audio"]]
+    try:
+        wrapper.generate_voice_clone(
+            text=case["text"],
+            language=case["language"],
+            ref_audio=(pcm.astype(np.float32) / 32768.0, 24000),
+            ref_text=case["ref_text"],
+            non_streaming_mode=not case.get("streaming", False),
+            do_sample=False,
+            subtalker_dosample=False,
+        )
+    finally:
+        rec.close()
+        model.generate, model.speech_tokenizer.decode = orig_generate, orig_decode
+    ref_code = seen["voice_clone_prompt"]["ref_code"][0]
+    n_ref = len(ref_code)
+    return {
+        "prompt_ids": seen["input_ids"][0][0].numpy().astype(np.int64),
+        "ref_ids": seen["ref_ids"][0][0].numpy().astype(np.int64),
+        "ref_codes": ref_code.numpy().astype(np.int64),
+        # generate_voice_clone decodes reference + generated codes; keep the generated ones
+        "codes": codes_out[0][n_ref:].numpy().astype(np.int64),
+        "prefill": rec.embeds[0].numpy().astype(np.float32),
+        "xvector": seen["voice_clone_prompt"]["ref_spk_embedding"][0].float().numpy(),
+    }
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    out = os.path.abspath(OUT)
+    d = os.path.join(out, NAME)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    model = build_checkpoint(d)
+    m, conf = tokenizer_model()
+    save_tokenizer(os.path.join(d, "speech_tokenizer"), m, conf)
+    for name, pcm in CLIPS.items():
+        write_wav(os.path.join(out, f"{name}.wav"), pcm)
+    from transformers import Qwen2TokenizerFast
+
+    tok = Qwen2TokenizerFast.from_pretrained(d)
+    wrapper = pf.Qwen3TTSModel(
+        model, pf.Qwen3TTSProcessor(tokenizer=tok), dict(pf.GENERATION_CONFIG)
+    )
+    model.speech_tokenizer = official_tokenizer(m)
+    arrays: dict = {}
+    for name, pcm in CLIPS.items():
+        enc = model.speech_tokenizer.encode(pcm.astype(np.float32) / 32768.0, sr=24000)
+        arrays[f"clip_{name}_codes"] = enc.audio_codes[0].numpy().astype(np.int64)
+        print(f"{name}: {len(pcm)} samples -> codes {tuple(enc.audio_codes[0].shape)}")
+    for i, case in enumerate(CASES):
+        r = record(wrapper, case)
+        for k, a in r.items():
+            arrays[f"case_{i}_{k}"] = a
+        print(
+            f"case {i}: {len(r['prompt_ids'])} text ids, prefill {len(r['prefill'])} rows, "
+            f"codes {r['codes'].shape}"
+        )
+    np.savez_compressed(os.path.join(out, f"{NAME}.fixtures.npz"), **arrays)
+    with open(os.path.join(out, f"{NAME}.cases.json"), "w", encoding="utf-8") as f:
+        json.dump(CASES, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
