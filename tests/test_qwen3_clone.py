@@ -13,8 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip("tokenizers")  # the [qwen3] extra (also in [test])
+
 from codecspec.codec.audio import read_wav
 from codecspec.families.qwen3_tts.encoder import SpeechEncoder
+from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
 from codecspec.graphs import qwen3_encoder
 
 DATA = Path(__file__).parent / "data" / "qwen3_clone"
@@ -104,3 +107,104 @@ def test_a_folder_without_encoder_weights_is_refused(tmp_path):
     (tmp_path / "config.json").write_text((MODEL / "speech_tokenizer" / "config.json").read_text())
     with pytest.raises(ValueError, match="encoder tensors missing"):
         SpeechEncoder.load(tmp_path, cache_dir=tmp_path / "cache")
+
+
+# ---------------------------------------------------------------------- the clone
+@pytest.fixture(scope="module")
+def tts(cache):
+    return Qwen3TTS.load(MODEL, cache_dir=cache, weights="fp32")
+
+
+def _request(case: dict) -> dict:
+    return dict(
+        language=case["language"],
+        ref_audio=DATA / f"{case['ref_audio']}.wav",
+        ref_text=case["ref_text"],
+        streaming_text=case.get("streaming", False),
+    )
+
+
+def _first_difference(got: np.ndarray, want: np.ndarray) -> str:
+    n = min(len(got), len(want))
+    diff = np.argwhere(got[:n] != want[:n])
+    if len(diff):
+        f, k = diff[0]
+        return f"first difference at frame {f}, group {k}: {got[f, k]} vs {want[f, k]}"
+    return f"codecspec {len(got)} frames, official {len(want)}"
+
+
+CASES = list(range(len(_cases())))
+
+
+@pytest.mark.parametrize("i", CASES)
+def test_icl_prompt_equals_the_official_one(tts, i):
+    """Text ids token by token (target and reference transcript), the reference codes the
+    prompt embeds, and the talker's prefill rows within float rounding."""
+    case, z = _cases()[i], _fixtures()
+    r = tts.generate_codes(case["text"], max_frames=0, temperature=0, **_request(case))
+    assert np.array_equal(r.prompt.prompt_ids, z[f"case_{i}_prompt_ids"])
+    assert np.array_equal(r.prompt.ref_ids, z[f"case_{i}_ref_ids"])
+    assert np.array_equal(r.ref_codes, z[f"case_{i}_ref_codes"])
+    rows, _ = tts.prompt_embeds(r.prompt)
+    want = z[f"case_{i}_prefill"]
+    assert rows.shape == want.shape
+    np.testing.assert_allclose(rows, want, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("mode", ["ar", "spec"])
+@pytest.mark.parametrize("i", CASES)
+def test_icl_greedy_codes_equal_official(tts, i, mode):
+    case, z = _cases()[i], _fixtures()
+    r = tts.generate_codes(case["text"], temperature=0, mode=mode, **_request(case))
+    want = z[f"case_{i}_codes"]
+    assert r.codes.shape == want.shape and np.array_equal(r.codes, want), (
+        f"case {i} ({mode}): {_first_difference(r.codes, want)}"
+    )
+
+
+def test_fixture_cases_cover_both_layouts_and_endings():
+    """Non-streaming and streaming text, with the text longer and shorter than the reference
+    codes; some runs end at eos, others at the frame limit."""
+    cases, z = _cases(), _fixtures()
+    assert {bool(c.get("streaming")) for c in cases} == {False, True}
+    lengths = {len(z[f"case_{i}_codes"]) for i in CASES}
+    assert len(lengths) > 1
+
+
+def test_shifted_reference_codes_are_caught(cache, monkeypatch):
+    """The comparison above can fail: reference codes delayed by one frame (the first frame
+    repeated) give other greedy codes in every case."""
+    broken = Qwen3TTS.load(MODEL, cache_dir=cache, weights="fp32")
+    orig = broken.reference_codes
+
+    def shifted(ref_audio):
+        codes = orig(ref_audio)
+        return np.concatenate([codes[:1], codes[:-1]])
+
+    monkeypatch.setattr(broken, "reference_codes", shifted)
+    z = _fixtures()
+    for i, case in enumerate(_cases()):
+        r = broken.generate_codes(case["text"], temperature=0, **_request(case))
+        want = z[f"case_{i}_codes"]
+        assert r.codes.shape != want.shape or not np.array_equal(r.codes, want), i
+
+
+def test_clone_audio_drops_the_reference_and_streams_alike(cache):
+    """The new frames' audio is decoded after the reference codes (their left context) and
+    the reference's share cut off; the streamed form gives the same samples. A tiny decoder
+    of the same codebook stands in (the clone fixture's folder has no decoder weights)."""
+    from codecspec.families.qwen3_tts.decoder import SpeechDecoder
+    from codecspec.families.qwen3_tts.pipeline import _after_reference, _stream_after_reference
+
+    tiny = Path(__file__).parent / "data" / "qwen3_tiny" / "custom_equal" / "speech_tokenizer"
+    dec = SpeechDecoder.load(tiny, cache_dir=cache)
+    z = _fixtures()
+    ref, codes = z["case_0_ref_codes"], z["case_0_codes"]
+    whole = dec.decode(np.concatenate([ref, codes]))
+    wav = _after_reference(dec, ref, codes)
+    assert len(wav) == len(codes) * 1920
+    np.testing.assert_array_equal(wav, whole[-len(wav) :])
+    assert not np.allclose(wav, dec.decode(codes), atol=1e-6)  # the context matters
+    blocks = (f[None, :] for f in codes)
+    streamed = np.concatenate(list(_stream_after_reference(dec, blocks, {"ref_codes": ref})))
+    np.testing.assert_allclose(streamed, wav, atol=1e-5)

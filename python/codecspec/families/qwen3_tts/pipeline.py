@@ -24,7 +24,7 @@ from codecspec.decode.batched_depth import FrameJob
 from .checkpoint import Qwen3Checkpoint
 from .graphs import build_or_load, text_embedding_rows
 from .talker import Talker, TalkerSampler
-from .text import NONE, SPEAKER, Prompt, build_prompt, load_text_tokenizer
+from .text import NONE, REF_FRAME, SPEAKER, Prompt, build_prompt, load_text_tokenizer
 
 __all__ = ["Qwen3TTS", "Qwen3Result", "MODES"]
 
@@ -39,15 +39,19 @@ class Qwen3Result:
     hit_max_frames: bool
     prompt: Prompt
     seconds: dict  # prefill, talker, depth
+    ref_codes: Optional[np.ndarray] = None  # in-context clone: the reference clip's codes
 
     @property
     def frames(self) -> int:
         return len(self.codes)
 
 
-def check_request(ck: Qwen3Checkpoint, text, speaker, language, instruct, ref_audio=None) -> tuple:
+def check_request(
+    ck: Qwen3Checkpoint, text, speaker, language, instruct, ref_audio=None, ref_text=None
+) -> tuple:
     """(text, speaker or None, language, instruct or None), or a ValueError naming the
     argument: what the checkpoint supports, checked before anything is built."""
+    _check_ref_text(ref_text, ref_audio)
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: must be a non-empty string")
     language = "auto" if language is None else str(language)
@@ -69,6 +73,19 @@ def check_request(ck: Qwen3Checkpoint, text, speaker, language, instruct, ref_au
             "ignores instructions"
         )
     return text, speaker or None, language, instruct or None
+
+
+def _check_ref_text(ref_text, ref_audio) -> None:
+    """ref_text (the reference clip's transcript) asks for in-context cloning; without it a
+    Base checkpoint clones from the x-vector alone."""
+    if ref_text is None:
+        return
+    if not isinstance(ref_text, str) or not ref_text.strip():
+        raise ValueError(
+            "ref_text: must be a non-empty string (leave it out for x-vector-only cloning)"
+        )
+    if ref_audio is None:
+        raise ValueError("ref_text: is the transcript of ref_audio; give ref_audio too")
 
 
 def load_reference(ref_audio) -> np.ndarray:
@@ -149,6 +166,8 @@ class Qwen3TTS:
         self._decoder = None
         self._speaker = None
         self._xvector: Optional[np.ndarray] = None
+        self._encoder = None
+        self._ref_codes: Optional[np.ndarray] = None
 
     def replica(self) -> Qwen3TTS:
         """A runtime for one more concurrent utterance: its own talker KV cache, depth-loop
@@ -163,7 +182,7 @@ class Qwen3TTS:
         r.depth = DepthDecoder(
             d.graph, tree=d.tree, offsets=d.offsets, params=d.params, heads=d.bank
         )
-        r._pad_row = r._xvector = None
+        r._pad_row = r._xvector = r._ref_codes = None
         return r
 
     @classmethod
@@ -220,8 +239,24 @@ class Qwen3TTS:
         return SAMPLE_RATE
 
     # ------------------------------------------------------------------ validation
-    def check_request(self, text, speaker, language, instruct, ref_audio=None) -> tuple:
-        return check_request(self.ck, text, speaker, language, instruct, ref_audio)
+    def check_request(
+        self, text, speaker, language, instruct, ref_audio=None, ref_text=None
+    ) -> tuple:
+        return check_request(self.ck, text, speaker, language, instruct, ref_audio, ref_text)
+
+    def reference_codes(self, ref_audio) -> np.ndarray:
+        """The speech tokenizer's codes [frames, 16] of a reference recording (in-context
+        cloning), from the same 24 kHz samples the x-vector is computed on."""
+        if self._encoder is None:
+            from .encoder import SpeechEncoder
+
+            self._encoder = SpeechEncoder.load(
+                self.ck.speech_tokenizer_dir,
+                cache_dir=self.entry.parent.parent,
+                provider=self.provider,
+                threads=self.threads,
+            )
+        return self._encoder.encode(load_reference(ref_audio))
 
     def speaker_vector(self, ref_audio) -> np.ndarray:
         """The x-vector of a reference recording (Base checkpoints)."""
@@ -273,7 +308,13 @@ class Qwen3TTS:
             out[i] += self.codec_table[codec[i]]
         for i in np.flatnonzero(codec == SPEAKER):
             out[i] += self.codec_table[p.speaker_id] if p.speaker_id is not None else self._xvector
+        for i, frame in zip(np.flatnonzero(codec == REF_FRAME), self._ref_frames(p)):
+            out[i] += self.frame_embed(frame)
         return out, trailing
+
+    def _ref_frames(self, p: Prompt) -> np.ndarray:
+        n = int((p.codec_ids == REF_FRAME).sum())
+        return self._ref_codes[:n] if n else np.zeros((0, self.spec.num_code_groups), np.int64)
 
     def frame_embed(self, codes: np.ndarray) -> np.ndarray:
         e = np.array(self.codec_table[codes[0]], np.float32)
@@ -290,6 +331,7 @@ class Qwen3TTS:
         language: Optional[str] = None,
         instruct: Optional[str] = None,
         ref_audio=None,
+        ref_text: Optional[str] = None,
         mode: str = "ar",
         temperature: Optional[float] = None,
         top_k: Optional[int] = None,
@@ -305,6 +347,7 @@ class Qwen3TTS:
             language=language,
             instruct=instruct,
             ref_audio=ref_audio,
+            ref_text=ref_text,
             mode=mode,
             temperature=temperature,
             top_k=top_k,
@@ -317,11 +360,13 @@ class Qwen3TTS:
             codes.append(frame)
         G = self.spec.num_code_groups
         arr = np.asarray(codes, np.int64).reshape(-1, G)
-        return Qwen3Result(arr, info["hit_max_frames"], info["prompt"], info["seconds"])
+        res = Qwen3Result(arr, info["hit_max_frames"], info["prompt"], info["seconds"])
+        res.ref_codes = info.get("ref_codes")
+        return res
 
     def iter_frames(self, text: str, **kw) -> Iterator[np.ndarray]:
         """Codes int64 [G] frame by frame (the order the speech decoder consumes them).
-        Keywords: speaker, language, instruct, ref_audio, mode, temperature, top_k, top_p,
+        Keywords: speaker, language, instruct, ref_audio, ref_text, mode, temperature, top_k, top_p,
         seed, max_frames, streaming_text, info; `trace` collects (talker hidden state, c0)
         of every frame (the calibration corpus); `generator`: draw from this one instead of
         `Generator(seed)` (the serving engine's per-stream generator; a fresh
@@ -349,6 +394,7 @@ class Qwen3TTS:
         language=None,
         instruct=None,
         ref_audio=None,
+        ref_text=None,
         mode="ar",
         temperature=None,
         top_k=None,
@@ -369,10 +415,11 @@ class Qwen3TTS:
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
         text, speaker, language, instruct = self.check_request(
-            text, speaker, language, instruct, ref_audio
+            text, speaker, language, instruct, ref_audio, ref_text
         )
         if ref_audio is not None:
             self._xvector = self.speaker_vector(ref_audio)
+        self._ref_codes = self.reference_codes(ref_audio) if ref_text else None
         max_new = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
         if max_new < 1:
             raise ValueError(f"max_frames: must be >= 0, got {max_frames}")
@@ -394,6 +441,8 @@ class Qwen3TTS:
             instruct=instruct,
             streaming_text=streaming_text,
             speaker_vector=ref_audio is not None,
+            ref_text=ref_text,
+            ref_frames=0 if self._ref_codes is None else len(self._ref_codes),
         )
         budget = self.talker.max_positions - len(p)
         if budget < 1:
@@ -403,7 +452,7 @@ class Qwen3TTS:
             )
         max_new = min(max_new, budget)
         info = {} if info is None else info
-        info.update(prompt=p, hit_max_frames=False)
+        info.update(prompt=p, hit_max_frames=False, ref_codes=self._ref_codes)
         secs = info["seconds"] = {"prefill": 0.0, "talker": 0.0, "depth": 0.0}
         g = cs.Generator(seed) if generator is None else generator
         g_talk, g_depth = g.fork(1), g.fork(2)
@@ -451,6 +500,8 @@ class Qwen3TTS:
     def synthesize(self, text: str, **kw) -> tuple[np.ndarray, Qwen3Result]:
         """(waveform float32 at 24 kHz, the codes result)."""
         r = self.generate_codes(text, **kw)
+        if r.ref_codes is not None:
+            return _after_reference(self.speech_decoder(), r.ref_codes, r.codes), r
         dec = self.speech_decoder()
         wav = dec.decode(r.codes) if len(r.codes) else np.zeros(0, np.float32)
         return np.asarray(wav, np.float32).reshape(-1), r
@@ -459,8 +510,12 @@ class Qwen3TTS:
         """Float32 audio chunks as frames are made: the decoder's streaming form fed by the
         frame iterator (`iter_frames` arguments; `info` gets prompt / seconds / hit_max_frames)."""
         dec = self.speech_decoder()
+        info = {} if info is None else info
         # The decoder's stream takes blocks of codes [n, 16]: one block per frame made.
         blocks = (f[None, :] for f in self.iter_frames(text, info=info, **kw))
+        if kw.get("ref_text"):
+            yield from _stream_after_reference(dec, blocks, info)
+            return
         for chunk in dec.stream(blocks):
             yield np.asarray(chunk, np.float32).reshape(-1)
 
@@ -474,3 +529,31 @@ class Qwen3TTS:
             "graphs": str(self.entry),
             "weights": self.weights,
         }
+
+
+# ---------------------------------------------------------------------- in-context audio
+def _after_reference(dec, ref_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The audio of `codes` as generate_voice_clone makes it: the reference codes and the new
+    ones decoded as one sequence (the reference is the decoder's left context), then the
+    reference's share of the samples cut off by its proportional formula."""
+    if not len(codes):
+        return np.zeros(0, np.float32)
+    wav = np.asarray(dec.decode(np.concatenate([ref_codes, codes])), np.float32).reshape(-1)
+    cut = int(len(ref_codes) / max(len(ref_codes) + len(codes), 1) * wav.shape[0])
+    return wav[cut:]
+
+
+def _stream_after_reference(dec, blocks, info: dict, chunk_frames: int = 4):
+    """Streamed `_after_reference`: the reference codes go through the decoder first (their
+    audio dropped), then chunks of `chunk_frames` new frames."""
+    ds, pending = None, []
+    for block in blocks:
+        if ds is None:  # the reference codes are known once the first frame is made
+            ds = dec.open_stream()
+            ds.feed(info["ref_codes"])
+        pending.append(block)
+        if len(pending) == chunk_frames:
+            yield ds.feed(np.concatenate(pending))
+            pending = []
+    if pending:
+        yield ds.feed(np.concatenate(pending))

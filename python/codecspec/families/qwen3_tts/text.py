@@ -17,6 +17,12 @@ the speaker's codec embedding), either of which may be absent:
              tts_eos + codec_pad, tts_pad + codec_bos; later steps add tts_pad
   streaming text: ids[3] + codec_bos; later step g adds text id ids[4+g] (then tts_eos, then
              tts_pad) to the frame's codec embedding sum
+  in-context clone (Base, a reference clip and its transcript; `generate_icl_prompt`): after
+             the tags, the text [reference transcript ids, ids[3:-5], tts_eos] meets the codec
+             [codec_bos, one row per reference frame (the sum of its 16 code embeddings)]:
+             non-streaming, all text rows (+ codec_pad) then all codec rows (+ tts_pad);
+             streaming, row i pairs text i with codec i, the text left over trails (or
+             tts_pad fills the text side when the codec is longer)
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["load_text_tokenizer", "Prompt", "build_prompt", "NONE", "SPEAKER"]
+__all__ = ["load_text_tokenizer", "Prompt", "build_prompt", "NONE", "SPEAKER", "REF_FRAME"]
 
 NONE = -1  # no text / codec part in this row
 SPEAKER = -2  # codec part = the speaker embedding (CustomVoice: codec table row of the speaker)
+REF_FRAME = -3  # codec part = the next reference frame's code embeddings (in-context clone)
 
 # transformers' Qwen2Converter split pattern (convert_slow_tokenizer.py).
 _QWEN2_SPLIT = (
@@ -152,6 +159,10 @@ def assistant_text(text: str) -> str:
     return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def reference_text(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n"
+
+
 def instruct_text(instruct: str) -> str:
     return f"<|im_start|>user\n{instruct}<|im_end|>\n"
 
@@ -161,8 +172,9 @@ class Prompt:
     """The talker's prefill rows and what later steps add.
 
     text_ids[i] / codec_ids[i]: the two parts of row i (NONE = absent; codec SPEAKER = the
-    speaker embedding). trailing_ids: the text ids added at decode steps 0, 1, ... (then
-    tts_pad). prompt_ids / instruct_ids: the tokenized texts, as the official wrapper has them.
+    speaker embedding, REF_FRAME = the next reference frame). trailing_ids: the text ids added
+    at decode steps 0, 1, ... (then tts_pad). prompt_ids / instruct_ids / ref_ids: the
+    tokenized texts, as the official wrapper has them.
     """
 
     text_ids: np.ndarray
@@ -171,6 +183,7 @@ class Prompt:
     speaker_id: Optional[int]
     prompt_ids: np.ndarray
     instruct_ids: np.ndarray
+    ref_ids: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.text_ids)
@@ -200,10 +213,13 @@ def build_prompt(
     instruct: Optional[str] = None,
     streaming_text: bool = False,
     speaker_vector: bool = False,
+    ref_text: Optional[str] = None,
+    ref_frames: int = 0,
 ) -> Prompt:
     """The official prompt rows for one request (arguments already validated).
     speaker_vector: a Base checkpoint's x-vector takes the speaker row (its value is added by
-    the caller; Prompt.speaker_id stays None)."""
+    the caller; Prompt.speaker_id stays None). ref_text: the in-context clone's transcript of
+    a reference clip of `ref_frames` frames (their embeddings are the caller's too)."""
     c, t = spec.codec, spec.text
     ids = encode(tok, assistant_text(text))
     ins = encode(tok, instruct_text(instruct)) if instruct else np.zeros(0, np.int64)
@@ -225,7 +241,15 @@ def build_prompt(
     text_rows += [t["tts_pad"]] * (len(prefix) - 2) + [t["tts_bos"]]
     codec_rows += prefix[:-1]
     body = ids[3:-5]
-    if streaming_text:
+    ref_ids = np.zeros(0, np.int64)
+    if ref_text:
+        ref_ids = encode(tok, reference_text(ref_text))
+        icl_text = np.concatenate([ref_ids[3:-2], body, [t["tts_eos"]]]).astype(np.int64)
+        codec = [c["bos"]] + [REF_FRAME] * ref_frames
+        rows, trailing = _icl_rows(icl_text, codec, t["tts_pad"], c["pad"], streaming_text)
+        text_rows += rows[0]
+        codec_rows += rows[1]
+    elif streaming_text:
         text_rows.append(int(ids[3]))
         codec_rows.append(c["bos"])
         trailing = np.concatenate([ids[4:-5], [t["tts_eos"]]]).astype(np.int64)
@@ -240,4 +264,17 @@ def build_prompt(
         speaker_id=spk,
         prompt_ids=ids,
         instruct_ids=ins,
+        ref_ids=ref_ids,
     )
+
+
+def _icl_rows(text: np.ndarray, codec: list, tts_pad: int, codec_pad: int, streaming: bool):
+    """((text parts, codec parts) of the in-context rows, trailing text ids), as
+    generate_icl_prompt pairs the text with the reference codec."""
+    if not streaming:
+        rows = (list(text) + [tts_pad] * len(codec), [codec_pad] * len(text) + codec)
+        return rows, np.zeros(0, np.int64)
+    n = len(codec)
+    if len(text) > n:
+        return (list(text[:n]), codec), text[n:].astype(np.int64)
+    return (list(text) + [tts_pad] * (n - len(text)), codec), np.zeros(0, np.int64)
