@@ -208,3 +208,62 @@ def test_clone_audio_drops_the_reference_and_streams_alike(cache):
     blocks = (f[None, :] for f in codes)
     streamed = np.concatenate(list(_stream_after_reference(dec, blocks, {"ref_codes": ref})))
     np.testing.assert_allclose(streamed, wav, atol=1e-5)
+
+
+# ---------------------------------------------------------------------- command line
+def _synth_argv(tmp_path, case: dict, *extra) -> list:
+    return [
+        "synth",
+        case["text"],
+        "--model",
+        str(MODEL),
+        "--ref-audio",
+        str(DATA / f"{case['ref_audio']}.wav"),
+        "--language",
+        case["language"],
+        "--temperature",
+        "0",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--json",
+        *extra,
+    ]
+
+
+def test_cli_synth_with_ref_text_clones_in_context(tmp_path):
+    from codecspec.cli import main
+
+    case, out = _cases()[1], tmp_path / "codes.npy"
+    argv = _synth_argv(tmp_path, case, "--ref-text", case["ref_text"], "--codes-out", str(out))
+    assert main(argv + ["--mode", "spec"]) == 0
+    assert np.array_equal(np.load(out), _fixtures()["case_1_codes"])
+
+
+def test_cli_synth_without_ref_text_stays_x_vector_only(tmp_path):
+    """No --ref-text: the x-vector-only prompt (no reference frames), other codes."""
+    from codecspec.cli import main
+
+    case, out = _cases()[1], tmp_path / "codes.npy"
+    assert main(_synth_argv(tmp_path, case, "--codes-out", str(out))) == 0
+    assert not np.array_equal(np.load(out), _fixtures()["case_1_codes"])
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(ref_text="   "), "^ref_text: must be a non-empty string"),
+        (dict(ref_text=3), "^ref_text: must be a non-empty string"),
+        (dict(ref_audio=None, ref_text="Hi."), "^ref_text: is the transcript of ref_audio"),
+    ],
+)
+def test_bad_ref_text_is_refused(tts, kw, match):
+    req = {"language": "english", "ref_audio": DATA / "ref_a.wav", **kw}
+    with pytest.raises(ValueError, match=match):
+        tts.generate_codes("Hello.", **req)
+
+
+def test_ref_text_is_refused_for_other_models(tmp_path, capsys):
+    from codecspec.cli import main
+
+    assert main(["synth", "Hello.", "--ref-text", "Hi.", "-o", str(tmp_path / "x.wav")]) == 2
+    assert "--ref-text: Qwen3-TTS checkpoints" in capsys.readouterr().err

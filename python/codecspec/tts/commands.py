@@ -234,9 +234,11 @@ def cmd_synth(args) -> int:
         from codecspec.families.qwen3_tts.cli import synth
 
         return synth(args)
-    if args.instruct is not None or args.streaming_text or args.ref_audio is not None:
+    qwen3_only = (args.instruct, args.streaming_text or None, args.ref_audio, args.ref_text)
+    if any(v is not None for v in qwen3_only):
         raise ValueError(
-            "--instruct / --streaming-text / --ref-audio: Qwen3-TTS checkpoints (--model DIR) only"
+            "--instruct / --streaming-text / --ref-audio / --ref-text: Qwen3-TTS checkpoints "
+            "(--model DIR) only"
         )
     if args.codes_out is not None and args.stream:
         raise ValueError("--codes-out: not with --stream")
@@ -561,7 +563,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--ref-audio",
         default=None,
         help="Qwen3-TTS Base: a clip of the voice to clone (WAV, FLAC, MP3, ...; any rate and "
-        "channel count; x-vector-only mode)",
+        "channel count); x-vector-only mode unless --ref-text is given",
+    )
+    p.add_argument(
+        "--ref-text",
+        default=None,
+        help="Qwen3-TTS Base: what --ref-audio says; clones in context (the clip's speech codes "
+        "and transcript in the prompt), as the official generate_voice_clone does by default",
     )
     p.add_argument(
         "--streaming-text",

@@ -28,6 +28,7 @@ def _request_kwargs(args, mode: str) -> dict:
         language=args.language,
         instruct=args.instruct,
         ref_audio=args.ref_audio,
+        ref_text=args.ref_text,
         mode=mode,
         temperature=args.temperature,
         top_k=args.top_k,
@@ -93,7 +94,9 @@ def synth(args) -> int:
         raise ValueError("--phonemes: Qwen3-TTS reads text, not phonemes")
     text = _synth_text(args)
     ck = Qwen3Checkpoint(args.model)
-    check_request(ck, text, args.speaker, args.language, args.instruct, args.ref_audio)
+    check_request(
+        ck, text, args.speaker, args.language, args.instruct, args.ref_audio, args.ref_text
+    )
     if args.ref_audio is not None:
         load_reference(args.ref_audio)  # a bad WAV fails before any graph is built
     want_audio = args.codes_out is None or args.output_given
@@ -135,8 +138,7 @@ def synth(args) -> int:
         from codecspec.codec.audio import write_wav
 
         t2 = time.perf_counter()
-        wav = tts.speech_decoder().decode(r.codes) if r.frames else np.zeros(0, np.float32)
-        write_wav(args.output, np.asarray(wav, np.float32).reshape(-1), tts.sample_rate)
+        write_wav(args.output, tts.waveform(r), tts.sample_rate)
         report.update(
             output=str(args.output),
             sample_rate=tts.sample_rate,

@@ -500,11 +500,16 @@ class Qwen3TTS:
     def synthesize(self, text: str, **kw) -> tuple[np.ndarray, Qwen3Result]:
         """(waveform float32 at 24 kHz, the codes result)."""
         r = self.generate_codes(text, **kw)
-        if r.ref_codes is not None:
-            return _after_reference(self.speech_decoder(), r.ref_codes, r.codes), r
+        return self.waveform(r), r
+
+    def waveform(self, r: Qwen3Result) -> np.ndarray:
+        """The audio of a codes result (float32, 24 kHz); after an in-context clone's
+        reference, as the official wrapper decodes it."""
         dec = self.speech_decoder()
+        if r.ref_codes is not None:
+            return _after_reference(dec, r.ref_codes, r.codes)
         wav = dec.decode(r.codes) if len(r.codes) else np.zeros(0, np.float32)
-        return np.asarray(wav, np.float32).reshape(-1), r
+        return np.asarray(wav, np.float32).reshape(-1)
 
     def stream(self, text: str, info: Optional[dict] = None, **kw) -> Iterator[np.ndarray]:
         """Float32 audio chunks as frames are made: the decoder's streaming form fed by the
