@@ -267,3 +267,17 @@ def test_ref_text_is_refused_for_other_models(tmp_path, capsys):
 
     assert main(["synth", "Hello.", "--ref-text", "Hi.", "-o", str(tmp_path / "x.wav")]) == 2
     assert "--ref-text: Qwen3-TTS checkpoints" in capsys.readouterr().err
+
+
+def test_random_checkpoint_writes_encoder_weights(tmp_path):
+    """`codecspec random-checkpoint` folders carry the encoder's tensors (the tiny shape's
+    codebook width now equals its RVQ projection width, as the official encode needs), so
+    the encoder graph builds from them."""
+    from codecspec.families.qwen3_tts.random_checkpoint import write_random_checkpoint
+
+    out = tmp_path / "tiny"
+    write_random_checkpoint("tiny", out, seed=5)
+    enc = SpeechEncoder.load(out / "speech_tokenizer", cache_dir=tmp_path / "cache")
+    codes = enc.encode(_clip("ref_a"))
+    assert codes.shape == (-(-len(_clip("ref_a")) // 1920), 16)
+    assert codes.min() >= 0 and codes.max() < 64

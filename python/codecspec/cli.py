@@ -375,7 +375,7 @@ def cmd_random_checkpoint(args) -> int:
     if args.json:
         print(json.dumps(info))
         return 0
-    gb = (info["model_bytes"] + info["speech_decoder_bytes"]) / 1e9
+    gb = (info["model_bytes"] + info["speech_tokenizer_bytes"]) / 1e9
     print(
         f"wrote {info['out']}: random-weight Qwen3-TTS {info['shape']} {info['model_type']}, "
         f"{info['parameters']:,} talker+predictor parameters, {gb:.3f} GB, "

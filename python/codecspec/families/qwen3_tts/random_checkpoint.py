@@ -11,8 +11,9 @@ Qwen/Qwen3-TTS-12Hz-{0.6B,1.7B}-CustomVoice holds:
   vocab.json, merges.txt,     a byte-level BPE text tokenizer with the real vocabulary size
   tokenizer_config.json       (151,643 regular tokens, then Qwen's special tokens)
   speech_tokenizer/           the 12 Hz tokenizer's config (real decoder and encoder configs),
-                              preprocessor_config.json, and float32 decoder weights of the
-                              released decoder's shape
+                              preprocessor_config.json, and float32 decoder and encoder
+                              weights of the released shapes (the encoder gives in-context
+                              cloning its reference codes)
 
 Sources of the values (looked up, not copied): the class defaults and key names of
 `qwen_tts/core/models/configuration_qwen3_tts.py` and
@@ -21,11 +22,9 @@ dimensions, codec ids, speakers and languages of the published config.json as se
 independent public ports give them (see docs/qwen3_tts.md);
 the decoder config is `graphs.qwen3_decoder.PUBLISHED_DECODER_CONFIG`.
 
-Not written: the speech tokenizer's encoder-side weights (the Mimi encoder and the quantizers'
-input projections: codecspec never reads them; the official loader initialises them randomly
-with a warning) and a speaker encoder (CustomVoice and
-VoiceDesign folders have none). The text tokenizer is trained on generated pseudo-English, so
-its merges are not Qwen's: text tokenizes to a similar but not equal number of tokens.
+Not written: a speaker encoder (CustomVoice and VoiceDesign folders have none). The text
+tokenizer is trained on generated pseudo-English, so its merges are not Qwen's: text
+tokenizes to a similar but not equal number of tokens.
 
 The `tiny` shape keeps every name, the layout and the id relations (codec ids = real id - 2048 +
 codebook size; text special ids follow the regular vocabulary) at small sizes, for tests.
@@ -229,7 +228,8 @@ def _mimi_encoder(codebook: int, hidden: int, layers: int, heads: int, filters: 
         "use_causal_conv": True,
         "use_conv_shortcut": False,
         "use_streaming": False,
-        "vector_quantization_hidden_dimension": 256 if hidden >= 256 else 32,
+        # the codebook width: the RVQ projects into it before the nearest-entry search
+        "vector_quantization_hidden_dimension": 256 if hidden >= 256 else 16,
     }
 
 
@@ -394,6 +394,35 @@ def _decoder_blocks(seed: int):
     return blocks
 
 
+def _tokenizer_blocks(seed: int):
+    """The decoder's value ranges suit the encoder's tensors too; the codebooks' `initialized`
+    flags are 1, as in a trained checkpoint."""
+    decoder = _decoder_blocks(seed)
+
+    def blocks(name: str, shape: tuple) -> Iterator[np.ndarray]:
+        if name.endswith(".initialized"):
+            yield np.ones(shape, np.float32)
+        else:
+            yield from decoder(name, shape)
+
+    return blocks
+
+
+def _encoder_unread_shapes(c) -> dict:
+    """Encoder-side tensors the official model has but encoding does not read (the RVQs'
+    output projections, the codebooks' `initialized` flags): written so that the official
+    loader finds every tensor."""
+    q = "encoder.quantizer."
+    out = {}
+    for part, n in (("semantic", c.num_semantic), ("acoustic", c.num_quantizers - c.num_semantic)):
+        prefix = f"{q}{part}_residual_vector_quantizer."
+        if c.vq_dim != c.hidden_size:
+            out[prefix + "output_proj.weight"] = (c.hidden_size, c.vq_dim, 1)
+        for k in range(n):
+            out[f"{prefix}layers.{k}.codebook.initialized"] = (1,)
+    return out
+
+
 def _split_shards(shapes: dict, shards: int) -> list[dict]:
     """Consecutive groups of about equal bytes (the published shards split by size)."""
     sizes = {n: int(np.prod(s)) for n, s in shapes.items()}
@@ -541,6 +570,7 @@ def _write_speech_tokenizer(s: CheckpointShape, out: Path, seed: int, bar) -> in
         decoder_tensor_shapes,
         speech_decoder_config,
     )
+    from codecspec.graphs.qwen3_encoder import encoder_tensor_shapes, speech_encoder_config
     from codecspec.graphs.safetensors_io import write_safetensors_stream
 
     folder = out / "speech_tokenizer"
@@ -557,7 +587,12 @@ def _write_speech_tokenizer(s: CheckpointShape, out: Path, seed: int, bar) -> in
         "output_sample_rate": 24000,
         "transformers_version": "4.57.3",
     }
-    config = speech_decoder_config(root)
+    encoder = speech_encoder_config(root)
+    shapes = {
+        **decoder_tensor_shapes(speech_decoder_config(root)),
+        **encoder_tensor_shapes(encoder),
+        **_encoder_unread_shapes(encoder),
+    }
     (folder / "config.json").write_text(json.dumps(root, indent=2) + "\n")
     feature = {  # transformers' EncodecFeatureExtractor, as the Mimi encoder takes audio
         "chunk_length_s": None,
@@ -572,8 +607,8 @@ def _write_speech_tokenizer(s: CheckpointShape, out: Path, seed: int, bar) -> in
     (folder / "preprocessor_config.json").write_text(json.dumps(feature, indent=2) + "\n")
     return write_safetensors_stream(
         folder / "model.safetensors",
-        decoder_tensor_shapes(config),
-        _decoder_blocks(seed),
+        shapes,
+        _tokenizer_blocks(seed),
         "f32",  # the published speech tokenizer is float32
         {"format": "pt"},
         bar("speech_tokenizer/model.safetensors"),
@@ -656,7 +691,7 @@ def write_random_checkpoint(
         gen = json.dumps(GENERATION_CONFIG, indent=2) + "\n"
         (tmp / "generation_config.json").write_text(gen)
         model_bytes = _write_weights(s, tmp, seed, bar)
-        decoder_bytes = _write_speech_tokenizer(s, tmp, seed, bar)
+        tokenizer_bytes = _write_speech_tokenizer(s, tmp, seed, bar)
         if replace:
             shutil.rmtree(d)
         elif d.exists():
@@ -673,6 +708,6 @@ def write_random_checkpoint(
         "seed": int(seed),
         "parameters": params,
         "model_bytes": model_bytes,
-        "speech_decoder_bytes": decoder_bytes,
+        "speech_tokenizer_bytes": tokenizer_bytes,
         "files": sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()),
     }
