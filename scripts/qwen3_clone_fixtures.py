@@ -1,19 +1,20 @@
 """In-context voice cloning fixtures: a tiny random Base checkpoint whose speech tokenizer has
 encoder weights, and what the official `qwen-tts` 0.1.1 code makes of it.
 
-Writes tests/data/qwen3_clone/:
+Writes tests/data/qwen3_clone/ (VARIANTS: base_icl, talker and predictor of equal width;
+base_wide, a wider talker and another encoder configuration):
 
-  base_icl/                  the checkpoint (as scripts/qwen3_parity_fixtures.py lays it out),
-                             speech_tokenizer/ with float32 encoder weights (no decoder ones)
+  <variant>/                 the checkpoint (as scripts/qwen3_parity_fixtures.py lays it out),
+                             speech_tokenizer/ with bf16 encoder weights (no decoder ones)
   ref_a.wav, ref_b.wav       two 24 kHz 16-bit reference clips (not multiples of 1920 samples)
-  base_icl.fixtures.npz      per reference clip: clip_<name>_codes, the official encoder's codes
+  <variant>.fixtures.npz     per reference clip: clip_<name>_codes, the official encoder's codes
                              (`Qwen3TTSTokenizer.encode`, as generate_voice_clone calls it);
                              per case: case_<i>_prompt_ids, case_<i>_ref_ids (the wrapper's
                              tokenized reference text), case_<i>_codes (greedy codes of
                              `generate_voice_clone(..., ref_text=..., do_sample=False,
                              subtalker_dosample=False)`), case_<i>_prefill (the talker's prompt
                              rows), case_<i>_xvector
-  base_icl.cases.json        the requests
+  <variant>.cases.json       the requests
 
 Needs what scripts/qwen3_parity_fixtures.py needs (torch, transformers 4.57.3, qwen-tts 0.1.1):
 
@@ -35,9 +36,6 @@ import qwen3_parity_fixtures as pf  # noqa: E402  (puts the sox/torchaudio stand
 import torch  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "qwen3_clone")
-NAME = "base_icl"
-SEED = 12
-
 # A Mimi encoder small enough for the repository. The codebook width equals the RVQ's
 # projection width (the official encode needs it); sliding_window is below the clips' 25 Hz
 # frame counts, so a graph that applied it would disagree with the official mask, which
@@ -60,6 +58,38 @@ TINY_ENCODER = {
     "sliding_window": 4,
     "upsample_groups": 16,
     "frame_rate": 12.5,
+    "sampling_rate": 24000,
+}
+
+# Another one along the axes MimiConfig allows: ratios in another order, two residual
+# layers with dilation growth 3 and conv shortcuts, compress 4, other kernels, grouped KV
+# heads, a head_dim below hidden / heads, an RVQ projection (hidden 24 -> codebooks of 12),
+# 32 quantizers of which 16 are kept, another RoPE theta and norm eps, the frame rate left
+# to its derived default.
+WIDE_ENCODER = {
+    "hidden_size": 24,
+    "num_filters": 4,
+    "num_residual_layers": 2,
+    "dilation_growth_rate": 3,
+    "use_conv_shortcut": True,
+    "compress": 4,
+    "kernel_size": 5,
+    "last_kernel_size": 5,
+    "residual_kernel_size": 5,
+    "upsampling_ratios": [4, 8, 5, 6],
+    "codebook_size": pf.CODEBOOK,
+    "codebook_dim": 12,
+    "vector_quantization_hidden_dimension": 12,
+    "num_quantizers": 32,
+    "num_semantic_quantizers": 1,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 4,
+    "intermediate_size": 40,
+    "rope_theta": 500.0,
+    "norm_eps": 1e-3,
+    "upsample_groups": 24,
     "sampling_rate": 24000,
 }
 
@@ -95,6 +125,30 @@ CASES = [
     dict(text="Hi.", language="chinese", ref_audio="ref_b", ref_text="Ok.", streaming=True),
 ]
 
+WIDE_CASES = [
+    dict(
+        text="A tiny tokenizer speaks.",
+        language="english",
+        ref_audio="ref_b",
+        ref_text="Numbers 0123.",
+    ),
+    dict(
+        text="Hello world, this is a test of the voice.",
+        language="auto",
+        ref_audio="ref_a",
+        ref_text="The quick brown fox.",
+        streaming=True,
+    ),
+]
+
+# name -> (talker / predictor shape of scripts/qwen3_parity_fixtures.py, seed, encoder, cases)
+VARIANTS = {
+    # equal widths (projection = identity), 0.6B-style
+    "base_icl": dict(shape="base_xvector", seed=16, encoder=TINY_ENCODER, cases=CASES),
+    # talker wider than the predictor (projection = Linear with bias), 1.7B-style
+    "base_wide": dict(shape="design_wide", seed=21, encoder=WIDE_ENCODER, cases=WIDE_CASES),
+}
+
 
 def write_wav(path: str, pcm: np.ndarray) -> None:
     with wave.open(path, "wb") as w:
@@ -104,7 +158,7 @@ def write_wav(path: str, pcm: np.ndarray) -> None:
         w.writeframes(pcm.tobytes())
 
 
-def tokenizer_model():
+def tokenizer_model(encoder: dict, seed: int):
     """The official 12 Hz tokenizer model with seeded encoder weights (codebooks included:
     their default init is all zeros, which would make every code 0)."""
     from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
@@ -115,28 +169,38 @@ def tokenizer_model():
     )
 
     conf = Qwen3TTSTokenizerV2Config(
-        encoder_config=TINY_ENCODER,
+        encoder_config=encoder,
         decoder_config=pf.speech_tokenizer_config()["decoder_config"],
         encoder_valid_num_quantizers=pf.GROUPS,
     )
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     m = Qwen3TTSTokenizerV2Model(conf).eval()
-    pf.redraw(m.encoder, SEED)
-    g = torch.Generator().manual_seed(SEED + 1)
+    pf.redraw(m.encoder, seed)
+    g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, buf in m.encoder.named_buffers():
             if name.endswith("embed_sum"):
-                buf.copy_(torch.randn(buf.shape, generator=g))
+                buf.copy_(_bf16_exact(torch.randn(buf.shape, generator=g)))
             elif name.endswith("cluster_usage"):
-                buf.copy_(0.5 + torch.rand(buf.shape, generator=g))
+                buf.copy_(_bf16_exact(0.5 + torch.rand(buf.shape, generator=g)))
     return m, conf
+
+
+def _bf16_exact(t):
+    """Values a bf16 file holds exactly: the official model runs on what the test reads."""
+    return t.to(torch.bfloat16).to(torch.float32)
 
 
 def save_tokenizer(d: str, m, conf) -> None:
     from safetensors.torch import save_file
 
     os.makedirs(d, exist_ok=True)
-    state = {k: v.contiguous() for k, v in m.state_dict().items() if k.startswith("encoder.")}
+    # bf16 (every value is bf16-exact, see redraw): half the bytes in the repository
+    state = {
+        k: v.to(torch.bfloat16).contiguous()
+        for k, v in m.state_dict().items()
+        if k.startswith("encoder.")
+    }
     save_file(state, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(d, "config.json"), "w") as f:
         f.write(conf.to_json_string())
@@ -155,17 +219,17 @@ def official_tokenizer(m):
     return tok
 
 
-def build_checkpoint(d: str) -> object:
+def build_checkpoint(d: str, shape: str, seed: int) -> object:
     """The Base checkpoint (talker, predictor, speaker encoder) with the parity script's
     tokenizer and seeded weights, saved as bf16; the returned model holds the same values."""
-    v = dict(pf.variants()["base_xvector"], seed=SEED)
+    v = dict(pf.variants()[shape], model_type="base", spk_id={}, spk_is_dialect={}, seed=seed)
     text_ids = pf.make_tokenizer(d)
     with open(os.path.join(d, "vocab.json"), encoding="utf-8") as f:
         text_vocab = len(json.load(f)) + len(pf.SPECIALS)
     cfg = pf.make_config(v, text_ids, text_vocab)
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     model = pf.Qwen3TTSForConditionalGeneration(cfg).eval()
-    pf.redraw(model, SEED)
+    pf.redraw(model, seed)
     buffers = {n: b.clone() for n, b in model.named_buffers()}
     model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
     model.to(torch.float32)
@@ -223,18 +287,14 @@ def record(wrapper, case: dict) -> dict:
     }
 
 
-def main() -> None:
-    torch.set_num_threads(1)
-    out = os.path.abspath(OUT)
-    d = os.path.join(out, NAME)
+def build_variant(out: str, name: str, v: dict) -> None:
+    d = os.path.join(out, name)
     if os.path.isdir(d):
         shutil.rmtree(d)
     os.makedirs(d)
-    model = build_checkpoint(d)
-    m, conf = tokenizer_model()
+    model = build_checkpoint(d, v["shape"], v["seed"])
+    m, conf = tokenizer_model(v["encoder"], v["seed"])
     save_tokenizer(os.path.join(d, "speech_tokenizer"), m, conf)
-    for name, pcm in CLIPS.items():
-        write_wav(os.path.join(out, f"{name}.wav"), pcm)
     from transformers import Qwen2TokenizerFast
 
     tok = Qwen2TokenizerFast.from_pretrained(d)
@@ -243,21 +303,31 @@ def main() -> None:
     )
     model.speech_tokenizer = official_tokenizer(m)
     arrays: dict = {}
-    for name, pcm in CLIPS.items():
+    for clip_name, pcm in CLIPS.items():
         enc = model.speech_tokenizer.encode(pcm.astype(np.float32) / 32768.0, sr=24000)
-        arrays[f"clip_{name}_codes"] = enc.audio_codes[0].numpy().astype(np.int64)
-        print(f"{name}: {len(pcm)} samples -> codes {tuple(enc.audio_codes[0].shape)}")
-    for i, case in enumerate(CASES):
+        arrays[f"clip_{clip_name}_codes"] = enc.audio_codes[0].numpy().astype(np.int64)
+        print(f"{name} {clip_name}: {len(pcm)} samples -> codes {enc.audio_codes[0].shape}")
+    for i, case in enumerate(v["cases"]):
         r = record(wrapper, case)
         for k, a in r.items():
             arrays[f"case_{i}_{k}"] = a
         print(
-            f"case {i}: {len(r['prompt_ids'])} text ids, prefill {len(r['prefill'])} rows, "
+            f"{name} case {i}: {len(r['prompt_ids'])} text ids, prefill {len(r['prefill'])} rows, "
             f"codes {r['codes'].shape}"
         )
-    np.savez_compressed(os.path.join(out, f"{NAME}.fixtures.npz"), **arrays)
-    with open(os.path.join(out, f"{NAME}.cases.json"), "w", encoding="utf-8") as f:
-        json.dump(CASES, f, indent=2)
+    np.savez_compressed(os.path.join(out, f"{name}.fixtures.npz"), **arrays)
+    with open(os.path.join(out, f"{name}.cases.json"), "w", encoding="utf-8") as f:
+        json.dump(v["cases"], f, indent=2)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    out = os.path.abspath(OUT)
+    os.makedirs(out, exist_ok=True)
+    for name, pcm in CLIPS.items():
+        write_wav(os.path.join(out, f"{name}.wav"), pcm)
+    for name, v in VARIANTS.items():
+        build_variant(out, name, v)
 
 
 if __name__ == "__main__":
