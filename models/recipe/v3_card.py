@@ -104,8 +104,10 @@ def card(model: Path, q: dict | None, qpath: Path = None, words: dict | None = N
         "",
         "- English only, four espeak-ng voice variants (f1, f2, m1, m3); the prosody is "
         "espeak-ng's (its timing is an input), the timbre the v1 codec's Griffin-Lim vocoder.",
-        "- Needs espeak-ng's library at synthesis (`apt-get install espeak-ng`): the phoneme "
-        "track comes from it; IPA input (`phonemes=`) is refused.",
+        "- Needs espeak-ng's library at synthesis: the phoneme track comes from it (the "
+        "`espeakng-loader` wheel's 1.52, a dependency of codecspec; the corpus was timed with "
+        "Debian's 1.51, and 1.52's stress marks are stripped, so the tracks agree: "
+        "`docs/quality.md`); IPA input (`phonemes=`) is refused.",
         "- Trained for about an hour on one CPU core; more steps still lowered the held-out "
         "loss when the run ended.",
     ]
