@@ -304,3 +304,21 @@ def test_random_checkpoint_writes_encoder_weights(tmp_path):
     codes = enc.encode(_clip("ref_a"))
     assert codes.shape == (-(-len(_clip("ref_a")) // 1920), 16)
     assert codes.min() >= 0 and codes.max() < 64
+
+
+def test_a_voice_prepared_once_clones_as_the_clip_does(tts):
+    """`clone_voice` reads and encodes the clip once; requests given the result get the
+    official codes, and a second ref_text beside it is refused."""
+    case, z = _cases()[2], _fixtures()
+    voice = tts.clone_voice(DATA / f"{case['ref_audio']}.wav", case["ref_text"])
+    assert np.array_equal(voice.ref_codes, z["case_2_ref_codes"])
+    r = tts.generate_codes(
+        case["text"],
+        language=case["language"],
+        ref_audio=voice,
+        streaming_text=True,
+        temperature=0,
+    )
+    assert np.array_equal(r.codes, z["case_2_codes"])
+    with pytest.raises(ValueError, match="^ref_text: a prepared voice"):
+        tts.generate_codes("Hi.", ref_audio=voice, ref_text="Hello.")

@@ -227,12 +227,13 @@ class AudioStream:
     """Turns a stream's frames into encoded audio bytes chunk by chunk (vocoder, resampler
     and encoder run in a worker thread)."""
 
-    def __init__(self, engine: Engine, handle, first, seed: int, iters: int, fmt: str):
+    def __init__(self, engine: Engine, handle, first, seed: int, iters: int, fmt: str, voice=None):
         self.engine, self.handle, self.seed, self.iters = engine, handle, seed, iters
         self.codes = [first]
         self.sent = 0  # frames already vocoded and sent
         self.encoder = encoder(fmt, engine.sample_rate)
-        self.decoder = engine.family.chunk_decoder(iters, seed)  # None: context frames
+        # None: context frames
+        self.decoder = engine.family.chunk_decoder(iters, seed, voice=voice)
 
     def _encode(self, block: np.ndarray, start: int) -> bytes:
         wav = self.engine.family.codec.decode(block, self.iters, self.seed)
@@ -502,7 +503,8 @@ async def _speech(app: FastAPI, body: SpeechBody, request: Request):
         headers["X-Codecspec-Ignored"] = ",".join(ignored)
         log.info("ignored by the %s model: %s", engine.family.name, ", ".join(ignored))
     iters = app.state.vocoder_iters
-    audio = AudioStream(engine, handle, first, body.seed or 0, iters, body.response_format)
+    fmt = body.response_format
+    audio = AudioStream(engine, handle, first, body.seed or 0, iters, fmt, voice=req.voice)
     if body.response_format == "wav" and not _known_length(engine):
         return await _whole_wav(app, engine, handle, audio, request, headers)
     _count(app, 200)

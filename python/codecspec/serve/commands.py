@@ -96,10 +96,11 @@ def check_model(args) -> None:
     if is_qwen3_folder(args.model):
         from codecspec.serve.qwen3 import check_folder
 
-        check_folder(args.model, args.ref_audio)
+        check_folder(args.model, args.ref_audio, args.voices_dir)
         return
-    if args.ref_audio is not None:
-        raise ValueError("--ref-audio: only a Qwen3-TTS Base checkpoint folder clones a voice")
+    for flag, value in (("--ref-audio", args.ref_audio), ("--voices-dir", args.voices_dir)):
+        if value is not None:
+            raise ValueError(f"{flag}: only a Qwen3-TTS Base checkpoint folder clones a voice")
     if args.weights is not None:
         raise ValueError("--weights: only for Qwen3-TTS checkpoint folders")
 
@@ -119,6 +120,7 @@ def cmd_serve(args) -> int:
             admit=args.admit,
             cache_dir=args.cache_dir,
             ref_audio=args.ref_audio,
+            voices_dir=args.voices_dir,
             weights=args.weights,
         )
 
@@ -229,7 +231,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         type=model_arg,
         help="the model to serve: v3 (the default), fsq, reference, v2, a model folder, or "
-        "a Qwen3-TTS checkpoint folder (CustomVoice, VoiceDesign; Base with --ref-audio)",
+        "a Qwen3-TTS checkpoint folder (CustomVoice, VoiceDesign; Base with --ref-audio or "
+        "--voices-dir)",
     )
     add_cache_dir(p)
     p.add_argument(
@@ -237,6 +240,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="Qwen3-TTS Base checkpoint: the voice to clone (WAV, FLAC, MP3, ...; any rate) "
         "for every stream",
+    )
+    p.add_argument(
+        "--voices-dir",
+        default=None,
+        help="Qwen3-TTS Base checkpoint: a folder of voices, NAME.wav + NAME.txt (what the clip "
+        "says) each, cloned in context; a request's `voice` picks one by NAME",
     )
     weights_option(p)
     p.add_argument(

@@ -209,6 +209,7 @@ class Engine:
         cache_dir=None,
         ref_audio=None,
         weights: Optional[str] = None,
+        voices_dir=None,
     ):
         if int(max_streams) < 1:
             raise ValueError(f"max_streams: must be >= 1, got {max_streams}")
@@ -231,6 +232,7 @@ class Engine:
             cache_dir=cache_dir,
             ref_audio=ref_audio,
             weights=weights,
+            voices_dir=voices_dir,
         )
         self.tts = self.family.tts
         self.sample_rate = self.family.sample_rate
@@ -583,6 +585,7 @@ def _load_family(
     cache_dir=None,
     ref_audio=None,
     weights=None,
+    voices_dir=None,
 ) -> Family:
     """The adapter for the model's family (a shipped name or a folder; model.json decides, or
     config.json for a Qwen3-TTS checkpoint folder; None = the reference v1, the engine's
@@ -603,9 +606,11 @@ def _load_family(
             cache_dir=cache_dir,
             ref_audio=ref_audio,
             weights=weights,
+            voices_dir=voices_dir,
         )
-    if ref_audio is not None:
-        raise ValueError("ref_audio: only a Qwen3-TTS Base checkpoint folder clones a voice")
+    for name, value in (("ref_audio", ref_audio), ("voices_dir", voices_dir)):
+        if value is not None:
+            raise ValueError(f"{name}: only a Qwen3-TTS Base checkpoint folder clones a voice")
     if weights is not None:
         raise ValueError("weights: only for Qwen3-TTS checkpoint folders")
     d = resolve_model_dir(model_dir)  # None: the registry's default model

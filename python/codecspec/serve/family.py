@@ -156,11 +156,11 @@ class Family:
         starts with a cushion against a step that brings only one frame."""
         return 0
 
-    def chunk_decoder(self, iters: int, seed: int):
+    def chunk_decoder(self, iters: int, seed: int, voice=None):
         """None: the app vocodes each chunk with `codec.decode(codes, iters, seed)` over a
         few frames of context. A family whose decoder carries state from chunk to chunk
         returns one object per stream whose `feed(codes [n, C])` gives exactly those
-        frames' audio."""
+        frames' audio (`voice`: the request's, for a decoder whose state starts from it)."""
         return None
 
 

@@ -21,8 +21,12 @@ VoiceDesign and Base checkpoints have none); `instructions` is the official `ins
 the checkpoint reads it (`Qwen3Checkpoint.accepts_instruct`); `language` is a language of the
 checkpoint or its ISO 639-1 code; temperature / top_k / top_p override both the talker's and
 the depth loop's law as in `Qwen3TTS.sampling`. `speed` other than 1 is refused: the model has
-no rate control. A Base (voice-cloning) checkpoint is served only with a reference recording
-given at load (`ref_audio`), whose voice every stream then speaks in.
+no rate control. A Base (voice-cloning) checkpoint is served with a reference recording
+given at load (`ref_audio`), whose voice every stream then speaks in (x-vector only), or with
+a folder of voices (`voices_dir`: NAME.wav + NAME.txt, its transcript), each encoded once at
+load and cloned in context; `voice` picks one by NAME (OpenAI's voice names map onto them as
+onto speakers), and its audio is decoded after the voice's reference codes, as the official
+generate_voice_clone decodes it.
 
 What it does not do: batch the talker's steps (a batched GroupQueryAttention over caches of
 other lengths rounds differently, ~2e-7, enough to flip sampled codes of speculative
@@ -105,15 +109,19 @@ class Qwen3Family(Family):
         cache_dir=None,
         ref_audio=None,
         weights=None,
+        voices_dir=None,
     ):
         from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
 
-        self.reference = check_folder(model_dir, ref_audio)
+        self.reference = check_folder(model_dir, ref_audio, voices_dir)
         self.tts = Qwen3TTS.load(
             model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights
         )
         if self.reference is not None:  # loads the speaker encoder once, for every replica
             self.tts.speaker_vector(self.reference)
+        # each voice read, x-vector computed and reference encoded once, here
+        voices = read_voices_dir(voices_dir) if voices_dir is not None else {}
+        self.cloned = {n: self.tts.clone_voice(wav, text) for n, (wav, text) in voices.items()}
         self.model_names = (f"qwen3-tts-{Path(model_dir).resolve().name}", "qwen3-tts")
         self.takes_instructions = self.tts.ck.accepts_instruct
         self.max_frames = int(max_frames)
@@ -136,6 +144,8 @@ class Qwen3Family(Family):
     # ------------------------------------------------------------------ requests
     @property
     def voices(self) -> list:
+        if self.cloned:
+            return sorted(self.cloned)
         return self.tts.speakers if self.tts.model_type == "custom_voice" else []
 
     @property
@@ -167,12 +177,15 @@ class Qwen3Family(Family):
         speaker = req.voice
         if speaker is None and self.voices:
             speaker = self.voices[0]
+        reference = self.reference
+        if self.cloned:  # the voice is a cloned one, not a speaker of the checkpoint
+            speaker, reference = None, self.cloned[speaker]
         mode = req.mode if req.mode != "auto" else ("spec" if self.speculation_pays else "ar")
         return dict(
             speaker=speaker,
             language=language,
             instruct=req.instructions or None,
-            ref_audio=self.reference,
+            ref_audio=reference,
             mode=mode,
             temperature=req.temperature,
             top_k=req.top_k,
@@ -180,6 +193,7 @@ class Qwen3Family(Family):
         )
 
     def prepare(self, req, generator: cs.Generator) -> Qwen3State:
+        from codecspec.families.qwen3_tts.pipeline import ClonedVoice
         from codecspec.families.qwen3_tts.text import build_prompt
 
         tts = self.tts
@@ -190,6 +204,8 @@ class Qwen3Family(Family):
             )
         except ValueError as e:  # name the HTTP field, not the runtime's argument
             raise ValueError(_as_request_field(str(e))) from None
+        voice = kw["ref_audio"] if isinstance(kw["ref_audio"], ClonedVoice) else None
+        in_context = voice is not None and voice.ref_text is not None
         p = build_prompt(
             tts.tok,
             tts.spec,
@@ -197,7 +213,9 @@ class Qwen3Family(Family):
             language=language,
             speaker=speaker,
             instruct=instruct,
-            speaker_vector=self.reference is not None,
+            speaker_vector=kw["ref_audio"] is not None,
+            ref_text=voice.ref_text if in_context else None,
+            ref_frames=len(voice.ref_codes) if in_context else 0,
         )
         limit = min(self.max_frames, tts.ck.generation.max_new_tokens - 1)
         limit = min(limit, tts.talker.max_positions - len(p) - 1)
@@ -306,27 +324,84 @@ class Qwen3Family(Family):
             "codes": d.codes_out + codes,
         }
 
-    def chunk_decoder(self, iters: int, seed: int):
-        return self.codec.decoder.open_stream()
+    def chunk_decoder(self, iters: int, seed: int, voice=None):
+        stream = self.codec.decoder.open_stream()
+        cloned = self.cloned.get(voice) if voice is not None else None
+        if cloned is not None and cloned.ref_codes is not None:
+            return _AfterReference(stream, cloned.ref_codes)
+        return stream
 
 
-def check_folder(model_dir, ref_audio=None) -> Optional[tuple]:
+class _AfterReference:
+    """A decoder stream that first takes a voice's reference codes as left context (their
+    audio dropped), as generate_voice_clone decodes reference + new codes in one sequence.
+    Primed on the first feed, in the vocoder's worker thread, not where it is made."""
+
+    def __init__(self, stream, ref_codes: np.ndarray) -> None:
+        self.stream, self.ref_codes = stream, ref_codes
+
+    def feed(self, codes) -> np.ndarray:
+        if self.ref_codes is not None:
+            self.stream.feed(self.ref_codes)
+            self.ref_codes = None
+        return self.stream.feed(codes)
+
+
+def check_folder(model_dir, ref_audio=None, voices_dir=None) -> Optional[tuple]:
     """Whether a Qwen3-TTS folder can be served (before any graph is built): a Base
-    checkpoint needs a reference recording, the others take none. Returns the recording as
-    (samples, 24000) or None; ValueError naming `model` or `ref_audio` otherwise."""
+    checkpoint needs a reference recording or a voices folder, the others take neither.
+    Returns the recording as (samples, 24000) or None; ValueError naming `model`,
+    `ref_audio` or `voices_dir` otherwise."""
     from codecspec.families.qwen3_tts.checkpoint import Qwen3Checkpoint
     from codecspec.families.qwen3_tts.pipeline import load_reference
 
     ck = Qwen3Checkpoint(model_dir)
-    if ck.model_type == "base" and ref_audio is None:
+    if ck.model_type == "base" and ref_audio is None and voices_dir is None:
         raise ValueError(
             f"model: {ck.dir} is a Base (voice-cloning) checkpoint; serve it with --ref-audio "
-            "WAV (24 kHz: the voice every stream speaks in), or serve a CustomVoice or "
-            "VoiceDesign checkpoint"
+            "CLIP (the voice every stream speaks in) or --voices-dir DIR, or serve a "
+            "CustomVoice or VoiceDesign checkpoint"
         )
-    if ck.model_type != "base" and ref_audio is not None:
-        raise ValueError(f"ref_audio: a {ck.model_type} checkpoint does not clone voices")
+    for name, value in (("ref_audio", ref_audio), ("voices_dir", voices_dir)):
+        if ck.model_type != "base" and value is not None:
+            raise ValueError(f"{name}: a {ck.model_type} checkpoint does not clone voices")
+    if ref_audio is not None and voices_dir is not None:
+        raise ValueError("voices_dir: give it or ref_audio, not both")
+    if voices_dir is not None:
+        read_voices_dir(voices_dir)  # a bad folder fails before any graph is built
     return None if ref_audio is None else (load_reference(ref_audio), 24000)
+
+
+def read_voices_dir(voices_dir) -> dict:
+    """NAME -> (24 kHz samples, transcript) of every NAME.wav + NAME.txt in the folder;
+    ValueError naming `voices_dir` for a folder without voices, a clip without its
+    transcript (or the reverse), or an empty transcript."""
+    from codecspec.families.qwen3_tts.pipeline import load_reference
+
+    d = Path(voices_dir)
+    if not d.is_dir():
+        raise ValueError(f"voices_dir: {d} is not a folder")
+    clips = {p.stem: p for p in d.glob("*.wav")}
+    texts = {p.stem: p for p in d.glob("*.txt")}
+    unpaired = sorted(set(clips) ^ set(texts))
+    if unpaired:
+        raise ValueError(
+            f"voices_dir: {d}: every voice is NAME.wav + NAME.txt (its transcript); "
+            f"unpaired: {unpaired}"
+        )
+    if not clips:
+        raise ValueError(f"voices_dir: {d} holds no voice (NAME.wav + NAME.txt)")
+    out = {}
+    for name in sorted(clips):
+        text = texts[name].read_text(encoding="utf-8").strip()
+        if not text:
+            raise ValueError(f"voices_dir: {texts[name]} is empty (the clip's transcript)")
+        try:
+            wav = load_reference(clips[name])
+        except ValueError as e:
+            raise ValueError(f"voices_dir: {clips[name]}: {e}") from None
+        out[name] = ((wav, 24000), text)
+    return out
 
 
 def _as_request_field(message: str) -> str:

@@ -26,7 +26,7 @@ from .graphs import build_or_load, text_embedding_rows
 from .talker import Talker, TalkerSampler
 from .text import NONE, REF_FRAME, SPEAKER, Prompt, build_prompt, load_text_tokenizer
 
-__all__ = ["Qwen3TTS", "Qwen3Result", "MODES"]
+__all__ = ["Qwen3TTS", "Qwen3Result", "ClonedVoice", "MODES"]
 
 MODES = ("ar", "spec")
 SAMPLE_RATE = 24000
@@ -44,6 +44,16 @@ class Qwen3Result:
     @property
     def frames(self) -> int:
         return len(self.codes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClonedVoice:
+    """A reference clip made ready once (`Qwen3TTS.clone_voice`) and given as `ref_audio` to
+    any number of requests: its x-vector, and for in-context cloning its transcript and codes."""
+
+    xvector: np.ndarray
+    ref_text: Optional[str] = None
+    ref_codes: Optional[np.ndarray] = None
 
 
 def check_request(
@@ -244,6 +254,20 @@ class Qwen3TTS:
     ) -> tuple:
         return check_request(self.ck, text, speaker, language, instruct, ref_audio, ref_text)
 
+    def clone_voice(self, ref_audio, ref_text: Optional[str] = None) -> ClonedVoice:
+        """A reference recording (and, for in-context cloning, its transcript) encoded once:
+        pass the result as `ref_audio` to requests to skip reading and encoding it again."""
+        _check_ref_text(ref_text, ref_audio)
+        codes = self.reference_codes(ref_audio) if ref_text else None
+        return ClonedVoice(self.speaker_vector(ref_audio), ref_text, codes)
+
+    def _voice(self, ref_audio, ref_text) -> Optional[ClonedVoice]:
+        if isinstance(ref_audio, ClonedVoice):
+            if ref_text is not None:
+                raise ValueError("ref_text: a prepared voice (ClonedVoice) has its own")
+            return ref_audio
+        return None if ref_audio is None else self.clone_voice(ref_audio, ref_text)
+
     def reference_codes(self, ref_audio) -> np.ndarray:
         """The speech tokenizer's codes [frames, 16] of a reference recording (in-context
         cloning), from the same 24 kHz samples the x-vector is computed on."""
@@ -417,9 +441,10 @@ class Qwen3TTS:
         text, speaker, language, instruct = self.check_request(
             text, speaker, language, instruct, ref_audio, ref_text
         )
-        if ref_audio is not None:
-            self._xvector = self.speaker_vector(ref_audio)
-        self._ref_codes = self.reference_codes(ref_audio) if ref_text else None
+        voice = self._voice(ref_audio, ref_text)
+        self._xvector = None if voice is None else voice.xvector
+        self._ref_codes = None if voice is None else voice.ref_codes
+        ref_text = None if voice is None else voice.ref_text
         max_new = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
         if max_new < 1:
             raise ValueError(f"max_frames: must be >= 0, got {max_frames}")
@@ -518,7 +543,8 @@ class Qwen3TTS:
         info = {} if info is None else info
         # The decoder's stream takes blocks of codes [n, 16]: one block per frame made.
         blocks = (f[None, :] for f in self.iter_frames(text, info=info, **kw))
-        if kw.get("ref_text"):
+        voice = kw.get("ref_audio")
+        if kw.get("ref_text") or (isinstance(voice, ClonedVoice) and voice.ref_codes is not None):
             yield from _stream_after_reference(dec, blocks, info)
             return
         for chunk in dec.stream(blocks):
