@@ -105,3 +105,44 @@ def test_a_foreign_mnemonic_is_caught_by_the_vocabulary_check():
     vocab = load_model("v3").frontend.vocab
     with pytest.raises(ValueError, match="not in the vocabulary"):
         vocab.encode("h @ l 'oU", strict=True)
+
+
+def test_phonemize_without_the_command_line_tool_asks_the_library(monkeypatch):
+    """A fresh machine has the espeakng-loader wheel's library but no espeak-ng program: the
+    IPA-input models (v1, fsq) phonemize through the library."""
+    from codecspec.tts import espeak, model
+
+    monkeypatch.setattr(model.shutil, "which", lambda name: None)
+    got = model.phonemize("Hello world. How are you?", "en-us")
+    assert got == espeak.ipa("Hello world. How are you?", "en-us")
+    assert got.count(" | ") == 1 and "wˈɜːld" in got  # two clauses, IPA with stress marks
+    with pytest.raises(ValueError, match="^voice"):
+        model.phonemize("Hello", "no-such-voice-xx")
+
+
+def test_the_library_speaks_the_command_line_tools_ipa_at_the_same_version():
+    """espeak_TextToPhonemes and `espeak-ng -q -x --ipa` are one phonemizer: with the system's
+    library (the tool's own version) the strings are equal on every evaluation sentence."""
+    import ctypes.util
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from codecspec.tts import intelligibility as intel
+    from codecspec.tts.model import phonemize
+
+    system = ctypes.util.find_library("espeak-ng")
+    assert system and shutil.which("espeak-ng"), ".ci/run installs espeak-ng for this test"
+    texts = [r["text"] for r in intel.resolve_sentences(12)] + ["It costs $42.50, doesn't it?"]
+    code = (
+        "import json, sys\nfrom codecspec.tts import espeak\n"
+        "print(json.dumps([espeak.ipa(t, 'en-us') for t in json.loads(sys.stdin.read())]))"
+    )
+    env = dict(os.environ, CODECSPEC_ESPEAK_LIBRARY=system)  # a process of its own: one library
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=json.dumps(texts).encode(), env=env, capture_output=True
+    )
+    assert out.returncode == 0, out.stderr.decode()[-500:]
+    assert json.loads(out.stdout) == [phonemize(t, "en-us") for t in texts]

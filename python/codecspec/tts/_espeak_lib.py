@@ -28,6 +28,7 @@ _OPTION_PHONEME_EVENTS = 0x0001
 _CHARS_UTF8 = 1
 _POS_CHARACTER = 1
 _RATE, _PITCH, _WORDGAP = 1, 3, 7
+_PHONEMES_IPA = 0x02
 
 
 class EspeakError(RuntimeError):
@@ -102,6 +103,12 @@ class Library:
         self.lib.espeak_SetSynthCallback(self._cb)
         self.lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
         self.lib.espeak_Info.restype = ctypes.c_char_p
+        self.lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+        self.lib.espeak_TextToPhonemes.argtypes = [
+            ctypes.POINTER(ctypes.c_char_p),
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
 
     @property
     def version(self) -> str:
@@ -134,6 +141,20 @@ class Library:
         pcm, events = b"".join(self.pcm), self.events
         self.pcm, self.events = [], []
         return pcm, events
+
+    def ipa_clauses(self, text: str, voice: str) -> list:
+        """IPA of `text`, one string per clause: what `espeak-ng -q -x --ipa` prints, line by
+        line (the same library gives the same strings); ValueError naming a bad voice."""
+        if self.lib.espeak_SetVoiceByName(voice.encode("utf-8")) != 0:
+            raise ValueError(f"voice: espeak-ng has no voice {voice!r}")
+        buf = ctypes.c_char_p(text.encode("utf-8"))
+        cursor = ctypes.pointer(buf)
+        clauses = []
+        while cursor.contents.value:  # the library advances the pointer clause by clause
+            out = self.lib.espeak_TextToPhonemes(cursor, _CHARS_UTF8, _PHONEMES_IPA)
+            if out:
+                clauses.append(out.decode("utf-8", "replace"))
+        return clauses
 
 
 def _serve() -> int:

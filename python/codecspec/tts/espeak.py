@@ -33,6 +33,7 @@ __all__ = [
     "timing",
     "available",
     "library_info",
+    "ipa",
     "EspeakError",
     "RATE_RANGE",
 ]
@@ -83,6 +84,16 @@ def library_info() -> dict:
     with _LOCK:
         lib = _library()
         return {"path": lib.path, "data": lib.data, "version": lib.version}
+
+
+def ipa(text: str, voice: str) -> str:
+    """IPA of `text` by the library, clauses joined with " | " (the corpus format of the
+    IPA-input models; the command-line tool's output when both are the same version)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text: expected a non-empty string")
+    with _LOCK:
+        clauses = _library().ipa_clauses(text, voice)
+    return " | ".join(c.strip() for c in clauses if c.strip())
 
 
 def available() -> bool:

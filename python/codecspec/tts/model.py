@@ -70,15 +70,15 @@ def default_model_dir() -> Path:
 
 
 def phonemize(text: str, voice: str) -> str:
-    """IPA of `text` by espeak-ng (clauses joined with " | ", as in the training corpus)."""
+    """IPA of `text` by espeak-ng (clauses joined with " | ", as in the training corpus): its
+    command-line tool where installed (what the corpora of the IPA-input models were made
+    with), else its library (`codecspec.tts.espeak.ipa`, the espeakng-loader wheel's: the same
+    strings for the same version; 1.52 against 1.51 differs in a few vowels, e.g. oː / ɔː)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: expected a non-empty string")
     exe = shutil.which("espeak-ng")
     if exe is None:
-        raise PhonemizerError(
-            "espeak-ng is needed to phonemize text: apt-get install espeak-ng "
-            "(or pass IPA with --phonemes)"
-        )
+        return _library_ipa(text, voice)
     r = subprocess.run(
         [exe, "-q", "-x", "--ipa", "-v", voice, "--stdin"],
         input=text.encode("utf-8"),
@@ -92,6 +92,20 @@ def phonemize(text: str, voice: str) -> str:
     if not clauses:
         raise ValueError(f"text: espeak-ng found nothing to say in {text!r}")
     return " | ".join(clauses)
+
+
+def _library_ipa(text: str, voice: str) -> str:
+    from codecspec.tts.espeak import EspeakError, ipa
+
+    try:
+        out = ipa(text, voice)
+    except EspeakError as e:
+        raise PhonemizerError(
+            f"espeak-ng is needed to phonemize text ({e}); pass IPA with --phonemes"
+        ) from None
+    if not out:
+        raise ValueError(f"text: espeak-ng found nothing to say in {text!r}")
+    return out
 
 
 @dataclass
