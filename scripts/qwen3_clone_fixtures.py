@@ -19,10 +19,16 @@ base_wide, a wider talker and another encoder configuration):
 Needs what scripts/qwen3_parity_fixtures.py needs (torch, transformers 4.57.3, qwen-tts 0.1.1):
 
     OMP_NUM_THREADS=1 python scripts/qwen3_clone_fixtures.py
+
+`--check-full-size SECONDS` writes nothing to the repository: it compares codecspec's encoder
+graph with the official encoder at the published encoder shape (random weights from
+`codecspec random-checkpoint`'s speech tokenizer, 0.6 GB in a temporary folder) on a clip of
+that length, and prints the number of differing codes (needs codecspec importable too).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -320,8 +326,54 @@ def build_variant(out: str, name: str, v: dict) -> None:
         json.dump(v["cases"], f, indent=2)
 
 
+def check_full_size(seconds: float) -> None:
+    """Codes of codecspec's encoder graph vs the official encoder's at the published shape."""
+    import tempfile
+    from pathlib import Path
+
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
+        Qwen3TTSTokenizerV2Config,
+    )
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
+        Qwen3TTSTokenizerV2Model,
+    )
+    from safetensors.torch import load_file
+
+    from codecspec.families.qwen3_tts import random_checkpoint as rc
+    from codecspec.families.qwen3_tts.encoder import SpeechEncoder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rc._write_speech_tokenizer(rc.SHAPES["qwen3-0.6b"](), Path(tmp), 7, lambda desc: None)
+        folder = os.path.join(tmp, "speech_tokenizer")
+        with open(os.path.join(folder, "config.json")) as f:
+            root = json.load(f)
+        drop = ("architectures", "model_type", "transformers_version")
+        conf = Qwen3TTSTokenizerV2Config(**{k: v for k, v in root.items() if k not in drop})
+        official = Qwen3TTSTokenizerV2Model(conf).eval()
+        missing, unexpected = official.load_state_dict(
+            load_file(os.path.join(folder, "model.safetensors")), strict=False
+        )
+        assert not unexpected and not [k for k in missing if k.startswith("encoder.")]
+        pcm = clip(seconds, 150.0, 3)
+        wav = pcm.astype(np.float32) / 32768.0
+        x = torch.from_numpy(wav)[None]
+        with torch.inference_mode():
+            want = official.encode(x, torch.ones_like(x, dtype=torch.long)).audio_codes[0]
+        got = SpeechEncoder.load(folder, cache_dir=os.path.join(tmp, "cache")).encode(wav)
+        want = want.numpy()
+        same = got.shape == want.shape
+        print(f"published encoder shape, {seconds} s: codes {got.shape} vs official {want.shape}")
+        print(f"  differing codes: {int((got != want).sum()) if same else 'shapes differ'}")
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check-full-size", type=float, metavar="SECONDS")
+    args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.check_full_size:
+        check_full_size(args.check_full_size)
+        return
     out = os.path.abspath(OUT)
     os.makedirs(out, exist_ok=True)
     for name, pcm in CLIPS.items():
