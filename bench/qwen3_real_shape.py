@@ -55,9 +55,9 @@ def run(args) -> dict:
     global DOCS
     DOCS = Path(args.out)
     DOCS.mkdir(parents=True, exist_ok=True)
+    from codecspec.calibrate.speedup_map import locate, plot_speedup_map
     from codecspec.families.qwen3_tts.bench import bench_qwen3, speedup_map
     from codecspec.families.qwen3_tts.quant_error import grouping_error
-    from codecspec.train.speedup_map import locate, plot_speedup_map
 
     out: dict = {"model": str(args.model), "threads": args.threads, "weights": {}}
     for w in args.weights:

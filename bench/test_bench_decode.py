@@ -21,13 +21,13 @@ import pytest
 
 cs = pytest.importorskip("codecspec")
 
+from codecspec.calibrate.data import drift_weights  # noqa: E402
+from codecspec.calibrate.device import calibrate  # noqa: E402
 from codecspec.cli import small_config  # noqa: E402
 from codecspec.decode import DepthDecoder  # noqa: E402
 from codecspec.graphs import build_depth_graph, qwen3_tts_0_6b, save_model  # noqa: E402
 from codecspec.graphs.weights import DepthDecoderWeights  # noqa: E402
 from codecspec.runtime.depth_graph import BoundCall, DepthGraph, heads_sidecar  # noqa: E402
-from codecspec.train.calibrate import calibrate  # noqa: E402
-from codecspec.train.data import drift_weights  # noqa: E402
 
 G_FRAME = "depth frame, small model"
 FRAMES = 24

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from tiny_models import TINY, VARIANT
 
+from codecspec.calibrate.data import drift_weights, synthetic_inputs
 from codecspec.cli import main
 from codecspec.graphs import build_depth_graph, save_model
 from codecspec.runtime.depth_graph import heads_sidecar
 from codecspec.train.ablate import DRAFTERS, ablate
-from codecspec.train.data import drift_weights, synthetic_inputs
 
 CFG = TINY
 BUDGETS = (1, 2, 4, 8)

@@ -9,13 +9,14 @@ import pytest
 from tiny_models import TINY, VARIANT
 
 import codecspec as cs
-from codecspec.decode.depth import DepthDecoder
-from codecspec.graphs import (
-    build_depth_graph,
-    save_model,
+from codecspec.calibrate.data import (
+    collect_frames,
+    drift_weights,
+    read_heads,
+    synthetic_inputs,
+    teacher_forced_hidden,
 )
-from codecspec.runtime.depth_graph import DepthGraph
-from codecspec.train.calibrate import (
+from codecspec.calibrate.device import (
     Acceptance,
     LatencyProfile,
     calibrate,
@@ -25,15 +26,14 @@ from codecspec.train.calibrate import (
     predict_tree,
     simulate_tree,
 )
-from codecspec.train.data import (
-    collect_frames,
-    drift_weights,
-    read_heads,
-    synthetic_inputs,
-    teacher_forced_hidden,
+from codecspec.calibrate.medusa import MedusaHeads
+from codecspec.calibrate.offsets import load_offsets, train_offsets
+from codecspec.decode.depth import DepthDecoder
+from codecspec.graphs import (
+    build_depth_graph,
+    save_model,
 )
-from codecspec.train.medusa import MedusaHeads
-from codecspec.train.offsets import load_offsets, train_offsets
+from codecspec.runtime.depth_graph import DepthGraph
 
 CFG = TINY
 GREEDY = cs.SamplingParams(0.0, 0, 1.0)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import codecspec as cs
+from codecspec.calibrate.data import drift_weights
 from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import (
@@ -16,7 +17,6 @@ from codecspec.graphs import (
     zero_row,
 )
 from codecspec.runtime import ProviderUnavailable
-from codecspec.train.data import drift_weights
 
 CFG = DepthDecoderConfig(
     num_layers=2,

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from tiny_models import GOLDEN_DEPTH
 
+from codecspec.calibrate.data import teacher_forced_feeds
 from codecspec.graphs import build_depth_graph
 from codecspec.runtime.session import open_session
-from codecspec.train.data import teacher_forced_feeds
 
 GOLDEN = Path(__file__).parent / "data" / "depth_golden.npz"
 

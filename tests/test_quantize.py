@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 import codecspec as cs
+from codecspec.calibrate.data import drift_weights
 from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import DepthDecoderConfig, build_depth_graph
@@ -24,7 +25,6 @@ from codecspec.graphs.row_probe import (
     together_and_alone,
 )
 from codecspec.runtime.kv import KVCache
-from codecspec.train.data import drift_weights
 
 pytest.importorskip("onnx_ir", reason="onnxruntime's MatMulNBits quantiser needs onnx_ir")
 

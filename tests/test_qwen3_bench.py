@@ -74,8 +74,8 @@ def test_controlled_drafts_refuse_bad_input():
 
 
 def test_speedup_map_points(cache):
+    from codecspec.calibrate.speedup_map import locate
     from codecspec.families.qwen3_tts.bench import speedup_map
-    from codecspec.train.speedup_map import locate
 
     doc = speedup_map(
         DATA / "custom_equal",

@@ -26,10 +26,10 @@ import pytest
 
 pytest.importorskip("tokenizers")  # the [qwen3] extra (also in [test])
 
+from codecspec.calibrate.data import teacher_forced_feeds
 from codecspec.families.qwen3_tts.checkpoint import Qwen3Checkpoint
 from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
 from codecspec.families.qwen3_tts.text import SPEAKER, build_prompt, load_text_tokenizer
-from codecspec.train.data import teacher_forced_feeds
 
 DATA = Path(__file__).parent / "data" / "qwen3_configs"
 CONFIGS = sorted(p.name[: -len(".cases.json")] for p in DATA.glob("*.cases.json"))

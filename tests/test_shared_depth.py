@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import codecspec as cs
+from codecspec.calibrate.data import teacher_forced_feeds
 from codecspec.decode import DepthDecoder
 from codecspec.decode.shared_depth import (
     SHARED_FILE,
@@ -25,7 +26,6 @@ from codecspec.graphs.shared import (
     shared_shapes,
 )
 from codecspec.runtime.session import open_session
-from codecspec.train.data import teacher_forced_feeds
 
 CFG = DepthDecoderConfig(
     num_layers=2,

@@ -5,14 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from codecspec.cli import _where_on_the_map, main
-from codecspec.train.speedup_map import (
+from codecspec.calibrate.speedup_map import (
     MAP_FORMAT,
     build_speedup_map,
     locate,
     map_table,
     shipped_map_path,
 )
+from codecspec.cli import _where_on_the_map, main
 
 
 def _doc(points):

@@ -75,7 +75,7 @@ def test_bf16_exact_heads_share_one_array():
 
 
 def test_heads_are_read_through_the_float16_cast():
-    from codecspec.train.data import read_heads
+    from codecspec.calibrate.data import read_heads
 
     model = _graph()
     want = read_heads(model)

@@ -9,10 +9,7 @@ import pytest
 from tiny_models import TINY, VARIANT
 
 import codecspec as cs
-from codecspec.graphs import DepthDecoderConfig, build_depth_graph
-from codecspec.graphs.reference import reference_run
-from codecspec.runtime.depth_graph import DepthGraph
-from codecspec.train.data import (
+from codecspec.calibrate.data import (
     collect_frames,
     drift_weights,
     read_heads,
@@ -20,8 +17,8 @@ from codecspec.train.data import (
     teacher_forced_feeds,
     teacher_forced_hidden,
 )
-from codecspec.train.medusa import MedusaHeads, train_medusa
-from codecspec.train.offsets import (
+from codecspec.calibrate.medusa import MedusaHeads, train_medusa
+from codecspec.calibrate.offsets import (
     Adam,
     _Examples,
     config_hash,
@@ -36,6 +33,9 @@ from codecspec.train.offsets import (
     save_offsets,
     train_offsets,
 )
+from codecspec.graphs import DepthDecoderConfig, build_depth_graph
+from codecspec.graphs.reference import reference_run
+from codecspec.runtime.depth_graph import DepthGraph
 
 CFG = TINY
 

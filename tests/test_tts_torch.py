@@ -70,7 +70,7 @@ def test_depth_model_matches_the_exported_graph():
         want = m(hidden, codes).numpy()  # [3, G-1, V]
     w = depth_weights(m)
     sess = open_session(build_depth_graph(TINY, w, heads="graph").SerializeToString(), "cpu")
-    from codecspec.train.data import teacher_forced_feeds
+    from codecspec.calibrate.data import teacher_forced_feeds
 
     for n in range(3):
         feeds = teacher_forced_feeds(TINY, hidden[n].numpy(), codes[n].numpy())

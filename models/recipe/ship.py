@@ -5,7 +5,7 @@
 Reads tts.py's model.pt / train.json and codec.py's outputs; writes to --out:
     encoder.onnx, temporal.onnx, draft_temporal.onnx   temporal model graphs (float16 storage)
     depth.onnx, depth.heads.npy                         depth decoder (heads on the host)
-    offsets.npy, tree.json, device_profile.json         from `codecspec.train.calibrate`
+    offsets.npy, tree.json, device_profile.json         from `codecspec.calibrate.device`
     frames.npz       depth-loop inputs (h_t, c0) of held-out utterances, for bench and ablate
     codec.npz, model.json, MODEL_CARD.md, *.png, ablation.{md,json,png}
 """
@@ -138,8 +138,8 @@ def onnx_parity(out: Path, model, ds, codec, scale) -> float:
 def depth_entropy(out: Path, hiddens, c0s, codes_real) -> dict:
     """Per-level entropy (nats) of the depth decoder's target distributions, teacher-forced on
     real codes: raw softmax (T=1) and after the shipped sampling warp (T=0.9, top-k 50)."""
+    from codecspec.calibrate.data import read_heads, teacher_forced_hidden
     from codecspec.runtime.depth_graph import DepthGraph
-    from codecspec.train.data import read_heads, teacher_forced_hidden
 
     graph = DepthGraph(out / "depth.onnx", "cpu")
     heads = read_heads(out / "depth.onnx")
@@ -168,8 +168,8 @@ def qwen_prediction(calib, threads) -> dict:
     """Acceptance measured on this model x verify latency of a Qwen3-TTS-size depth graph."""
     import tempfile
 
+    from codecspec.calibrate.device import choose_budget, measure_latency
     from codecspec.graphs import DepthDecoderWeights, build_depth_graph, qwen3_tts_0_6b, save_model
-    from codecspec.train.calibrate import choose_budget, measure_latency
 
     c = qwen3_tts_0_6b(num_draft_offsets=calib.config.num_draft_offsets)
     w = DepthDecoderWeights.random(c, seed=0)
@@ -207,9 +207,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import codecspec as cs
+    from codecspec.calibrate.device import calibrate
     from codecspec.codec.codec import Codec
     from codecspec.train.ablate import ablate
-    from codecspec.train.calibrate import calibrate
     from codecspec.tts.bench import bench_depth_loop
     from codecspec.tts.dataset import TTSDataset
 

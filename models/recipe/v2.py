@@ -284,9 +284,13 @@ def free_generation(tts, rows, seed: int) -> dict:
 
 def measure_acceptance(out: Path, tts, free, tf_h, tf_codes, theta: float) -> dict:
     """The report's "acceptance" block and the full tables behind it."""
+    from codecspec.calibrate.acceptance import (
+        depth_acceptance,
+        group_partition,
+        temporal_acceptance,
+    )
+    from codecspec.calibrate.data import read_heads, teacher_forced_hidden
     from codecspec.runtime.depth_graph import DepthGraph
-    from codecspec.train.acceptance import depth_acceptance, group_partition, temporal_acceptance
-    from codecspec.train.data import read_heads, teacher_forced_hidden
 
     graph = DepthGraph(out / "depth.onnx", "cpu")
     heads = read_heads(out / "depth.onnx")
@@ -333,10 +337,10 @@ def pcg_tree(out: Path, tts, free, calib, theta: float) -> dict:
     """The depth tree for PCG verification: group-level acceptance a_g[d][r] of the offsets'
     drafts on the free-generation frames, the same device latency profile and budget choice
     as the exact tree; written to tree_pcg.json."""
+    from codecspec.calibrate.acceptance import group_acceptance_matrix
+    from codecspec.calibrate.data import read_heads, teacher_forced_hidden
+    from codecspec.calibrate.device import choose_budget
     from codecspec.runtime.depth_graph import DepthGraph
-    from codecspec.train.acceptance import group_acceptance_matrix
-    from codecspec.train.calibrate import choose_budget
-    from codecspec.train.data import read_heads, teacher_forced_hidden
 
     h, codes = np.concatenate(free["h"]), np.concatenate(free["codes"])
     z = teacher_forced_hidden(DepthGraph(out / "depth.onnx", "cpu"), h, codes[:, 0], codes)
@@ -475,9 +479,9 @@ def cmd_ship(args) -> int:
     from ship import SAMPLING, depth_entropy
 
     import codecspec as cs
+    from codecspec.calibrate.device import calibrate
     from codecspec.codec.data import load_manifest
     from codecspec.train.ablate import ablate
-    from codecspec.train.calibrate import calibrate
     from codecspec.tts.bench import bench_depth_loop
     from codecspec.tts.v2 import V2TTS
 
@@ -638,7 +642,7 @@ def _measure_decoder(name, make_decoder, graph_path, heads, calib_dir, hiddens, 
     from ship import SAMPLING
 
     import codecspec as cs
-    from codecspec.train.calibrate import calibrate
+    from codecspec.calibrate.device import calibrate
     from codecspec.tts.bench import bench_decoder
 
     params = cs.SamplingParams(**SAMPLING)
@@ -841,8 +845,8 @@ def _row(model, info, nbytes, ce_levels, profile, bench) -> dict:
 
 def _graph_ce(graph, heads, hiddens, real) -> np.ndarray:
     """Held-out CE per level of an ONNX depth graph with host heads (teacher-forced)."""
+    from codecspec.calibrate.data import teacher_forced_hidden
     from codecspec.runtime.depth_graph import DepthGraph
-    from codecspec.train.data import teacher_forced_hidden
 
     g = DepthGraph(graph, "cpu", 1)
     z = teacher_forced_hidden(g, hiddens, real[:, 0], real, progress=False)

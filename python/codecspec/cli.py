@@ -96,8 +96,8 @@ def _calibrate_qwen3(args, model_dir) -> int:
 
 
 def cmd_calibrate(args) -> int:
+    from codecspec.calibrate.device import calibrate
     from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
-    from codecspec.train.calibrate import calibrate
 
     if args.model is not None and args.model_opt is not None:
         raise ValueError("--model: give the model once (positional or --model)")
@@ -128,7 +128,7 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_speedup_map(args) -> int:
-    from codecspec.train.speedup_map import DEFAULT_SHARPNESS, build_speedup_map, map_table
+    from codecspec.calibrate.speedup_map import DEFAULT_SHARPNESS, build_speedup_map, map_table
 
     doc = build_speedup_map(
         args.out,
@@ -167,7 +167,7 @@ def _qwen3_map_line(result, args) -> str:
 def _where_on_the_map(result, path=None) -> str:
     """One line: the calibrated model's tokens per call placed on this device's speed-up map
     (`path`; default the shipped one, measured on the project's CPU)."""
-    from codecspec.train.speedup_map import locate, shipped_map_path
+    from codecspec.calibrate.speedup_map import locate, shipped_map_path
 
     path = shipped_map_path() if path is None else path
     if not path.is_file():
@@ -189,9 +189,9 @@ def _demo_model(workdir: Path, seed: int) -> Path:
     """A small synthetic depth model whose codes drift smoothly across RVQ levels, so that
     head reuse and offsets have something to predict (random weights alone give drafts no
     better than chance). It stands in until the reference TTS model is shipped."""
+    from codecspec.calibrate.data import drift_weights
     from codecspec.graphs import build_depth_graph, save_model
     from codecspec.runtime.depth_graph import heads_sidecar
-    from codecspec.train.data import drift_weights
 
     config = small_config()
     weights = drift_weights(config, seed=seed, sharpness=30.0, drift=0.6)
@@ -202,7 +202,7 @@ def _demo_model(workdir: Path, seed: int) -> Path:
 
 
 def _demo_calibration(path: Path, args):
-    from codecspec.train.calibrate import calibrate
+    from codecspec.calibrate.device import calibrate
 
     out = path.parent / "calib"
     print(
@@ -228,7 +228,7 @@ def _demo_calibration(path: Path, args):
 def _load_offsets(path):
     if not path:
         return None
-    from codecspec.train.offsets import load_offsets
+    from codecspec.calibrate.offsets import load_offsets
 
     return load_offsets(path)[0]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 import codecspec as cs
-from codecspec.train.calibrate import Acceptance
-from codecspec.train.offsets import OffsetDrafter
+from codecspec.calibrate.device import Acceptance
+from codecspec.calibrate.offsets import OffsetDrafter
 
 __all__ = [
     "depth_acceptance",

@@ -35,14 +35,13 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 import codecspec as cs
-from codecspec.runtime.session import session_threads
-from codecspec.train.data import (
+from codecspec.calibrate.data import (
     collect_frames,
     read_heads,
     synthetic_inputs,
     teacher_forced_hidden,
 )
-from codecspec.train.offsets import (
+from codecspec.calibrate.offsets import (
     OffsetDrafter,
     config_hash,
     heads_hash,
@@ -52,6 +51,7 @@ from codecspec.train.offsets import (
     split_frames,
     train_offsets,
 )
+from codecspec.runtime.session import session_threads
 
 log = logging.getLogger("codecspec.train")
 
@@ -498,7 +498,7 @@ def measure_latency(
     bank = None
     if host and not getattr(graph, "heads_in_graph", True):
         if heads is None:
-            from codecspec.train.data import read_heads
+            from codecspec.calibrate.data import read_heads
 
             heads = read_heads(graph.path)
         bank = cs.HeadBank(np.ascontiguousarray(heads, np.float32))
@@ -927,7 +927,7 @@ def calibrate(
     acc0 = measure_acceptance(z, codes, heads, None, K=K, num_ranks=M, frames=eval_idx)
     acc_med = None
     if medusa:
-        from codecspec.train.medusa import train_medusa
+        from codecspec.calibrate.medusa import train_medusa
 
         kw = dict(epochs=20)
         kw.update(medusa_kwargs or {})
@@ -1059,7 +1059,7 @@ def calibrate(
         files=files,
     )
     if plots:
-        from codecspec.train.plots import write_plots
+        from codecspec.calibrate.plots import write_plots
 
         for k, p in write_plots(result, out).items():
             files[k] = str(p)

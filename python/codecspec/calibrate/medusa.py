@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from codecspec.train.offsets import (
+from codecspec.calibrate.offsets import (
     Adam,
     TrainHistory,
     _check,

@@ -50,11 +50,11 @@ def shipped_map_path() -> Path:
 
 
 def _family_member(workdir: Path, sharpness: float, seed: int) -> Path:
+    from codecspec.calibrate.data import drift_weights
     from codecspec.graphs import build_depth_graph, save_model
     from codecspec.graphs.config import small_depth
     from codecspec.graphs.storage import round_bf16_exact
     from codecspec.runtime.depth_graph import heads_sidecar
-    from codecspec.train.data import drift_weights
 
     config = small_depth(
         intermediate_size=512, codebook_size=1024, c0_vocab_size=1024, num_draft_offsets=4
@@ -83,9 +83,9 @@ def map_point(
 ) -> dict:
     """Calibrates one depth model here and measures AR vs speculative decoding on `frames`
     synthetic frames: measured and ideal speed-up, tokens per call, the chosen tree."""
+    from codecspec.calibrate.data import synthetic_inputs
+    from codecspec.calibrate.device import calibrate
     from codecspec.decode import DepthDecoder
-    from codecspec.train.calibrate import calibrate
-    from codecspec.train.data import synthetic_inputs
     from codecspec.tts.bench import ideal_speedup, interleaved_ar_spec
 
     params = params or cs.SamplingParams(0.9, 50, 1.0)
@@ -177,8 +177,8 @@ def build_speedup_map(
                 seed=seed,
             )
             points.append({"sharpness": s, **pt})
+    from codecspec.calibrate.device import _cpu_model, _now
     from codecspec.runtime.threads import threads_in_use
-    from codecspec.train.calibrate import _cpu_model, _now
 
     doc = {
         "format": MAP_FORMAT,
@@ -262,7 +262,7 @@ def plot_speedup_map(doc: dict, path, marks: Optional[dict] = None) -> Optional[
     """Measured and ideal speed-up vs tokens per call; vertical marks for the shipped model
     (from its report.json when present), the paper's Qwen3-TTS figure and `marks`."""
     try:
-        from codecspec.train.plots import _plt, save
+        from codecspec.calibrate.plots import _plt, save
 
         plt = _plt()
     except ImportError:

@@ -1,16 +1,21 @@
-"""Offline training and per-device calibration for depth speculation.
+"""Offline training for depth speculation and the reference families.
 
-data       free-generation frames of the exact model, teacher-forced hidden states
-offsets    learned draft offsets b_1..b_K (heads frozen), Adam / cross-entropy in numpy
-medusa     per-(level, lookahead) linear heads: the ablation baseline
-calibrate  acceptance a[d][r], latency profile, tree-budget choice, tree.json
 ablate     head reuse vs offsets vs Medusa heads, tokens per call per tree budget
-plots      PNG figures (matplotlib optional)
-tts_torch, tts_train   the reference TTS in PyTorch (the [train] extra; not imported here)
+tts_torch, tts_train, v2_torch, v2_train, fsq_torch, fsq_train, depth_train
+           the reference families in PyTorch (the [train] extra; not imported here)
+
+Per-device calibration (acceptance, latency, trees, offsets) moved to `codecspec.calibrate`;
+its names are re-exported here, and the old module paths (`codecspec.train.calibrate`, ...)
+are aliases of the new ones.
 """
 
-from codecspec.train.ablate import AblationResult, ablate
-from codecspec.train.calibrate import (
+from codecspec.calibrate.data import (
+    collect_frames,
+    read_heads,
+    synthetic_inputs,
+    teacher_forced_hidden,
+)
+from codecspec.calibrate.device import (
     Acceptance,
     CalibrationResult,
     LatencyProfile,
@@ -23,14 +28,8 @@ from codecspec.train.calibrate import (
     predict_tree,
     simulate_tree,
 )
-from codecspec.train.data import (
-    collect_frames,
-    read_heads,
-    synthetic_inputs,
-    teacher_forced_hidden,
-)
-from codecspec.train.medusa import MedusaHeads, train_medusa
-from codecspec.train.offsets import (
+from codecspec.calibrate.medusa import MedusaHeads, train_medusa
+from codecspec.calibrate.offsets import (
     Adam,
     OffsetDrafter,
     draft_logits,
@@ -39,6 +38,7 @@ from codecspec.train.offsets import (
     save_offsets,
     train_offsets,
 )
+from codecspec.train.ablate import AblationResult, ablate
 
 __all__ = [
     "AblationResult",

@@ -25,7 +25,13 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 import codecspec as cs
-from codecspec.train.calibrate import (
+from codecspec.calibrate.data import (
+    collect_frames,
+    read_heads,
+    synthetic_inputs,
+    teacher_forced_hidden,
+)
+from codecspec.calibrate.device import (
     Acceptance,
     _now,
     _params_dict,
@@ -33,14 +39,8 @@ from codecspec.train.calibrate import (
     predict_tree,
     simulate_tree,
 )
-from codecspec.train.data import (
-    collect_frames,
-    read_heads,
-    synthetic_inputs,
-    teacher_forced_hidden,
-)
-from codecspec.train.medusa import train_medusa
-from codecspec.train.offsets import OffsetDrafter, split_frames, train_offsets
+from codecspec.calibrate.medusa import train_medusa
+from codecspec.calibrate.offsets import OffsetDrafter, split_frames, train_offsets
 
 log = logging.getLogger("codecspec.train")
 
@@ -260,7 +260,7 @@ def _write(result: AblationResult, plots: bool) -> None:
     result.files["markdown"] = str(out / "ablation.md")
     (out / "ablation.md").write_text(result.markdown() + "\n", encoding="utf-8")
     if plots:
-        from codecspec.train.plots import have_matplotlib
+        from codecspec.calibrate.plots import have_matplotlib
 
         if have_matplotlib():
             result.files["plot"] = str(plot_ablation(result, out / "ablation.png"))
@@ -273,7 +273,7 @@ def _write(result: AblationResult, plots: bool) -> None:
 
 def plot_ablation(result: AblationResult, path):
     """Tokens per call vs N (log2 axis), one line per drafter; dashed: independence model."""
-    from codecspec.train.plots import _plt, save
+    from codecspec.calibrate.plots import _plt, save
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3.5))

@@ -287,7 +287,7 @@ def speedup_map(
     train.speedup_map (its plot and `locate` read it)."""
     import platform
 
-    from codecspec.train.speedup_map import MAP_FORMAT
+    from codecspec.calibrate.speedup_map import MAP_FORMAT
     from codecspec.tts.bench import ideal_speedup
 
     log = log or (lambda m: None)

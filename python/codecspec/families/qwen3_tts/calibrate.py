@@ -2,7 +2,7 @@
 
 Free generation of the checkpoint itself on built-in texts gives the corpus (the talker's
 hidden state and c0 of every frame, drawn with the checkpoint's own sampling defaults); then
-the generic calibration (train/calibrate.py) trains the offsets b_j, measures the acceptance
+the generic calibration (calibrate/device.py) trains the offsets b_j, measures the acceptance
 a[d][r] and this device's latency profile, and picks the tree. Its report goes to
 <graphs>/calibration/; offsets.npy and tree.json are copied beside the built graphs last
 (the decoder reads them), and speculation.json, which makes `synth --mode auto` speculate only
@@ -87,7 +87,7 @@ def calibrate_checkpoint(
     ref_audio=None,
     weights: Optional[str] = None,
 ):
-    from codecspec.train.calibrate import calibrate
+    from codecspec.calibrate.device import calibrate
 
     tts = Qwen3TTS.load(
         model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights

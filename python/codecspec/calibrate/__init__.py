@@ -1,0 +1,68 @@
+"""Per-device calibration of speculation: what pays on this machine, measured here.
+
+device       acceptance a[d][r], latency profile, tree-budget choice, tree.json and
+             device_profile.json (`calibrate`)
+offsets      learned draft offsets b_1..b_K (heads frozen), Adam / cross-entropy in numpy
+medusa       per-(level, lookahead) linear heads in numpy: the ablation baseline
+data         free-generation frames of the exact model, teacher-forced hidden states
+acceptance   acceptance of offset drafts measured from a model's own frames
+speedup_map  measured vs ideal speed-up over acceptance x chain depth
+plots        PNG figures (matplotlib optional)
+
+Nothing here needs torch; `codecspec.train` keeps the PyTorch training of the reference
+families and the ablation baselines.
+"""
+
+from codecspec.calibrate.data import (
+    collect_frames,
+    read_heads,
+    synthetic_inputs,
+    teacher_forced_hidden,
+)
+from codecspec.calibrate.device import (
+    Acceptance,
+    CalibrationResult,
+    LatencyProfile,
+    calibrate,
+    choose_budget,
+    measure_acceptance,
+    measure_end_to_end,
+    measure_latency,
+    measure_overhead,
+    predict_tree,
+    simulate_tree,
+)
+from codecspec.calibrate.offsets import (
+    Adam,
+    OffsetDrafter,
+    draft_logits,
+    evaluate_offsets,
+    load_offsets,
+    save_offsets,
+    train_offsets,
+)
+
+__all__ = [
+    "Acceptance",
+    "Adam",
+    "CalibrationResult",
+    "LatencyProfile",
+    "OffsetDrafter",
+    "calibrate",
+    "choose_budget",
+    "collect_frames",
+    "draft_logits",
+    "evaluate_offsets",
+    "load_offsets",
+    "measure_acceptance",
+    "measure_end_to_end",
+    "measure_latency",
+    "measure_overhead",
+    "predict_tree",
+    "read_heads",
+    "save_offsets",
+    "simulate_tree",
+    "synthetic_inputs",
+    "teacher_forced_hidden",
+    "train_offsets",
+]
