@@ -9,62 +9,9 @@ its names are re-exported here, and the old module paths (`codecspec.train.calib
 are aliases of the new ones.
 """
 
-from codecspec.calibrate.data import (
-    collect_frames,
-    read_heads,
-    synthetic_inputs,
-    teacher_forced_hidden,
-)
-from codecspec.calibrate.device import (
-    Acceptance,
-    CalibrationResult,
-    LatencyProfile,
-    calibrate,
-    choose_budget,
-    measure_acceptance,
-    measure_end_to_end,
-    measure_latency,
-    measure_overhead,
-    predict_tree,
-    simulate_tree,
-)
+from codecspec.calibrate import *  # noqa: F403 (the calibration names, re-exported)
+from codecspec.calibrate import __all__ as _calibration_names
 from codecspec.calibrate.medusa import MedusaHeads, train_medusa
-from codecspec.calibrate.offsets import (
-    Adam,
-    OffsetDrafter,
-    draft_logits,
-    evaluate_offsets,
-    load_offsets,
-    save_offsets,
-    train_offsets,
-)
 from codecspec.train.ablate import AblationResult, ablate
 
-__all__ = [
-    "AblationResult",
-    "Acceptance",
-    "Adam",
-    "CalibrationResult",
-    "ablate",
-    "LatencyProfile",
-    "MedusaHeads",
-    "OffsetDrafter",
-    "calibrate",
-    "choose_budget",
-    "collect_frames",
-    "draft_logits",
-    "evaluate_offsets",
-    "load_offsets",
-    "measure_acceptance",
-    "measure_end_to_end",
-    "measure_latency",
-    "measure_overhead",
-    "predict_tree",
-    "read_heads",
-    "save_offsets",
-    "simulate_tree",
-    "synthetic_inputs",
-    "teacher_forced_hidden",
-    "train_medusa",
-    "train_offsets",
-]
+__all__ = ["AblationResult", "MedusaHeads", "ablate", "train_medusa", *_calibration_names]

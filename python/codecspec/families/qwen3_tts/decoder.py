@@ -16,11 +16,8 @@ audio, and the official audio, to float32 rounding.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Optional, Union
@@ -35,8 +32,9 @@ from codecspec.graphs.qwen3_decoder import (
     speech_decoder_config,
     state_io_names,
 )
-from codecspec.graphs.safetensors_io import SafetensorsFile
 from codecspec.runtime.session import open_session
+
+from .tokenizer_cache import build_atomically, content_key, folder_error, tensor_index
 
 __all__ = [
     "SpeechDecoder",
@@ -52,7 +50,6 @@ OFFICIAL_LEFT_CONTEXT = 25
 # Frames per graph call in decode(): bounds the activations (~ frames * 1920 * channels).
 DECODE_BLOCK_FRAMES = 50
 _GRAPH_FILE = "decoder.onnx"
-_HASH_BLOCK = 1 << 23
 
 PathLike = Union[str, os.PathLike]
 
@@ -65,76 +62,47 @@ def default_cache_dir() -> Path:
 
 
 # ---------------------------------------------------------------------- folder reading
-def _folder_error(folder: Path, msg: str) -> ValueError:
-    return ValueError(f"speech_tokenizer_dir: {folder}: {msg}")
-
-
 def _read_folder(folder: Path) -> tuple[SpeechDecoderConfig, list[Path], dict]:
     """(config, safetensors files, tensor name -> SafetensorsFile); ValueError naming the
     folder for anything that is not a complete 12 Hz speech tokenizer."""
     if not folder.is_dir():
-        raise _folder_error(folder, "not a directory")
+        raise folder_error(folder, "not a directory")
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
-        raise _folder_error(folder, "no config.json (not a Qwen3-TTS speech tokenizer folder)")
+        raise folder_error(folder, "no config.json (not a Qwen3-TTS speech tokenizer folder)")
     try:
         root = json.loads(cfg_path.read_text(encoding="utf-8"))
         config = speech_decoder_config(root)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _folder_error(folder, f"config.json is not valid JSON ({e})") from None
+        raise folder_error(folder, f"config.json is not valid JSON ({e})") from None
     except ValueError as e:
-        raise _folder_error(folder, str(e)) from None
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise _folder_error(folder, "no *.safetensors file")
-    where: dict[str, SafetensorsFile] = {}
-    for f in files:
-        try:
-            st = SafetensorsFile(f)
-        except ValueError as e:
-            raise _folder_error(folder, f"{f.name}: {e}") from None
-        for name in st.keys():
-            where[name] = st
-    missing = [n for n in decoder_tensor_shapes(config) if n not in where]
-    if missing:
-        raise _folder_error(folder, f"{len(missing)} decoder tensors missing, e.g. {missing[0]}")
+        raise folder_error(folder, str(e)) from None
+    if not any(folder.glob("*.safetensors")):
+        raise folder_error(folder, "no *.safetensors file")
+    files, where = tensor_index(folder, decoder_tensor_shapes(config), "decoder tensors")
     return config, files, where
 
 
 def _content_key(folder: Path, files: list[Path]) -> str:
     # "/external": entries keep the weights in decoder.onnx.data (older entries are inline)
-    h = hashlib.sha256(f"qwen3-speech-decoder/{DECODER_GRAPH_VERSION}/external\n".encode())
-    for path in [folder / "config.json", *files]:
-        h.update(f"{path.name}\n{path.stat().st_size}\n".encode())
-        with open(path, "rb") as f:
-            while block := f.read(_HASH_BLOCK):
-                h.update(block)
-    return h.hexdigest()[:32]
+    return content_key(f"qwen3-speech-decoder/{DECODER_GRAPH_VERSION}/external", folder, files)
 
 
 def _build_into_cache(folder: Path, config, where, entry: Path) -> None:
-    """Build and write the graph to a temporary folder, then rename it into place: a cache
-    entry exists complete or not at all."""
+    """Build and write the graph into the cache entry (complete or absent)."""
     from codecspec.graphs.builder import save_model
 
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
-    try:
+    def write(tmp: Path) -> None:
         try:
             model = build_speech_decoder_graph(config, lambda name: where[name].get(name))
         except ValueError as e:
-            raise _folder_error(folder, str(e)) from None
+            raise folder_error(folder, str(e)) from None
         # Weights beside the graph: onnxruntime then keeps no copy of them inside the model
         # proto (652 -> 352 MB resident for the published decoder's session).
         save_model(model, tmp / _GRAPH_FILE, external_data=True)
         (tmp / "config.json").write_text(config.to_json())
-        try:
-            os.rename(tmp, entry)
-        except OSError:
-            if not (entry / _GRAPH_FILE).is_file():  # not a concurrent builder's entry
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    build_atomically(entry, _GRAPH_FILE, write)
 
 
 # ---------------------------------------------------------------------- the decoder

@@ -13,11 +13,8 @@ ceil(samples / 1920) frames, which is what the graph gives.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Optional, Union
 
@@ -30,30 +27,26 @@ from codecspec.graphs.qwen3_encoder import (
     encoder_tensor_shapes,
     speech_encoder_config,
 )
-from codecspec.graphs.safetensors_io import SafetensorsFile
+
+from .tokenizer_cache import build_atomically, content_key, folder_error, tensor_index
 
 __all__ = ["SpeechEncoder"]
 
 _GRAPH_FILE = "encoder.onnx"
-_HASH_BLOCK = 1 << 23
 
 PathLike = Union[str, os.PathLike]
-
-
-def _folder_error(folder: Path, msg: str) -> ValueError:
-    return ValueError(f"speech_tokenizer_dir: {folder}: {msg}")
 
 
 def _read_config(folder: Path) -> SpeechEncoderConfig:
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
-        raise _folder_error(folder, "no config.json (not a Qwen3-TTS speech tokenizer folder)")
+        raise folder_error(folder, "no config.json (not a Qwen3-TTS speech tokenizer folder)")
     try:
         return speech_encoder_config(json.loads(cfg_path.read_text(encoding="utf-8")))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _folder_error(folder, f"config.json is not valid JSON ({e})") from None
+        raise folder_error(folder, f"config.json is not valid JSON ({e})") from None
     except ValueError as e:
-        raise _folder_error(folder, str(e)) from None
+        raise folder_error(folder, str(e)) from None
 
 
 def _read_folder(folder: Path) -> tuple[SpeechEncoderConfig, list[Path], dict]:
@@ -61,59 +54,35 @@ def _read_folder(folder: Path) -> tuple[SpeechEncoderConfig, list[Path], dict]:
     folder when the encoder's weights are not all there (the published tokenizer has them;
     a folder written for decoding only may not)."""
     if not folder.is_dir():
-        raise _folder_error(folder, "not a directory")
+        raise folder_error(folder, "not a directory")
     config = _read_config(folder)
-    files = sorted(folder.glob("*.safetensors"))
-    where: dict[str, SafetensorsFile] = {}
-    for f in files:
-        try:
-            st = SafetensorsFile(f)
-        except ValueError as e:
-            raise _folder_error(folder, f"{f.name}: {e}") from None
-        for name in st.keys():
-            where[name] = st
-    missing = [n for n in encoder_tensor_shapes(config) if n not in where]
-    if missing:
-        raise _folder_error(
-            folder,
-            f"{len(missing)} encoder tensors missing, e.g. {missing[0]} (in-context cloning "
-            "encodes the reference clip with the speech tokenizer's encoder)",
-        )
+    files, where = tensor_index(
+        folder,
+        encoder_tensor_shapes(config),
+        "encoder tensors",
+        " (in-context cloning encodes the reference clip with the speech tokenizer's encoder)",
+    )
     return config, files, where
 
 
 def _content_key(folder: Path, files: list[Path]) -> str:
-    h = hashlib.sha256(f"qwen3-speech-encoder/{ENCODER_GRAPH_VERSION}\n".encode())
-    for path in [folder / "config.json", *files]:
-        h.update(f"{path.name}\n{path.stat().st_size}\n".encode())
-        with open(path, "rb") as f:
-            while block := f.read(_HASH_BLOCK):
-                h.update(block)
-    return h.hexdigest()[:32]
+    return content_key(f"qwen3-speech-encoder/{ENCODER_GRAPH_VERSION}", folder, files)
 
 
 def _build_into_cache(folder: Path, config, where, entry: Path) -> None:
-    """Build into a temporary folder, then rename it into place: an entry is complete or
-    absent."""
+    """Build and write the graph into the cache entry (complete or absent)."""
     from codecspec.graphs.builder import save_model
 
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
-    try:
+    def write(tmp: Path) -> None:
         get = lambda name: where[name].get(name).astype(np.float32)  # noqa: E731
         try:
             model = build_speech_encoder_graph(config, get)
         except ValueError as e:
-            raise _folder_error(folder, str(e)) from None
+            raise folder_error(folder, str(e)) from None
         save_model(model, tmp / _GRAPH_FILE, external_data=True)
         (tmp / "config.json").write_text(config.to_json())
-        try:
-            os.rename(tmp, entry)
-        except OSError:
-            if not (entry / _GRAPH_FILE).is_file():  # not a concurrent builder's entry
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    build_atomically(entry, _GRAPH_FILE, write)
 
 
 class SpeechEncoder:
