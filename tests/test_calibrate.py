@@ -360,3 +360,34 @@ def test_calibrate_hidden_heads_graph(model, tmp_path):
     assert all(h > 0 for h in res.latency.host_ms)
     assert res.end_to_end["speedup"] > 0
     assert (tmp_path / "out" / "offsets.npy").is_file()
+
+
+# ---------------------------------------------------------------------- the decision for auto
+def test_one_rule_for_auto_reads_both_calibration_files(tmp_path):
+    import json
+
+    from codecspec.calibrate.decision import auto_mode, speculation_pays
+
+    profile, qwen = tmp_path / "device_profile.json", tmp_path / "speculation.json"
+    for pays in (True, False):
+        profile.write_text(json.dumps({"speculation_pays": pays, "tree_nodes": 5}))
+        qwen.write_text(json.dumps({"speculate": pays, "speedup": 1.3 if pays else 0.9}))
+        assert speculation_pays(profile) is pays and speculation_pays(qwen) is pays
+        assert auto_mode("auto", speculation_pays(qwen)) == ("spec" if pays else "ar")
+    # no measurement, or a file without a decision: AR, whichever format is missing
+    assert not speculation_pays(tmp_path / "absent.json") and not speculation_pays(None)
+    (tmp_path / "old.json").write_text(json.dumps({"tree_nodes": 5}))
+    assert not speculation_pays(tmp_path / "old.json")
+    assert auto_mode("spec", False) == "spec" and auto_mode("ar", True) == "ar"
+
+
+def test_a_model_folder_without_a_profile_decodes_auto_as_ar(tmp_path):
+    import shutil
+
+    from codecspec.tts.registry import load_model, resolve_model_dir
+
+    src = resolve_model_dir("reference")
+    dst = tmp_path / "reference"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.png", "ablation", "calibration"))
+    (dst / "device_profile.json").unlink()
+    assert load_model(dst).speculation_pays is False

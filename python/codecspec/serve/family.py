@@ -25,6 +25,7 @@ from typing import Callable, Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.calibrate.decision import auto_mode
 from codecspec.decode.depth import MODES
 from codecspec.serve.batched import BatchedDepth, BatchedTemporal, DepthLane, sample_roots
 from codecspec.tts.model import ReferenceTTS, phonemize
@@ -212,7 +213,7 @@ class ReferenceFamily(Family):
                 "speaker": np.array([spk_id], np.int64),
             },
         )
-        mode = req.mode if req.mode != "auto" else ("spec" if tts.speculation_pays else "ar")
+        mode = auto_mode(req.mode, tts.speculation_pays)
         return RVQState(
             generator=generator,
             params=self.params(req),

@@ -36,7 +36,6 @@ loops of several streams.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -44,6 +43,7 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.calibrate.decision import auto_mode, speculation_pays
 from codecspec.serve.family import (
     Check,
     Family,
@@ -138,8 +138,7 @@ class Qwen3Family(Family):
 
     def _speculation_pays(self) -> bool:
         """Mode "auto": what `codecspec calibrate --model DIR` measured (as `synth`)."""
-        f = self.tts.calibration_file("speculation.json")  # per precision, as `synth`
-        return f.is_file() and bool(json.loads(f.read_text()).get("speculate"))
+        return speculation_pays(self.tts.calibration_file("speculation.json"))  # as `synth`
 
     # ------------------------------------------------------------------ requests
     @property
@@ -180,7 +179,7 @@ class Qwen3Family(Family):
         reference = self.reference
         if self.cloned:  # the voice is a cloned one, not a speaker of the checkpoint
             speaker, reference = None, self.cloned[speaker]
-        mode = req.mode if req.mode != "auto" else ("spec" if self.speculation_pays else "ar")
+        mode = auto_mode(req.mode, self.speculation_pays)
         return dict(
             speaker=speaker,
             language=language,

@@ -31,6 +31,7 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.calibrate.decision import auto_mode
 from codecspec.decode.batched_depth import decode_frames
 from codecspec.serve.family import (
     Check,
@@ -106,7 +107,7 @@ class V2Family(Family):
         # V2TTS.plan's choices for mode "auto": the depth loop's calibration, the temporal
         # loop's measurement in model.json; an explicit mode sets both loops.
         if req.mode == "auto":
-            depth, temporal = ("spec" if tts.speculation_pays else "ar"), "auto"
+            depth, temporal = auto_mode("auto", tts.speculation_pays), "auto"
         else:
             depth = temporal = req.mode
         return V2State(

@@ -23,6 +23,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec import perf
+from codecspec.calibrate.decision import auto_mode, speculation_pays
 from codecspec.decode.depth import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 
@@ -436,7 +437,7 @@ def depth_choice(model_dir, depth: str = "positional") -> Optional[str]:
     path = profile_path(Path(model_dir), depth)
     if not path.is_file():
         return None
-    return "spec" if json.loads(path.read_text()).get("speculation_pays", True) else "ar"
+    return auto_mode("auto", speculation_pays(path))
 
 
 def _frame_ms(model_dir) -> Optional[float]:

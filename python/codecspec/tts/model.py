@@ -24,6 +24,7 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.calibrate.decision import auto_mode, speculation_pays
 from codecspec.codec.codec import Codec
 from codecspec.decode.depth import MODES, DepthDecoder
 from codecspec.decode.frames import run_frame_loop
@@ -225,11 +226,7 @@ class ReferenceTTS:
         self.dir = d
         self.meta = json.loads((d / "model.json").read_text())
         prof = d / "device_profile.json"
-        self._speculation_pays = (
-            bool(json.loads(prof.read_text()).get("speculation_pays", True))
-            if prof.is_file()
-            else True
-        )
+        self._speculation_pays = speculation_pays(prof)
         self.frontend = Frontend.from_dict(self.meta["frontend"])
         self.scale = float(self.meta["latent_scale"])
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
@@ -287,8 +284,7 @@ class ReferenceTTS:
 
     # ------------------------------------------------------------------ generation
     def _mode(self, mode: str) -> str:
-        if mode == "auto":
-            mode = "spec" if self.speculation_pays else "ar"
+        mode = auto_mode(mode, self.speculation_pays)
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES + ('auto',)}, got {mode!r}")
         return mode

@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.calibrate.decision import auto_mode, speculation_pays
 from codecspec.codec.codec import Codec
 from codecspec.codec.v2 import CodecV2
 from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder
@@ -274,11 +275,7 @@ class V2TTS(ReferenceTTS):
         if self.meta.get("format") != V2_FORMAT:
             raise ValueError(f"model_dir: {d} is not a v2 model ({self.meta.get('format')!r})")
         prof = profile_path(d, depth)
-        self._speculation_pays = (
-            bool(json.loads(prof.read_text()).get("speculation_pays", True))
-            if prof.is_file()
-            else True
-        )
+        self._speculation_pays = speculation_pays(prof)
         self.frontend = Frontend.from_dict(self.meta["frontend"])
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
         # v3 ("aligned") reads espeak-ng's phoneme track and speaks through the v1 codec
@@ -541,8 +538,7 @@ class V2TTS(ReferenceTTS):
     ) -> FramePlan:
         """One utterance ready to run: phonemes, the encoder graph and the round loop
         (`plan.frames`, its `TemporalLoop` as `plan.loop`); arguments as in `generate`."""
-        if mode == "auto":
-            mode = "spec" if self.speculation_pays else "ar"
+        mode = auto_mode(mode, self.speculation_pays)
         if mode not in MODES + (COARSE_MODE,):
             raise ValueError(f"mode: must be one of {MODES + (COARSE_MODE, 'auto')}, got {mode!r}")
         t0 = time.perf_counter()

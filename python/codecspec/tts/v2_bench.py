@@ -16,6 +16,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec import perf
+from codecspec.calibrate.decision import auto_mode
 from codecspec.decode.temporal import Acceptance
 from codecspec.fidelity import homogeneity_pvalue
 from codecspec.tts.bench import (
@@ -165,9 +166,7 @@ def bench_v2(
     # default the model's calibration, which may be AR): the CLI's record states
     # depth_speedup of the depth loop alone, speculation on, so this keeps its own name
     out["pipeline_depth_speedup"] = out["depth_speedup"]
-    spec_depth = spec_kw["mode"]
-    if spec_depth == "auto":
-        spec_depth = "spec" if tts.speculation_pays else "ar"
+    spec_depth = auto_mode(spec_kw["mode"], tts.speculation_pays)
     out["pipeline_totals"] = pipeline_totals(
         runs, {"ar": "ar", "spec": spec_depth}, {"ar": "ar", "spec": spec_kw["temporal"]}
     )

@@ -261,12 +261,10 @@ def bench_qwen3(
 
 
 def _calibrated(tts: Qwen3TTS) -> Optional[str]:
-    import json
+    from codecspec.calibrate.decision import auto_mode, speculation_pays
 
     f = tts.calibration_file("speculation.json")
-    if not f.is_file():
-        return None
-    return "spec" if json.loads(f.read_text()).get("speculate") else "ar"
+    return auto_mode("auto", speculation_pays(f)) if f.is_file() else None
 
 
 def speedup_map(

@@ -8,14 +8,15 @@ import time
 
 import numpy as np
 
+from codecspec.calibrate.decision import auto_mode, speculation_pays
+
 
 def _mode(args, tts) -> str:
     if args.mode == "pcg":
         raise ValueError("--mode: pcg is not available for Qwen3-TTS checkpoints (ar or spec)")
-    if args.mode == "auto":  # spec where `codecspec calibrate --model DIR` measured it pays
-        f = tts.calibration_file("speculation.json")
-        return "spec" if f.is_file() and json.loads(f.read_text()).get("speculate") else "ar"
-    return args.mode
+    # auto: spec where `codecspec calibrate --model DIR` measured that it pays
+    pays = speculation_pays(tts.calibration_file("speculation.json"))
+    return auto_mode(args.mode, pays)
 
 
 def _write_codes(path, codes: np.ndarray) -> None:
