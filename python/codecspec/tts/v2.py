@@ -126,9 +126,11 @@ class V2Stepper:
     def score(self, prev_tokens) -> tuple:
         """(hidden [n, D], c0 logits [n, V], stop logits [n], new K, new V) of frames
         t..t+n-1 given the c0 before each (prev_tokens [n]; the start token for frame 0)."""
+        prev = np.ascontiguousarray(prev_tokens, np.int64).reshape(-1)
+        n = len(prev)
         f = self.feeds
-        f["prev_tokens"], f["positions"], f["progress"] = self.rows(prev_tokens)
-        return tuple(self.session.run(None, f))
+        f["prev_tokens"], f["positions"], f["progress"] = self.rows(_padded(prev, MIN_ROWS))
+        return first_rows(self.session.run(None, f), n, row_axis=3)
 
     def rows(self, prev_tokens) -> tuple:
         """(prev_tokens int64 [n], positions int64 [n], progress float32 [n]) of the next n
@@ -160,11 +162,37 @@ class V2Stepper:
         return out[0][0], out[1][0], out[2][:1]
 
 
+# Every step call scores at least two rows per stream, a padding row after a lone real one
+# (unseen by it: attention within a call is causal). On CPUs whose kernels take another path
+# for a single row (MLAS on AVX2 without AVX-512: a one-row attention / projection is computed
+# in another summation order), a stream's lone row would otherwise differ in the last bits
+# between its own call and a batched call where other streams have more rows, and a served
+# stream would not be bit-identical to `generate`. With two rows or more the kernels keep a
+# row's bits whatever else the call holds (tests/test_v2_step_batch.py).
+MIN_ROWS = 2
+
+
+def _padded(prev: np.ndarray, rows: int) -> np.ndarray:
+    return (
+        prev
+        if len(prev) >= rows
+        else np.concatenate([prev, np.zeros(rows - len(prev), prev.dtype)])
+    )
+
+
+def first_rows(out, n: int, row_axis: int) -> tuple:
+    """The first n rows of a step call's outputs (hidden, logits, stop: axis 0; new K / V:
+    `row_axis`)."""
+    h, logits, stop, nk, nv = out
+    cut = (slice(None),) * row_axis + (slice(0, n),)
+    return h[:n], logits[:n], stop[:n], nk[cut], nv[cut]
+
+
 class StepBatch:
     """`V2Stepper.score` for several steppers of one step graph in one call of its batch-axis
     variant (`codecspec.graphs.v2_batch`): each stepper's rows padded to the longest, its
     cross K/V to the most phonemes (masked), its ring cache beside the others'. Returns what
-    each stepper's own `score` would (equal up to float rounding), so `commit` and `rewind`
+    each stepper's own `score` would, bit for bit (see MIN_ROWS), so `commit` and `rewind`
     work unchanged."""
 
     def __init__(self, session):
@@ -175,7 +203,7 @@ class StepBatch:
     def score(self, requests: list) -> list:
         """[(stepper, prev_tokens)] -> [score output tuple] in the same order."""
         steppers = [st for st, _ in requests]
-        B, n = len(requests), max(len(p) for _, p in requests)
+        B, n = len(requests), max(MIN_ROWS, *(len(p) for _, p in requests))
         prev = np.zeros((B, n), np.int64)
         pos = np.zeros((B, n), np.int64)
         progress = np.zeros((B, n), np.float32)
