@@ -128,9 +128,7 @@ class FSQSlots(SlotCache):
         """(hidden [n, D], channel_logits [n, Σ L], stop_logits [n]) of each slot's next frame."""
         slots = np.asarray(slots, np.int64)
         t, p = self.frames[slots], self.phonemes[slots]
-        tmax, pmax = int(t.max()), int(p.max())
-        if tmax >= self.max_frames:
-            raise ValueError(f"frames: a stream exceeds max_frames={self.max_frames}")
+        tmax, pmax = self.key_lengths(t, p)  # padded: a stream's bits whatever shares the call
         past = np.where(np.arange(tmax)[None, :] < t[:, None], 0.0, -np.inf)
         cross = np.where(np.arange(pmax)[None, :] < p[:, None], 0.0, -np.inf)
         feeds = {

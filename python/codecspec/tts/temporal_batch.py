@@ -74,9 +74,7 @@ class BatchedTemporal(SlotCache):
         """(hidden [n, D], c0 logits [n, V]) of the next frame of each stream in `slots`."""
         slots = np.asarray(slots, np.int64)
         t, p = self.frames[slots], self.phonemes[slots]
-        tmax, pmax = int(t.max()), int(p.max())
-        if tmax >= self.max_frames:
-            raise ValueError(f"frames: a stream exceeds max_frames={self.max_frames}")
+        tmax, pmax = self.key_lengths(t, p)  # padded: a stream's bits whatever shares the call
         n = len(slots)
         # A stream sees its own t past rows, then this frame's key (the graph appends it last).
         visible = np.arange(tmax + 1)[None, :] < t[:, None]
