@@ -2,7 +2,8 @@
 encoder weights, and what the official `qwen-tts` 0.1.1 code makes of it.
 
 Writes tests/data/qwen3_clone/ (VARIANTS: base_icl, talker and predictor of equal width;
-base_wide, a wider talker and another encoder configuration):
+base_wide, a wider talker and another encoder configuration; base_third, the CustomVoice
+test shape as a Base checkpoint):
 
   <variant>/                 the checkpoint (as scripts/qwen3_parity_fixtures.py lays it out),
                              speech_tokenizer/ with bf16 encoder weights (no decoder ones)
@@ -147,12 +148,25 @@ WIDE_CASES = [
     ),
 ]
 
+THIRD_CASES = [
+    dict(text="Café, 42 times!", language="english", ref_audio="ref_a", ref_text="Hello world."),
+    dict(
+        text="Speak slowly and clearly.",
+        language="auto",
+        ref_audio="ref_b",
+        ref_text="The quick brown fox jumps.",
+        streaming=True,
+    ),
+]
+
 # name -> (talker / predictor shape of scripts/qwen3_parity_fixtures.py, seed, encoder, cases)
 VARIANTS = {
     # equal widths (projection = identity), 0.6B-style
     "base_icl": dict(shape="base_xvector", seed=16, encoder=TINY_ENCODER, cases=CASES),
     # talker wider than the predictor (projection = Linear with bias), 1.7B-style
     "base_wide": dict(shape="design_wide", seed=21, encoder=WIDE_ENCODER, cases=WIDE_CASES),
+    # the CustomVoice test shape as a Base checkpoint: a third talker / predictor layout
+    "base_third": dict(shape="custom_equal", seed=34, encoder=TINY_ENCODER, cases=THIRD_CASES),
 }
 
 

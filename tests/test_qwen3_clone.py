@@ -23,8 +23,9 @@ from codecspec.graphs import qwen3_encoder
 DATA = Path(__file__).parent / "data" / "qwen3_clone"
 # base_icl: talker and predictor of equal width, a one-layer Mimi encoder; base_wide: a wider
 # talker (projection to the predictor) and an encoder with other ratios, residual layers,
-# shortcuts, grouped KV heads and an RVQ projection (scripts/qwen3_clone_fixtures.py)
-VARIANTS = ("base_icl", "base_wide")
+# shortcuts, grouped KV heads and an RVQ projection; base_third: the CustomVoice test shape as
+# a Base checkpoint (scripts/qwen3_clone_fixtures.py)
+VARIANTS = ("base_icl", "base_wide", "base_third")
 MODEL = DATA / "base_icl"
 CLIPS = ("ref_a", "ref_b")
 
