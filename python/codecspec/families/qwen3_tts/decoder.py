@@ -34,7 +34,13 @@ from codecspec.graphs.qwen3_decoder import (
 )
 from codecspec.runtime.session import open_session
 
-from .tokenizer_cache import build_atomically, content_key, folder_error, tensor_index
+from .tokenizer_cache import (
+    build_atomically,
+    cached_graph,
+    content_key,
+    folder_error,
+    tensor_index,
+)
 
 __all__ = [
     "SpeechDecoder",
@@ -158,16 +164,17 @@ class SpeechDecoder:
         """
         folder = Path(speech_tokenizer_dir)
         config, files, where = _read_folder(folder)
-        key = _content_key(folder, files)
-        entry = Path(cache_dir if cache_dir is not None else default_cache_dir())
-        entry = entry / f"qwen3-speech-decoder-{key}"
-        if not (entry / _GRAPH_FILE).is_file():
-            _build_into_cache(folder, config, where, entry)
+        graph = cached_graph(
+            Path(cache_dir if cache_dir is not None else default_cache_dir()),
+            f"qwen3-speech-decoder-{_content_key(folder, files)}",
+            _GRAPH_FILE,
+            lambda entry: _build_into_cache(folder, config, where, entry),
+        )
         # No arena: its blocks grew with every decode (768 -> 1065 MB resident after a
         # second 24-frame decode at the published shape); without it the resident size
         # stays at ~730 MB and the decode takes the same time.
-        session = open_session(entry / _GRAPH_FILE, provider=provider, threads=threads, arena=False)
-        return cls(session, config, entry / _GRAPH_FILE, chunk_size, left_context)
+        session = open_session(graph, provider=provider, threads=threads, arena=False)
+        return cls(session, config, graph, chunk_size, left_context)
 
     # -------------------------------------------------------------- properties
     @property

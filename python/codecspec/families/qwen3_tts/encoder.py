@@ -28,7 +28,13 @@ from codecspec.graphs.qwen3_encoder import (
     speech_encoder_config,
 )
 
-from .tokenizer_cache import build_atomically, content_key, folder_error, tensor_index
+from .tokenizer_cache import (
+    build_atomically,
+    cached_graph,
+    content_key,
+    folder_error,
+    tensor_index,
+)
 
 __all__ = ["SpeechEncoder"]
 
@@ -110,13 +116,13 @@ class SpeechEncoder:
 
         folder = Path(speech_tokenizer_dir)
         config, files, where = _read_folder(folder)
-        key = _content_key(folder, files)
-        root = Path(cache_dir if cache_dir is not None else default_cache_dir())
-        entry = root / f"qwen3-speech-encoder-{key}"
-        if not (entry / _GRAPH_FILE).is_file():
-            _build_into_cache(folder, config, where, entry)
-        session = open_session(entry / _GRAPH_FILE, provider=provider, threads=threads)
-        return cls(session, config, entry / _GRAPH_FILE)
+        graph = cached_graph(
+            Path(cache_dir if cache_dir is not None else default_cache_dir()),
+            f"qwen3-speech-encoder-{_content_key(folder, files)}",
+            _GRAPH_FILE,
+            lambda entry: _build_into_cache(folder, config, where, entry),
+        )
+        return cls(open_session(graph, provider=provider, threads=threads), config, graph)
 
     @property
     def sample_rate(self) -> int:

@@ -13,7 +13,7 @@ from typing import Callable
 
 from codecspec.graphs.safetensors_io import SafetensorsFile
 
-__all__ = ["folder_error", "tensor_index", "content_key", "build_atomically"]
+__all__ = ["folder_error", "tensor_index", "content_key", "build_atomically", "cached_graph"]
 
 _HASH_BLOCK = 1 << 23
 
@@ -66,3 +66,12 @@ def build_atomically(entry: Path, graph_file: str, write: Callable[[Path], None]
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cached_graph(root: Path, name: str, graph_file: str, build: Callable[[Path], None]) -> Path:
+    """The graph file of cache entry `root/name`, built first by `build(entry)` when the
+    entry is not there yet."""
+    entry = root / name
+    if not (entry / graph_file).is_file():
+        build(entry)
+    return entry / graph_file
