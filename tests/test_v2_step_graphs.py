@@ -157,9 +157,10 @@ def test_v2tts_generates_codes_within_the_guard():
     assert s.codes.min() >= 0 and s.codes.max() < V2_CODES
     again = tts.generate("", phonemes=PHONEMES, max_frames=5, mode="ar", decode_audio=False)
     np.testing.assert_array_equal(again.codes, s.codes)  # the same seed, the same codes
-    spec = tts.generate("", phonemes=PHONEMES, max_frames=5, decode_audio=False)
-    assert spec.mode == "spec"  # "auto" without a device profile
-    assert spec.codes.shape == (5, V2_LEVELS)
+    auto = tts.generate("", phonemes=PHONEMES, max_frames=5, decode_audio=False)
+    assert auto.mode == "ar"  # "auto" without a device profile: AR (calibrate.decision)
+    spec = tts.generate("", phonemes=PHONEMES, max_frames=5, mode="spec", decode_audio=False)
+    assert spec.mode == "spec" and spec.codes.shape == (5, V2_LEVELS)
 
 
 def _with_stop_bias(folder, bias: float):
