@@ -260,7 +260,7 @@ def decoder_tensor_shapes(c: SpeechDecoderConfig) -> dict[str, tuple[int, ...]]:
     s[_P + "pre_conv.conv.weight"] = (c.latent_dim, c.codebook_dim, 3)
     s[_P + "pre_conv.conv.bias"] = (c.latent_dim,)
     t = _P + "pre_transformer."
-    H, hd = c.hidden_size, c.head_dim
+    H = c.hidden_size
     s[t + "input_proj.weight"] = (H, c.latent_dim)
     s[t + "input_proj.bias"] = (H,)
     s[t + "output_proj.weight"] = (c.latent_dim, H)
@@ -268,14 +268,7 @@ def decoder_tensor_shapes(c: SpeechDecoderConfig) -> dict[str, tuple[int, ...]]:
     s[t + "norm.weight"] = (H,)
     for i in range(c.num_layers):
         lp = f"{t}layers.{i}."
-        proj = {"q": c.num_heads * hd, "k": c.num_kv_heads * hd, "v": c.num_kv_heads * hd}
-        for name, out in proj.items():
-            s[f"{lp}self_attn.{name}_proj.weight"] = (out, H)
-            if c.attention_bias:
-                s[f"{lp}self_attn.{name}_proj.bias"] = (out,)
-        s[lp + "self_attn.o_proj.weight"] = (H, c.num_heads * hd)
-        if c.attention_bias:
-            s[lp + "self_attn.o_proj.bias"] = (H,)
+        s.update(attention_shapes(lp, c))
         s[lp + "mlp.gate_proj.weight"] = (c.intermediate_size, H)
         s[lp + "mlp.up_proj.weight"] = (c.intermediate_size, H)
         s[lp + "mlp.down_proj.weight"] = (H, c.intermediate_size)
@@ -732,3 +725,19 @@ def state_io_names(model_or_inputs) -> list[tuple[str, str, list[int]]]:
 def read_decoder_metadata(model: onnx.ModelProto) -> Optional[dict]:
     props = {p.key: p.value for p in model.metadata_props}
     return json.loads(props[_META]) if _META in props else None
+
+
+def attention_shapes(lp: str, c) -> dict:
+    """Tensor name -> shape of one transformer layer's attention projections (prefix `lp`;
+    the speech tokenizer's decoder and encoder layers share this layout)."""
+    H, hd = c.hidden_size, c.head_dim
+    s = {}
+    proj = {"q": c.num_heads * hd, "k": c.num_kv_heads * hd, "v": c.num_kv_heads * hd}
+    for name, out in proj.items():
+        s[f"{lp}self_attn.{name}_proj.weight"] = (out, H)
+        if c.attention_bias:
+            s[f"{lp}self_attn.{name}_proj.bias"] = (out,)
+    s[lp + "self_attn.o_proj.weight"] = (H, c.num_heads * hd)
+    if c.attention_bias:
+        s[lp + "self_attn.o_proj.bias"] = (H,)
+    return s

@@ -35,6 +35,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from .builder import _Graph
+from .qwen3_decoder import attention_shapes
 
 __all__ = [
     "ENCODER_GRAPH_VERSION",
@@ -231,17 +232,10 @@ def encoder_tensor_shapes(c: SpeechEncoderConfig) -> dict[str, tuple[int, ...]]:
     for name, cin, cout, k, _, _ in _conv_layers(c):
         s[f"{_P}encoder.{name}.conv.weight"] = (cout, cin, k)
         s[f"{_P}encoder.{name}.conv.bias"] = (cout,)
-    H, hd = c.hidden_size, c.head_dim
+    H = c.hidden_size
     for i in range(c.num_layers):
         lp = f"{_P}encoder_transformer.layers.{i}."
-        proj = {"q": c.num_heads * hd, "k": c.num_kv_heads * hd, "v": c.num_kv_heads * hd}
-        for name, out in proj.items():
-            s[f"{lp}self_attn.{name}_proj.weight"] = (out, H)
-            if c.attention_bias:
-                s[f"{lp}self_attn.{name}_proj.bias"] = (out,)
-        s[lp + "self_attn.o_proj.weight"] = (H, c.num_heads * hd)
-        if c.attention_bias:
-            s[lp + "self_attn.o_proj.bias"] = (H,)
+        s.update(attention_shapes(lp, c))
         s[lp + "mlp.fc1.weight"] = (c.intermediate_size, H)
         s[lp + "mlp.fc2.weight"] = (H, c.intermediate_size)
         for norm in ("input_layernorm", "post_attention_layernorm"):
