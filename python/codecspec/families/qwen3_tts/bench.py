@@ -223,7 +223,8 @@ def bench_qwen3(
         dec_ms = 1e3 * (time.perf_counter() - t0) / n
         dec_bytes = graph_reads(sd.graph_path).per_call(1) / n  # one call decodes the utterance
         stages.append(stage("speech decoder", dec_ms, dec_ms, dec_bytes, dec_bytes))
-    head = tts.talker.head.nbytes  # the c0 head's matrix-vector product, once per frame
+    bank = tts.talker.head  # the c0 head's matrix-vector product, once per frame (float32)
+    head = 4 * bank.vocab_size * bank.hidden_size
     stages.append(stage("host (c0 head, sampling)", host_ms, host_ms, head, head))
     rss = peak_rss_mb()
     record = {

@@ -62,12 +62,24 @@ class Talker:
     final-norm hidden state of the last position (the code predictor's `past_hidden`)."""
 
     def __init__(
-        self, path: Path | DepthGraph, codec_head: np.ndarray, provider="auto", threads=None
+        self,
+        path: Path | DepthGraph,
+        codec_head: np.ndarray | cs.HeadBank,
+        provider="auto",
+        threads=None,
     ):
         # a DepthGraph: share that loaded session (one talker cache per concurrent utterance)
         self.graph = path if isinstance(path, DepthGraph) else DepthGraph(path, provider, threads)
         self.config = self.graph.config
-        self.head = np.ascontiguousarray(codec_head, np.float32)
+        # The codec head runs in the Rust core, not as numpy's `head @ hidden`: a BLAS call
+        # leaves OpenBLAS's worker threads spinning for ~0.1 s after it returns, and on two
+        # cores they took the CPU from the depth loop's graph calls that follow (its first
+        # eight calls per frame ran at half speed: 10.3 against 5.8 ms per int8 call).
+        # A bank shared with another talker (a replica) is passed as is.
+        if isinstance(codec_head, cs.HeadBank):
+            self.bank = codec_head
+        else:
+            self.bank = cs.HeadBank(np.ascontiguousarray(codec_head, np.float32)[None])
         self.cache: KVCache | None = None
         self._step = None
 
@@ -79,8 +91,13 @@ class Talker:
     def max_positions(self) -> int:
         return self.config.max_positions
 
+    @property
+    def head(self) -> cs.HeadBank:
+        """The codec head (a one-head bank; `Talker(graph, talker.head)` shares it)."""
+        return self.bank
+
     def logits(self, hidden: np.ndarray) -> np.ndarray:
-        return self.head @ hidden
+        return self.bank.logits(0, hidden)
 
     def _alloc(self, capacity: int) -> None:
         c = self.config
