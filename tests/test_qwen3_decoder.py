@@ -244,3 +244,24 @@ def test_run_path_needs_no_torch(tmp_path):
         "assert 'torch' not in [m.split('.')[0] for m in sys.modules if sys.modules[m]]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+@pytest.mark.parametrize("first,steady", [(1, 4), (1, 1), (2, 7), (3, 3)])
+def test_stream_first_chunk_then_doubling(dec, fx, first, steady):
+    """A short first chunk, doubling up to the steady size: the same audio as decode()."""
+    d = _chunked(dec, fx)
+    codes = fx["codes_chunked"]
+    chunks = list(d.stream(iter(_blocks(codes, (1,))), steady, first_chunk_frames=first))
+    sizes = [len(c) // 1920 for c in chunks]
+    want, n = [], first
+    while sum(want) < len(codes):
+        want.append(min(n, len(codes) - sum(want)))
+        n = min(2 * n, steady)
+    assert sizes == want
+    assert np.max(np.abs(np.concatenate(chunks) - d.decode(codes))) <= TOL
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_stream_refuses_a_bad_first_chunk(dec, bad):
+    with pytest.raises(ValueError, match="first_chunk_frames"):
+        list(dec.stream([np.zeros((2, 16), dtype=np.int64)], 4, first_chunk_frames=bad))

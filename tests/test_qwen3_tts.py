@@ -584,7 +584,7 @@ class _StandInDecoder:
         assert codes.ndim == 2 and codes.shape[1] == 16
         return np.repeat(codes[:, 0].astype(np.float32) / 64.0, 1920)
 
-    def stream(self, code_iter):
+    def stream(self, code_iter, chunk_frames=4, first_chunk_frames=None):
         for block in code_iter:  # blocks of codes [n, 16], as the real decoder takes them
             yield self.decode(block)
 

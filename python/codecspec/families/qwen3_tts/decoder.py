@@ -203,28 +203,36 @@ class SpeechDecoder:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate(parts)
 
-    def stream(self, code_iter: Iterable, chunk_frames: int = 4) -> Iterator[np.ndarray]:
+    def stream(
+        self, code_iter: Iterable, chunk_frames: int = 4, first_chunk_frames: Optional[int] = None
+    ) -> Iterator[np.ndarray]:
         """Decode blocks of codes (int [n, num_quantizers], n >= 0) as they arrive; yields the
-        audio of every `chunk_frames` frames (the last chunk may be shorter). The chunks
-        concatenated equal `decode()` of all the codes to float32 rounding."""
-        if isinstance(chunk_frames, bool) or not isinstance(chunk_frames, int) or chunk_frames < 1:
-            raise ValueError(f"chunk_frames: expected an int >= 1, got {chunk_frames!r}")
-        return self._stream(code_iter, chunk_frames)
+        audio of every `chunk_frames` frames (the last chunk may be shorter). With
+        `first_chunk_frames` the chunks start at that size and double up to `chunk_frames`
+        (1, 2, 4, ...): the first audio leaves after one frame, later calls stay large. The
+        chunks concatenated equal `decode()` of all the codes to float32 rounding, whatever
+        their sizes (the decoder is causal and carries its state)."""
+        steady = _check_frames(chunk_frames, "chunk_frames")
+        first = steady if first_chunk_frames is None else first_chunk_frames
+        first = min(_check_frames(first, "first_chunk_frames"), steady)
+        return self._stream(code_iter, chunk_sizes(first, steady))
 
-    def _stream(self, code_iter: Iterable, chunk_frames: int) -> Iterator[np.ndarray]:
+    def _stream(self, code_iter: Iterable, sizes: Iterator[int]) -> Iterator[np.ndarray]:
         cur = _Cursor(self)
         pending: list[np.ndarray] = []
         n_pending = 0
+        want = next(sizes)
         for i, block in enumerate(code_iter):
             block = self._check_codes(block, f"code_iter block {i}: codes")
             pending.append(block)
             n_pending += len(block)
-            while n_pending >= chunk_frames:
+            while n_pending >= want:
                 allc = np.concatenate(pending)
-                yield np.concatenate(list(self._advance(cur, allc[:chunk_frames], chunk_frames)))
-                pending, n_pending = [allc[chunk_frames:]], n_pending - chunk_frames
+                yield np.concatenate(list(self._advance(cur, allc[:want], want)))
+                pending, n_pending = [allc[want:]], n_pending - want
+                want = next(sizes)
         if n_pending:
-            yield np.concatenate(list(self._advance(cur, np.concatenate(pending), chunk_frames)))
+            yield np.concatenate(list(self._advance(cur, np.concatenate(pending), want)))
 
     def open_stream(self) -> DecoderStream:
         """A stream fed by its caller, one block at a time (`feed(codes)` returns exactly the
@@ -276,6 +284,20 @@ class SpeechDecoder:
             cur.history = np.concatenate([cur.history, block])[-max(self.left_context, 1) :]
             cur.frame += m
             i += m
+
+
+def _check_frames(n, name: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{name}: expected an int >= 1, got {n!r}")
+    return n
+
+
+def chunk_sizes(first: int, steady: int) -> Iterator[int]:
+    """Frames per streamed chunk: `first`, doubling up to `steady`, then `steady` on."""
+    n = first
+    while True:
+        yield n
+        n = min(2 * n, steady)
 
 
 class DecoderStream:

@@ -31,6 +31,9 @@ __all__ = ["Qwen3TTS", "Qwen3Result", "ClonedVoice", "MODES"]
 MODES = ("ar", "spec")
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920
+# Streamed chunks grow from one frame to this many (the speech decoder's calls stay large
+# once the first audio has left).
+STREAM_CHUNK_FRAMES = 4
 
 
 @dataclasses.dataclass
@@ -547,7 +550,8 @@ class Qwen3TTS:
         if kw.get("ref_text") or (isinstance(voice, ClonedVoice) and voice.ref_codes is not None):
             yield from _stream_after_reference(dec, blocks, info)
             return
-        for chunk in dec.stream(blocks):
+        # The first chunk is one frame: the first audio leaves as soon as a frame exists.
+        for chunk in dec.stream(blocks, STREAM_CHUNK_FRAMES, first_chunk_frames=1):
             yield np.asarray(chunk, np.float32).reshape(-1)
 
     def describe(self) -> dict:
@@ -574,17 +578,20 @@ def _after_reference(dec, ref_codes: np.ndarray, codes: np.ndarray) -> np.ndarra
     return wav[cut:]
 
 
-def _stream_after_reference(dec, blocks, info: dict, chunk_frames: int = 4):
+def _stream_after_reference(dec, blocks, info: dict, chunk_frames: int = STREAM_CHUNK_FRAMES):
     """Streamed `_after_reference`: the reference codes go through the decoder first (their
-    audio dropped), then chunks of `chunk_frames` new frames."""
-    ds, pending = None, []
+    audio dropped), then chunks of new frames: one, doubling up to `chunk_frames`."""
+    from .decoder import chunk_sizes
+
+    ds, pending, sizes = None, [], chunk_sizes(1, chunk_frames)
+    want = next(sizes)
     for block in blocks:
         if ds is None:  # the reference codes are known once the first frame is made
             ds = dec.open_stream()
             ds.feed(info["ref_codes"])
         pending.append(block)
-        if len(pending) == chunk_frames:
+        if len(pending) == want:
             yield ds.feed(np.concatenate(pending))
-            pending = []
+            pending, want = [], next(sizes)
     if pending:
         yield ds.feed(np.concatenate(pending))
