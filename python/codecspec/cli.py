@@ -95,17 +95,26 @@ def _calibrate_qwen3(args, model_dir) -> int:
     return 0
 
 
+def calibrate_qwen3_command(args) -> int:
+    """`codecspec calibrate --model DIR` for a Qwen3-TTS checkpoint folder (the registry's
+    "calibrate" hook of that family)."""
+    return _calibrate_qwen3(args, args.model)
+
+
 def cmd_calibrate(args) -> int:
     from codecspec.calibrate.device import calibrate
-    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
+    from codecspec.pipeline import registry
 
     if args.model is not None and args.model_opt is not None:
         raise ValueError("--model: give the model once (positional or --model)")
     model = args.model if args.model is not None else args.model_opt
     if model is None:
         raise ValueError("model: give a depth graph (.onnx) or --model DIR (Qwen3-TTS)")
-    if is_qwen3_folder(model):
-        return _calibrate_qwen3(args, model)
+    entry = registry.find(model)  # a family with its own calibration, else a depth graph
+    hook = entry.hook("calibrate") if entry is not None else None
+    if hook is not None:
+        args.model = model
+        return hook(args)
     if args.output is None:
         raise ValueError("--output: required for a depth graph (-o DIR)")
     args.model = model

@@ -91,18 +91,15 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
 def check_model(args) -> None:
     """What can be checked before the server starts (a Base checkpoint without --ref-audio,
     --ref-audio for a model that clones no voice): one line instead of a start-up traceback."""
-    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
+    from codecspec.pipeline import registry
 
-    if is_qwen3_folder(args.model):
-        from codecspec.serve.qwen3 import check_folder
-
-        check_folder(args.model, args.ref_audio, args.voices_dir)
+    entry = registry.find(args.model)  # None: the engine reports the model in its terms
+    hook = entry.hook("serve_check") if entry is not None else None
+    if hook is not None:
+        hook(args)
         return
-    for flag, value in (("--ref-audio", args.ref_audio), ("--voices-dir", args.voices_dir)):
-        if value is not None:
-            raise ValueError(f"{flag}: only a Qwen3-TTS Base checkpoint folder clones a voice")
-    if args.weights is not None:
-        raise ValueError("--weights: only for Qwen3-TTS checkpoint folders")
+    given = dict(ref_audio=args.ref_audio, voices_dir=args.voices_dir, weights=args.weights)
+    registry.take_options(entry, flags=True, **given)
 
 
 def cmd_serve(args) -> int:

@@ -34,8 +34,7 @@ from typing import Callable, Optional
 import numpy as np
 
 import codecspec as cs
-from codecspec.serve.family import Family, Frame, ReferenceFamily, StreamState
-from codecspec.tts.registry import model_family, resolve_model_dir
+from codecspec.pipeline.family import Family, Frame, StreamState
 
 MAX_INPUT_CHARS = 400
 SPEED_RANGE = (0.25, 4.0)
@@ -587,40 +586,18 @@ def _load_family(
     weights=None,
     voices_dir=None,
 ) -> Family:
-    """The adapter for the model's family (a shipped name or a folder; model.json decides, or
-    config.json for a Qwen3-TTS checkpoint folder; None = the reference v1, the engine's
-    default family). cache_dir (built graphs), ref_audio (the voice a Base checkpoint
-    clones) and weights (the talker's and code predictor's precision) are Qwen3-TTS
-    folders' only."""
-    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
+    """The adapter for the model's family (a shipped name or a folder; the registry,
+    `codecspec.pipeline.registry`, finds its family; None = the registry's default model).
+    cache_dir (built graphs), ref_audio (the voice a Base checkpoint clones), voices_dir and
+    weights (the talker's and code predictor's precision) go to the families that take
+    them; a family that takes none of them refuses them (ValueError naming the option)."""
+    from codecspec.pipeline import registry
 
-    if model_dir is not None and is_qwen3_folder(str(model_dir)):
-        from codecspec.serve.qwen3 import Qwen3Family
-
-        return Qwen3Family(
-            model_dir,
-            slots,
-            max_frames,
-            provider,
-            threads,
-            cache_dir=cache_dir,
-            ref_audio=ref_audio,
-            weights=weights,
-            voices_dir=voices_dir,
-        )
-    for name, value in (("ref_audio", ref_audio), ("voices_dir", voices_dir)):
-        if value is not None:
-            raise ValueError(f"{name}: only a Qwen3-TTS Base checkpoint folder clones a voice")
-    if weights is not None:
-        raise ValueError("weights: only for Qwen3-TTS checkpoint folders")
-    d = resolve_model_dir(model_dir)  # None: the registry's default model
-    family = model_family(d)
-    if family == "v2":
-        from codecspec.serve.v2 import V2Family
-
-        return V2Family(d, slots, max_frames, max_phonemes, provider, threads)
-    if family == "fsq":
-        from codecspec.serve.fsq import FSQFamily
-
-        return FSQFamily(d, slots, max_frames, max_phonemes, provider, threads)
-    return ReferenceFamily(d, slots, max_frames, max_phonemes, provider, threads)
+    entry = registry.family_of(model_dir)
+    options = registry.take_options(
+        entry, cache_dir=cache_dir, ref_audio=ref_audio, weights=weights, voices_dir=voices_dir
+    )
+    folder = registry.resolve_model_dir(model_dir)  # None: the default model's folder
+    return entry.load("engine").open(
+        folder, slots, max_frames, max_phonemes, provider, threads, **options
+    )

@@ -1,8 +1,8 @@
-"""What the continuous-batching engine needs from a model family, and the RVQ reference's.
+"""The RVQ reference's engine adapter, and the protocol's old home.
 
-The engine (`codecspec.serve.engine`) is one loop: admit streams into slots, run one batched
-step for the active slots, emit each stream's frame, let finished streams leave. Everything
-that depends on the model family sits behind `Family`:
+The protocol (`Family`, `StreamState`, `Frame`, `guard`, `sampling_params`) lives in
+`codecspec.pipeline.family` and is re-exported here for the code that imports it from this
+module. What the engine needs from a family, in short (see there):
 
 - `prepare(req, generator)`: text -> per-stream state (in the caller's thread: phonemes,
   encoder call), raising ValueError naming the request field;
@@ -20,78 +20,25 @@ call per frame, factorised heads, a stop head).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
 import codecspec as cs
 from codecspec.calibrate.decision import auto_mode
 from codecspec.decode.depth import MODES
+from codecspec.pipeline.family import (  # noqa: F401  (re-exported: the names' old home)
+    Check,
+    Family,
+    Frame,
+    StreamState,
+    guard,
+    guard_value,
+    sampling_params,
+)
 from codecspec.serve.batched import BatchedDepth, BatchedTemporal, DepthLane, sample_roots
 from codecspec.tts.model import ReferenceTTS, phonemize
 from codecspec.tts.text import BOS, EOS
-
-# check(stream, *arrays): the engine's per-stream boundary (fault hook, finiteness) run
-# inside the family's step on that stream's rows.
-Check = Callable[..., None]
-
-
-@dataclass
-class StreamState:
-    """Per-stream state a family keeps between steps. `frames`: the known length (None when
-    the model's stop head decides); `expected`: frames to expect (retry hints); `limit`: at
-    most this many frames."""
-
-    generator: cs.Generator
-    params: cs.SamplingParams
-    speaker: int
-    frames: Optional[int]
-    expected: int
-    limit: int
-    tokens: int = 0  # input phoneme ids (usage reports)
-
-
-@dataclass
-class Frame:
-    """One stream's outcome of a step: its frame's codes (int64 [G], or [k, G] for the k
-    frames of a temporal speculation round) and whether the stream ended, or the error that
-    ended it alone. No codes with `ended`: the stream ended at this step
-    without another frame (a stop token sampled in place of the frame's first code)."""
-
-    codes: Optional[np.ndarray] = None
-    ended: bool = False
-    error: Optional[Exception] = None
-
-
-def guard(fn) -> Optional[Exception]:
-    """Runs fn; returns the exception it raised (a stream's own error) instead of raising."""
-    try:
-        fn()
-    except Exception as e:  # this stream's own error: it alone fails
-        return e
-    return None
-
-
-def guard_value(fn):
-    """fn()'s value, or the exception it raised (a stream's own failure, as `guard`)."""
-    try:
-        return fn()
-    except Exception as e:  # this stream's own error: it alone fails
-        return e
-
-
-def sampling_params(base: cs.SamplingParams, req, top_k_max: int) -> cs.SamplingParams:
-    """The request's sampling law over the model's defaults; ValueError names the field."""
-    t = base.temperature if req.temperature is None else req.temperature
-    k = base.top_k if req.top_k is None else req.top_k
-    p = base.top_p if req.top_p is None else req.top_p
-    if not (np.isfinite(t) and 0.0 <= t <= 10.0):
-        raise ValueError(f"temperature: expected a finite number in [0, 10], got {t!r}")
-    if not (0 <= int(k) <= top_k_max):
-        raise ValueError(f"top_k: expected an integer in [0, {top_k_max}], got {k!r}")
-    if not (np.isfinite(p) and 0.0 < p <= 1.0):
-        raise ValueError(f"top_p: expected a finite number in (0, 1], got {p!r}")
-    return cs.SamplingParams(float(t), int(k), float(p))
 
 
 def encode_input(tts, req, max_phonemes: int) -> np.ndarray:
@@ -108,63 +55,6 @@ def encode_input(tts, req, max_phonemes: int) -> np.ndarray:
     return np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
 
 
-class Family:
-    """The interface (see the module doc); subclasses set the attributes in __init__."""
-
-    name: str  # "reference" | "fsq"
-    takes_instructions = False  # whether a request's `instructions` steer the voice
-    known_length = True  # the frame count is known at submission (else a stop head decides)
-    model_names: tuple  # what an HTTP request's `model` may say for this family
-    modes: tuple  # decode modes a request may ask for, besides "auto"
-    tts: object  # the single-stream model (its .generate is the reference for the engine)
-    codec: object  # .decode(codes [T, C], n_iter, seed) -> float32 waveform
-    hop: int  # samples per frame
-    sample_rate: int
-    frame_rate: float
-
-    @property
-    def voices(self) -> list:
-        return self.tts.speakers
-
-    @property
-    def languages(self) -> list:
-        return self.tts.languages
-
-    def check(self, req) -> None:
-        if req.mode not in self.modes + ("auto",):
-            raise ValueError(f"mode: expected one of {self.modes + ('auto',)}, got {req.mode!r}")
-
-    def params(self, req) -> cs.SamplingParams:
-        raise NotImplementedError
-
-    def prepare(self, req, generator: cs.Generator) -> StreamState:
-        raise NotImplementedError
-
-    def load(self, slot: int, state: StreamState) -> None:
-        raise NotImplementedError
-
-    def step(self, streams: list, check: Check) -> list:
-        raise NotImplementedError
-
-    def counters(self) -> dict:
-        """calls (batched graph calls of the frame stage), lane_calls (per stream), codes."""
-        raise NotImplementedError
-
-    def prebuffer_steps(self, state: StreamState) -> int:
-        """Steps whose frames the engine holds back before a stream's first frame goes out.
-        0 for a stream that gets one frame per step; a family whose streams get a varying
-        number per step (temporal speculation) holds the first step's, so that playback
-        starts with a cushion against a step that brings only one frame."""
-        return 0
-
-    def chunk_decoder(self, iters: int, seed: int, voice=None):
-        """None: the app vocodes each chunk with `codec.decode(codes, iters, seed)` over a
-        few frames of context. A family whose decoder carries state from chunk to chunk
-        returns one object per stream whose `feed(codes [n, C])` gives exactly those
-        frames' audio (`voice`: the request's, for a decoder whose state starts from it)."""
-        return None
-
-
 # --------------------------------------------------------------------------- RVQ reference
 @dataclass
 class RVQState(StreamState):
@@ -179,6 +69,7 @@ class ReferenceFamily(Family):
     the phoneme count and `speed`."""
 
     name = "reference"
+    formats = ("codecspec-reference-tts/1",)
     model_names = ("codecspec-reference",)
     modes = MODES
 

@@ -21,16 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import codecspec as cs
+from codecspec.pipeline.family import Check, Family, Frame, StreamState, guard, sampling_params
 from codecspec.runtime.session import open_session
-from codecspec.serve.family import (
-    Check,
-    Family,
-    Frame,
-    StreamState,
-    encode_input,
-    guard,
-    sampling_params,
-)
+from codecspec.serve.family import encode_input
 from codecspec.tts.fsq import FSQTTS, FSQSlots  # noqa: F401  (FSQSlots: the engine's name)
 
 __all__ = ["FSQSlots", "FSQFamily"]
@@ -49,6 +42,7 @@ class FSQFamily(Family):
     rate, sets the length) and `mode` ar/auto (one decode loop), as in `FSQTTS.generate`."""
 
     name = "fsq"
+    formats = ("codecspec-fsq-tts/1",)
     model_names = ("codecspec-fsq",)
     known_length = False  # the stop head decides
     modes = ("ar",)

@@ -44,7 +44,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.calibrate.decision import auto_mode, speculation_pays
-from codecspec.serve.family import (
+from codecspec.pipeline.family import (
     Check,
     Family,
     Frame,
@@ -54,7 +54,7 @@ from codecspec.serve.family import (
     sampling_params,
 )
 
-__all__ = ["Qwen3Family", "LANGUAGE_CODES", "check_folder"]
+__all__ = ["Qwen3Family", "LANGUAGE_CODES", "check_folder", "check_serve_args"]
 
 # ISO 639-1 codes of the languages Qwen3-TTS checkpoints name (a request's "en" default too)
 LANGUAGE_CODES = {
@@ -98,6 +98,17 @@ class Qwen3Family(Family):
     name = "qwen3-tts"
     known_length = False  # the talker's eos decides
     modes = ("ar", "spec")
+
+    @classmethod
+    def detect(cls, folder) -> bool:
+        from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
+
+        return is_qwen3_folder(str(folder))
+
+    @classmethod
+    def open(cls, folder, slots, max_frames, max_phonemes, provider, threads, **options):
+        # the talker reads its own tokenizer's ids: no phoneme limit applies
+        return cls(folder, slots, max_frames, provider, threads, **options)
 
     def __init__(
         self,
@@ -369,6 +380,12 @@ def check_folder(model_dir, ref_audio=None, voices_dir=None) -> Optional[tuple]:
     if voices_dir is not None:
         read_voices_dir(voices_dir)  # a bad folder fails before any graph is built
     return None if ref_audio is None else (load_reference(ref_audio), 24000)
+
+
+def check_serve_args(args) -> None:
+    """`codecspec serve --model DIR`'s check before the server starts (`check_folder` on
+    the command's --ref-audio and --voices-dir); the registry's "serve_check" hook."""
+    check_folder(args.model, args.ref_audio, args.voices_dir)
 
 
 def read_voices_dir(voices_dir) -> dict:

@@ -33,15 +33,8 @@ import numpy as np
 import codecspec as cs
 from codecspec.calibrate.decision import auto_mode
 from codecspec.decode.batched_depth import decode_frames
-from codecspec.serve.family import (
-    Check,
-    Family,
-    Frame,
-    StreamState,
-    encode_input,
-    guard,
-    guard_value,
-)
+from codecspec.pipeline.family import Check, Family, Frame, StreamState, guard, guard_value
+from codecspec.serve.family import encode_input
 from codecspec.tts.v2 import V2TTS
 
 DRAFT_LEN = 3  # drafts per temporal round (V2TTS.temporal_loop's default)
@@ -58,6 +51,7 @@ class V2Family(Family):
     through one batched depth loop."""
 
     name = "v2"
+    formats = ("codecspec-v2-tts/1",)
     model_names = ("codecspec-v2",)
     known_length = False  # the stop head decides
     modes = ("ar", "spec")

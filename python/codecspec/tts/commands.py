@@ -223,17 +223,17 @@ def cmd_synth(args) -> int:
     import time
 
     from codecspec.codec.audio import write_wav
-    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
+    from codecspec.pipeline import registry
     from codecspec.runtime.threads import threads_in_use
     from codecspec.tts.registry import load_model
 
     args.output_given = args.output is not None
     if args.output is None:
         args.output = Path("out.wav")
-    if is_qwen3_folder(args.model):
-        from codecspec.families.qwen3_tts.cli import synth
-
-        return synth(args)
+    entry = registry.find(args.model)  # a family with its own synth (Qwen3-TTS folders)
+    hook = entry.hook("synth") if entry is not None else None
+    if hook is not None:
+        return hook(args)
     qwen3_only = (args.instruct, args.streaming_text or None, args.ref_audio, args.ref_text)
     if any(v is not None for v in qwen3_only):
         raise ValueError(
@@ -369,7 +369,8 @@ def _synth_stream(args, tts, text) -> int:
     return 130 if interrupted else 0
 
 
-def _bench_qwen3(args) -> int:
+def bench_qwen3_command(args) -> int:
+    """`codecspec bench --model DIR` for a Qwen3-TTS checkpoint folder (registry hook)."""
     from codecspec.families.qwen3_tts.bench import bench_qwen3
     from codecspec.perf import finish_record, render_table, stream_bandwidth
 
@@ -400,12 +401,15 @@ def _bench_qwen3(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
-    from codecspec.tts.bench import bench_depth_loop, bench_pipeline, record_reference
-    from codecspec.tts.registry import model_family, resolve_model_dir
+    """`codecspec bench`: the family's own bench (the registry's "bench" hook)."""
+    from codecspec.pipeline import registry
 
-    if is_qwen3_folder(args.model):
-        return _bench_qwen3(args)
+    return registry.family_of(args.model).hook("bench")(args)
+
+
+def _bench_common(args) -> tuple:
+    """(keyword arguments every family's bench takes, the model's folder)."""
+    from codecspec.tts.registry import resolve_model_dir
 
     common = dict(
         seed=args.seed,
@@ -414,38 +418,55 @@ def cmd_bench(args) -> int:
         params=_params(args),
         progress=not args.json,
     )
-    family = model_family(args.model)
     model = resolve_model_dir(args.model)
     common.update(_depth_kwargs(args))
-    if family == "v2":  # temporal and depth loops: AR vs speculation, both on the pipeline
-        from codecspec.tts.v2_bench import bench_v2, record_v2
+    return common, model
 
-        res = bench_depth_loop(model, args.frames, **common)
-        if not args.no_pipeline:
-            res.update(
-                bench_v2(
-                    model,
-                    loops=args.loops,
-                    accept=args.accept,
-                    beta=args.beta,
-                    theta=args.theta,
-                    draft_len=args.draft_len,
-                    texts=args.texts,
-                    **common,
-                )
+
+def bench_v2_command(args) -> int:
+    """v2/v3 (registry hook): temporal and depth loops, AR vs speculation, both on the
+    pipeline."""
+    from codecspec.tts.bench import bench_depth_loop
+    from codecspec.tts.v2_bench import bench_v2, record_v2
+
+    common, model = _bench_common(args)
+    res = bench_depth_loop(model, args.frames, **common)
+    if not args.no_pipeline:
+        res.update(
+            bench_v2(
+                model,
+                loops=args.loops,
+                accept=args.accept,
+                beta=args.beta,
+                theta=args.theta,
+                draft_len=args.draft_len,
+                texts=args.texts,
+                **common,
             )
-        return _bench_report(args, family, model, res, record_v2)
-    if family == "fsq":  # one graph call per frame: its own figures
-        from codecspec.tts.fsq_bench import bench_fsq, record_fsq
+        )
+    return _bench_report(args, "v2", model, res, record_v2)
 
-        res = bench_fsq(model, args.utterances, batch=args.batch, **common)
-        return _bench_report(args, family, model, res, record_fsq)
+
+def bench_fsq_command(args) -> int:
+    """FSQ (registry hook): one graph call per frame, its own figures."""
+    from codecspec.tts.fsq_bench import bench_fsq, record_fsq
+
+    common, model = _bench_common(args)
+    res = bench_fsq(model, args.utterances, batch=args.batch, **common)
+    return _bench_report(args, "fsq", model, res, record_fsq)
+
+
+def bench_reference_command(args) -> int:
+    """The RVQ reference (registry hook): the depth loop alone and inside synthesis."""
+    from codecspec.tts.bench import bench_depth_loop, bench_pipeline, record_reference
+
+    common, model = _bench_common(args)
     res = bench_depth_loop(model, args.frames, **common)
     if not args.no_pipeline:
         res.update(bench_pipeline(model, texts=args.texts, **common))
         # The issue this answers: the depth loop inside synthesis vs alone, same run.
         res["depth_in_pipeline_ratio"] = res["pipeline_depth_ms_per_frame"] / res["ar_ms_per_frame"]
-    return _bench_report(args, family, model, res, record_reference)
+    return _bench_report(args, "reference", model, res, record_reference)
 
 
 def _bench_report(args, family: str, model, res: dict, record) -> int:

@@ -1,0 +1,193 @@
+"""The protocol a model family implements: what the engine, the CLI and the registry need.
+
+The engine (`codecspec.serve.engine`) is one loop: admit streams into slots, run one batched
+step for the active slots, emit each stream's frame, let finished streams leave. Everything
+that depends on the model family sits behind `Family`:
+
+- `name`, and `detect(folder)` / `open(folder, ...)`: which folders the family reads and the
+  adapter over one of them (`codecspec.pipeline.registry` finds the family of a folder);
+- `prepare(req, generator)`: text -> per-stream state (in the caller's thread: phonemes,
+  encoder call), raising ValueError naming the request field;
+- `load(slot, state)`: the stream takes a slot of the family's batched stepper;
+- `step(streams, check)`: one frame for every active stream in one batched temporal call,
+  returning each stream's `Frame` (codes, whether it ended, or its own error);
+- the codec the app vocodes chunks with (`codec.decode(codes, n_iter, seed)`, `hop` samples
+  per frame), the voices and languages, the frame and sample rates.
+
+Nothing here names a family: the families' adapters (`codecspec.serve.family.ReferenceFamily`,
+`codecspec.serve.fsq.FSQFamily`, `codecspec.serve.v2.V2Family`,
+`codecspec.serve.qwen3.Qwen3Family`) subclass `Family`, and the registry names them by
+module path only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+import codecspec as cs
+
+__all__ = [
+    "Check",
+    "Family",
+    "Frame",
+    "StreamState",
+    "guard",
+    "guard_value",
+    "model_format",
+    "sampling_params",
+]
+
+# check(stream, *arrays): the engine's per-stream boundary (fault hook, finiteness) run
+# inside the family's step on that stream's rows.
+Check = Callable[..., None]
+
+
+@dataclass
+class StreamState:
+    """Per-stream state a family keeps between steps. `frames`: the known length (None when
+    the model's stop head decides); `expected`: frames to expect (retry hints); `limit`: at
+    most this many frames."""
+
+    generator: cs.Generator
+    params: cs.SamplingParams
+    speaker: int
+    frames: Optional[int]
+    expected: int
+    limit: int
+    tokens: int = 0  # input phoneme ids (usage reports)
+
+
+@dataclass
+class Frame:
+    """One stream's outcome of a step: its frame's codes (int64 [G], or [k, G] for the k
+    frames of a temporal speculation round) and whether the stream ended, or the error that
+    ended it alone. No codes with `ended`: the stream ended at this step
+    without another frame (a stop token sampled in place of the frame's first code)."""
+
+    codes: Optional[np.ndarray] = None
+    ended: bool = False
+    error: Optional[Exception] = None
+
+
+def guard(fn) -> Optional[Exception]:
+    """Runs fn; returns the exception it raised (a stream's own error) instead of raising."""
+    try:
+        fn()
+    except Exception as e:  # this stream's own error: it alone fails
+        return e
+    return None
+
+
+def guard_value(fn):
+    """fn()'s value, or the exception it raised (a stream's own failure, as `guard`)."""
+    try:
+        return fn()
+    except Exception as e:  # this stream's own error: it alone fails
+        return e
+
+
+def sampling_params(base: cs.SamplingParams, req, top_k_max: int) -> cs.SamplingParams:
+    """The request's sampling law over the model's defaults; ValueError names the field."""
+    t = base.temperature if req.temperature is None else req.temperature
+    k = base.top_k if req.top_k is None else req.top_k
+    p = base.top_p if req.top_p is None else req.top_p
+    if not (np.isfinite(t) and 0.0 <= t <= 10.0):
+        raise ValueError(f"temperature: expected a finite number in [0, 10], got {t!r}")
+    if not (0 <= int(k) <= top_k_max):
+        raise ValueError(f"top_k: expected an integer in [0, {top_k_max}], got {k!r}")
+    if not (np.isfinite(p) and 0.0 < p <= 1.0):
+        raise ValueError(f"top_p: expected a finite number in (0, 1], got {p!r}")
+    return cs.SamplingParams(float(t), int(k), float(p))
+
+
+def model_format(folder) -> Optional[str]:
+    """The "format" of `folder`'s model.json, or None where it has none (or is unreadable)."""
+    path = Path(folder).expanduser() / "model.json"
+    if not path.is_file():
+        return None
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return d.get("format") if isinstance(d, dict) else None
+
+
+class Family:
+    """The interface (see the module doc); subclasses set the attributes in __init__.
+
+    A family's folders are told apart by `formats` (model.json "format" values it reads) or,
+    for a folder laid out as published elsewhere, by overriding `detect`."""
+
+    name: str  # the registry's name of the family ("reference", "fsq", "v2", "qwen3-tts")
+    formats: tuple = ()  # model.json "format" values this family reads
+    takes_instructions = False  # whether a request's `instructions` steer the voice
+    known_length = True  # the frame count is known at submission (else a stop head decides)
+    model_names: tuple  # what an HTTP request's `model` may say for this family
+    modes: tuple  # decode modes a request may ask for, besides "auto"
+    tts: object  # the single-stream model (its .generate is the reference for the engine)
+    codec: object  # .decode(codes [T, C], n_iter, seed) -> float32 waveform
+    hop: int  # samples per frame
+    sample_rate: int
+    frame_rate: float
+
+    # ------------------------------------------------------------------ the folder
+    @classmethod
+    def detect(cls, folder) -> bool:
+        """Whether `folder` holds a model of this family (default: its model.json's format
+        is one of `formats`)."""
+        return bool(cls.formats) and model_format(folder) in cls.formats
+
+    @classmethod
+    def open(cls, folder, slots, max_frames, max_phonemes, provider, threads, **options):
+        """The engine's adapter over `folder`: `slots` streams per step, at most `max_frames`
+        frames and `max_phonemes` input ids per stream; `options` the family's own
+        (registry `Entry.options`)."""
+        return cls(folder, slots, max_frames, max_phonemes, provider, threads, **options)
+
+    # ------------------------------------------------------------------ requests
+    @property
+    def voices(self) -> list:
+        return self.tts.speakers
+
+    @property
+    def languages(self) -> list:
+        return self.tts.languages
+
+    def check(self, req) -> None:
+        if req.mode not in self.modes + ("auto",):
+            raise ValueError(f"mode: expected one of {self.modes + ('auto',)}, got {req.mode!r}")
+
+    def params(self, req) -> cs.SamplingParams:
+        raise NotImplementedError
+
+    def prepare(self, req, generator: cs.Generator) -> StreamState:
+        raise NotImplementedError
+
+    def load(self, slot: int, state: StreamState) -> None:
+        raise NotImplementedError
+
+    def step(self, streams: list, check: Check) -> list:
+        raise NotImplementedError
+
+    def counters(self) -> dict:
+        """calls (batched graph calls of the frame stage), lane_calls (per stream), codes."""
+        raise NotImplementedError
+
+    def prebuffer_steps(self, state: StreamState) -> int:
+        """Steps whose frames the engine holds back before a stream's first frame goes out.
+        0 for a stream that gets one frame per step; a family whose streams get a varying
+        number per step (temporal speculation) holds the first step's, so that playback
+        starts with a cushion against a step that brings only one frame."""
+        return 0
+
+    def chunk_decoder(self, iters: int, seed: int, voice=None):
+        """None: the app vocodes each chunk with `codec.decode(codes, iters, seed)` over a
+        few frames of context. A family whose decoder carries state from chunk to chunk
+        returns one object per stream whose `feed(codes [n, C])` gives exactly those
+        frames' audio (`voice`: the request's, for a decoder whose state starts from it)."""
+        return None

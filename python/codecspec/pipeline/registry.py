@@ -1,0 +1,207 @@
+"""One table of model families: which folders each reads, where its code lives, the default.
+
+Every place that picks a family (`codecspec.tts.registry.load_model`, the serving engine,
+the CLI's synth / bench / calibrate / serve) asks this table instead of naming families in
+an if-chain. Entries name their code by module path ("module:attribute") and nothing is
+imported until a family is asked for, so looking a folder up loads no model code, and
+this module imports no family (tests/test_layering.py checks it).
+
+    entry = family_of("fsq")            # a shipped name, a folder, or None (the default)
+    tts = entry.load("model")(folder)   # the single-stream model class
+    engine_family = entry.load("engine").open(folder, slots, ...)
+    hook = entry.hook("bench")          # the family's own `codecspec bench`, or None
+
+Adding a family: one `Entry` in FAMILIES (before the default's, when its `detect` must be
+asked first); see docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from codecspec.pipeline.family import model_format
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "Entry",
+    "FAMILIES",
+    "MODEL_NAMES",
+    "by_name",
+    "family_of",
+    "find",
+    "formats",
+    "import_path",
+    "resolve_model_dir",
+    "take_options",
+]
+
+MODEL_NAMES = ("reference", "fsq", "v2", "v3")  # shipped (or checked-out) models by name
+DEFAULT_MODEL = "v3"
+# Engine options every family is handed where it takes them and that the others ignore
+# (a graph cache folder: the CLI always has one).
+SHARED_OPTIONS = ("cache_dir",)
+
+
+def import_path(path: str):
+    """The object a "package.module:attribute" string names, imported now."""
+    module, _, attr = path.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One family. `formats`: the model.json "format" values it reads; `detect`: for a
+    folder without one (a checkpoint as published), "module:function(folder) -> bool";
+    `model` / `engine`: "module:Class" of the single-stream model and of the engine's
+    `codecspec.pipeline.Family` adapter; `options`: the engine options only it takes;
+    `title`: how messages name its folders; `hooks`: (command, "module:function") pairs,
+    the family's own CLI subcommands (see `hook`)."""
+
+    name: str
+    formats: tuple = ()
+    detect: Optional[str] = None
+    model: Optional[str] = None
+    engine: Optional[str] = None
+    options: tuple = ()
+    title: str = ""
+    hooks: tuple = ()
+
+    def load(self, what: str):
+        """The class `model` or `engine` names, imported now."""
+        path = getattr(self, what)
+        if path is None:
+            raise ValueError(f"model: the {self.name} family has no {what}")
+        return import_path(path)
+
+    def hook(self, command: str):
+        """The function that runs `command` for this family's folders (args -> int), or None
+        where the shared command serves it."""
+        for cmd, path in self.hooks:
+            if cmd == command:
+                return import_path(path)
+        return None
+
+    def detects(self, folder) -> bool:
+        """Whether `folder` holds a model of this family."""
+        if self.detect is not None and import_path(self.detect)(str(folder)):
+            return True
+        return bool(self.formats) and model_format(folder) in self.formats
+
+
+_QWEN3 = "codecspec.families.qwen3_tts"
+FAMILIES = (
+    # A Qwen3-TTS checkpoint folder as published: config.json, no model.json.
+    Entry(
+        "qwen3-tts",
+        detect=f"{_QWEN3}.checkpoint:is_qwen3_folder",
+        model=f"{_QWEN3}.pipeline:Qwen3TTS.load",
+        engine="codecspec.serve.qwen3:Qwen3Family",
+        options=("cache_dir", "ref_audio", "weights", "voices_dir"),
+        title="Qwen3-TTS checkpoint",
+        hooks=(
+            ("synth", f"{_QWEN3}.cli:synth"),
+            ("bench", "codecspec.tts.commands:bench_qwen3_command"),
+            ("calibrate", "codecspec.cli:calibrate_qwen3_command"),
+            ("serve_check", "codecspec.serve.qwen3:check_serve_args"),
+        ),
+    ),
+    Entry(
+        "v2",  # formats v2 and v3 (v3: the v2 runtime told espeak-ng's phoneme timing)
+        formats=("codecspec-v2-tts/1",),
+        model="codecspec.tts.v2:V2TTS",
+        engine="codecspec.serve.v2:V2Family",
+        hooks=(("bench", "codecspec.tts.commands:bench_v2_command"),),
+    ),
+    Entry(
+        "fsq",
+        formats=("codecspec-fsq-tts/1",),
+        model="codecspec.tts.fsq:FSQTTS",
+        engine="codecspec.serve.fsq:FSQFamily",
+        hooks=(("bench", "codecspec.tts.commands:bench_fsq_command"),),
+    ),
+    Entry(
+        "reference",
+        formats=("codecspec-reference-tts/1",),
+        model="codecspec.tts.model:ReferenceTTS",
+        engine="codecspec.serve.family:ReferenceFamily",
+        hooks=(("bench", "codecspec.tts.commands:bench_reference_command"),),
+    ),
+)
+
+
+def by_name(name: str) -> Entry:
+    """The family called `name`; ValueError naming `family` otherwise."""
+    for e in FAMILIES:
+        if e.name == name:
+            return e
+    raise ValueError(f"family: expected one of {[e.name for e in FAMILIES]}, got {name!r}")
+
+
+def formats() -> dict:
+    """model.json "format" -> family name, every family's."""
+    return {f: e.name for e in FAMILIES for f in e.formats}
+
+
+def resolve_model_dir(name_or_dir=None) -> Path:
+    """A named model's folder (`codecspec.model_store`: installed, or on
+    CODECSPEC_MODEL_PATH), or the given folder. None = the default model, DEFAULT_MODEL
+    (reference model v3, the one a recognizer understands: docs/reference_model_v3.md);
+    CODECSPEC_MODEL_DIR, where set, replaces the default and "reference". A name that is not
+    installed is a ValueError naming `model` and saying where to find it."""
+    from codecspec.model_store import named_model_dir
+
+    env = os.environ.get("CODECSPEC_MODEL_DIR")
+    if env and name_or_dir in (None, "reference"):
+        return Path(env)
+    if name_or_dir is None:
+        name_or_dir = DEFAULT_MODEL
+    if name_or_dir in MODEL_NAMES:
+        return named_model_dir(name_or_dir, must_exist=True)
+    return Path(name_or_dir)
+
+
+def family_of(name_or_dir=None, detect: bool = True) -> Entry:
+    """The family of a shipped name, a folder, or None (the default model). A folder is
+    asked first of the families that `detect` their own layout (in table order; not with
+    detect=False), then by its model.json's "format". Raises ValueError naming `model`."""
+    if detect and name_or_dir is not None and name_or_dir not in MODEL_NAMES:
+        for e in FAMILIES:
+            if e.detect is not None and import_path(e.detect)(str(name_or_dir)):
+                return e
+    d = resolve_model_dir(name_or_dir)
+    if not (d / "model.json").is_file():
+        raise ValueError(f"model: {d} is neither a model name {MODEL_NAMES} nor a model folder")
+    fmt = model_format(d)
+    known = formats()
+    if fmt not in known:
+        raise ValueError(f"model: {d} has model format {fmt!r}; known: {sorted(known)}")
+    return by_name(known[fmt])
+
+
+def find(name_or_dir=None) -> Optional[Entry]:
+    """`family_of`, or None where the argument names no model of a known family (the CLI
+    then reports what it was given in its own terms)."""
+    try:
+        return family_of(name_or_dir)
+    except ValueError:
+        return None
+
+
+def take_options(entry: Optional[Entry], flags: bool = False, **given) -> dict:
+    """The options of `given` that `entry`'s family takes; ValueError naming the first
+    other one that is set (SHARED_OPTIONS excepted: the others ignore those), as the
+    command-line flag with `flags` (ref_audio -> --ref-audio)."""
+    takes = () if entry is None else entry.options
+    for name, value in given.items():
+        if value is not None and name not in takes and name not in SHARED_OPTIONS:
+            titles = [e.title for e in FAMILIES if name in e.options and e.title]
+            label = "--" + name.replace("_", "-") if flags else name
+            raise ValueError(f"{label}: only for {' or '.join(titles)} folders")
+    return {k: v for k, v in given.items() if k in takes}

@@ -1,0 +1,111 @@
+"""The one table of model families (`codecspec.pipeline.registry`): folders and names map to
+families, nothing is imported before a family is asked for, options a family does not take
+are refused, and the old entry points (`codecspec.tts.registry`, `codecspec.serve.family`)
+answer as before."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from codecspec.pipeline import Family, registry
+
+
+def _folder(tmp_path, name, fmt):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "model.json").write_text(json.dumps({"format": fmt}))
+    return d
+
+
+def test_every_format_maps_to_one_family(tmp_path):
+    names = [e.name for e in registry.FAMILIES]
+    assert len(set(names)) == len(names)
+    assert registry.formats() == {
+        "codecspec-reference-tts/1": "reference",
+        "codecspec-fsq-tts/1": "fsq",
+        "codecspec-v2-tts/1": "v2",
+    }
+    for fmt, name in registry.formats().items():
+        d = _folder(tmp_path, name, fmt)
+        assert registry.family_of(d).name == name
+        assert registry.family_of(str(d)).name == name
+
+
+def test_a_qwen3_folder_is_detected_by_its_config(tmp_path):
+    d = tmp_path / "ck"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "qwen3_tts"}))
+    assert registry.family_of(str(d)).name == "qwen3-tts"
+    # the old entry point reads model.json only, as it always did
+    from codecspec.tts.registry import model_family
+
+    with pytest.raises(ValueError, match="^model: .* neither a model name"):
+        model_family(d)
+
+
+def test_unknown_folders_and_formats_name_the_model(tmp_path):
+    with pytest.raises(ValueError, match="^model: .* neither a model name"):
+        registry.family_of(tmp_path)
+    d = _folder(tmp_path, "odd", "someone-else/9")
+    with pytest.raises(ValueError, match="^model: .* has model format 'someone-else/9'"):
+        registry.family_of(d)
+    assert registry.find(d) is None
+    with pytest.raises(ValueError, match="^family: expected one of"):
+        registry.by_name("nope")
+
+
+def test_the_default_and_the_shipped_names():
+    assert registry.family_of(None).name == "v2"  # v3 is the v2 family's runtime
+    assert registry.family_of("fsq").name == "fsq"
+    from codecspec.tts import registry as old
+
+    assert old.DEFAULT_MODEL == registry.DEFAULT_MODEL == "v3"
+    assert old.model_family("fsq") == "fsq"
+    assert old.FAMILIES == registry.formats()
+
+
+def test_every_entry_names_importable_code():
+    for e in registry.FAMILIES:
+        engine = e.load("engine")
+        assert issubclass(engine, Family) and engine.name in (e.name, "qwen3-tts")
+        assert callable(e.load("model"))
+        for cmd, _ in e.hooks:
+            assert callable(e.hook(cmd)), (e.name, cmd)
+        if e.formats:
+            assert engine.formats == e.formats
+    assert registry.by_name("fsq").hook("synth") is None
+
+
+def test_options_a_family_does_not_take_are_refused():
+    fsq = registry.by_name("fsq")
+    qwen3 = registry.by_name("qwen3-tts")
+    assert registry.take_options(fsq, cache_dir="/c", weights=None) == {}
+    with pytest.raises(ValueError, match="^ref_audio: only for Qwen3-TTS checkpoint folders"):
+        registry.take_options(fsq, ref_audio="a.wav")
+    with pytest.raises(ValueError, match="^weights: "):
+        registry.take_options(None, weights="int8")
+    got = registry.take_options(qwen3, cache_dir="/c", ref_audio=None, weights="int8")
+    assert got == {"cache_dir": "/c", "ref_audio": None, "weights": "int8"}
+
+
+def test_looking_a_folder_up_imports_no_family_code():
+    code = (
+        "import sys\n"
+        "from codecspec.pipeline import registry\n"
+        "registry.family_of('fsq'); registry.family_of(None)\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('codecspec.tts.', "
+        "'codecspec.serve.', 'codecspec.families.', 'codecspec.train'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-800:]
+    assert out.stdout.strip() == "[]"
+
+
+def test_serve_family_still_exports_the_protocol():
+    from codecspec.pipeline import family as new
+    from codecspec.serve import family as old
+
+    for name in ("Family", "StreamState", "Frame", "guard", "guard_value", "sampling_params"):
+        assert getattr(old, name) is getattr(new, name)
