@@ -1,8 +1,13 @@
-"""Dependencies point down: decoding and calibration never reach into training code.
+"""Dependencies point down: shared code never reaches into a family or training code.
 
 Loading a model must not pull in PyTorch-side training or ablation code, so `decode/` and
 `calibrate/` import nothing from `codecspec.train`, not even inside a function (the check
-reads every import statement, module level or not)."""
+reads every import statement, module level or not). The shared packages (the pipeline's
+protocol and registry, decoding, the runtime, the graph builders, the codec, calibration)
+name no family either: they import nothing from `codecspec.families` (the registry names
+families by module path strings, which are not imports). And the top-level subpackages
+import each other in no new cycle: the cycles that exist today are listed (issue 30's debt)
+and the list may only shrink. Every check is shown a broken tree it must flag."""
 
 import ast
 import subprocess
@@ -14,6 +19,23 @@ import codecspec
 PACKAGE = Path(codecspec.__file__).resolve().parent
 LOWER = ("decode", "calibrate")
 FORBIDDEN = "codecspec.train"
+SHARED = ("pipeline", "decode", "runtime", "graphs", "codec", "calibrate")
+FAMILY_CODE = ("codecspec.families", "codecspec.train")
+# (importer, imported) edges between top-level subpackages that lie on an import cycle today
+# (lazy imports included). Remove an edge from here when it is gone; add none.
+KNOWN_CYCLE_EDGES = {
+    ("runtime", "graphs"),  # runtime/depth_graph.py reads graph metadata
+    ("graphs", "runtime"),  # graphs/_profile.py, builder.py and row_probe.py open sessions
+    ("decode", "calibrate"),  # decode/depth.py loads offsets
+    ("calibrate", "decode"),  # calibration runs the depth decoder
+    ("calibrate", "tts"),  # calibrate/speedup_map.py uses tts/bench's timing helpers
+    ("tts", "calibrate"),
+    ("tts", "decode"),
+    ("tts", "families"),  # tts/commands.py: the Qwen3-TTS bench; families' cli: tts/commands
+    ("families", "tts"),
+    ("families", "calibrate"),
+    ("families", "decode"),
+}
 
 
 def imports_of(source: str, module: str) -> list:
@@ -32,21 +54,64 @@ def imports_of(source: str, module: str) -> list:
     return statements
 
 
+def _under(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
 def _forbidden(name: str) -> bool:
-    return name == FORBIDDEN or name.startswith(FORBIDDEN + ".")
+    return _under(name, (FORBIDDEN,))
 
 
-def violations(package_dir: Path, subpackages=LOWER) -> list:
-    """One line per import statement under `subpackages` that reaches codecspec.train."""
+def _modules(package_dir: Path, sub: str):
+    """(path, dotted module name) of every module under package_dir/sub."""
+    for path in sorted((package_dir / sub).rglob("*.py")):
+        rel = path.relative_to(package_dir.parent).with_suffix("")
+        yield path, ".".join(rel.parts)
+
+
+def violations(package_dir: Path, subpackages=LOWER, forbidden=(FORBIDDEN,)) -> list:
+    """One line per import statement under `subpackages` that reaches one of `forbidden`."""
     found = []
     for sub in subpackages:
-        for path in sorted((package_dir / sub).rglob("*.py")):
-            rel = path.relative_to(package_dir.parent).with_suffix("")
-            for names in imports_of(path.read_text(encoding="utf-8"), ".".join(rel.parts)):
-                bad = sorted(n for n in names if _forbidden(n))
+        for path, module in _modules(package_dir, sub):
+            for names in imports_of(path.read_text(encoding="utf-8"), module):
+                bad = sorted(n for n in names if _under(n, forbidden))
                 if bad:
                     found.append(f"{path.relative_to(package_dir)} imports {bad[0]}")
     return found
+
+
+def subpackage_graph(package_dir: Path) -> dict:
+    """Top-level subpackage -> the other top-level subpackages its modules import (every
+    import statement, lazy ones too)."""
+    root = package_dir.name
+    subs = sorted(p.name for p in package_dir.iterdir() if (p / "__init__.py").is_file())
+    graph = {s: set() for s in subs}
+    for sub in subs:
+        for path, module in _modules(package_dir, sub):
+            for names in imports_of(path.read_text(encoding="utf-8"), module):
+                for n in names:
+                    parts = n.split(".")
+                    if len(parts) > 1 and parts[0] == root and parts[1] in graph:
+                        if parts[1] != sub:
+                            graph[sub].add(parts[1])
+    return graph
+
+
+def cycle_edges(graph: dict) -> set:
+    """The edges (a, b) of `graph` that lie on a cycle: b reaches a back."""
+
+    def reach(start):
+        seen, todo = set(), [start]
+        while todo:
+            for m in graph.get(todo.pop(), ()):
+                if m not in seen:
+                    seen.add(m)
+                    todo.append(m)
+        return seen
+
+    reachable = {n: reach(n) for n in graph}
+    return {(a, b) for a in graph for b in graph[a] if a in reachable[b]}
 
 
 def test_decode_and_calibrate_import_nothing_from_train():
@@ -63,6 +128,57 @@ def test_the_check_sees_lazy_and_relative_imports(tmp_path):
     (pkg / "calibrate" / "also_bad.py").write_text("import codecspec.train.tts_train\n")
     found = violations(pkg)
     assert len(found) == 2 and any("codecspec.train.offsets" in f for f in found)
+
+
+def test_shared_packages_import_no_family_and_no_training_code():
+    assert violations(PACKAGE, SHARED, FAMILY_CODE) == []
+
+
+def test_the_family_check_sees_a_shared_module_that_names_a_family(tmp_path):
+    pkg = tmp_path / "codecspec"
+    (pkg / "pipeline").mkdir(parents=True)
+    (pkg / "pipeline" / "bad.py").write_text(
+        "def detect(folder):\n"
+        "    from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder\n"
+        "    return is_qwen3_folder(folder)\n"
+        "TABLE = {'qwen3': 'codecspec.families.qwen3_tts:Qwen3TTS'}  # a string: allowed\n"
+    )
+    (pkg / "runtime").mkdir()
+    (pkg / "runtime" / "also_bad.py").write_text("from ..families import qwen3_tts\n")
+    (pkg / "families").mkdir()
+    (pkg / "families" / "fine.py").write_text("import codecspec.train.tts_train\n")
+    found = violations(pkg, SHARED, FAMILY_CODE)
+    assert len(found) == 2, found
+    assert any("codecspec.families.qwen3_tts.checkpoint" in f for f in found)
+    assert any(f.startswith("runtime/also_bad.py") for f in found)
+
+
+def test_no_new_import_cycle_between_subpackages():
+    found = cycle_edges(subpackage_graph(PACKAGE))
+    new = sorted(found - KNOWN_CYCLE_EDGES)
+    assert not new, f"new import cycle edges between subpackages: {new}"
+    gone = sorted(KNOWN_CYCLE_EDGES - found)
+    assert not gone, f"no longer on a cycle (remove them from KNOWN_CYCLE_EDGES): {gone}"
+
+
+def test_the_cycle_check_sees_a_cycle_through_lazy_and_relative_imports(tmp_path):
+    pkg = tmp_path / "codecspec"
+    for sub, text in (
+        ("pipeline", "def f():\n    from ..serve import engine\n"),
+        ("serve", "from codecspec.codec import audio\n"),
+        ("codec", "import codecspec.pipeline.registry\n"),
+        ("decode", "from codecspec.codec import audio\n"),  # on no cycle
+    ):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+        (pkg / sub / "m.py").write_text(text)
+    graph = subpackage_graph(pkg)
+    assert graph["decode"] == {"codec"}
+    assert cycle_edges(graph) == {
+        ("pipeline", "serve"),
+        ("serve", "codec"),
+        ("codec", "pipeline"),
+    }
 
 
 def test_loading_a_model_and_decoding_loads_no_training_module():
