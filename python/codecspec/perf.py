@@ -39,6 +39,9 @@ family is None, a stage it lacks is simply absent):
                              bandwidth probe (whose buffer would otherwise be the peak)
     calibration       dict   optional: what the model's calibration chose per loop,
                              {"depth": "spec"|"ar", "temporal": "spec"|"ar"}
+    ttfa_s            float  optional: seconds from a warm streamed request to its first audio
+                             chunk (median of a few; families that stream)
+    cpu_simd          list   optional: the CPU's SIMD flags (kernel ratios differ by them)
     temporal_speedup, temporal_tokens_per_call   optional (families that speculate in the
                              temporal loop): added to the verdict
     verdict           str    one line (`verdict(record)`)
@@ -562,6 +565,10 @@ def render_table(record: dict) -> str:
     if audio is not None:
         foot += f"; RTF = ms per frame ÷ {audio:.0f} ms of audio per frame"
     out += ["", foot]
+    if r.get("ttfa_s") is not None:
+        out.append(f"time to first audio (streamed, warm): {r['ttfa_s']:.2f} s")
+    if r.get("cpu_simd"):
+        out.append("CPU: " + " ".join(r["cpu_simd"]))
     if any(not s.get("in_total", True) for s in stages):
         out.append("* measured on its own (speculation on), not part of the total")
     out += notes

@@ -185,6 +185,7 @@ def bench_qwen3(
     log=None,
 ) -> dict:
     """The bench record (codecspec.perf's schema, plus Qwen3 keys; see the module doc)."""
+    from codecspec.graphs.row_probe import cpu_simd_flags
     from codecspec.perf import finish_record, graph_reads, peak_rss_mb, stage, stream_bandwidth
 
     log = log or (lambda m: None)
@@ -223,6 +224,7 @@ def bench_qwen3(
         dec_ms = 1e3 * (time.perf_counter() - t0) / n
         dec_bytes = graph_reads(sd.graph_path).per_call(1) / n  # one call decodes the utterance
         stages.append(stage("speech decoder", dec_ms, dec_ms, dec_bytes, dec_bytes))
+        ttfa = time_to_first_audio(tts, seed, temperature, ref_audio)
     bank = tts.talker.head  # the c0 head's matrix-vector product, once per frame (float32)
     head = 4 * bank.vocab_size * bank.hidden_size
     stages.append(stage("host (c0 head, sampling)", host_ms, host_ms, head, head))
@@ -241,6 +243,8 @@ def bench_qwen3(
         "peak_rss_mb": rss,
         "depth_speedup": run.median_ms("ar") / max(run.median_ms("spec"), 1e-9),
         "calibration": {"depth": _calibrated(tts)},
+        "ttfa_s": ttfa if decoder else None,
+        "cpu_simd": cpu_simd_flags(),
         **depth_extra,
     }
     if acceptance is not None or dec.params.temperature == 0:
@@ -259,6 +263,21 @@ def bench_qwen3(
         r["name"]: {"ar": r["ar_ms"], "spec": r["spec_ms"]} for r in record["stages"]
     }
     return record
+
+
+def time_to_first_audio(tts: Qwen3TTS, seed: int, temperature, ref_audio, repeats: int = 3):
+    """Median seconds from `stream()` to its first audio chunk, warm (the graphs loaded, the
+    speech decoder open): prompt, prefill, the first frame and its decoder call."""
+    text, lang = CALIBRATION_TEXTS[0]
+    kw = _request(tts, text, lang, 0, ref_audio)
+    times = []
+    for r in range(repeats + 1):  # the first run warms the stream's own allocations
+        t0 = time.perf_counter()
+        chunks = tts.stream(text, seed=seed + r, temperature=temperature, max_frames=8, **kw)
+        next(chunks, None)
+        times.append(time.perf_counter() - t0)
+        chunks.close()
+    return float(np.median(times[1:]))
 
 
 def _calibrated(tts: Qwen3TTS) -> Optional[str]:
