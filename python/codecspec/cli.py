@@ -88,8 +88,18 @@ def _calibrate_qwen3(args, model_dir) -> int:
         seed=args.seed,
         ref_audio=args.ref_audio,
         weights=args.weights,
+        log=lambda m: print(m, file=sys.stderr),
     )
+    from codecspec.families.qwen3_tts.precision import chosen_precision
+
     print(result.summary() if hasattr(result, "summary") else result)
+    if args.weights in (None, "auto"):  # the precision was chosen first
+        choice = chosen_precision(entry)
+        args.weights = choice["chosen"]
+        print(
+            f"weights: {choice['chosen']} on this device ({choice['reason']}); "
+            "`--weights auto` runs it, the default stays fp32 (the official codes)"
+        )
     print(_qwen3_map_line(result, args))
     print(f"stored offsets.npy and tree.json beside the graphs in {entry}")
     return 0

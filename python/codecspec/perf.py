@@ -569,6 +569,9 @@ def render_table(record: dict) -> str:
         out.append(f"time to first audio (streamed, warm): {r['ttfa_s']:.2f} s")
     if r.get("cpu_simd"):
         out.append("CPU: " + " ".join(r["cpu_simd"]))
+    chosen = (r.get("calibration") or {}).get("precision")
+    if chosen:
+        out.append(f"weights calibration chose here: {chosen}")
     if any(not s.get("in_total", True) for s in stages):
         out.append("* measured on its own (speculation on), not part of the total")
     out += notes

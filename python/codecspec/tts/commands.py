@@ -535,11 +535,12 @@ def _print_table(table, as_json: bool) -> int:
 def weights_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--weights",
-        choices=["fp32", "int8", "int4"],
+        choices=["fp32", "int8", "int4", "auto"],
         default=None,
         help="Qwen3-TTS: talker and code predictor precision, weight-only quantised with "
         "onnxruntime's MatMulNBits (default fp32: the official model's codes; int8 / int4 are "
-        "faster and lossy)",
+        "faster and lossy; auto: what `codecspec calibrate --model DIR` chose on this device, "
+        "fp32 before it ran)",
     )
 
 

@@ -242,7 +242,7 @@ def bench_qwen3(
         "audio_ms_per_frame": FRAME_MS,
         "peak_rss_mb": rss,
         "depth_speedup": run.median_ms("ar") / max(run.median_ms("spec"), 1e-9),
-        "calibration": {"depth": _calibrated(tts)},
+        "calibration": {"depth": _calibrated(tts), "precision": _precision_choice(tts)},
         "ttfa_s": ttfa if decoder else None,
         "cpu_simd": cpu_simd_flags(),
         **depth_extra,
@@ -278,6 +278,14 @@ def time_to_first_audio(tts: Qwen3TTS, seed: int, temperature, ref_audio, repeat
         times.append(time.perf_counter() - t0)
         chunks.close()
     return float(np.median(times[1:]))
+
+
+def _precision_choice(tts: Qwen3TTS) -> Optional[str]:
+    """ "int4: fastest of ..." when `codecspec calibrate` chose a precision here, else None."""
+    from .precision import chosen_precision
+
+    doc = chosen_precision(tts.entry)
+    return None if doc is None else f"{doc['chosen']}: {doc['reason']}"
 
 
 def _calibrated(tts: Qwen3TTS) -> Optional[str]:

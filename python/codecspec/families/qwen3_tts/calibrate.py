@@ -86,9 +86,23 @@ def calibrate_checkpoint(
     progress: bool = True,
     ref_audio=None,
     weights: Optional[str] = None,
+    log=None,
 ):
+    """Calibrates depth speculation at `weights`; with None or "auto" the precision is first
+    chosen by measuring this device (precision.py, stored for `--weights auto`)."""
     from codecspec.calibrate.device import calibrate
 
+    if weights in (None, "auto"):
+        from .checkpoint import Qwen3Checkpoint
+        from .graphs import build_or_load
+        from .precision import calibrate_precision
+
+        entry = build_or_load(Qwen3Checkpoint(model_dir), cache_dir=cache_dir, log=log)
+        kw = dict(cache_dir=cache_dir, provider=provider, threads=threads, seed=seed, log=log)
+        choice = calibrate_precision(entry, model_dir, ref_audio=ref_audio, **kw)
+        weights = choice["chosen"]
+        if log:
+            log(f"precision: {weights} ({choice['reason']})")
     tts = Qwen3TTS.load(
         model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights
     )

@@ -120,13 +120,25 @@ def calibration_file(entry: Path, name: str, weights: str) -> Path:
     return entry / f"{stem}.{weights}{dot}{ext}"
 
 
-def resolve_weights(weights: Optional[str], provider: str) -> str:
-    """`weights`, or the default for the provider `provider` resolves to."""
+AUTO_WEIGHTS = "auto"  # the precision `codecspec calibrate` chose on this device
+
+
+def resolve_weights(weights: Optional[str], provider: str, entry: Optional[Path] = None) -> str:
+    """`weights`, or the default for the provider `provider` resolves to; "auto": the
+    precision calibration stored in the built graphs' folder `entry` (precision.py), float32
+    where none is stored (or while `entry` is not known yet: "auto" is then kept)."""
     from codecspec.graphs.quantize import check_weights, default_weights
     from codecspec.runtime.providers import resolve
 
     if weights is None:
         return default_weights(resolve(provider)[0])
+    if weights == AUTO_WEIGHTS:
+        if entry is None:
+            return AUTO_WEIGHTS
+        from .precision import chosen_precision
+
+        doc = chosen_precision(entry)
+        return "fp32" if doc is None else doc["chosen"]
     return check_weights(weights)
 
 
@@ -152,7 +164,7 @@ class Qwen3TTS:
 
         self.ck, self.entry, self.spec = ck, entry, ck.spec
         self.provider, self.threads = provider, threads
-        self.weights = resolve_weights(weights, provider)
+        self.weights = resolve_weights(weights, provider, entry)
         self.tok = load_text_tokenizer(ck.dir) if tok is None else tok
         self.talker = Talker(
             weights_graph(entry, "talker", self.weights, log),
