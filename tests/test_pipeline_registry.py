@@ -109,3 +109,33 @@ def test_serve_family_still_exports_the_protocol():
 
     for name in ("Family", "StreamState", "Frame", "guard", "guard_value", "sampling_params"):
         assert getattr(old, name) is getattr(new, name)
+
+
+def test_the_fsq_family_is_a_package_with_its_old_paths_as_aliases():
+    import codecspec.families.fsq.bench as bench
+    import codecspec.families.fsq.engine as engine
+    import codecspec.families.fsq.model as model
+    import codecspec.serve.fsq
+    import codecspec.tts.fsq
+    import codecspec.tts.fsq_bench
+
+    assert codecspec.tts.fsq is model and codecspec.serve.fsq is engine
+    assert codecspec.tts.fsq_bench is bench
+    entry = registry.by_name("fsq")
+    assert entry.load("model") is model.FSQTTS and entry.load("engine") is engine.FSQFamily
+
+
+def test_no_family_borrows_the_reference_models_members():
+    from codecspec.families.fsq.model import FSQTTS
+    from codecspec.tts.model import ReferenceTTS
+
+    for name in ("_ids", "languages", "speakers"):
+        assert FSQTTS.__dict__[name] is not ReferenceTTS.__dict__[name]
+    tts = FSQTTS(registry.resolve_model_dir("fsq"), threads=1)
+    spk = tts.speakers[-1]
+    assert tts._ids("en", spk) == tts.frontend.ids("en", spk)
+    assert tts.frontend.ids("en", spk) == (tts.languages.index("en"), len(tts.speakers) - 1)
+    with pytest.raises(ValueError, match=r"^language: expected one of \[.*'en'.*\], got 'xx'"):
+        tts.frontend.ids("xx", spk)
+    with pytest.raises(ValueError, match="^speaker: expected one of"):
+        tts.frontend.ids("en", "nobody")

@@ -122,8 +122,8 @@ FAMILIES = (
     Entry(
         "fsq",
         formats=("codecspec-fsq-tts/1",),
-        model="codecspec.tts.fsq:FSQTTS",
-        engine="codecspec.serve.fsq:FSQFamily",
+        model="codecspec.families.fsq.model:FSQTTS",
+        engine="codecspec.families.fsq.engine:FSQFamily",
         hooks=(("bench", "codecspec.tts.commands:bench_fsq_command"),),
     ),
     Entry(

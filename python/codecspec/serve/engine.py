@@ -5,8 +5,8 @@ model family's adapter (`codecspec.serve.family.Family`): for the RVQ reference 
 temporal call, one c0 draw per sampling law, then the depth loop batched across streams
 (`BatchedDepth`: AR and speculative streams side by side, ragged trees verified in one core
 call); for the FSQ family one batched step call and the factorised heads + stop head
-(`codecspec.serve.fsq`); for v2/v3 one temporal round per stream (speculative or AR) and
-the depth loops of all the frames it emitted in one batched loop, so a speculative stream
+(`codecspec.families.fsq.engine`); for v2/v3 one temporal round per stream (speculative or
+AR) and the depth loops of all the frames it emitted in one batched loop, so a speculative stream
 gets several frames per step (`codecspec.serve.v2`); for a
 Qwen3-TTS checkpoint folder each stream's own frame loop (`codecspec.serve.qwen3`).
 Streams join and leave only between steps (frame boundaries): a stream ends at its planned

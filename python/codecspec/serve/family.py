@@ -13,8 +13,8 @@ module. What the engine needs from a family, in short (see there):
   per frame), the voices and languages, the frame and sample rates.
 
 `ReferenceFamily` is the RVQ reference (temporal LM with latent feedback, depth loop, a frame
-count planned from the phonemes); `codecspec.serve.fsq.FSQFamily` the FSQ family (one step
-call per frame, factorised heads, a stop head).
+count planned from the phonemes); `codecspec.families.fsq.engine.FSQFamily` the FSQ family
+(one step call per frame, factorised heads, a stop head).
 """
 
 from __future__ import annotations
@@ -37,22 +37,7 @@ from codecspec.pipeline.family import (  # noqa: F401  (re-exported: the names' 
     sampling_params,
 )
 from codecspec.serve.batched import BatchedDepth, BatchedTemporal, DepthLane, sample_roots
-from codecspec.tts.model import ReferenceTTS, phonemize
-from codecspec.tts.text import BOS, EOS
-
-
-def encode_input(tts, req, max_phonemes: int) -> np.ndarray:
-    """bos + phoneme ids + eos (int64) of a request, for either family's frontend."""
-    ipa = req.input
-    if req.input_format == "text":
-        ipa = phonemize(req.input, tts.meta["voices"][req.language])
-    try:  # IPA from a client must be the model's own symbols; espeak-ng's may map to unk
-        ids = tts.frontend.vocab.encode(ipa, strict=req.input_format == "ipa")
-    except ValueError as e:
-        raise ValueError(f"input: {e}") from e
-    if len(ids) + 2 > max_phonemes:
-        raise ValueError(f"input: {len(ids)} phonemes, more than the limit")
-    return np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
+from codecspec.tts.model import ReferenceTTS, encode_input  # noqa: F401  (re-exported)
 
 
 # --------------------------------------------------------------------------- RVQ reference

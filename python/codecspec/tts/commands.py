@@ -275,7 +275,7 @@ def cmd_synth(args) -> int:
         print(json.dumps(report))
         return 0
     if s.mode == "fsq":  # the FSQ family: no depth loop, a stop head
-        from codecspec.tts.fsq_bench import synth_lines
+        from codecspec.families.fsq.bench import synth_lines
 
         for k, v in synth_lines(s, args.output).items():
             print(f"{k:>22}: {v}")
@@ -449,7 +449,7 @@ def bench_v2_command(args) -> int:
 
 def bench_fsq_command(args) -> int:
     """FSQ (registry hook): one graph call per frame, its own figures."""
-    from codecspec.tts.fsq_bench import bench_fsq, record_fsq
+    from codecspec.families.fsq.bench import bench_fsq, record_fsq
 
     common, model = _bench_common(args)
     res = bench_fsq(model, args.utterances, batch=args.batch, **common)

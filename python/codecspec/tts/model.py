@@ -70,6 +70,21 @@ def default_model_dir() -> Path:
     return Path(env) if env else named_model_dir("reference")
 
 
+def encode_input(tts, req, max_phonemes: int) -> np.ndarray:
+    """bos + phoneme ids + eos (int64) of a serving request (`req.input`, `input_format`,
+    `language`), for the phoneme families' frontends; ValueError naming `input`."""
+    ipa = req.input
+    if req.input_format == "text":
+        ipa = phonemize(req.input, tts.meta["voices"][req.language])
+    try:  # IPA from a client must be the model's own symbols; espeak-ng's may map to unk
+        ids = tts.frontend.vocab.encode(ipa, strict=req.input_format == "ipa")
+    except ValueError as e:
+        raise ValueError(f"input: {e}") from e
+    if len(ids) + 2 > max_phonemes:
+        raise ValueError(f"input: {len(ids)} phonemes, more than the limit")
+    return np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
+
+
 def phonemize(text: str, voice: str) -> str:
     """IPA of `text` by espeak-ng (clauses joined with " | ", as in the training corpus): its
     command-line tool where installed (what the corpora of the IPA-input models were made
@@ -256,11 +271,7 @@ class ReferenceTTS:
         return list(self.frontend.speakers.names)
 
     def _ids(self, language: str, speaker: str) -> tuple[int, int]:
-        if language not in self.frontend.languages:
-            raise ValueError(f"language: expected one of {self.languages}, got {language!r}")
-        if speaker not in self.frontend.speakers:
-            raise ValueError(f"speaker: expected one of {self.speakers}, got {speaker!r}")
-        return self.frontend.languages.id(language), self.frontend.speakers.id(speaker)
+        return self.frontend.ids(language, speaker)
 
     @property
     def temporal_batch(self):

@@ -305,6 +305,17 @@ class Frontend:
             IdTable.from_manifest(rows, speaker_field),
         )
 
+    def ids(self, language: str, speaker: str) -> tuple[int, int]:
+        """(language id, speaker id) of names in the tables; ValueError naming `language` or
+        `speaker` (with the known names) otherwise. The phoneme families' models share it."""
+        if language not in self.languages:
+            names = list(self.languages.names)
+            raise ValueError(f"language: expected one of {names}, got {language!r}")
+        if speaker not in self.speakers:
+            names = list(self.speakers.names)
+            raise ValueError(f"speaker: expected one of {names}, got {speaker!r}")
+        return self.languages.id(language), self.speakers.id(speaker)
+
     def __eq__(self, other) -> bool:
         return isinstance(other, Frontend) and (
             (self.vocab, self.languages, self.speakers)

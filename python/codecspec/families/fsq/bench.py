@@ -1,0 +1,175 @@
+"""`codecspec bench --model fsq` and `codecspec synth --model fsq`: the FSQ family end to end.
+
+The bench synthesises the held-out phoneme strings shipped in the model folder (bench.json,
+so no espeak-ng is needed) through the whole pipeline, each utterance ended by the stop head:
+graph calls per frame (1 by construction, counted), ms per frame of the step graph and of the
+frame decoder, the vocoder's time and the real-time factor; with `batch` > 1 it also runs the
+first `batch` utterances as one batch (one step call per frame for all streams).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import codecspec as cs
+from codecspec.decode.frames import run_frame_loop
+from codecspec.families.fsq.model import FSQTTS
+
+__all__ = ["load_bench_texts", "bench_fsq", "record_fsq", "synth_lines"]
+
+
+def load_bench_texts(model_dir) -> list:
+    path = Path(model_dir) / "bench.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"model_dir: no bench.json in {model_dir}")
+    return json.loads(path.read_text())["utterances"]
+
+
+def _one(tts: FSQTTS, u: dict, seed: int, vocoder: bool):
+    return tts.generate(
+        "",
+        phonemes=u["phonemes"],
+        language=u["language"],
+        speaker=u["speaker"],
+        seed=seed,
+        decode_audio=vocoder,
+    )
+
+
+def _batched(tts: FSQTTS, utts: list, seed: int) -> dict:
+    """One batch of len(utts) streams: step calls, ms per batched frame, frames per second."""
+    ids = [tts.tokens("", u["phonemes"], u["language"])[1] for u in utts]
+    langs = [tts.frontend.languages.id(u["language"]) for u in utts]
+    spks = [tts.frontend.speakers.id(u["speaker"]) for u in utts]
+    t0 = time.perf_counter()
+    stepper = tts.stepper(ids, langs, spks)
+    gens = [cs.Generator(seed).fork(b) for b in range(len(utts))]
+    guard = max(tts.max_frames_for(len(i)) for i in ids)
+    loop = run_frame_loop(stepper, tts.frame_decoder, gens, guard)
+    wall = time.perf_counter() - t0
+    frames = sum(len(c) for c in loop.codes)
+    return {
+        "batch": len(utts),
+        "batch_step_calls": loop.steps,
+        "batch_ms_per_step": 1e3 * (loop.step_seconds + loop.decode_seconds) / loop.steps,
+        "batch_frames_per_second": frames / wall,
+    }
+
+
+def bench_fsq(
+    model_dir=None,
+    utterances: int = 8,
+    *,
+    batch: int = 1,
+    seed: int = 0,
+    provider: str = "auto",
+    threads: Optional[int] = None,
+    params: Optional[cs.SamplingParams] = None,
+    vocoder: bool = True,
+    progress: bool = True,
+) -> dict:
+    if isinstance(utterances, bool) or not isinstance(utterances, int) or utterances < 1:
+        raise ValueError(f"utterances: expected an int >= 1, got {utterances!r}")
+    from codecspec.runtime import session_threads
+
+    tts = FSQTTS(model_dir, provider=provider, threads=threads, params=params)
+    texts = load_bench_texts(tts.dir)[:utterances]
+    _one(tts, texts[0], seed, False)  # warm-up outside the counts
+    it = texts
+    if progress:
+        from codecspec.progress import bar
+
+        it = bar(texts, desc="bench fsq", total=len(texts))
+    runs = [_one(tts, u, seed + i, vocoder) for i, u in enumerate(it)]
+    frames = sum(len(s.codes) for s in runs)
+    step_s = sum(s.temporal_seconds for s in runs)
+    samp_s = sum(s.sampling_seconds for s in runs)
+    voc_s = sum(s.decode_seconds for s in runs)
+    audio = sum(s.audio_seconds for s in runs)
+    out = {
+        "model": str(tts.dir),
+        "utterances": len(runs),
+        "frames": frames,
+        "audio_seconds": round(audio, 3),
+        "calls_per_frame": sum(s.graph_calls for s in runs) / frames,
+        "ms_per_frame": 1e3 * (step_s + samp_s) / frames,
+        # the same: `codecspec bench --json`'s record has its own ms_per_frame {ar, spec}
+        "loop_ms_per_frame": 1e3 * (step_s + samp_s) / frames,
+        "step_ms_per_frame": 1e3 * step_s / frames,
+        "sampling_ms_per_frame": 1e3 * samp_s / frames,
+        "vocoder_seconds": voc_s,
+        "real_time_factor": (step_s + samp_s + voc_s) / audio if vocoder else None,
+        "real_time_factor_no_vocoder": (step_s + samp_s) / audio,
+        "stopped_by_stop_head": sum(s.stopped for s in runs),
+        "hit_max_frames": sum(not s.stopped for s in runs),
+        "frames_vs_reference": round(frames / sum(u["frames"] for u in texts), 4),
+        "provider": tts.step_graph.get_providers()[0],
+        "threads": session_threads(tts.step_graph),
+        "audio_ms_per_frame": 1e3 / tts.codec.frame_rate,
+    }
+    if batch > 1:
+        out.update(_batched(tts, load_bench_texts(tts.dir)[:batch], seed))
+    return out
+
+
+def record_fsq(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
+    """The bench record (codecspec.perf) of `codecspec bench --model fsq`: one step-graph
+    call per frame, so every speculative figure is None."""
+    from codecspec import perf
+    from codecspec.tts.bench import codec_reads
+
+    d = Path(model_dir)
+    frames, utts = max(int(res["frames"]), 1), int(res["utterances"])
+    step, enc = perf.graph_reads(d / "step.onnx"), perf.graph_reads(d / "encoder.onnx")
+    per_utt, per_frame = codec_reads(d / "fsqcodec.npz")
+    voc_ms = 1e3 * res["vocoder_seconds"] / frames
+    stages = [
+        perf.stage(
+            "step graph + encoder",
+            res["step_ms_per_frame"],
+            None,
+            step.per_call(1) + enc.per_call(0) * utts / frames,
+            None,
+        ),
+        perf.stage("sampling (host)", res["sampling_ms_per_frame"], None, 0, None),
+        perf.stage(
+            "vocoder",
+            voc_ms,
+            None,
+            per_utt * utts / frames + per_frame,
+            None,
+            note="Griffin-Lim FFTs: compute-bound, its weights are a few kB per frame",
+        ),
+    ]
+    rec = {
+        "family": "fsq",
+        "model": str(d),
+        "provider": res.get("provider"),
+        "threads": res.get("threads"),
+        "weights": step.weights,
+        "bandwidth_gbps": bandwidth / 1e9,
+        "peak_rss_mb": peak_rss_mb,
+        "stages": stages,
+        "audio_ms_per_frame": res["audio_ms_per_frame"],
+        "depth_speedup": None,
+        "tokens_per_call": None,
+        "calibration": None,
+    }
+    return perf.finish_record(rec)
+
+
+def synth_lines(s, output) -> dict:
+    """What `codecspec synth` prints for an FSQ synthesis."""
+    return {
+        "wrote": f"{output} ({s.sample_rate} Hz)",
+        "audio seconds": f"{s.audio_seconds:.2f}",
+        "frames": f"{len(s.codes)} x {s.codes.shape[1]} channels",
+        "ended by": "stop head" if s.stopped else f"max-length guard ({s.max_frames} frames)",
+        "graph calls / frame": f"{s.calls_per_frame:.2f}",
+        "ms / frame": f"{s.ms_per_frame:.2f}",
+        "real-time factor": f"{s.real_time_factor:.3f} (temporal {s.temporal_seconds:.2f} s, "
+        f"sampling {s.sampling_seconds:.2f} s, vocoder {s.decode_seconds:.2f} s)",
+    }

@@ -1,0 +1,463 @@
+"""The FSQ model family on ONNX Runtime: text -> 32 FSQ channels per frame -> waveform.
+
+The same stages as the RVQ family (docs/fsq_model.md): espeak-ng IPA and the phoneme
+frontend -> encoder graph (cross-attention K/V) -> per frame ONE step graph call
+(`FSQStepper`, slots of the serving engine's `FSQSlots`) whose outputs are all 32 channel
+heads' logits and the stop logit ->
+`FSQFrameDecoder` (`cs.sample_factorized` + `cs.sample_stop`) -> the frame's channels fed
+back -> `FSQCodec.decode` (the v1 vocoder). The loop is `codecspec.decode.frames.run_frame_loop`;
+the step graph has a batch axis, so B streams share each call.
+
+No PyTorch: every network is an ONNX graph, every sampling step codecspec's own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+import codecspec as cs
+from codecspec.codec.fsq import FSQCodec, check_levels
+from codecspec.decode.frames import run_frame_loop
+from codecspec.model_store import named_model_dir
+from codecspec.runtime.session import open_session
+from codecspec.runtime.slots import SlotCache
+from codecspec.tts.model import phonemize
+from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
+from codecspec.tts.text import BOS, EOS, PAD, Frontend
+
+__all__ = [
+    "FSQTTS",
+    "FSQSynthesis",
+    "FSQStepper",
+    "FSQSlots",
+    "FSQFrameDecoder",
+    "stop_logits_from_prob",
+]
+__all__ += ["FORMAT", "FSQ_FILES", "default_fsq_dir"]
+
+FORMAT = "codecspec-fsq-tts/1"
+FSQ_FILES = ("model.json", "encoder.onnx", "step.onnx", "fsqcodec.npz")
+Generators = Union[cs.Generator, Sequence[cs.Generator]]
+
+
+def default_fsq_dir() -> Path:
+    return named_model_dir("fsq")
+
+
+def stop_logits_from_prob(stop_prob) -> np.ndarray:
+    """float32 logits of stop probabilities in [0, 1] (0 -> -inf: never, 1 -> +inf: always),
+    for models whose stop head emits probabilities. Raises ValueError naming `stop_prob`."""
+    p = np.asarray(stop_prob, dtype=np.float64)
+    if np.isnan(p).any() or (p < 0).any() or (p > 1).any():
+        raise ValueError(f"stop_prob: expected probabilities in [0, 1], got {p.ravel()[:8]}")
+    with np.errstate(divide="ignore"):
+        return (np.log(p) - np.log1p(-p)).astype(np.float32)
+
+
+class FSQFrameDecoder:
+    """One frame per call from one step's logits: every channel head sampled independently
+    (`cs.sample_factorized`, warped by `params`) and a Bernoulli stop (`cs.sample_stop`;
+    temperature 0 when `params` is greedy, else `stop_temperature`)."""
+
+    def __init__(self, channel_levels, params: cs.SamplingParams, stop_temperature=1.0):
+        self.head_sizes = [int(v) for v in channel_levels]
+        if not self.head_sizes or min(self.head_sizes) < 1:
+            raise ValueError(f"channel_levels: expected sizes >= 1, got {channel_levels!r}")
+        self.width = sum(self.head_sizes)
+        self.params = params
+        self.stop_base = float(stop_temperature)  # the stop head's temperature when sampling
+        self.stop_temperature = 0.0 if params.temperature == 0 else self.stop_base
+
+    def decode(self, step_output, generator: Generators) -> tuple[np.ndarray, np.ndarray]:
+        """`step_output` = (hidden, channel_logits [B, Σ L], stop_logits [B])."""
+        _, channel_logits, stop_logits = step_output
+        return self.sample(channel_logits, stop_logits, generator)
+
+    def check(self, channel_logits, stop_logits) -> tuple[np.ndarray, np.ndarray]:
+        cl = np.asarray(channel_logits, dtype=np.float32)
+        if cl.ndim != 2 or cl.shape[1] != self.width:
+            raise ValueError(
+                f"channel_logits: expected shape [B, {self.width}] ({len(self.head_sizes)} "
+                f"heads of sizes {self.head_sizes[:4]}...), got {cl.shape}"
+            )
+        sl = np.asarray(stop_logits, dtype=np.float32)
+        if sl.shape != (cl.shape[0],):
+            raise ValueError(f"stop_logits: expected shape [{cl.shape[0]}], got {sl.shape}")
+        return cl, sl
+
+    def sample(self, channel_logits, stop_logits, generator: Generators):
+        """(channels int64 [B, C], stop bool [B]). `generator`: one per stream (a list), so a
+        stream's draws never depend on what else shares the batch; a single Generator is
+        accepted for B = 1."""
+        cl, sl = self.check(channel_logits, stop_logits)
+        gens = [generator] if isinstance(generator, cs.Generator) else list(generator)
+        if len(gens) != len(cl):
+            raise ValueError(f"generator: expected {len(cl)} generators (one per stream)")
+        out = np.empty((len(cl), len(self.head_sizes)), np.int64)
+        stop = np.empty(len(cl), bool)
+        for b, g in enumerate(gens):
+            out[b], stop[b] = self.sample_stream(cl[b : b + 1], sl[b : b + 1], self.params, g)
+        return out, stop
+
+    def sample_stream(self, channel_logits, stop_logits, params: cs.SamplingParams, generator):
+        """One stream's frame from its rows [1, Σ L] and [1] under the law `params` (the
+        serving engine's per request): (channels int64 [C], stop bool), the channels drawn
+        first, then the stop (temperature 0 when `params` is greedy)."""
+        codes = cs.sample_factorized(channel_logits, self.head_sizes, params, generator)[0]
+        temp = 0.0 if params.temperature == 0 else self.stop_base
+        stop = cs.sample_stop(stop_logits, generator, temperature=temp)[0]
+        return codes.astype(np.int64), bool(stop)
+
+
+class FSQSlots(SlotCache):
+    """step.onnx for up to `slots` streams at different frame indices, one call per frame."""
+
+    def __init__(self, session, slots: int, max_frames: int, max_phonemes: int):
+        super().__init__(session, slots, max_frames, max_phonemes)
+        self.channels = int({i.name: i.shape for i in session.get_inputs()}["prev_channels"][1])
+        self.calls = 0
+
+    def step(self, slots, prev_channels, pace, speakers):
+        """(hidden [n, D], channel_logits [n, Σ L], stop_logits [n]) of each slot's next frame."""
+        slots = np.asarray(slots, np.int64)
+        t, p = self.frames[slots], self.phonemes[slots]
+        tmax, pmax = self.key_lengths(t, p)  # padded: a stream's bits whatever shares the call
+        past = np.where(np.arange(tmax)[None, :] < t[:, None], 0.0, -np.inf)
+        cross = np.where(np.arange(pmax)[None, :] < p[:, None], 0.0, -np.inf)
+        feeds = {
+            "prev_channels": np.asarray(prev_channels, np.int64).reshape(len(slots), -1),
+            "pace": np.asarray(pace, np.float32),
+            "speaker": np.asarray(speakers, np.int64),
+            "is_first": (t == 0).astype(np.float32),
+            "cross_keys": self.cross_k[:, slots, :, :pmax],
+            "cross_values": self.cross_v[:, slots, :, :pmax],
+            "cross_bias": cross.astype(np.float32),
+            "past_keys": self.keys[:, slots, :, :tmax],
+            "past_values": self.values[:, slots, :, :tmax],
+            "past_bias": past.astype(np.float32),
+        }
+        h, logits, stop, nk, nv = self.session.run(None, feeds)
+        self.keys[:, slots, :, t] = nk[:, :, :, 0].transpose(1, 0, 2, 3)
+        self.values[:, slots, :, t] = nv[:, :, :, 0].transpose(1, 0, 2, 3)
+        self.frames[slots] += 1
+        self.calls += 1
+        return h, logits, stop
+
+
+class FSQStepper:
+    """B streams of step.onnx advanced together, one frame per call: slots 0..B-1 of an
+    `FSQSlots` (the serving engine's stepper, where streams join and leave). `phoneme_lengths`:
+    tokens per stream with bos/eos (the pace unit's denominator); cross K/V [L, B, heads, P,
+    hd] padded to the longest; `max_frames`: the most frames a stream may run (its K/V block
+    is mapped lazily: unused room costs no memory)."""
+
+    def __init__(
+        self,
+        session,
+        cross_keys,
+        cross_values,
+        speakers,
+        phoneme_lengths,
+        pace_unit,
+        max_frames: int = 512,
+    ):
+        lengths = np.asarray(phoneme_lengths, np.int64)
+        B = len(lengths)
+        self.slots = FSQSlots(session, B, max_frames, int(lengths.max()))
+        for b, n in enumerate(lengths):
+            self.slots.load(b, cross_keys[:, b : b + 1, :, :n], cross_values[:, b : b + 1, :, :n])
+        self._pace = np.float32(1.0) / (lengths.astype(np.float32) * np.float32(pace_unit))
+        self.speakers = np.asarray(speakers, np.int64).reshape(B)
+        self.t = 0
+
+    @property
+    def session(self):
+        return self.slots.session
+
+    def step(self, prev_channels=None):
+        """(hidden [B, D], channel_logits [B, Σ L], stop_logits [B]) of the next frame."""
+        B = len(self.speakers)
+        prev = np.zeros((B, self.slots.channels), np.int64)
+        if prev_channels is not None:
+            prev[:] = prev_channels
+        pace = np.float32(self.t + 0.5) * self._pace
+        out = self.slots.step(np.arange(B), prev, pace, self.speakers)
+        self.t += 1
+        return out
+
+
+@dataclass
+class FSQSynthesis:
+    """One utterance: channel codes, audio, and what each stage cost."""
+
+    codes: np.ndarray  # int64 [T, 32] channel indices
+    wav: Optional[np.ndarray]
+    sample_rate: int
+    phonemes: str
+    graph_calls: int  # step graph calls (one per frame)
+    stopped: bool  # the stop head ended the utterance (False: the max-length guard did)
+    max_frames: int
+    temporal_seconds: float  # encoder + step graph calls
+    sampling_seconds: float  # the frame decoder
+    decode_seconds: float  # vocoder
+    frame_rate: float = 12.5
+    mode: str = "fsq"
+
+    @property
+    def audio_seconds(self) -> float:
+        return len(self.codes) / self.frame_rate
+
+    @property
+    def calls_per_frame(self) -> float:
+        return self.graph_calls / max(len(self.codes), 1)
+
+    @property
+    def ms_per_frame(self) -> float:
+        return 1e3 * (self.temporal_seconds + self.sampling_seconds) / max(len(self.codes), 1)
+
+    @property
+    def frames(self) -> int:
+        return len(self.codes)
+
+    # The RVQ family's Synthesis interface (`codecspec synth --json`): the frame decoder is
+    # this family's "depth" stage, one call per frame gives 32 channel codes per call.
+    frontend_seconds = 0.0  # counted in temporal_seconds (the encoder runs with the stepper)
+
+    @property
+    def depth_seconds(self) -> float:
+        return self.sampling_seconds
+
+    @property
+    def tokens_per_call(self) -> float:
+        return self.codes.shape[1] * len(self.codes) / max(self.graph_calls, 1)
+
+    @property
+    def calls_per_audio_second(self) -> float:
+        return self.graph_calls / max(self.audio_seconds, 1e-9)
+
+    @property
+    def total_seconds(self) -> float:
+        return self.temporal_seconds + self.sampling_seconds + self.decode_seconds
+
+    def stage_ms_per_frame(self) -> dict:
+        n = max(self.frames, 1)
+        return {
+            "frontend": 0.0,
+            "temporal": 1e3 * self.temporal_seconds / n,
+            "depth": 1e3 * self.sampling_seconds / n,
+            "vocoder": 1e3 * self.decode_seconds / n,
+        }
+
+    @property
+    def real_time_factor(self) -> float:
+        return self.total_seconds / max(self.audio_seconds, 1e-9)
+
+
+def _read_meta(d: Path) -> dict:
+    path = d / "model.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"model_dir: {d} has no model.json")
+    meta = json.loads(path.read_text())
+    if meta.get("format") != FORMAT:
+        raise ValueError(
+            f"model_dir: {d} is a {meta.get('format')!r} model folder, not {FORMAT!r} "
+            "(load it with codecspec.tts.registry.load_model, which picks the family)"
+        )
+    return meta
+
+
+class FSQTTS:
+    """Loads an FSQ model folder (FSQ_FILES; default: the shipped python/codecspec/models/fsq)."""
+
+    family = "fsq"
+
+    def __init__(self, model_dir=None, provider="auto", threads=None, params=None):
+        d = Path(model_dir) if model_dir is not None else default_fsq_dir()
+        self.meta = _read_meta(d)
+        missing = [f for f in FSQ_FILES if not (d / f).is_file()]
+        if missing:
+            raise FileNotFoundError(f"model_dir: {d} lacks {missing}; rebuild with fsq.py ship")
+        self.dir = d
+        levels = check_levels(self.meta["levels"], self.meta["packed_range"])
+        self.codec = FSQCodec.load(d / "fsqcodec.npz")
+        if self.codec.cfg.levels != levels or self.codec.cfg.groups != self.meta["groups"]:
+            raise ValueError(
+                f"levels: model.json {levels} x {self.meta['groups']} groups does "
+                f"not match the codec's {self.codec.cfg}"
+            )
+        self.frontend = Frontend.from_dict(self.meta["frontend"])
+        self.params = params or cs.SamplingParams(**self.meta["sampling"])
+        self.frame_decoder = FSQFrameDecoder(self.codec.cfg.channel_levels, self.params)
+        self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
+        self.step_graph = open_session(str(d / "step.onnx"), provider=provider, threads=threads)
+
+    @property
+    def languages(self) -> list:
+        return list(self.frontend.languages.names)
+
+    @property
+    def speakers(self) -> list:
+        return list(self.frontend.speakers.names)
+
+    def _ids(self, language: str, speaker: str) -> tuple[int, int]:
+        return self.frontend.ids(language, speaker)
+
+    def max_frames_for(self, num_tokens: int) -> int:
+        """The max-length guard: `max_pace` times the nominal length of the text."""
+        return int(math.ceil(self.meta["max_pace"] * num_tokens * self.meta["pace_unit"])) + 4
+
+    def stepper(
+        self, token_lists: list, languages: list, speakers: list, max_frames: Optional[int] = None
+    ) -> FSQStepper:
+        """Encoder call for B streams (padded) and a stepper over them, room for `max_frames`
+        frames each (default: the largest `max_frames_for` guard of the streams, at least
+        512; the K/V block is mapped lazily, so unused room costs no memory)."""
+        lengths = np.array([len(t) for t in token_lists], np.int64)
+        ph = np.full((len(token_lists), lengths.max()), PAD, np.int64)
+        for b, t in enumerate(token_lists):
+            ph[b, : len(t)] = t
+        spk = np.asarray(speakers, np.int64)
+        feeds = {
+            "phonemes": ph,
+            "phoneme_lengths": lengths,
+            "language": np.asarray(languages, np.int64),
+            "speaker": spk,
+        }
+        ck, cv = self.encoder.run(None, feeds)
+        if max_frames is None:
+            max_frames = max(512, self.max_frames_for(int(lengths.max())))
+        unit = self.meta["pace_unit"]
+        return FSQStepper(self.step_graph, ck, cv, spk, lengths, unit, int(max_frames))
+
+    def tokens(self, text, phonemes, language) -> tuple[str, np.ndarray]:
+        if phonemes is None:
+            phonemes = phonemize(text, self.meta["voices"][language])
+        ids = self.frontend.vocab.encode(phonemes)
+        return phonemes, np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
+
+    def plan(
+        self,
+        text: str,
+        *,
+        language: str = "en",
+        speaker: Optional[str] = None,
+        seed: int = 0,
+        phonemes: Optional[str] = None,
+        max_frames: Optional[int] = None,
+        mode: str = "auto",
+        rate: float = 1.0,
+    ) -> FramePlan:
+        """One utterance ready for the shared frame loop: phonemes, the encoder graph
+        (`stepper`), this family's `FSQFrameDecoder`, `cs.Generator(seed)` and the guard
+        (`max_frames`, default `max_frames_for` the text). `mode`/`rate` as in `generate`."""
+        if mode not in ("auto", "ar"):
+            raise ValueError(
+                f"mode: the fsq family has one decode loop ('auto' or 'ar'), got {mode!r}"
+            )
+        if rate != 1.0:
+            raise ValueError(f"rate: the fsq family's stop head sets the length; got {rate!r}")
+        lang_id, spk_id = self._ids(language, speaker or self.meta["default_speaker"])
+        phonemes, ids = self.tokens(text, phonemes, language)
+        guard = self.max_frames_for(len(ids)) if max_frames is None else int(max_frames)
+        t0 = time.perf_counter()  # the encoder graph (FSQSynthesis counts it as temporal)
+        stepper = self.stepper([ids], [lang_id], [spk_id], max(guard, 1))
+        return FramePlan(
+            stepper=stepper,
+            decoder=self.frame_decoder,
+            generator=cs.Generator(seed),
+            max_frames=guard,
+            phonemes=phonemes,
+            frontend_seconds=time.perf_counter() - t0,
+            mode="fsq",
+        )
+
+    def generate(
+        self,
+        text: str,
+        *,
+        language: str = "en",
+        speaker: Optional[str] = None,
+        seed: int = 0,
+        phonemes: Optional[str] = None,
+        max_frames: Optional[int] = None,
+        progress: bool = False,
+        decode_audio: bool = True,
+        mode: str = "auto",
+        rate: float = 1.0,
+    ) -> FSQSynthesis:
+        """Synthesise `text` (or IPA `phonemes`) until the stop head ends it, or the guard
+        (`max_frames`, default `max_frames_for` the text) does: see `FSQSynthesis.stopped`.
+        `mode` and `rate` exist for CLI parity with the RVQ family: one decode loop only
+        ("auto"/"ar"), and the stop head, not a rate, sets the length (rate must be 1)."""
+        plan = self.plan(
+            text,
+            language=language,
+            speaker=speaker,
+            seed=seed,
+            phonemes=phonemes,
+            max_frames=max_frames,
+            mode=mode,
+            rate=rate,
+        )
+        guard = plan.max_frames
+        bar = None
+        if progress:
+            from codecspec.progress import bar as _bar
+
+            bar = lambda it: _bar(it, desc="synth fsq", total=guard)  # noqa: E731
+        loop = run_frame_loop(plan.stepper, plan.decoder, plan.generator, guard, bar)
+        codes = loop.codes[0]
+        t1 = time.perf_counter()
+        wav = self.codec.decode(codes, seed=seed) if decode_audio and len(codes) else None
+        return FSQSynthesis(
+            codes=codes,
+            wav=wav,
+            sample_rate=self.codec.sample_rate,
+            phonemes=plan.phonemes,
+            graph_calls=loop.steps,
+            stopped=bool(loop.stopped[0]),
+            max_frames=guard,
+            temporal_seconds=plan.frontend_seconds + loop.step_seconds,
+            sampling_seconds=loop.decode_seconds,
+            decode_seconds=time.perf_counter() - t1 if wav is not None else 0.0,
+            frame_rate=self.codec.frame_rate,
+        )
+
+    def stream(
+        self,
+        text: str,
+        *,
+        language: str = "en",
+        speaker: Optional[str] = None,
+        seed: int = 0,
+        phonemes: Optional[str] = None,
+        max_frames: Optional[int] = None,
+        mode: str = "auto",
+        rate: float = 1.0,
+        chunk_frames: int = DEFAULT_CHUNK_FRAMES,
+        split_sentences: bool = False,
+        **vocoder,
+    ) -> AudioStream:
+        """`generate` as a stream of float32 waveform chunks (`AudioStream`): the RVQ
+        family's `ReferenceTTS.stream`, on this family's plan and codec."""
+        return stream_model(
+            self,
+            text,
+            chunk_frames=chunk_frames,
+            split_sentences=split_sentences,
+            seed=seed,
+            vocoder=vocoder,
+            language=language,
+            speaker=speaker,
+            phonemes=phonemes,
+            max_frames=max_frames,
+            mode=mode,
+            rate=rate,
+        )
