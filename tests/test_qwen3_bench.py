@@ -105,3 +105,44 @@ def test_cli_bench_json_with_acceptance(cache, capsys):
     assert {"ar", "spec"} <= set(rec["ms_per_frame"]) and rec["depth_speedup"] > 0
     assert main(argv + ["--frames", "6", "--acceptance", "2"]) == 2
     assert "acceptance:" in capsys.readouterr().err
+
+
+def test_sequenced_drafts_follow_the_frames_in_order(tts):
+    """A speculative run over several frames with drafts set from the AR run's frames:
+    acceptance 1 accepts every draft, and the same drafts one frame late are mostly refused
+    (the deliberately misaligned variant the whole-pipeline figure must not be)."""
+    import codecspec as cs
+    from codecspec.decode.depth import SequencedDrafts
+
+    h, c0 = _frames(tts, 12, seed=3)
+    dec = tts.depth
+    saved = dec.params, dec.tree, dec.draft_control
+    dec.params = cs.SamplingParams(0.0, 0, 1.0)
+    dec.set_tree(cs.DraftTree.chain(3))
+    try:
+        dec.draft_control = None
+        truth = dec.decode_frames(h, c0, cs.Generator(0), "ar")
+        for truths, aligned in ((truth, True), (np.roll(truth, 1, axis=0), False)):
+            dec.draft_control = SequencedDrafts(1.0, dec.V, truths)
+            dec.stats.reset()
+            got = dec.decode_frames(h, c0, cs.Generator(0), "spec")
+            assert np.array_equal(got, truth)  # exact whatever the drafts
+            assert (dec.stats.acceptance == 1.0) == aligned
+            if not aligned:
+                assert dec.stats.acceptance < 0.5
+        with pytest.raises(ValueError, match="^truths:"):
+            dec.decode_frame(h[0], int(c0[0]), cs.Generator(0), "spec")  # a 13th frame
+        dec.draft_control.rewind()
+        dec.decode_frame(h[0], int(c0[0]), cs.Generator(0), "spec")
+    finally:
+        dec.params, dec.draft_control = saved[0], saved[2]
+        dec.set_tree(saved[1])
+
+
+def test_pipeline_end_to_end_at_an_acceptance(tts):
+    from codecspec.families.qwen3_tts.bench import pipeline_at_acceptance
+
+    out = pipeline_at_acceptance(tts, 0.9, 3, frames=5, seed=0, rounds=1)
+    assert out["codes_equal_ar"] is True and 1 <= out["frames"] <= 5
+    assert out["ar_ms"] > 0 and out["spec_ms"] > 0 and out["speedup"] > 0
+    assert tts.depth.draft_control is None  # the pipeline is left as found

@@ -42,6 +42,9 @@ family is None, a stage it lacks is simply absent):
     ttfa_s            float  optional: seconds from a warm streamed request to its first audio
                              chunk (median of a few; families that stream)
     cpu_simd          list   optional: the CPU's SIMD flags (kernel ratios differ by them)
+    pipeline_end_to_end dict optional: text -> waveform run whole, AR and speculative at a
+                             controlled acceptance ({acceptance, frames, ar_ms, spec_ms,
+                             speedup, codes_equal_ar}), beside the stage-by-stage figures
     temporal_speedup, temporal_tokens_per_call   optional (families that speculate in the
                              temporal loop): added to the verdict
     verdict           str    one line (`verdict(record)`)
@@ -565,6 +568,13 @@ def render_table(record: dict) -> str:
     if audio is not None:
         foot += f"; RTF = ms per frame ÷ {audio:.0f} ms of audio per frame"
     out += ["", foot]
+    e2e = r.get("pipeline_end_to_end")
+    if e2e:
+        out.append(
+            f"whole pipeline run end to end at acceptance {e2e['acceptance']:g} "
+            f"({e2e['frames']} frames): AR {e2e['ar_ms']:.1f}, speculative "
+            f"{e2e['spec_ms']:.1f} ms per frame ({e2e['speedup']:.2f}x)"
+        )
     if r.get("ttfa_s") is not None:
         out.append(f"time to first audio (streamed, warm): {r['ttfa_s']:.2f} s")
     if r.get("cpu_simd"):

@@ -391,6 +391,8 @@ class DepthDecoder:
         if mode == COARSE_MODE and self.level_groups is None:
             raise ValueError("mode: 'pcg' needs per-level groups (DepthDecoder.set_groups)")
         hidden = self._check_frame(hidden, c0)
+        if self.draft_control is not None:
+            self.draft_control.begin_frame()
         self._coarse = mode == COARSE_MODE
         step = self._frame_ar if mode == "ar" else self._frame_spec
         return step(hidden, int(c0), generator)
@@ -430,6 +432,9 @@ class ControlledDrafts:
         self.rng = np.random.default_rng(seed)
         self.truth: np.ndarray | None = None
 
+    def begin_frame(self) -> None:
+        """Called by the decoder before each frame (`truth` is set by the caller here)."""
+
     def __call__(self, cand: np.ndarray, first_level: int) -> np.ndarray:
         if self.truth is None:
             raise ValueError("truth: set the frame's greedy codes before decoding")
@@ -440,3 +445,26 @@ class ControlledDrafts:
         right = self.rng.random(depth) < self.acceptance
         out[right, 0] = t[right, 0]
         return out
+
+
+class SequencedDrafts(ControlledDrafts):
+    """`ControlledDrafts` for a run of frames whose greedy codes are known in order (an
+    earlier AR run of the same request, greedy, so an exact mode makes the same frames):
+    frame j's drafts are right about `truths[j]`. For timing a whole pipeline end to end."""
+
+    def __init__(self, acceptance: float, vocab_size: int, truths, seed: int = 0):
+        super().__init__(acceptance, vocab_size, seed)
+        self.truths = np.asarray(truths)
+        self.frame = -1
+
+    def rewind(self) -> None:
+        """The next frame decoded is frame 0 again."""
+        self.frame = -1
+
+    def begin_frame(self) -> None:
+        self.frame += 1
+        if self.frame >= len(self.truths):
+            raise ValueError(
+                f"truths: frame {self.frame} decoded, only {len(self.truths)} frames known"
+            )
+        self.truth = self.truths[self.frame]

@@ -225,6 +225,9 @@ def bench_qwen3(
         dec_bytes = graph_reads(sd.graph_path).per_call(1) / n  # one call decodes the utterance
         stages.append(stage("speech decoder", dec_ms, dec_ms, dec_bytes, dec_bytes))
         ttfa = time_to_first_audio(tts, seed, temperature, ref_audio)
+        if acceptance is not None and ref_audio is None:
+            log(f"pipeline end to end at acceptance {acceptance}")
+            e2e = pipeline_at_acceptance(tts, float(acceptance), draft_depth, int(frames), seed)
     bank = tts.talker.head  # the c0 head's matrix-vector product, once per frame (float32)
     head = 4 * bank.vocab_size * bank.hidden_size
     stages.append(stage("host (c0 head, sampling)", host_ms, host_ms, head, head))
@@ -244,6 +247,9 @@ def bench_qwen3(
         "depth_speedup": run.median_ms("ar") / max(run.median_ms("spec"), 1e-9),
         "calibration": {"depth": _calibrated(tts), "precision": _precision_choice(tts)},
         "ttfa_s": ttfa if decoder else None,
+        "pipeline_end_to_end": e2e
+        if decoder and acceptance is not None and ref_audio is None
+        else None,
         "cpu_simd": cpu_simd_flags(),
         **depth_extra,
     }
@@ -263,6 +269,48 @@ def bench_qwen3(
         r["name"]: {"ar": r["ar_ms"], "spec": r["spec_ms"]} for r in record["stages"]
     }
     return record
+
+
+def pipeline_at_acceptance(
+    tts: Qwen3TTS, acceptance: float, draft_depth: int, frames: int, seed: int, rounds: int = 3
+) -> dict:
+    """The whole pipeline, text -> codes -> waveform, run end to end AR and speculatively
+    with controlled drafts (top candidate right with probability `acceptance`), interleaved
+    over `rounds`, medians in ms per frame. Greedy: the speculative codes are the AR codes
+    (an exact mode), so frame j's drafts are set from the AR run's frame j."""
+    text, lang = CALIBRATION_TEXTS[0]
+    kw = dict(temperature=0, seed=seed, max_frames=frames, **_request(tts, text, lang, 0))
+    from codecspec.decode.depth import SequencedDrafts
+
+    truth = tts.generate_codes(text, mode="ar", **kw).codes
+    dec = tts.depth
+    saved = dec.tree, dec.draft_control
+    control = SequencedDrafts(acceptance, dec.V, truth, seed)
+    dec.set_tree(cs.DraftTree.chain(int(draft_depth)))
+    dec.draft_control = control
+    times: dict = {"ar": [], "spec": []}
+    same = True
+    try:
+        for r in range(int(rounds) + 1):
+            for mode in ("ar", "spec") if r % 2 else ("spec", "ar"):
+                control.rewind()
+                t0 = time.perf_counter()
+                wav, res = tts.synthesize(text, mode=mode, **kw)
+                if r:  # round 0 warms up
+                    times[mode].append(1e3 * (time.perf_counter() - t0) / max(len(res.codes), 1))
+                same = same and np.array_equal(res.codes, truth)
+    finally:
+        dec.draft_control = saved[1]
+        dec.set_tree(saved[0])
+    ar, spec = float(np.median(times["ar"])), float(np.median(times["spec"]))
+    return {
+        "acceptance": float(acceptance),
+        "frames": int(len(truth)),
+        "ar_ms": ar,
+        "spec_ms": spec,
+        "speedup": ar / max(spec, 1e-9),
+        "codes_equal_ar": bool(same),
+    }
 
 
 def time_to_first_audio(tts: Qwen3TTS, seed: int, temperature, ref_audio, repeats: int = 3):
