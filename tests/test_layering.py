@@ -26,15 +26,11 @@ FAMILY_CODE = ("codecspec.families", "codecspec.train")
 KNOWN_CYCLE_EDGES = {
     ("runtime", "graphs"),  # runtime/depth_graph.py reads graph metadata
     ("graphs", "runtime"),  # graphs/_profile.py, builder.py and row_probe.py open sessions
-    ("decode", "calibrate"),  # decode/depth.py loads offsets
-    ("calibrate", "decode"),  # calibration runs the depth decoder
     ("calibrate", "tts"),  # calibrate/speedup_map.py uses tts/bench's timing helpers
     ("tts", "calibrate"),
-    ("tts", "decode"),
     ("tts", "families"),  # tts/commands.py: the Qwen3-TTS bench; families' cli: tts/commands
     ("families", "tts"),
     ("families", "calibrate"),
-    ("families", "decode"),
 }
 
 

@@ -145,7 +145,7 @@ class DepthDecoder:
         if not (d / "depth.onnx").is_file():
             raise FileNotFoundError(f"model_dir: no depth.onnx in {d}")
         if "offsets" not in kw:
-            from codecspec.calibrate.offsets import load_offsets
+            from codecspec.decode.offsets_file import load_offsets
 
             for name in ("offsets.npz", "offsets.npy"):
                 if (d / name).is_file():
