@@ -29,6 +29,7 @@ from codecspec.families.qwen3_tts.pipeline import Qwen3TTS  # noqa: E402
 from codecspec.serve.app import OPENAI_VOICES, chunk_frames, voice_map  # noqa: E402
 from codecspec.serve.audio import pcm16  # noqa: E402
 from codecspec.serve.engine import Engine, SpeechRequest  # noqa: E402
+from codecspec.serve.qwen3 import Qwen3Family  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "qwen3_tiny"
 TEXT = "Hello world."
@@ -108,12 +109,12 @@ def wav_samples(data: bytes):
 
 def streamed_pcm(tts: Qwen3TTS, frames: np.ndarray) -> np.ndarray:
     """The int16 samples the server should send for these codes: one decoder state fed the
-    app's chunks (3, 3, 6, 10, ... frames). (Equal to the whole decode to float rounding; the
+    app's chunks (1, 1, 2, 4, 8, 10, ... frames). (Equal to the whole decode to float rounding; the
     tiny random decoder saturates at +-1, where rounding can flip a near-zero sample's sign,
     so the comparison uses the same chunks and is exact.)"""
     stream, parts, sent = tts.speech_decoder().open_stream(), [], 0
     while sent < len(frames):
-        n = chunk_frames(sent)
+        n = chunk_frames(sent, Qwen3Family.first_chunk_frames)
         parts.append(stream.feed(frames[sent : sent + n]))
         sent += n
     return np.frombuffer(pcm16(np.concatenate(parts)), "<i2")
@@ -314,6 +315,29 @@ def test_pcm_stream_has_the_frames_samples(custom, reference):
     ref = reference("custom_equal")
     want = ref.generate_codes(TEXT, speaker="aiden", language="english", seed=2, temperature=0)
     assert np.array_equal(np.frombuffer(r.content, "<i2"), streamed_pcm(ref, want.codes))
+
+
+def _metric(text: str, name: str) -> float:
+    line = next(ln for ln in text.splitlines() if ln.startswith(name + " "))
+    return float(line.split()[1])
+
+
+def test_first_audio_is_one_frame_and_its_time_is_in_the_metrics(custom):
+    """A Qwen3-TTS stream's first chunk is one frame (the other families' three: their
+    vocoders want context); the server counts each request's time to its first audio."""
+    from codecspec.pipeline.family import Family
+
+    assert chunk_frames(0, Qwen3Family.first_chunk_frames) == 1
+    assert [chunk_frames(s, 1) for s in (1, 2, 4, 8, 16)] == [1, 2, 4, 8, 10]
+    assert chunk_frames(0, Family.first_chunk_frames) == 3
+    before = httpx.get(custom.url + "/metrics", timeout=30).text
+    n0 = _metric(before, "codecspec_time_to_first_audio_seconds_count")
+    r = post(custom, voice="aiden", seed=5, temperature=0, response_format="pcm")
+    assert r.status_code == 200, r.text
+    after = httpx.get(custom.url + "/metrics", timeout=30).text
+    assert _metric(after, "codecspec_time_to_first_audio_seconds_count") == n0 + 1
+    assert _metric(after, "codecspec_time_to_first_audio_seconds_sum") > 0
+    assert _metric(after, "codecspec_time_to_first_audio_median_seconds") > 0
 
 
 def test_every_openai_voice_maps_to_a_speaker(custom, reference):

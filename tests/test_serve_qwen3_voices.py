@@ -25,6 +25,7 @@ from codecspec.families.qwen3_tts.pipeline import Qwen3TTS  # noqa: E402
 from codecspec.serve.app import chunk_frames  # noqa: E402
 from codecspec.serve.audio import pcm16  # noqa: E402
 from codecspec.serve.engine import Engine, SpeechRequest  # noqa: E402
+from codecspec.serve.qwen3 import Qwen3Family  # noqa: E402
 
 CLONE = Path(__file__).parent / "data" / "qwen3_clone"
 TINY = Path(__file__).parent / "data" / "qwen3_tiny"
@@ -144,7 +145,7 @@ def test_audio_is_decoded_after_the_voices_reference(server, reference):
     stream.feed(reference.reference_codes(CLONE / f"{case['ref_audio']}.wav"))
     parts, sent = [], 0
     while sent < len(frames):
-        n = chunk_frames(sent)
+        n = chunk_frames(sent, Qwen3Family.first_chunk_frames)
         parts.append(stream.feed(frames[sent : sent + n]))
         sent += n
     want = np.frombuffer(pcm16(np.concatenate(parts)), "<i2")

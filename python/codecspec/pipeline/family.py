@@ -127,6 +127,7 @@ class Family:
     formats: tuple = ()  # model.json "format" values this family reads
     takes_instructions = False  # whether a request's `instructions` steer the voice
     known_length = True  # the frame count is known at submission (else a stop head decides)
+    first_chunk_frames = 3  # frames in a streamed response's first audio chunk
     model_names: tuple  # what an HTTP request's `model` may say for this family
     modes: tuple  # decode modes a request may ask for, besides "auto"
     tts: object  # the single-stream model (its .generate is the reference for the engine)

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import hmac
 import json
 import logging
 import math
 import os
+import time
 from typing import Callable, Literal, Optional, Union
 
 import numpy as np
@@ -217,18 +219,49 @@ class KeyCheck:
 
 
 # --------------------------------------------------------------------------- audio out
-def chunk_frames(sent: int) -> int:
-    """Frames in the next chunk after `sent`: a short first chunk, then never more than the
-    client already holds, so a stream decoded at real-time pace never starves playback."""
-    return FIRST_CHUNK_FRAMES if sent == 0 else min(CHUNK_FRAMES, sent)
+def chunk_frames(sent: int, first: int = FIRST_CHUNK_FRAMES) -> int:
+    """Frames in the next chunk after `sent`: a short first chunk (`first`: the family's
+    `first_chunk_frames`), then never more than the client already holds, so a stream
+    decoded at real-time pace never starves playback."""
+    return first if sent == 0 else min(CHUNK_FRAMES, sent)
+
+
+class FirstAudio:
+    """Seconds from a request's arrival to its first audio bytes, over the server's life
+    (count and sum: a Prometheus summary) and over the last `window` requests (median)."""
+
+    def __init__(self, window: int = 256) -> None:
+        self.count, self.total = 0, 0.0
+        self.recent: collections.deque = collections.deque(maxlen=window)
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.total += seconds
+        self.recent.append(seconds)
+
+    def median(self) -> float:
+        return float(np.median(self.recent)) if self.recent else 0.0
 
 
 class AudioStream:
     """Turns a stream's frames into encoded audio bytes chunk by chunk (vocoder, resampler
     and encoder run in a worker thread)."""
 
-    def __init__(self, engine: Engine, handle, first, seed: int, iters: int, fmt: str, voice=None):
+    def __init__(
+        self,
+        engine: Engine,
+        handle,
+        first,
+        seed: int,
+        iters: int,
+        fmt: str,
+        voice=None,
+        arrived: Optional[float] = None,
+        first_audio: Optional[FirstAudio] = None,
+    ):
         self.engine, self.handle, self.seed, self.iters = engine, handle, seed, iters
+        # perf_counter() at the request's arrival, and where its time to first audio goes
+        self.arrived, self.first_audio = arrived, first_audio
         self.codes = [first]
         self.sent = 0  # frames already vocoded and sent
         self.encoder = encoder(fmt, engine.sample_rate)
@@ -245,8 +278,9 @@ class AudioStream:
     async def chunks(self):
         hop = self.engine.family.hop
         done = False
+        first = getattr(self.engine.family, "first_chunk_frames", FIRST_CHUNK_FRAMES)
         while not done:
-            want = chunk_frames(self.sent)
+            want = chunk_frames(self.sent, first)
             while len(self.codes) - self.sent < want:
                 frame = await self.handle.next()
                 if frame is None:
@@ -265,10 +299,16 @@ class AudioStream:
                 self.sent = len(self.codes)
                 out = await run_in_threadpool(self._encode, block, start)
             if out:
+                self._first_out()
                 yield out
         tail = await run_in_threadpool(self.encoder.close)
         if tail:
             yield tail
+
+    def _first_out(self) -> None:
+        if self.first_audio is not None and self.arrived is not None:
+            self.first_audio.add(time.perf_counter() - self.arrived)
+            self.first_audio = None  # once per request
 
 
 def sse_event(kind: str, **fields) -> bytes:
@@ -303,6 +343,7 @@ def create_app(
 
     app = FastAPI(title="codecspec speech server", lifespan=lifespan)
     app.state.requests = {}
+    app.state.first_audio = FirstAudio()
     app.state.vocoder_iters = int(vocoder_iters)
     open_paths = ("/health", "/metrics") if metrics_open else ("/health",)
     app.add_middleware(
@@ -470,6 +511,7 @@ async def _unless_gone(request: Request, awaitable):
 
 
 async def _speech(app: FastAPI, body: SpeechBody, request: Request):
+    arrived = time.perf_counter()
     engine: Engine = app.state.engine
     req, refusal = _checked(app, body)
     if refusal is not None:
@@ -504,7 +546,17 @@ async def _speech(app: FastAPI, body: SpeechBody, request: Request):
         log.info("ignored by the %s model: %s", engine.family.name, ", ".join(ignored))
     iters = app.state.vocoder_iters
     fmt = body.response_format
-    audio = AudioStream(engine, handle, first, body.seed or 0, iters, fmt, voice=req.voice)
+    audio = AudioStream(
+        engine,
+        handle,
+        first,
+        body.seed or 0,
+        iters,
+        fmt,
+        voice=req.voice,
+        arrived=arrived,
+        first_audio=app.state.first_audio,
+    )
     if body.response_format == "wav" and not _known_length(engine):
         return await _whole_wav(app, engine, handle, audio, request, headers)
     _count(app, 200)
@@ -607,9 +659,10 @@ def _sse_response(engine: Engine, handle, audio: AudioStream, body: SpeechBody, 
 def prometheus_text(app: FastAPI) -> str:
     """The engine's gauges and counters in the Prometheus exposition format."""
     from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
     m = app.state.engine.metrics()
+    first_audio: FirstAudio = app.state.first_audio
     gauges = {
         "active_streams": "streams decoded in the current step",
         "queue_depth": "admitted requests waiting for a slot",
@@ -641,6 +694,17 @@ def prometheus_text(app: FastAPI) -> str:
             for status, n in sorted(app.state.requests.items()):
                 c.add_metric([str(status)], float(n))
             yield c
+            yield SummaryMetricFamily(
+                "codecspec_time_to_first_audio_seconds",
+                "seconds from a request's arrival to its first audio bytes",
+                count_value=first_audio.count,
+                sum_value=first_audio.total,
+            )
+            yield GaugeMetricFamily(
+                "codecspec_time_to_first_audio_median_seconds",
+                "median time to first audio over the last 256 requests",
+                value=first_audio.median(),
+            )
 
     reg = CollectorRegistry()
     reg.register(_Collector())

@@ -98,6 +98,9 @@ class Qwen3Family(Family):
     name = "qwen3-tts"
     known_length = False  # the talker's eos decides
     modes = ("ar", "spec")
+    # The speech decoder carries its state, so a one-frame first chunk costs no audio quality
+    # (the Griffin-Lim vocoders of the other families want a few frames of context).
+    first_chunk_frames = 1
 
     @classmethod
     def detect(cls, folder) -> bool:
