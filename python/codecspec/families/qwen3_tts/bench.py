@@ -186,7 +186,7 @@ def bench_qwen3(
 ) -> dict:
     """The bench record (codecspec.perf's schema, plus Qwen3 keys; see the module doc)."""
     from codecspec.graphs.row_probe import cpu_simd_flags
-    from codecspec.perf import finish_record, graph_reads, peak_rss_mb, stage, stream_bandwidth
+    from codecspec.perf import graph_reads, peak_rss_mb, stage
 
     log = log or (lambda m: None)
     if acceptance is not None and not (0.0 <= float(acceptance) <= 1.0):
@@ -194,12 +194,7 @@ def bench_qwen3(
     if int(frames) < 2:
         raise ValueError(f"frames: expected at least 2, got {frames!r}")
     tts = Qwen3TTS.load(
-        model_dir,
-        cache_dir=cache_dir,
-        provider=provider,
-        threads=threads,
-        weights=weights,
-        log=log,
+        model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights, log=log
     )
     dec = tts.depth
     K = dec.config.num_draft_offsets
@@ -210,28 +205,23 @@ def bench_qwen3(
     n = len(codes)
     log(f"depth loop: {n} frames, AR and speculative")
     run, stats = controlled_depth_run(dec, hiddens, c0s, n, acceptance, draft_depth, seed)
-    sizes = depth_bytes(tts)
-    depth_row, depth_extra = _depth_stage(tts, run, stats, n, sizes)
+    depth_row, depth_extra = _depth_stage(tts, run, stats, n, depth_bytes(tts))
     talker_ms = 1e3 * secs["talker"] / n
     talker_bytes = graph_reads(tts.talker.graph.path).per_call(1)
-    host_ms = 1e3 * (secs["wall"] - secs["talker"] - secs["depth"]) / n
     stages = [stage("talker step", talker_ms, talker_ms, talker_bytes, talker_bytes), depth_row]
+    audio: dict = {"ttfa_s": None, "pipeline_end_to_end": None}
     if decoder:
-        sd = tts.speech_decoder()
-        sd.decode(codes[: min(n, 4)])  # warm-up
-        t0 = time.perf_counter()
-        sd.decode(codes)
-        dec_ms = 1e3 * (time.perf_counter() - t0) / n
-        dec_bytes = graph_reads(sd.graph_path).per_call(1) / n  # one call decodes the utterance
-        stages.append(stage("speech decoder", dec_ms, dec_ms, dec_bytes, dec_bytes))
-        ttfa = time_to_first_audio(tts, seed, temperature, ref_audio)
+        stages.append(_decoder_stage(tts, codes))
+        audio["ttfa_s"] = time_to_first_audio(tts, seed, temperature, ref_audio)
         if acceptance is not None and ref_audio is None:
             log(f"pipeline end to end at acceptance {acceptance}")
-            e2e = pipeline_at_acceptance(tts, float(acceptance), draft_depth, int(frames), seed)
+            audio["pipeline_end_to_end"] = pipeline_at_acceptance(
+                tts, float(acceptance), draft_depth, int(frames), seed
+            )
     bank = tts.talker.head  # the c0 head's matrix-vector product, once per frame (float32)
     head = 4 * bank.vocab_size * bank.hidden_size
+    host_ms = 1e3 * (secs["wall"] - secs["talker"] - secs["depth"]) / n
     stages.append(stage("host (c0 head, sampling)", host_ms, host_ms, head, head))
-    rss = peak_rss_mb()
     record = {
         "family": "qwen3",
         "model": str(tts.ck.dir),
@@ -243,25 +233,42 @@ def bench_qwen3(
         "draft_depth": draft_depth if acceptance is not None else int(dec.tree.max_depth),
         "stages": stages,
         "audio_ms_per_frame": FRAME_MS,
-        "peak_rss_mb": rss,
+        "peak_rss_mb": peak_rss_mb(),
         "depth_speedup": run.median_ms("ar") / max(run.median_ms("spec"), 1e-9),
         "calibration": {"depth": _calibrated(tts), "precision": _precision_choice(tts)},
-        "ttfa_s": ttfa if decoder else None,
-        "pipeline_end_to_end": e2e
-        if decoder and acceptance is not None and ref_audio is None
-        else None,
         "cpu_simd": cpu_simd_flags(),
+        **audio,
         **depth_extra,
     }
-    if acceptance is not None or dec.params.temperature == 0:
+    return _finish(record, tts, run, greedy=acceptance is not None or dec.params.temperature == 0)
+
+
+def _decoder_stage(tts: Qwen3TTS, codes: np.ndarray) -> dict:
+    """The 12 Hz speech decoder's stage row: one warm decode of the utterance's codes."""
+    from codecspec.perf import graph_reads, stage
+
+    n = len(codes)
+    sd = tts.speech_decoder()
+    sd.decode(codes[: min(n, 4)])  # warm-up
+    t0 = time.perf_counter()
+    sd.decode(codes)
+    ms = 1e3 * (time.perf_counter() - t0) / n
+    nbytes = graph_reads(sd.graph_path).per_call(1) / n  # one call decodes the utterance
+    return stage("speech decoder", ms, ms, nbytes, nbytes)
+
+
+def _finish(record: dict, tts: Qwen3TTS, run, greedy: bool) -> dict:
+    """The greedy agreement, the threads and bandwidth the sessions see, and perf's totals."""
+    from codecspec.perf import finish_record, stream_bandwidth
+    from codecspec.runtime.session import session_threads
+
+    if greedy:
         # greedy: the speculative codes must be the AR codes (up to the rounding a quantised
         # graph's activations add, docs/performance.md)
         same = run.codes["ar"] == run.codes["spec"]
         record["greedy_spec_equals_ar"] = bool(same.all())
         record["greedy_code_agreement"] = float(same.mean())
-    from codecspec.runtime.session import session_threads
-
-    n_threads = session_threads(dec.graph.session)  # the probe reads as the sessions do
+    n_threads = session_threads(tts.depth.graph.session)  # the probe reads as the sessions do
     record["threads"] = n_threads
     record["bandwidth_gbps"] = stream_bandwidth(threads=n_threads) / 1e9
     finish_record(record)

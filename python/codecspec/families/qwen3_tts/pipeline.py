@@ -425,6 +425,60 @@ class Qwen3TTS:
                 yield item
                 reply = None
 
+    def _prepare(
+        self,
+        text,
+        *,
+        speaker,
+        language,
+        instruct,
+        ref_audio,
+        ref_text,
+        sampling,
+        max_frames,
+        streaming_text,
+    ):
+        """A request checked and turned into (prompt, frames allowed + 1, the talker's
+        sampler, the code predictor's sampling params); the voice set on this runtime."""
+        text, speaker, language, instruct = self.check_request(
+            text, speaker, language, instruct, ref_audio, ref_text
+        )
+        voice = self._voice(ref_audio, ref_text)
+        self._xvector = None if voice is None else voice.xvector
+        self._ref_codes = None if voice is None else voice.ref_codes
+        ref_text = None if voice is None else voice.ref_text
+        max_new = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
+        if max_new < 1:
+            raise ValueError(f"max_frames: must be >= 0, got {max_frames}")
+        talk_p, depth_p = self.sampling(*sampling)
+        self.depth.params = depth_p
+        sampler = TalkerSampler(
+            self.spec.vocab_size,
+            self.spec.codec["eos"],
+            self.spec.suppressed_ids,
+            talk_p,
+            self.ck.generation.min_new_tokens,
+        )
+        p = build_prompt(
+            self.tok,
+            self.spec,
+            text,
+            language=language,
+            speaker=speaker,
+            instruct=instruct,
+            streaming_text=streaming_text,
+            speaker_vector=ref_audio is not None,
+            ref_text=ref_text,
+            ref_frames=0 if self._ref_codes is None else len(self._ref_codes),
+        )
+        budget = self.talker.max_positions - len(p)
+        if budget < 1:
+            raise ValueError(
+                f"text: {len(p)} prompt positions exceed the talker's budget of "
+                f"{self.talker.max_positions - 1}"
+            )
+        return p, min(max_new, budget), sampler, depth_p
+
     def frame_steps(
         self,
         text: str,
@@ -453,44 +507,17 @@ class Qwen3TTS:
         batched depth loop (`codecspec.decode.batched_depth`), the talker steps per stream."""
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
-        text, speaker, language, instruct = self.check_request(
-            text, speaker, language, instruct, ref_audio, ref_text
-        )
-        voice = self._voice(ref_audio, ref_text)
-        self._xvector = None if voice is None else voice.xvector
-        self._ref_codes = None if voice is None else voice.ref_codes
-        ref_text = None if voice is None else voice.ref_text
-        max_new = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
-        if max_new < 1:
-            raise ValueError(f"max_frames: must be >= 0, got {max_frames}")
-        talk_p, depth_p = self.sampling(temperature, top_k, top_p)
-        self.depth.params = depth_p
-        sampler = TalkerSampler(
-            self.spec.vocab_size,
-            self.spec.codec["eos"],
-            self.spec.suppressed_ids,
-            talk_p,
-            self.ck.generation.min_new_tokens,
-        )
-        p = build_prompt(
-            self.tok,
-            self.spec,
+        p, max_new, sampler, depth_p = self._prepare(
             text,
-            language=language,
             speaker=speaker,
+            language=language,
             instruct=instruct,
-            streaming_text=streaming_text,
-            speaker_vector=ref_audio is not None,
+            ref_audio=ref_audio,
             ref_text=ref_text,
-            ref_frames=0 if self._ref_codes is None else len(self._ref_codes),
+            sampling=(temperature, top_k, top_p),
+            max_frames=max_frames,
+            streaming_text=streaming_text,
         )
-        budget = self.talker.max_positions - len(p)
-        if budget < 1:
-            raise ValueError(
-                f"text: {len(p)} prompt positions exceed the talker's budget of "
-                f"{self.talker.max_positions - 1}"
-            )
-        max_new = min(max_new, budget)
         info = {} if info is None else info
         info.update(prompt=p, hit_max_frames=False, ref_codes=self._ref_codes)
         secs = info["seconds"] = {"prefill": 0.0, "talker": 0.0, "depth": 0.0}
