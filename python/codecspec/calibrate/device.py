@@ -458,17 +458,54 @@ def measure_latency(
     prefill shape (q=2, no past) and, with host=True, the host work per call (for heads="hidden"
     graphs including the host-side head products: `heads`, or the model's sidecar).
     """
+    graph = _as_depth_graph(graph, provider, threads)
+    c = graph.config
+    qs = sorted({int(q) for q in qs} | {1})
+    if qs[0] < 1:
+        raise ValueError(f"qs: query lengths must be >= 1, got {qs}")
+    rng = np.random.default_rng(seed)
+    names, feeds, pre = _sweep_feeds(graph, qs, past_len, rng)
+    unsupported = _unsupported_lengths(graph, names, feeds, qs)
+    qs = [q for q in qs if q not in unsupported]
+    if not qs or qs[0] != 1:
+        raise ValueError("graph: a single-token call fails; cannot profile latency")
+    params = params or cs.SamplingParams(0.9, 50, 1.0)
+    bank = _host_head_bank(graph, heads) if host else None
+    keys = list(qs) + ["prefill"]
+    samples = _interleaved_sweeps(
+        graph, names, feeds, pre, keys, rng, repeats, warmup, params, bank, host, progress
+    )
+    med = np.median(samples, axis=0)
+    host_ms = [_time_host(c, q, params, rng, max(5, repeats), bank) if host else 0.0 for q in qs]
+    return LatencyProfile(
+        qs=list(qs),
+        graph_ms=med[:-1].tolist(),
+        host_ms=host_ms,
+        past_len=int(past_len),
+        repeats=int(repeats),
+        samples=samples[:, :-1],
+        prefill_ms=float(med[-1]),
+        unsupported=unsupported,
+    )
+
+
+def _as_depth_graph(graph, provider: str, threads):
+    """The DepthGraph behind a DepthDecoder, or one opened from a path: latency is a property
+    of the graph call alone."""
     from codecspec.runtime.depth_graph import DepthGraph
 
     if hasattr(graph, "graph") and isinstance(graph.graph, DepthGraph):
         graph = graph.graph
     if not isinstance(graph, DepthGraph):
         graph = DepthGraph(graph, provider, threads)
+    return graph
+
+
+def _sweep_feeds(graph, qs, past_len: int, rng):
+    """(output names, feeds per q, prefill feeds), each limited to the inputs this graph
+    declares (graphs differ: heads="hidden" ones take no draft offsets, some no head ids).
+    The prefill is the first call of a frame: two tokens, no past, causal mask."""
     c = graph.config
-    qs = sorted({int(q) for q in qs} | {1})
-    if qs[0] < 1:
-        raise ValueError(f"qs: query lengths must be >= 1, got {qs}")
-    rng = np.random.default_rng(seed)
     feeds = {q: _latency_feeds(c, q, past_len, rng) for q in qs}
     pre = _latency_feeds(c, 2, 0, rng)
     pre["position_ids"] = np.arange(2, dtype=np.int64)
@@ -477,9 +514,13 @@ def measure_latency(
     accepted = {i.name for i in graph.session.get_inputs()}
     feeds = {q: {k: v for k, v in f.items() if k in accepted} for q, f in feeds.items()}
     pre = {k: v for k, v in pre.items() if k in accepted}
-    run = graph.session.run
-    # Some graphs cap the query length (the contrib RotaryEmbedding kernel refuses more query
-    # tokens than its cos/sin cache has rows): probe once, drop what fails, report it.
+    return names, feeds, pre
+
+
+def _unsupported_lengths(graph, names, feeds, qs) -> list:
+    """Query lengths this graph refuses. Some graphs cap the query length (the contrib
+    RotaryEmbedding kernel refuses more query tokens than its cos/sin cache has rows): probe
+    once, drop what fails, report it."""
     import onnxruntime as ort
 
     quiet = ort.RunOptions()
@@ -487,22 +528,33 @@ def measure_latency(
     unsupported = []
     for q in list(qs):
         try:
-            run(names, feeds[q], quiet)
+            graph.session.run(names, feeds[q], quiet)
         except Exception as e:  # onnxruntime raises its own exception types
             log.warning("query length %d fails on this graph; excluded (%s)", q, str(e)[:200])
             unsupported.append(q)
-    qs = [q for q in qs if q not in unsupported]
-    if not qs or qs[0] != 1:
-        raise ValueError("graph: a single-token call fails; cannot profile latency")
-    params = params or cs.SamplingParams(0.9, 50, 1.0)
-    bank = None
-    if host and not getattr(graph, "heads_in_graph", True):
-        if heads is None:
-            from codecspec.calibrate.data import read_heads
+    return unsupported
 
-            heads = read_heads(graph.path)
-        bank = cs.HeadBank(np.ascontiguousarray(heads, np.float32))
-    keys = list(qs) + ["prefill"]
+
+def _host_head_bank(graph, heads):
+    """For a heads="hidden" graph the head products are host work, timed with the rest of the
+    host work: a HeadBank over `heads` or the model's sidecar. None when the graph has its
+    heads inside."""
+    if getattr(graph, "heads_in_graph", True):
+        return None
+    if heads is None:
+        from codecspec.calibrate.data import read_heads
+
+        heads = read_heads(graph.path)
+    return cs.HeadBank(np.ascontiguousarray(heads, np.float32))
+
+
+def _interleaved_sweeps(
+    graph, names, feeds, pre, keys, rng, repeats, warmup, params, bank, host, progress
+) -> np.ndarray:
+    """[repeats, len(keys)] ms of graph calls: each sweep visits every key (q, or "prefill")
+    in a fresh random order so drifting machine load spreads over all of them; the first
+    `warmup` sweeps are not kept."""
+    c, run = graph.config, graph.session.run
     samples = np.zeros((repeats, len(keys)))
     it = range(warmup + repeats)
     if progress:
@@ -521,18 +573,7 @@ def measure_latency(
             dt = time.perf_counter() - t0
             if rep >= warmup:
                 samples[rep - warmup, i] = 1e3 * dt
-    med = np.median(samples, axis=0)
-    host_ms = [_time_host(c, q, params, rng, max(5, repeats), bank) if host else 0.0 for q in qs]
-    return LatencyProfile(
-        qs=list(qs),
-        graph_ms=med[:-1].tolist(),
-        host_ms=host_ms,
-        past_len=int(past_len),
-        repeats=int(repeats),
-        samples=samples[:, :-1],
-        prefill_ms=float(med[-1]),
-        unsupported=unsupported,
-    )
+    return samples
 
 
 # ---------------------------------------------------------------------- (c) choice
@@ -849,79 +890,154 @@ def calibrate(
        the real decoder; 7. tree.json, device_profile.json (with what int8 / int4
        speculation keeps on this device: `quantised_rows`), PNG plots.
     """
-    import onnxruntime as ort
+    t_start = time.monotonic()
+    params = params or cs.SamplingParams(0.9, 50, 1.0)
+    run = _open_for_calibration(model_path, out_dir, provider, threads, heads, params, seed)
+    run.progress = progress
+    _collect_corpus(run, inputs, frames)  # 1.
+    if offsets is None:  # 2.
+        offs, history, eval_idx = _train_and_save_offsets(
+            run, val_fraction, train_kwargs, save_beside_model
+        )
+    else:
+        offs, history = _given_offsets(offsets, run.graph.config, run.heads), None
+        eval_idx = np.arange(len(run.codes))
+    acc, acc0, acc_med = _acceptances(  # 3.
+        run, offs, budgets, num_ranks, eval_idx, medusa, medusa_kwargs, offsets is None
+    )
+    lat = _calibration_latency(run, budgets, past_len, latency_repeats, overhead_frames)  # 4.
+    budget, rows = choose_budget(acc, lat, budgets)  # 5.
+    tree = next(r for r in rows if r.budget == budget).tree
+    ablation = _ablations(acc, acc0, acc_med, lat, budget)
+    e2e = _end_to_end_check(run, tree, offs, end_to_end_frames)  # 6.
+    (run.out / "tree.json").write_text(tree.to_json())  # 7.
+    run.files["tree"] = str(run.out / "tree.json")
+    result = CalibrationResult(
+        out_dir=run.out, config=run.graph.config, budget=budget, tree=tree, offsets=offs,
+        acceptance=acc, acceptance_zero=acc0, latency=lat, rows=rows, train_history=history,
+        acceptance_medusa=acc_med, ablation=ablation, end_to_end=e2e, files=run.files,
+    )  # fmt: skip
+    result.profile = _write_device_profile(result, run, provider, threads, eval_idx, t_start)
+    _finish_calibration(result, plots=plots)
+    return result
 
+
+@dataclass
+class _CalibrationRun:
+    """What every calibration step shares: the model, the caller's settings, where files go,
+    and (after step 1) the corpus of frames."""
+
+    model_path: Path
+    out: Path
+    graph: Any
+    heads: np.ndarray
+    params: Any
+    seed: int
+    progress: bool = True
+    files: dict = field(default_factory=dict)
+    hiddens: Any = None
+    c0s: Any = None
+    codes: Any = None
+    z: Any = None
+
+
+def _open_for_calibration(model_path, out_dir, provider, threads, heads, params, seed):
+    """The output folder, the depth graph and its LM heads, checked against each other: every
+    later step (frames, offsets, acceptance) multiplies by these heads, so a mismatch must fail
+    before any work."""
     from codecspec.runtime.depth_graph import DepthGraph
 
-    t_start = time.monotonic()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    params = params or cs.SamplingParams(0.9, 50, 1.0)
     model_path = Path(model_path)
     graph = DepthGraph(model_path, provider, threads)
     c = graph.config
-    H, K = c.hidden_size, c.num_draft_offsets
     heads = read_heads(model_path) if heads is None else np.ascontiguousarray(heads, np.float32)
-    want = (c.num_lm_heads, c.codebook_size, H)
+    want = (c.num_lm_heads, c.codebook_size, c.hidden_size)
     if heads.shape != want:
         raise ValueError(f"heads: expected shape {want}, got {heads.shape}")
-    files: dict[str, str] = {}
+    return _CalibrationRun(model_path, out, graph, heads, params, seed)
 
-    # 1. corpus
+
+def _collect_corpus(run: _CalibrationRun, inputs, frames: int) -> None:
+    """Step 1: free-generation AR frames of the exact model on the caller's inputs (cut to
+    `frames`) or synthetic ones, and their teacher-forced hidden states: the data acceptance
+    is measured (and offsets trained) on."""
     if inputs is None:
-        hiddens, c0s = synthetic_inputs(c, frames, seed)
+        hiddens, c0s = synthetic_inputs(run.graph.config, frames, run.seed)
     else:
         hiddens, c0s = (np.asarray(x) for x in inputs)
         hiddens, c0s = hiddens[:frames], c0s[:frames]
-    gen = cs.Generator(seed)
+    gen = cs.Generator(run.seed)
     codes = collect_frames(
-        graph, hiddens, c0s, gen, "ar", params=params, heads=heads, progress=progress
-    )
-    z = teacher_forced_hidden(graph, hiddens, c0s, codes, progress=progress)
-    N = len(codes)
+        run.graph, hiddens, c0s, gen, "ar", params=run.params, heads=run.heads,
+        progress=run.progress,
+    )  # fmt: skip
+    run.z = teacher_forced_hidden(run.graph, hiddens, c0s, codes, progress=run.progress)
+    run.hiddens, run.c0s, run.codes = hiddens, c0s, codes
 
-    # 2. offsets
-    history = None
-    if offsets is None:
-        train_idx, val_idx = split_frames(N, val_fraction, seed)
-        kw = dict(epochs=20)
-        kw.update(train_kwargs or {})
-        offs, history = train_offsets(
-            z, codes, heads, K, val_frames=val_idx, seed=seed, progress=progress, **kw
-        )
-        meta = {
-            "config_hash": config_hash(c),
-            "heads_hash": heads_hash(heads),
-            "model": model_path.name,
-            "train_loss": float(np.mean(history.train_loss[-10:])),
-            "heldout": history.final,
-            "heldout_zero_offsets": history.baseline,
-            "frames": N,
-            "num_train": history.num_train,
-            "sampling": _params_dict(params),
-            "seed": seed,
-        }
-        files["offsets"] = str(save_offsets(out / "offsets.npz", offs, meta))
-        np.save(out / "offsets.npy", offs)
-        files["offsets_npy"] = str(out / "offsets.npy")
-        if save_beside_model:
-            try:
-                files["offsets_beside_model"] = str(
-                    save_offsets(offsets_path_for(model_path), offs, meta)
-                )
-            except OSError as e:
-                log.warning("could not write offsets beside the model (%s)", e)
-        eval_idx = val_idx if len(val_idx) else np.arange(N)
+
+def _train_and_save_offsets(
+    run: _CalibrationRun, val_fraction: float, train_kwargs, save_beside_model: bool
+):
+    """Step 2: train offsets on a share of the frames and write them (out_dir and, unless
+    disabled, beside the model, where DepthDecoder finds them). Returns (offsets, history, the
+    frames acceptance is measured on: the held-out ones, or all when none were held out)."""
+    c, N = run.graph.config, len(run.codes)
+    train_idx, val_idx = split_frames(N, val_fraction, run.seed)
+    kw = dict(epochs=20)
+    kw.update(train_kwargs or {})
+    offs, history = train_offsets(
+        run.z, run.codes, run.heads, c.num_draft_offsets, val_frames=val_idx, seed=run.seed,
+        progress=run.progress, **kw,
+    )  # fmt: skip
+    meta = {
+        "config_hash": config_hash(c),
+        "heads_hash": heads_hash(run.heads),
+        "model": run.model_path.name,
+        "train_loss": float(np.mean(history.train_loss[-10:])),
+        "heldout": history.final,
+        "heldout_zero_offsets": history.baseline,
+        "frames": N,
+        "num_train": history.num_train,
+        "sampling": _params_dict(run.params),
+        "seed": run.seed,
+    }
+    run.files["offsets"] = str(save_offsets(run.out / "offsets.npz", offs, meta))
+    np.save(run.out / "offsets.npy", offs)
+    run.files["offsets_npy"] = str(run.out / "offsets.npy")
+    if save_beside_model:
+        try:
+            run.files["offsets_beside_model"] = str(
+                save_offsets(offsets_path_for(run.model_path), offs, meta)
+            )
+        except OSError as e:
+            log.warning("could not write offsets beside the model (%s)", e)
+    eval_idx = val_idx if len(val_idx) else np.arange(N)
+    return offs, history, eval_idx
+
+
+def _given_offsets(offsets, c, heads) -> np.ndarray:
+    """Step 2 with the caller's offsets (a file, checked against the model's hashes, or an
+    array), shape checked: the tree search assumes one offset row per draft depth."""
+    K, H = c.num_draft_offsets, c.hidden_size
+    if isinstance(offsets, (str, os.PathLike)):
+        offs, _ = load_offsets(offsets, config=c, heads=heads)
     else:
-        if isinstance(offsets, (str, os.PathLike)):
-            offs, _ = load_offsets(offsets, config=c, heads=heads)
-        else:
-            offs = np.ascontiguousarray(offsets, np.float32)
-        if offs.shape != (K, H):
-            raise ValueError(f"offsets: expected shape ({K}, {H}), got {offs.shape}")
-        eval_idx = np.arange(N)
+        offs = np.ascontiguousarray(offsets, np.float32)
+    if offs.shape != (K, H):
+        raise ValueError(f"offsets: expected shape ({K}, {H}), got {offs.shape}")
+    return offs
 
-    # 3. acceptance
+
+def _acceptances(
+    run: _CalibrationRun, offs, budgets, num_ranks, eval_idx, medusa, medusa_kwargs, heldout
+):
+    """Step 3: acceptance of the offsets and, as ablations, of zero offsets and (medusa=True) of
+    Medusa heads; all on the same frames so the rows compare. Medusa heads validate on the
+    held-out frames only when the offsets were trained here (`heldout`)."""
+    c, z, codes, heads = run.graph.config, run.z, run.codes, run.heads
+    K = c.num_draft_offsets
     M = int(num_ranks or min(max(budgets), c.codebook_size))
     acc = measure_acceptance(z, codes, heads, offs, num_ranks=M, frames=eval_idx)
     acc0 = measure_acceptance(z, codes, heads, None, K=K, num_ranks=M, frames=eval_idx)
@@ -932,64 +1048,60 @@ def calibrate(
         kw = dict(epochs=20)
         kw.update(medusa_kwargs or {})
         heads_m, _ = train_medusa(
-            z,
-            codes,
-            heads,
-            K,
-            val_frames=eval_idx if offsets is None else None,
-            seed=seed,
-            progress=progress,
-            **kw,
-        )
+            z, codes, heads, K, val_frames=eval_idx if heldout else None, seed=run.seed,
+            progress=run.progress, **kw,
+        )  # fmt: skip
         acc_med = measure_acceptance(z, codes, drafter=heads_m, num_ranks=M, frames=eval_idx)
+    return acc, acc0, acc_med
 
-    # 4. latency
+
+def _calibration_latency(run: _CalibrationRun, budgets, past_len, repeats, overhead_frames):
+    """Step 4: the latency profile at exactly the query lengths the budgets need (1 for AR, 2 for
+    the prefill, N + 1 for every budget N: the tree's nodes plus its root), then the real
+    decoder's per-call glue on `overhead_frames` frames."""
     qs = sorted({1, 2} | {int(b) + 1 for b in budgets})
     lat = measure_latency(
-        graph,
-        qs,
-        past_len=past_len,
-        repeats=latency_repeats,
-        params=params,
-        heads=heads,
-        seed=seed,
-        progress=progress,
-    )
-
+        run.graph, qs, past_len=past_len, repeats=repeats, params=run.params, heads=run.heads,
+        seed=run.seed, progress=run.progress,
+    )  # fmt: skip
     if overhead_frames:
-        n = min(int(overhead_frames), N)
-        measure_overhead(graph, lat, hiddens[:n], c0s[:n], params=params, heads=heads, seed=seed)
+        n = min(int(overhead_frames), len(run.codes))
+        measure_overhead(
+            run.graph, lat, run.hiddens[:n], run.c0s[:n], params=run.params, heads=run.heads,
+            seed=run.seed,
+        )  # fmt: skip
+    return lat
 
-    # 5. choice
-    budget, rows = choose_budget(acc, lat, budgets)
-    best = next(r for r in rows if r.budget == budget)
-    tree = best.tree
+
+def _ablations(acc, acc0, acc_med, lat, budget) -> dict:
+    """Step 5's comparison: the chosen budget's row for each drafter (zero offsets, Medusa, the
+    offsets), in the order device_profile.json has always listed them."""
     ablation = {"zero_offsets": _ablation_row(acc0, lat, budget)}
     if acc_med is not None:
         ablation["medusa"] = _ablation_row(acc_med, lat, budget)
     ablation["offsets"] = _ablation_row(acc, lat, budget)
+    return ablation
 
-    # 6. the real decoder
-    e2e = None
-    if end_to_end_frames:
-        n = min(int(end_to_end_frames), N)
-        e2e = measure_end_to_end(
-            graph,
-            tree,
-            offs,
-            hiddens[:n],
-            c0s[:n],
-            params=params,
-            heads=heads,
-            seed=seed + 7,
-            progress=progress,
-        )
 
-    # 7. files
-    (out / "tree.json").write_text(tree.to_json())
-    files["tree"] = str(out / "tree.json")
-    sess_threads = session_threads(graph.session)
-    profile = {
+def _end_to_end_check(run: _CalibrationRun, tree, offs, frames: int) -> Optional[dict]:
+    """Step 6: the real decoder, AR vs the chosen tree, on the first `frames` frames (None when
+    0); its own seed so it does not replay the corpus's draws."""
+    if not frames:
+        return None
+    n = min(int(frames), len(run.codes))
+    return measure_end_to_end(
+        run.graph, tree, offs, run.hiddens[:n], run.c0s[:n], params=run.params,
+        heads=run.heads, seed=run.seed + 7, progress=run.progress,
+    )  # fmt: skip
+
+
+def _device_header(graph, model_path: Path, heads) -> dict:
+    """Where the profile was measured (machine, runtime, model): what decides whether a later
+    run may reuse it."""
+    import onnxruntime as ort
+
+    c = graph.config
+    return {
         "format": PROFILE_FORMAT,
         "version": PROFILE_VERSION,
         "date": _now(),
@@ -997,7 +1109,7 @@ def calibrate(
         "heads_in_graph": bool(getattr(graph, "heads_in_graph", True)),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
-        "threads": int(sess_threads),
+        "threads": int(session_threads(graph.session)),
         "onnxruntime_version": ort.__version__,
         "codecspec_version": cs.__version__,
         "platform": platform.platform(),
@@ -1007,25 +1119,36 @@ def calibrate(
             "heads_hash": heads_hash(heads),
             "config": c.to_dict(),
         },
-        "sampling": _params_dict(params),
-        "seed": seed,
-        "frames": N,
+    }
+
+
+def _write_device_profile(
+    r: CalibrationResult, run: _CalibrationRun, provider, threads, eval_idx, t_start: float
+) -> dict:
+    """Step 7: device_profile.json (keys in their historical order), written to out_dir."""
+    best, history, tree = r.best, r.train_history, r.tree
+    acc_med = r.acceptance_medusa
+    profile = {
+        **_device_header(run.graph, run.model_path, run.heads),
+        "sampling": _params_dict(run.params),
+        "seed": run.seed,
+        "frames": len(run.codes),
         "acceptance_frames": int(len(eval_idx)),
-        "latency": lat.to_dict(),
-        "acceptance": acc.matrix.tolist(),
-        "acceptance_counts": acc.counts.tolist(),
-        "acceptance_zero_offsets": acc0.matrix.tolist(),
+        "latency": r.latency.to_dict(),
+        "acceptance": r.acceptance.matrix.tolist(),
+        "acceptance_counts": r.acceptance.counts.tolist(),
+        "acceptance_zero_offsets": r.acceptance_zero.matrix.tolist(),
         "acceptance_medusa": None if acc_med is None else acc_med.matrix.tolist(),
-        "budgets": [r.to_dict() for r in rows],
-        "chosen_budget": budget,
+        "budgets": [row.to_dict() for row in r.rows],
+        "chosen_budget": r.budget,
         "tree_paths": [list(p) for p in tree.paths],
         "predicted_speedup": best.speedup_predicted,
         "simulated_speedup": best.speedup_simulated,
         "predicted_tokens_per_call": best.predicted_tokens_per_call,
         "simulated_tokens_per_call": best.simulated_tokens_per_call,
         "speculation_pays": bool(best.speedup_simulated > 1.0),
-        "ablation": ablation,
-        "end_to_end": e2e,
+        "ablation": r.ablation,
+        "end_to_end": r.end_to_end,
         "training": None
         if history is None
         else {
@@ -1034,43 +1157,33 @@ def calibrate(
             "steps": len(history.steps),
             "seconds": history.seconds,
         },
-        "offsets_file": files.get("offsets"),
-        "quantised_rows": _quantised_rows(provider, threads, H, tree.num_nodes),
+        "offsets_file": run.files.get("offsets"),
+        "quantised_rows": _quantised_rows(
+            provider, threads, run.graph.config.hidden_size, tree.num_nodes
+        ),
         "seconds": None,
     }
     profile["seconds"] = round(time.monotonic() - t_start, 2)
-    (out / "device_profile.json").write_text(json.dumps(profile, indent=1))
-    files["device_profile"] = str(out / "device_profile.json")
-    result = CalibrationResult(
-        out_dir=out,
-        config=c,
-        budget=budget,
-        tree=tree,
-        offsets=offs,
-        acceptance=acc,
-        acceptance_zero=acc0,
-        latency=lat,
-        rows=rows,
-        train_history=history,
-        acceptance_medusa=acc_med,
-        ablation=ablation,
-        end_to_end=e2e,
-        profile=profile,
-        files=files,
-    )
+    (run.out / "device_profile.json").write_text(json.dumps(profile, indent=1))
+    run.files["device_profile"] = str(run.out / "device_profile.json")
+    return profile
+
+
+def _finish_calibration(result: CalibrationResult, *, plots: bool) -> None:
+    """Plots (their paths join result.files) and the log lines: a warning when no budget beats
+    the AR loop, since the decoder's `auto` will then not speculate."""
     if plots:
         from codecspec.calibrate.plots import write_plots
 
-        for k, p in write_plots(result, out).items():
-            files[k] = str(p)
-    if not profile["speculation_pays"]:
+        for k, p in write_plots(result, result.out_dir).items():
+            result.files[k] = str(p)
+    if not result.profile["speculation_pays"]:
         log.warning(
             "no budget beats the AR loop on this device (best %.3fx at N=%d)",
-            best.speedup_simulated,
-            budget,
+            result.best.speedup_simulated,
+            result.budget,
         )
     log.info("calibration:\n%s", result.summary())
-    return result
 
 
 def _params_dict(p) -> dict:
