@@ -45,6 +45,39 @@ def main(argv=None) -> int:
     if argv is None and any(os.environ.get(k) != "1" for k in _BLAS_ENV):
         env = dict(os.environ, **{k: "1" for k in _BLAS_ENV})
         os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *sys.argv[1:]], env)
+    args = _parser().parse_args(argv)
+    config = small_depth(codebook_size=2048, c0_vocab_size=3072) if args.small else qwen3_tts_0_6b()
+    queries = [int(q) for q in args.queries.split(",")]
+    variants = args.variants.split(",")
+    configure(args.threads)  # before any session: the shared pool gets the asked size
+    if "cpu" in variants and not cpu_variant_supported():
+        print("# onnxruntime here cannot run variant='cpu'; skipping it")
+        variants = [v for v in variants if v != "cpu"]
+    weights = _random_weights(config, args)
+
+    # --no-spin only matters with CODECSPEC_THREAD_POOL=session (the shared pool spins).
+    so = session_options(args.threads, spinning=not args.no_spin)
+
+    if args.heads_only:
+        return _heads_only(config, weights, so, queries, args)
+
+    sessions = _open_sessions(config, weights, so, variants, args.heads.split(","))
+    feeds = {
+        q: example_feeds(
+            config,
+            past_len=args.past,
+            parents=_bushy_tree_parents(q),
+            seed=q,
+            draft_offsets=weights["draft_offsets"],
+        )
+        for q in queries
+    }
+    times, host = _time_rounds(sessions, feeds, queries, weights["heads"], args.repeats)
+    _print_table(sessions, queries, times, host, args.repeats)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--small", action="store_true", help="5 layers x 256 hidden instead of Qwen")
     ap.add_argument("--queries", default="1,4,8,16")
@@ -60,20 +93,13 @@ def main(argv=None) -> int:
         action="store_true",
         help="time only the LM-head part: in-graph gather vs host compute_head_logits",
     )
-    args = ap.parse_args(argv)
+    return ap
 
+
+def _random_weights(config, args) -> DepthDecoderWeights:
+    """Random weights of `config` (the timings do not depend on their values), with the
+    header lines saying what was measured."""
     import onnxruntime as ort
-
-    if args.small:
-        config = small_depth(codebook_size=2048, c0_vocab_size=3072)
-    else:
-        config = qwen3_tts_0_6b()
-    queries = [int(q) for q in args.queries.split(",")]
-    variants = args.variants.split(",")
-    configure(args.threads)  # before any session: the shared pool gets the asked size
-    if "cpu" in variants and not cpu_variant_supported():
-        print("# onnxruntime here cannot run variant='cpu'; skipping it")
-        variants = [v for v in variants if v != "cpu"]
 
     t0 = time.perf_counter()
     weights = DepthDecoderWeights.random(config, args.seed)
@@ -83,16 +109,18 @@ def main(argv=None) -> int:
         f"{weights.num_parameters / 1e6:.1f}M parameters (random weights "
         f"{time.perf_counter() - t0:.1f}s)"
     )
+    return weights
 
-    # --no-spin only matters with CODECSPEC_THREAD_POOL=session (the shared pool spins).
-    so = session_options(args.threads, spinning=not args.no_spin)
 
-    if args.heads_only:
-        return _heads_only(config, weights, so, queries, args)
+def _open_sessions(config, weights, so, variants, heads_kinds) -> dict:
+    """{(variant, heads): (session, its input names)} for every graph to time, built one at a
+    time (the serialised model is dropped once its session holds it: two Qwen-size protos at
+    once would double the peak memory)."""
+    import onnxruntime as ort
 
     sessions = {}
     for variant in variants:
-        for heads in args.heads.split(","):
+        for heads in heads_kinds:
             t0 = time.perf_counter()
             model = build_depth_graph(config, weights, variant=variant, heads=heads)
             t1 = time.perf_counter()
@@ -106,23 +134,16 @@ def main(argv=None) -> int:
                 f"{len(blob) / 1e6:.0f} MB, build {t1 - t0:.1f}s, session {t2 - t1:.1f}s"
             )
             del model, blob
+    return sessions
 
-    feeds = {
-        q: example_feeds(
-            config,
-            past_len=args.past,
-            parents=_bushy_tree_parents(q),
-            seed=q,
-            draft_offsets=weights["draft_offsets"],
-        )
-        for q in queries
-    }
-    heads_w = weights["heads"]
+
+def _time_rounds(sessions, feeds, queries, heads_w, repeats: int):
+    """(graph seconds, graph + host heads seconds) per (graph, q). Round-robin over graphs, a
+    short burst per graph: the first call of a burst (discarded) absorbs the previous session's
+    spinning worker threads; rounds spread machine noise. The first round is warm-up."""
     times: dict = {(k, q): [] for k in sessions for q in queries}
     host: dict = {(k, q): [] for k in sessions for q in queries}
-    # Round-robin over graphs, a short burst per graph: the first call of a burst (discarded)
-    # absorbs the previous session's spinning worker threads; rounds spread machine noise.
-    for r in range(args.repeats):
+    for r in range(repeats):
         for key, (sess, names) in sessions.items():
             for q in queries:
                 f = feeds[q]
@@ -137,9 +158,14 @@ def main(argv=None) -> int:
                     if k > 0 and r > 0:
                         times[(key, q)].append(t1 - t0)
                         host[(key, q)].append(t2 - t0)
+    return times, host
 
+
+def _print_table(sessions, queries, times, host, repeats: int) -> None:
+    """The markdown table: median (min) ms per graph and q; for heads="hidden" graphs also the
+    time including the host-side heads, what a runtime using them pays per call."""
     print()
-    print(f"median (min) ms over {2 * (args.repeats - 1)} calls")
+    print(f"median (min) ms over {2 * (repeats - 1)} calls")
     print()
     print("| variant | heads | " + " | ".join(f"Q={q}" for q in queries) + " |")
     print("|---|---|" + "---|" * len(queries))
@@ -153,7 +179,6 @@ def main(argv=None) -> int:
                 cell += f"; +host heads {np.median(h):.2f} ({h.min():.2f})"
             cells.append(cell)
         print(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
-    return 0
 
 
 def _heads_only(config, weights, so, queries, args) -> int:
