@@ -358,22 +358,25 @@ def _rms_plain(g: _Graph, x: str, n: float, eps: float, hint: str) -> str:
 
 
 # ---------------------------------------------------------------------- plain variant
-def _build_plain(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
-    L, H, hd = c.num_layers, c.hidden_size, c.head_dim
-    nh, kvh, grp = c.num_heads, c.num_kv_heads, c.kv_groups
-    nqk = nh + kvh
-    tot = nh + 2 * kvh
-    eps = c.rms_norm_eps
-    sqrt_h = np.sqrt(float(H))
-
+# Node and initializer names come from a counter in call order, so the helpers below emit
+# their nodes in exactly the order the single-function builders did: the graphs (and
+# their golden hashes) stay byte-identical.
+def _embed_inputs(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, ids: str) -> str:
+    """x0 = the input table's rows for `ids` + input_embeds (projected first when the backbone's
+    hidden size differs from the depth decoder's)."""
     table, embeds_w = _input_table(c, w)
-    e = g.op("Gather", [g.init("input_table", table), "input_ids"], hint="row_embeds", axis=0)
+    e = g.op("Gather", [g.init("input_table", table), ids], hint="row_embeds", axis=0)
     if embeds_w is None:
-        x = g.op("Add", [e, "input_embeds"], hint="x0")
-    else:
-        pe = g.op("MatMul", ["input_embeds", g.init("input_proj_t", embeds_w)], hint="embeds_proj")
-        x = g.op("Add", [e, pe], hint="x0")
+        return g.op("Add", [e, "input_embeds"], hint="x0")
+    pe = g.op("MatMul", ["input_embeds", g.init("input_proj_t", embeds_w)], hint="embeds_proj")
+    return g.op("Add", [e, pe], hint="x0")
 
+
+def _plain_rope(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights):
+    """(cos per layer, sin per layer, the rotate-half permutation): the q/k norms are folded
+    into the tables (one row per q/k head and layer), gathered at the call's positions once
+    and split per layer."""
+    L, nqk = c.num_layers, c.num_heads + c.num_kv_heads
     cos_t, sin_t, perm = _plain_rope_tables(c, w)
     cos_g = g.op("Gather", [g.init("rope_cos", cos_t), "position_ids"], hint="cos_q", axis=1)
     sin_g = g.op("Gather", [g.init("rope_sin", sin_t), "position_ids"], hint="sin_q", axis=1)
@@ -383,60 +386,78 @@ def _build_plain(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> st
         sin_l = g.op("Split", [sin_g, sizes], hint="sin_l", n_out=L, axis=0)
     else:
         cos_l, sin_l = [cos_g], [sin_g]
-    swap_idx = g.i64(perm, hint="rope_swap")
+    return cos_l, sin_l, g.i64(perm, hint="rope_swap")
 
+
+def _plain_attention(g: _Graph, c, w, i: int, x: str, rope, bias: str, past_k, past_v):
+    """Layer i's attention in standard ops: (x after the residual add, new keys, new values).
+    RMS norms are folded into the following weights; query rows are grouped [kv head, group
+    member, token] so one MatMul per kv head serves its whole group."""
+    H, hd, eps = c.hidden_size, c.head_dim, c.rms_norm_eps
+    nh, kvh = c.num_heads, c.num_kv_heads
+    cos_l, sin_l, swap_idx = rope
+    p = f"l{i}_"
+    n = _rms_plain(g, x, H, eps, p + "in_norm")
+    wqkv = _qkv_matrix(c, w, i, _f64(w, f"layers.{i}.input_norm") * np.sqrt(float(H)))
+    qkv = g.op("MatMul", [n, g.init(p + "wqkv", wqkv)], hint=p + "qkv")
+    qkv = g.op("Reshape", [qkv, g.i64([1, -1, nh + 2 * kvh, hd])], hint=p + "qkv4")
+    qkv = g.op("Transpose", [qkv], hint=p + "qkv_t", perm=[0, 2, 1, 3])  # [1, heads, Q, hd]
+    qk, v = g.op("Split", [qkv, g.i64([nh + kvh, kvh])], hint=p + "qk_v", n_out=2, axis=1)
+    qk = _rms_plain(g, qk, hd, eps, p + "qk_norm")
+    sw = g.op("Gather", [qk, swap_idx], hint=p + "qk_swap", axis=3)
+    a = g.op("Mul", [qk, cos_l[i]], hint=p + "rope_a")
+    b = g.op("Mul", [sw, sin_l[i]], hint=p + "rope_b")
+    qk = g.op("Add", [a, b], hint=p + "qk_rope")
+    q, k = g.op("Split", [qk, g.i64([nh, kvh])], hint=p + "q_k", n_out=2, axis=1)
+    q = g.op("Reshape", [q, g.i64([1, kvh, -1, hd])], hint=p + "q_grouped")
+    kall = g.op("Concat", [past_k[i], k], hint=p + "k_all", axis=2)
+    vall = g.op("Concat", [past_v[i], v], hint=p + "v_all", axis=2)
+    kt = g.op("Transpose", [kall], hint=p + "k_t", perm=[0, 1, 3, 2])
+    s = g.op("MatMul", [q, kt], hint=p + "scores")
+    s = g.op("Add", [s, bias], hint=p + "scores_b")
+    pr = g.op("Softmax", [s], hint=p + "probs", axis=-1)
+    o = g.op("MatMul", [pr, vall], hint=p + "attn")  # [1, kvh, grp*Q, hd]
+    o = g.op("Reshape", [o, g.i64([nh, -1, hd])], hint=p + "attn_h")
+    o = g.op("Transpose", [o], hint=p + "attn_t", perm=[1, 0, 2])
+    o = g.op("Reshape", [o, g.i64([-1, nh * hd])], hint=p + "attn_flat")
+    o = g.op("MatMul", [o, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
+    return g.op("Add", [x, o], hint=p + "x_attn"), k, v
+
+
+def _plain_mlp(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, i: int, x: str) -> str:
+    """Layer i's SwiGLU MLP (norm folded into gate/up) and its residual add."""
+    p = f"l{i}_"
+    H = c.hidden_size
+    n = _rms_plain(g, x, H, c.rms_norm_eps, p + "post_norm")
+    wgu = _gate_up_matrix(c, w, i, _f64(w, f"layers.{i}.post_norm") * np.sqrt(float(H)))
+    gu = g.op("MatMul", [n, g.init(p + "wgu", wgu)], hint=p + "gate_up")
+    inter = c.intermediate_size
+    gate, up = g.op("Split", [gu, g.i64([inter, inter])], hint=p + "gu", n_out=2, axis=-1)
+    act = g.op("Mul", [gate, g.op("Sigmoid", [gate], hint=p + "sig")], hint=p + "silu")
+    act = g.op("Mul", [act, up], hint=p + "swiglu")
+    d = g.op("MatMul", [act, g.init(p + "wd", _t32(w, f"layers.{i}.down_proj"))], hint=p + "mlp")
+    return g.op("Add", [x, d], hint=p + "x_out")
+
+
+def _build_plain(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
+    """The decoder in standard ONNX ops only (any runtime); returns the hidden-state name."""
+    L, H, grp = c.num_layers, c.hidden_size, c.kv_groups
+    x = _embed_inputs(g, c, w, "input_ids")
+    rope = _plain_rope(g, c, w)
     # Query rows are grouped [kv head, group member, token]: tile the bias over the group.
     bias = "attention_bias"
     if grp > 1:
         bias = g.op("Tile", [bias, g.i64([grp, 1])], hint="bias_tiled")
     past_k = _split_layers(g, "past_keys", L, "past_k")
     past_v = _split_layers(g, "past_values", L, "past_v")
-
     new_k, new_v = [], []
     for i in range(L):
-        p = f"l{i}_"
-        n = _rms_plain(g, x, H, eps, p + "in_norm")
-        wqkv = _qkv_matrix(c, w, i, _f64(w, f"layers.{i}.input_norm") * sqrt_h)
-        qkv = g.op("MatMul", [n, g.init(p + "wqkv", wqkv)], hint=p + "qkv")
-        qkv = g.op("Reshape", [qkv, g.i64([1, -1, tot, hd])], hint=p + "qkv4")
-        qkv = g.op("Transpose", [qkv], hint=p + "qkv_t", perm=[0, 2, 1, 3])  # [1, heads, Q, hd]
-        qk, v = g.op("Split", [qkv, g.i64([nqk, kvh])], hint=p + "qk_v", n_out=2, axis=1)
-        qk = _rms_plain(g, qk, hd, eps, p + "qk_norm")
-        sw = g.op("Gather", [qk, swap_idx], hint=p + "qk_swap", axis=3)
-        a = g.op("Mul", [qk, cos_l[i]], hint=p + "rope_a")
-        b = g.op("Mul", [sw, sin_l[i]], hint=p + "rope_b")
-        qk = g.op("Add", [a, b], hint=p + "qk_rope")
-        q, k = g.op("Split", [qk, g.i64([nh, kvh])], hint=p + "q_k", n_out=2, axis=1)
+        x, k, v = _plain_attention(g, c, w, i, x, rope, bias, past_k, past_v)
         new_k.append(k)
         new_v.append(v)
-        q = g.op("Reshape", [q, g.i64([1, kvh, -1, hd])], hint=p + "q_grouped")
-        kall = g.op("Concat", [past_k[i], k], hint=p + "k_all", axis=2)
-        vall = g.op("Concat", [past_v[i], v], hint=p + "v_all", axis=2)
-        kt = g.op("Transpose", [kall], hint=p + "k_t", perm=[0, 1, 3, 2])
-        s = g.op("MatMul", [q, kt], hint=p + "scores")
-        s = g.op("Add", [s, bias], hint=p + "scores_b")
-        pr = g.op("Softmax", [s], hint=p + "probs", axis=-1)
-        o = g.op("MatMul", [pr, vall], hint=p + "attn")  # [1, kvh, grp*Q, hd]
-        o = g.op("Reshape", [o, g.i64([nh, -1, hd])], hint=p + "attn_h")
-        o = g.op("Transpose", [o], hint=p + "attn_t", perm=[1, 0, 2])
-        o = g.op("Reshape", [o, g.i64([-1, nh * hd])], hint=p + "attn_flat")
-        o = g.op("MatMul", [o, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
-        x = g.op("Add", [x, o], hint=p + "x_attn")
-
-        n = _rms_plain(g, x, H, eps, p + "post_norm")
-        wgu = _gate_up_matrix(c, w, i, _f64(w, f"layers.{i}.post_norm") * sqrt_h)
-        gu = g.op("MatMul", [n, g.init(p + "wgu", wgu)], hint=p + "gate_up")
-        inter = c.intermediate_size
-        gate, up = g.op("Split", [gu, g.i64([inter, inter])], hint=p + "gu", n_out=2, axis=-1)
-        act = g.op("Mul", [gate, g.op("Sigmoid", [gate], hint=p + "sig")], hint=p + "silu")
-        act = g.op("Mul", [act, up], hint=p + "swiglu")
-        d = g.op(
-            "MatMul", [act, g.init(p + "wd", _t32(w, f"layers.{i}.down_proj"))], hint=p + "mlp"
-        )
-        x = g.op("Add", [x, d], hint=p + "x_out")
-
-    z = _rms_plain(g, x, H, eps, "final_norm")
-    final_w = (_f64(w, "final_norm") * sqrt_h).astype(np.float32)
+        x = _plain_mlp(g, c, w, i, x)
+    z = _rms_plain(g, x, H, c.rms_norm_eps, "final_norm")
+    final_w = (_f64(w, "final_norm") * np.sqrt(float(H))).astype(np.float32)
     z = g.op("Mul", [z, g.init("final_norm_w", final_w)], outputs=["hidden"])
     for rows, name in ((new_k, "new_keys"), (new_v, "new_values")):
         # L x [1, kvh, Q, hd] -> [L, kvh, Q, hd]
@@ -452,21 +473,9 @@ _MS = "com.microsoft"
 _CPU_ROPE_ROWS = 4096  # longest query a variant="cpu" graph accepts
 
 
-def _build_cpu(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
-    L, hd = c.num_layers, c.head_dim
-    nh, kvh = c.num_heads, c.num_kv_heads
-    nqk = nh + kvh
-    eps = float(c.rms_norm_eps)
-
-    table, embeds_w = _input_table(c, w)
-    ids = g.op("Unsqueeze", ["input_ids", g.i64([0])], hint="ids_b")
-    e = g.op("Gather", [g.init("input_table", table), ids], hint="row_embeds", axis=0)
-    if embeds_w is None:
-        x = g.op("Add", [e, "input_embeds"], hint="x0")  # [1, Q, H]
-    else:
-        pe = g.op("MatMul", ["input_embeds", g.init("input_proj_t", embeds_w)], hint="embeds_proj")
-        x = g.op("Add", [e, pe], hint="x0")
-
+def _cpu_attention_inputs(g: _Graph, c: DepthDecoderConfig) -> dict:
+    """What every layer's contrib attention shares: batched positions, the RoPE cache, the
+    4-d bias, and GroupQueryAttention's seqlens_k / total length (from the bias's width)."""
     pos = g.op("Unsqueeze", ["position_ids", g.i64([0])], hint="pos_b")
     # The contrib RotaryEmbedding kernel refuses a query longer than its cache has rows, even
     # when every position is in range, so the cache gets at least _CPU_ROPE_ROWS rows.
@@ -480,89 +489,120 @@ def _build_cpu(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
     total = g.op("Cast", [total], hint="total_len1", to=TensorProto.INT32)
     seqlens = g.op("Sub", [total, g.init("one_i32", np.array([1], np.int32))], hint="seqlens_k")
     total = g.op("Squeeze", [total], hint="total_len")
+    return dict(pos=pos, cos=cos, sin=sin, bias=bias, seqlens=seqlens, total=total)
+
+
+def _cpu_attention(g: _Graph, c, w, i: int, n: str, att: dict, past_k, past_v):
+    """Layer i's attention from its normed input `n` with the contrib kernels (per-head RMS
+    norm, RotaryEmbedding, GroupQueryAttention): (output projection, new keys, new values)."""
+    hd, nh, kvh, eps = c.head_dim, c.num_heads, c.num_kv_heads, float(c.rms_norm_eps)
+    p = f"l{i}_"
+    qkv = g.op("MatMul", [n, g.init(p + "wqkv", _qkv_matrix(c, w, i))], hint=p + "qkv")
+    qk, v = g.op(
+        "Split", [qkv, g.i64([(nh + kvh) * hd, kvh * hd])], hint=p + "qk_v", n_out=2, axis=-1
+    )
+    qk_scale = np.concatenate(
+        [
+            np.broadcast_to(w[f"layers.{i}.q_norm"], (nh, hd)),
+            np.broadcast_to(w[f"layers.{i}.k_norm"], (kvh, hd)),
+        ]
+    )
+    qk = g.op(
+        "BranchwiseRMSNorm",
+        [qk, g.init(p + "qk_norm_w", qk_scale)],
+        hint=p + "qk_norm",
+        domain=_MS,
+        num_branches=nh + kvh,
+        epsilon=eps,
+    )
+    qk = g.op(
+        "RotaryEmbedding",
+        [qk, att["pos"], att["cos"], att["sin"]],
+        hint=p + "qk_rope",
+        domain=_MS,
+        interleaved=0,
+    )
+    q, k = g.op("Split", [qk, g.i64([nh * hd, kvh * hd])], hint=p + "q_k", n_out=2, axis=-1)
+    attn = g.op(
+        "GroupQueryAttention",
+        [q, k, v, past_k[i], past_v[i], att["seqlens"], att["total"], "", "", "", att["bias"]],
+        hint=p + "attn",
+        n_out=3,
+        domain=_MS,
+        num_heads=nh,
+        kv_num_heads=kvh,
+        causal=0,
+    )[0]
+    o = g.op("MatMul", [attn, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
+    return o, k, v
+
+
+def _cpu_mlp(g: _Graph, c, w, i: int, o: str, x: str):
+    """Layer i after attention: residual + post norm fused, the SwiGLU MLP (QuickGelu with
+    alpha 1 is SiLU), then residual + the next layer's input norm (the final norm after the
+    last layer) fused. Returns (normed input of the next layer, residual stream)."""
+    L, eps = c.num_layers, float(c.rms_norm_eps)
+    p = f"l{i}_"
+    outs = g.op(
+        "SkipSimplifiedLayerNormalization",
+        [o, x, g.init(p + "post_norm", w[f"layers.{i}.post_norm"])],
+        hint=p + "post_norm",
+        n_out=4,
+        domain=_MS,
+        epsilon=eps,
+    )
+    n, x = outs[0], outs[3]
+    gu = g.op("MatMul", [n, g.init(p + "wgu", _gate_up_matrix(c, w, i))], hint=p + "gate_up")
+    inter = c.intermediate_size
+    gate, up = g.op("Split", [gu, g.i64([inter, inter])], hint=p + "gu", n_out=2, axis=-1)
+    act = g.op("QuickGelu", [gate], hint=p + "silu", domain=_MS, alpha=1.0)
+    act = g.op("Mul", [act, up], hint=p + "swiglu")
+    d = g.op("MatMul", [act, g.init(p + "wd", _t32(w, f"layers.{i}.down_proj"))], hint=p + "mlp")
+    nxt = f"layers.{i + 1}.input_norm" if i + 1 < L else "final_norm"
+    outs = g.op(
+        "SkipSimplifiedLayerNormalization",
+        [d, x, g.init(f"l{i + 1}_input_norm" if i + 1 < L else "final_norm_w", w[nxt])],
+        hint=f"l{i + 1}_in_norm" if i + 1 < L else "z3",
+        n_out=4,
+        domain=_MS,
+        epsilon=eps,
+    )
+    return outs[0], outs[3]
+
+
+def _cpu_stack_kv(g: _Graph, c: DepthDecoderConfig, rows: list, name: str) -> str:
+    """L x [1, Q, kvh*hd] -> [L, kvh, Q, hd], the cache layout the runtime keeps."""
+    L = c.num_layers
+    t = rows[0] if L == 1 else g.op("Concat", rows, hint=name + "_cat", axis=0)
+    t = g.op("Reshape", [t, g.i64([L, -1, c.num_kv_heads, c.head_dim])], hint=name + "_4d")
+    return g.op("Transpose", [t], outputs=[name], perm=[0, 2, 1, 3])
+
+
+def _build_cpu(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
+    """The decoder with onnxruntime's fused CPU contrib ops (batch dim of 1 added for them);
+    returns the hidden-state name."""
+    L = c.num_layers
+    ids = g.op("Unsqueeze", ["input_ids", g.i64([0])], hint="ids_b")
+    x = _embed_inputs(g, c, w, ids)  # [1, Q, H]
+    att = _cpu_attention_inputs(g, c)
     past_k = _split_layers(g, "past_keys", L, "past_k")
     past_v = _split_layers(g, "past_values", L, "past_v")
-
     n = g.op(
         "SimplifiedLayerNormalization",
         [x, g.init("l0_input_norm", w["layers.0.input_norm"])],
         hint="l0_in_norm",
         axis=-1,
-        epsilon=eps,
+        epsilon=float(c.rms_norm_eps),
     )
     new_k, new_v = [], []
     for i in range(L):
-        p = f"l{i}_"
-        qkv = g.op("MatMul", [n, g.init(p + "wqkv", _qkv_matrix(c, w, i))], hint=p + "qkv")
-        qk, v = g.op("Split", [qkv, g.i64([nqk * hd, kvh * hd])], hint=p + "qk_v", n_out=2, axis=-1)
-        qk_scale = np.concatenate(
-            [
-                np.broadcast_to(w[f"layers.{i}.q_norm"], (nh, hd)),
-                np.broadcast_to(w[f"layers.{i}.k_norm"], (kvh, hd)),
-            ]
-        )
-        qk = g.op(
-            "BranchwiseRMSNorm",
-            [qk, g.init(p + "qk_norm_w", qk_scale)],
-            hint=p + "qk_norm",
-            domain=_MS,
-            num_branches=nqk,
-            epsilon=eps,
-        )
-        qk = g.op(
-            "RotaryEmbedding", [qk, pos, cos, sin], hint=p + "qk_rope", domain=_MS, interleaved=0
-        )
-        q, k = g.op("Split", [qk, g.i64([nh * hd, kvh * hd])], hint=p + "q_k", n_out=2, axis=-1)
+        o, k, v = _cpu_attention(g, c, w, i, n, att, past_k, past_v)
         new_k.append(k)
         new_v.append(v)
-        attn = g.op(
-            "GroupQueryAttention",
-            [q, k, v, past_k[i], past_v[i], seqlens, total, "", "", "", bias],
-            hint=p + "attn",
-            n_out=3,
-            domain=_MS,
-            num_heads=nh,
-            kv_num_heads=kvh,
-            causal=0,
-        )[0]
-        o = g.op("MatMul", [attn, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
-        outs = g.op(
-            "SkipSimplifiedLayerNormalization",
-            [o, x, g.init(p + "post_norm", w[f"layers.{i}.post_norm"])],
-            hint=p + "post_norm",
-            n_out=4,
-            domain=_MS,
-            epsilon=eps,
-        )
-        n, x = outs[0], outs[3]
-        gu = g.op("MatMul", [n, g.init(p + "wgu", _gate_up_matrix(c, w, i))], hint=p + "gate_up")
-        inter = c.intermediate_size
-        gate, up = g.op("Split", [gu, g.i64([inter, inter])], hint=p + "gu", n_out=2, axis=-1)
-        act = g.op("QuickGelu", [gate], hint=p + "silu", domain=_MS, alpha=1.0)
-        act = g.op("Mul", [act, up], hint=p + "swiglu")
-        d = g.op(
-            "MatMul", [act, g.init(p + "wd", _t32(w, f"layers.{i}.down_proj"))], hint=p + "mlp"
-        )
-        nxt = f"layers.{i + 1}.input_norm" if i + 1 < L else "final_norm"
-        outs = g.op(
-            "SkipSimplifiedLayerNormalization",
-            [d, x, g.init(f"l{i + 1}_input_norm" if i + 1 < L else "final_norm_w", w[nxt])],
-            hint=f"l{i + 1}_in_norm" if i + 1 < L else "z3",
-            n_out=4,
-            domain=_MS,
-            epsilon=eps,
-        )
-        n, x = outs[0], outs[3]
+        n, x = _cpu_mlp(g, c, w, i, o, x)
     z = g.op("Squeeze", [n, g.i64([0])], outputs=["hidden"])
-
-    def stack(rows: list, name: str) -> str:
-        # L x [1, Q, kvh*hd] -> [L, kvh, Q, hd]
-        t = rows[0] if L == 1 else g.op("Concat", rows, hint=name + "_cat", axis=0)
-        t = g.op("Reshape", [t, g.i64([L, -1, kvh, hd])], hint=name + "_4d")
-        return g.op("Transpose", [t], outputs=[name], perm=[0, 2, 1, 3])
-
-    stack(new_k, "new_keys")
-    stack(new_v, "new_values")
+    _cpu_stack_kv(g, c, new_k, "new_keys")
+    _cpu_stack_kv(g, c, new_v, "new_values")
     return z
 
 
