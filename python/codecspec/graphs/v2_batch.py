@@ -54,23 +54,65 @@ def _set_shape(vi, dims) -> None:
             dim.dim_value = int(d)
 
 
+_REWRITES = {  # every place batch_step_graph must find; a graph missing one is refused
+    "inputs_prev_tokens",
+    "inputs_progress",
+    "query_positions",
+    "key_positions",
+    "mask",
+    "cross_bias",
+    "out_hidden",
+    "out_c0_logits",
+    "out_stop_logits",
+}
+
+
 def batch_step_graph(model: onnx.ModelProto) -> onnx.ModelProto:
     """The step graph with a batch axis and a cross-attention bias (see the module doc)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
+    L, heads, cap, hd = _step_graph_dims(g)
+    add = g.initializer.append
+    for name, v in (("vb_axis_last", -1), ("vb_axis1", 1), ("vb_axis_m2", -2)):
+        add(numpy_helper.from_array(np.array([v], np.int64), name))
+    done: set = set()
+    nodes, masks = _batch_nodes(g, done)
+    for n in nodes:  # the scores' Adds read the mask with its heads axis
+        if n.op_type == "Add":
+            n.input[:] = [i + "_b" if i in masks else i for i in n.input]
+    out_nodes = _bias_cross_attention(g, nodes, done)
+    if not _REWRITES <= done:
+        raise ValueError(f"model: not a v2 step graph (no {sorted(_REWRITES - done)})")
+    del g.node[:]
+    g.node.extend(out_nodes)
+    _batch_inputs(g, L, heads, cap, hd)
+    _batch_outputs(g, model, L, heads, hd)
+    del g.value_info[:]
+    onnx.checker.check_model(m)
+    return m
+
+
+def _step_graph_dims(g: onnx.GraphProto):
+    """(layers, heads, cache capacity, head dim) from the ring cache input; refuses a graph
+    without the v2 step inputs."""
     ins = {
         v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim] for v in g.input
     }  # noqa: E501
     need = {"prev_tokens", "progress", "positions", "speaker", "cross_keys", "cache_keys"}
     if not need <= set(ins) or len(ins["cache_keys"]) != 5:
         raise ValueError(f"model: not a v2 step graph (inputs {sorted(ins)})")
-    outputs = {v.name for v in g.output}
     L, _, heads, cap, hd = ins["cache_keys"]
-    add = g.initializer.append
-    for name, v in (("vb_axis_last", -1), ("vb_axis1", 1), ("vb_axis_m2", -2)):
-        add(numpy_helper.from_array(np.array([v], np.int64), name))
-    pos_concat, done, masks = None, set(), set()
+    return L, heads, cap, hd
+
+
+def _batch_nodes(g: onnx.GraphProto, done: set):
+    """(the nodes with their batch-of-1 handling removed, the names of the masks that now
+    need a heads axis). Input Unsqueezes and output Gathers become Identities, the position
+    concat and the unsqueezes that build the mask from positions move to the last axes, and
+    the mask gets an Unsqueeze after it. Each rewrite found is recorded in `done`."""
+    outputs = {v.name for v in g.output}
+    pos_concat, masks = None, set()
     nodes = []
     for n in g.node:
         if n.op_type == "Unsqueeze" and n.input[0] in ("prev_tokens", "progress"):
@@ -97,9 +139,12 @@ def batch_step_graph(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes.append(helper.make_node("Unsqueeze", [mask, "vb_axis1"], [mask + "_b"]))
             masks.add(mask)
             done.add("mask")
-    for n in nodes:  # the scores' Adds read the mask with its heads axis
-        if n.op_type == "Add":
-            n.input[:] = [i + "_b" if i in masks else i for i in n.input]
+    return nodes, masks
+
+
+def _bias_cross_attention(g: onnx.GraphProto, nodes: list, done: set) -> list:
+    """`nodes` with `cross_bias` added before every cross-attention softmax (the one whose
+    scores come from cross_keys), so padded phonemes of shorter utterances get no weight."""
     out_nodes = []
     for n in nodes:
         if n.op_type == "Softmax" and "cross_keys" in feeds_from(g, n.input[0]):
@@ -108,21 +153,11 @@ def batch_step_graph(model: onnx.ModelProto) -> onnx.ModelProto:
             n.input[0] = biased
             done.add("cross_bias")
         out_nodes.append(n)
-    want = {
-        "inputs_prev_tokens",
-        "inputs_progress",
-        "query_positions",
-        "key_positions",
-        "mask",
-        "cross_bias",
-        "out_hidden",
-        "out_c0_logits",
-        "out_stop_logits",
-    }
-    if not want <= done:
-        raise ValueError(f"model: not a v2 step graph (no {sorted(want - done)})")
-    del g.node[:]
-    g.node.extend(out_nodes)
+    return out_nodes
+
+
+def _batch_inputs(g: onnx.GraphProto, L, heads, cap, hd) -> None:
+    """Declare the batched input shapes and the new cross_bias input."""
     shapes = {
         "prev_tokens": ["batch", "n"],
         "progress": ["batch", "n"],
@@ -140,6 +175,11 @@ def batch_step_graph(model: onnx.ModelProto) -> onnx.ModelProto:
     g.input.append(
         helper.make_tensor_value_info("cross_bias", onnx.TensorProto.FLOAT, ["batch", 1, 1, "P"])
     )
+
+
+def _batch_outputs(g: onnx.GraphProto, model: onnx.ModelProto, L, heads, hd) -> None:
+    """Replace the outputs with batched ones; widths (hidden size, c0 vocabulary) come from the
+    original model's outputs."""
     del g.output[:]
     width = {v.name: v.type.tensor_type.shape.dim[-1].dim_value for v in model.graph.output}
     D, V = width["hidden"], width["c0_logits"]
@@ -153,6 +193,3 @@ def batch_step_graph(model: onnx.ModelProto) -> onnx.ModelProto:
             helper.make_tensor_value_info("new_values", f, [L, "batch", heads, "n", hd]),
         ]
     )
-    del g.value_info[:]
-    onnx.checker.check_model(m)
-    return m
