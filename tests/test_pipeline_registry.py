@@ -111,18 +111,22 @@ def test_serve_family_still_exports_the_protocol():
         assert getattr(old, name) is getattr(new, name)
 
 
-def test_the_fsq_family_is_a_package_with_its_old_paths_as_aliases():
-    import codecspec.families.fsq.bench as bench
-    import codecspec.families.fsq.engine as engine
-    import codecspec.families.fsq.model as model
-    import codecspec.serve.fsq
-    import codecspec.tts.fsq
-    import codecspec.tts.fsq_bench
+@pytest.mark.parametrize(
+    "family, old",
+    [
+        ("fsq", {"model": "tts.fsq", "engine": "serve.fsq", "bench": "tts.fsq_bench"}),
+        ("v2", {"model": "tts.v2", "engine": "serve.v2"}),
+    ],
+)
+def test_a_family_package_keeps_its_old_paths_as_aliases(family, old):
+    import importlib
 
-    assert codecspec.tts.fsq is model and codecspec.serve.fsq is engine
-    assert codecspec.tts.fsq_bench is bench
-    entry = registry.by_name("fsq")
-    assert entry.load("model") is model.FSQTTS and entry.load("engine") is engine.FSQFamily
+    for new, path in old.items():
+        moved = importlib.import_module(f"codecspec.families.{family}.{new}")
+        assert importlib.import_module(f"codecspec.{path}") is moved, path
+    entry = registry.by_name(family)
+    for what in ("model", "engine"):
+        assert entry.load(what).__module__ == f"codecspec.families.{family}.{what}"
 
 
 def test_no_family_borrows_the_reference_models_members():

@@ -1,7 +1,8 @@
 """Temporal speculation: rounds of draft LM -> one target call -> verification -> depth loops.
 
 The two-stage v2 model's temporal LM reads only the c0 history, so L drafted c0 tokens can be
-scored by the target in one call over its ring cache (`codecspec.tts.v2.V2Stepper.score`).
+scored by the target in one call over its ring cache
+(`codecspec.families.v2.model.V2Stepper.score`).
 A round (`TemporalLoop.next_round`, then `finish_round`):
 
 1. the draft LM catches up on the committed c0s it has not seen, then proposes L tokens, each
@@ -20,7 +21,7 @@ A round (`TemporalLoop.next_round`, then `finish_round`):
 With `draft_len=0` a round is one target call and a zero-draft verification, i.e. plain
 autoregressive decoding: AR is the degenerate case of this loop, not a copy of it. The
 serving engine runs the same rounds for many streams and batches all their frames' depth
-loops into one call (`codecspec.serve.v2`).
+loops into one call (`codecspec.families.v2.engine`).
 """
 
 from __future__ import annotations

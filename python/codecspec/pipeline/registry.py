@@ -115,8 +115,8 @@ FAMILIES = (
     Entry(
         "v2",  # formats v2 and v3 (v3: the v2 runtime told espeak-ng's phoneme timing)
         formats=("codecspec-v2-tts/1",),
-        model="codecspec.tts.v2:V2TTS",
-        engine="codecspec.serve.v2:V2Family",
+        model="codecspec.families.v2.model:V2TTS",
+        engine="codecspec.families.v2.engine:V2Family",
         hooks=(("bench", "codecspec.tts.commands:bench_v2_command"),),
     ),
     Entry(
