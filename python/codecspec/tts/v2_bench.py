@@ -84,61 +84,88 @@ def bench_v2(
     progress: bool = True,
     depth: str = "positional",
 ) -> dict:
-    from codecspec.runtime import session_threads
-    from codecspec.tts.quality import swap_distortion
     from codecspec.tts.v2 import V2TTS
 
     tts = V2TTS(model_dir, provider=provider, threads=threads, params=params, depth=depth)
     if accept == "pcg" and theta is None:
         theta = float(tts.meta.get("pcg_theta", 0.95))
-    if loops is None:
-        if accept != "exact":
-            raise ValueError("accept: choose the loops (--loops) for a lossy or coarse rule")
-        pays = bool(tts.meta.get("temporal_speculation_pays", False))
-        spec_kw = {"temporal": "spec" if pays else "ar", "accept": Acceptance(), "mode": "auto"}
-        loops = "auto"
-    else:
-        spec_kw = speculation_config(loops, accept, beta, theta)
+    spec_kw, loops = _spec_side(tts, loops, accept, beta, theta)
     spec_kw["draft_len"] = draft_len
     sentences = load_bench_texts(texts)
+    runs = _interleaved_runs(tts, sentences, spec_kw, f"bench v2 {loops}/{accept}", progress)
+    out = _timing_figures(tts, runs, spec_kw, loops, draft_len, len(sentences))
+    codes = {m: np.concatenate([r.codes for r in rows]) for m, rows in runs.items()}
+    if accept == "pcg":
+        pvals = _group_fidelity(tts, codes, runs["spec"], spec_kw, theta, seed)
+        out["group_fidelity_pvalues"] = pvals
+        out["group_fidelity_min_p"] = min(pvals.values()) if pvals else None
+    out["quality"] = _swap_quality(tts, codes, spec_kw, theta, seed)
+    return out
 
-    def say(t, **kw):
-        # an aligned model (v3) reads espeak-ng's timing of the text, not stored phonemes
-        if tts.aligned:
-            return tts.generate(t["text"], language=t["language"], **kw)
-        return tts.generate("", phonemes=t["phonemes"], language=t["language"], **kw)
 
-    say(sentences[0], decode_audio=False, mode="ar", temporal="ar")
-    say(sentences[0], decode_audio=False, **spec_kw)
+def _spec_side(tts, loops: Optional[str], accept: str, beta: float, theta) -> tuple[dict, str]:
+    """(generate() keywords of the speculative side, the loops label). `loops=None` benches what
+    users get by default: the loops the model's calibration found to pay, exact acceptance
+    (a lossy or coarse rule is an explicit choice, so it needs explicit loops)."""
+    if loops is not None:
+        return speculation_config(loops, accept, beta, theta), loops
+    if accept != "exact":
+        raise ValueError("accept: choose the loops (--loops) for a lossy or coarse rule")
+    pays = bool(tts.meta.get("temporal_speculation_pays", False))
+    return {"temporal": "spec" if pays else "ar", "accept": Acceptance(), "mode": "auto"}, "auto"
+
+
+def _say(tts, t: dict, **kw):
+    """One bench sentence through generate()."""
+    # an aligned model (v3) reads espeak-ng's timing of the text, not stored phonemes
+    if tts.aligned:
+        return tts.generate(t["text"], language=t["language"], **kw)
+    return tts.generate("", phonemes=t["phonemes"], language=t["language"], **kw)
+
+
+def _interleaved_runs(tts, sentences, spec_kw: dict, desc: str, progress: bool) -> dict:
+    """{"ar": results, "spec": results}, one per sentence each, after one warm-up of each
+    side; the order flips per sentence so drifting load hits both alike."""
+    _say(tts, sentences[0], decode_audio=False, mode="ar", temporal="ar")
+    _say(tts, sentences[0], decode_audio=False, **spec_kw)
     runs: dict = {"ar": [], "spec": []}
     it = range(len(sentences))
     if progress:
         from codecspec.progress import bar
 
-        it = bar(it, desc=f"bench v2 {loops}/{accept}", total=len(sentences))
+        it = bar(it, desc=desc, total=len(sentences))
     for i in it:
         t = sentences[i]
         for m in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
             kw = spec_kw if m == "spec" else {"mode": "ar", "temporal": "ar"}
-            runs[m].append(say(t, seed=i, **kw))
-    ar, sp = runs["ar"], runs["spec"]
+            runs[m].append(_say(tts, t, seed=i, **kw))
+    return runs
 
-    def temporal_s(r):
-        return r.temporal_stats.temporal_seconds
 
-    def loops_s(r):
-        return r.temporal_stats.temporal_seconds + r.depth_seconds
+def _temporal_s(r) -> float:
+    return r.temporal_stats.temporal_seconds
 
+
+def _loops_s(r) -> float:
+    return r.temporal_stats.temporal_seconds + r.depth_seconds
+
+
+def _timing_figures(tts, runs: dict, spec_kw: dict, loops: str, draft_len: int, n: int) -> dict:
+    """The record's timing and counting keys (in their historical order) and the speed-ups,
+    each a ratio of per-sentence medians of per-frame times."""
+    from codecspec.runtime import session_threads
+
+    sp = runs["spec"]
     out = {
         "model_family": "v2",
         "loops": loops,
         "accept": spec_kw["accept"].label,
         "draft_len": draft_len,
         "depth_mode": spec_kw["mode"],
-        "pipeline_texts": len(sentences),
+        "pipeline_texts": n,
         "threads": session_threads(tts.temporal),
         "frames": {m: int(sum(r.frames for r in rows)) for m, rows in runs.items()},
-        "temporal_ms_per_frame": {m: _per_frame(rows, temporal_s) for m, rows in runs.items()},
+        "temporal_ms_per_frame": {m: _per_frame(rows, _temporal_s) for m, rows in runs.items()},
         "depth_ms_per_frame": {
             m: _per_frame(rows, lambda r: r.depth_seconds) for m, rows in runs.items()
         },
@@ -157,6 +184,11 @@ def bench_v2(
         },
         "hit_max_frames": {m: int(sum(r.hit_max_frames for r in rows)) for m, rows in runs.items()},
     }
+    _add_speedups(out, tts, runs, spec_kw)
+    return out
+
+
+def _add_speedups(out: dict, tts, runs: dict, spec_kw: dict) -> None:
     tm, dm, pm = (
         out[k] for k in ("temporal_ms_per_frame", "depth_ms_per_frame", "pipeline_ms_per_frame")
     )
@@ -171,35 +203,42 @@ def bench_v2(
         runs, {"ar": "ar", "spec": spec_depth}, {"ar": "ar", "spec": spec_kw["temporal"]}
     )
     out["audio_ms_per_frame"] = 1e3 / tts.codec.frame_rate
-    out["e2e_speedup"] = _per_frame(ar, loops_s) / _per_frame(sp, loops_s)
+    out["e2e_speedup"] = _per_frame(runs["ar"], _loops_s) / _per_frame(runs["spec"], _loops_s)
     out["pipeline_speedup"] = pm["ar"] / pm["spec"]
-    codes = {m: np.concatenate([r.codes for r in rows]) for m, rows in runs.items()}
-    if accept == "pcg":
-        rng = np.random.default_rng(seed)
-        pvals = {}
-        if spec_kw["temporal"] == "spec":
-            grp = tts.pcg_c0_groups(theta)
-            ga = _group_samples(grp, codes["ar"][:, 0], rng)
-            gs = np.concatenate([np.asarray(r.temporal_stats.groups, np.int64) for r in sp])
-            pvals["c0"] = homogeneity_pvalue(
-                np.bincount(ga, minlength=grp.num_groups), np.bincount(gs, minlength=grp.num_groups)
-            )
-        out["group_fidelity_pvalues"] = pvals
-        out["group_fidelity_min_p"] = min(pvals.values()) if pvals else None
-    out["quality"] = {"theta": theta}
-    if theta is not None:  # the swap stress test on the AR codes, every code swapped
-        q = out["quality"]
-        if spec_kw["temporal"] == "spec":
-            q["swap_added_db_c0"] = swap_distortion(
-                tts.codec, codes["ar"], {0: tts.pcg_c0_groups(theta)}, 1.0, seed
-            )
-        if spec_kw["mode"] == "pcg":
-            groups = dict(enumerate(tts.depth_groups(theta)))
-            groups.pop(0)
-            q["swap_added_db_levels_1_up"] = swap_distortion(
-                tts.codec, codes["ar"], groups, 1.0, seed
-            )
-    return out
+
+
+def _group_fidelity(tts, codes: dict, sp: list, spec_kw: dict, theta, seed: int) -> dict:
+    """PCG's group-law check: p-values that the speculative run's emitted c0 groups follow the
+    AR codes' group law (empty when the temporal loop did not speculate)."""
+    rng = np.random.default_rng(seed)
+    pvals = {}
+    if spec_kw["temporal"] == "spec":
+        grp = tts.pcg_c0_groups(theta)
+        ga = _group_samples(grp, codes["ar"][:, 0], rng)
+        gs = np.concatenate([np.asarray(r.temporal_stats.groups, np.int64) for r in sp])
+        pvals["c0"] = homogeneity_pvalue(
+            np.bincount(ga, minlength=grp.num_groups), np.bincount(gs, minlength=grp.num_groups)
+        )
+    return pvals
+
+
+def _swap_quality(tts, codes: dict, spec_kw: dict, theta, seed: int) -> dict:
+    """{"theta": theta} and, with a theta, the swap stress test on the AR codes (every code
+    swapped within its group) for each loop that used groups."""
+    from codecspec.tts.quality import swap_distortion
+
+    q: dict = {"theta": theta}
+    if theta is None:
+        return q
+    if spec_kw["temporal"] == "spec":
+        q["swap_added_db_c0"] = swap_distortion(
+            tts.codec, codes["ar"], {0: tts.pcg_c0_groups(theta)}, 1.0, seed
+        )
+    if spec_kw["mode"] == "pcg":
+        groups = dict(enumerate(tts.depth_groups(theta)))
+        groups.pop(0)
+        q["swap_added_db_levels_1_up"] = swap_distortion(tts.codec, codes["ar"], groups, 1.0, seed)
+    return q
 
 
 def record_v2(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
