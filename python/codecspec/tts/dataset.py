@@ -63,6 +63,73 @@ class Batch:
         return np.arange(self.phonemes.shape[1])[None, :] < self.phoneme_lengths[:, None]
 
 
+def _split_rows(rows: list, split) -> list:
+    """The manifest rows of `split`; an unknown split names the ones there are."""
+    if not isinstance(split, str) or not split:
+        raise ValueError(f"split: expected a split name, got {split!r}")
+    split_rows = [r for r in rows if r.get("split") == split]
+    if not split_rows:
+        known = sorted({str(r.get("split")) for r in rows})
+        raise ValueError(f"split: no manifest rows in split {split!r} (splits: {known})")
+    return split_rows
+
+
+def _load_split_codes(codes_path, split: str, split_rows: list, speaker_field: str):
+    """(path, frame rate, {id: codes} of the split), checked against the manifest: every row of
+    the split has its fields and codes stored under the same split, and the split holds no
+    utterance the manifest lacks (codes of another corpus)."""
+    codes_path = Path(codes_path).expanduser()
+    if not codes_path.exists():
+        raise ValueError(f"codes_path: {codes_path} does not exist")
+    with np.load(str(codes_path), allow_pickle=False) as z:
+        frame_rate = float(z["frame_rate"]) if "frame_rate" in z.files else 12.5
+    all_codes = load_codes(codes_path)
+    codes = load_codes(codes_path, split=split)
+    for r in split_rows:
+        lacking = [f for f in ("id", "phonemes", "language", speaker_field) if f not in r]
+        if lacking:
+            raise ValueError(
+                f"corpus_dir: manifest row {r.get('id', '?')!r} lacks the fields {lacking}"
+            )
+    ids = [r["id"] for r in split_rows]
+    missing = [i for i in ids if i not in all_codes]
+    if missing:
+        raise ValueError(
+            f"codes_path: {len(missing)} of {len(ids)} {split!r} utterances of the manifest "
+            f"have no codes in {codes_path} (first: {missing[:5]}); re-encode the corpus"
+        )
+    wrong_split = [i for i in ids if i not in codes]
+    if wrong_split:
+        raise ValueError(
+            f"codes_path: {len(wrong_split)} {split!r} utterances are stored under another "
+            f"split in {codes_path} (first: {wrong_split[:5]}); re-encode the corpus"
+        )
+    extra = sorted(set(codes) - set(ids))
+    if extra:
+        raise ValueError(
+            f"codes_path: {len(extra)} {split!r} utterances in {codes_path} are not in the "
+            f"manifest (first: {extra[:5]}); the codes belong to another corpus"
+        )
+    return codes_path, frame_rate, codes
+
+
+def _checked_codes(r: dict, c: np.ndarray, levels: Optional[int], frame_rate: float):
+    """One utterance's codes: [T, levels], with the frame count the codec gives for the row's
+    number of samples (when the manifest records it)."""
+    if c.ndim != 2 or (levels is not None and c.shape[1] != levels):
+        raise ValueError(
+            f"levels: utterance {r['id']!r} has codes of shape {c.shape}, expected [T, {levels}]"
+        )
+    if "num_samples" in r and "sample_rate" in r:
+        want = math.ceil(r["num_samples"] * frame_rate / r["sample_rate"] - 1e-9)
+        if c.shape[0] != want:
+            raise ValueError(
+                f"codes_path: utterance {r['id']!r} has {c.shape[0]} frames, its "
+                f"{r['num_samples']} samples give {want}; codes and corpus disagree"
+            )
+    return c
+
+
 class TTSDataset:
     """The utterances of one split, with a consistency check against the encoded corpus.
 
@@ -90,52 +157,14 @@ class TTSDataset:
         speaker_field: str = "variant",
     ):
         rows = load_manifest(corpus_dir)
-        if not isinstance(split, str) or not split:
-            raise ValueError(f"split: expected a split name, got {split!r}")
-        split_rows = [r for r in rows if r.get("split") == split]
-        if not split_rows:
-            known = sorted({str(r.get("split")) for r in rows})
-            raise ValueError(f"split: no manifest rows in split {split!r} (splits: {known})")
+        split_rows = _split_rows(rows, split)
         if frontend is None:
             frontend = Frontend.from_manifest(rows, speaker_field=speaker_field)
         elif not isinstance(frontend, Frontend):
             raise ValueError(f"frontend: expected a Frontend, got {type(frontend).__name__}")
-
-        codes_path = Path(codes_path).expanduser()
-        if not codes_path.exists():
-            raise ValueError(f"codes_path: {codes_path} does not exist")
-        with np.load(str(codes_path), allow_pickle=False) as z:
-            frame_rate = float(z["frame_rate"]) if "frame_rate" in z.files else 12.5
-        all_codes = load_codes(codes_path)
-        codes = load_codes(codes_path, split=split)
-
-        # consistency: every manifest row of the split has codes, stored under the same split,
-        # with the frame count the codec gives for its number of samples
-        for r in split_rows:
-            lacking = [f for f in ("id", "phonemes", "language", speaker_field) if f not in r]
-            if lacking:
-                raise ValueError(
-                    f"corpus_dir: manifest row {r.get('id', '?')!r} lacks the fields {lacking}"
-                )
-        ids = [r["id"] for r in split_rows]
-        missing = [i for i in ids if i not in all_codes]
-        if missing:
-            raise ValueError(
-                f"codes_path: {len(missing)} of {len(ids)} {split!r} utterances of the manifest "
-                f"have no codes in {codes_path} (first: {missing[:5]}); re-encode the corpus"
-            )
-        wrong_split = [i for i in ids if i not in codes]
-        if wrong_split:
-            raise ValueError(
-                f"codes_path: {len(wrong_split)} {split!r} utterances are stored under another "
-                f"split in {codes_path} (first: {wrong_split[:5]}); re-encode the corpus"
-            )
-        extra = sorted(set(codes) - set(ids))
-        if extra:
-            raise ValueError(
-                f"codes_path: {len(extra)} {split!r} utterances in {codes_path} are not in the "
-                f"manifest (first: {extra[:5]}); the codes belong to another corpus"
-            )
+        codes_path, frame_rate, codes = _load_split_codes(
+            codes_path, split, split_rows, speaker_field
+        )
         if levels is not None and not (isinstance(levels, int) and levels > 0):
             raise ValueError(f"levels: expected a positive int or None, got {levels!r}")
 
@@ -148,19 +177,7 @@ class TTSDataset:
         self._unk = 0
         utts = []
         for r in split_rows:
-            c = codes[r["id"]]
-            if c.ndim != 2 or (levels is not None and c.shape[1] != levels):
-                raise ValueError(
-                    f"levels: utterance {r['id']!r} has codes of shape {c.shape}, "
-                    f"expected [T, {levels}]"
-                )
-            if "num_samples" in r and "sample_rate" in r:
-                want = math.ceil(r["num_samples"] * frame_rate / r["sample_rate"] - 1e-9)
-                if c.shape[0] != want:
-                    raise ValueError(
-                        f"codes_path: utterance {r['id']!r} has {c.shape[0]} frames, its "
-                        f"{r['num_samples']} samples give {want}; codes and corpus disagree"
-                    )
+            c = _checked_codes(r, codes[r["id"]], levels, frame_rate)
             ph = frontend.vocab.encode(r["phonemes"], bos=add_bos_eos, eos=add_bos_eos)
             track = None
             if "events" in r:
