@@ -61,6 +61,7 @@ class Entry:
     folder without one (a checkpoint as published), "module:function(folder) -> bool";
     `model` / `engine`: "module:Class" of the single-stream model and of the engine's
     `codecspec.pipeline.Family` adapter; `options`: the engine options only it takes;
+    `model_options`: its single-stream model's options that only it takes (CLI flags);
     `title`: how messages name its folders; `hooks`: (command, "module:function") pairs,
     the family's own CLI subcommands (see `hook`)."""
 
@@ -70,6 +71,7 @@ class Entry:
     model: Optional[str] = None
     engine: Optional[str] = None
     options: tuple = ()
+    model_options: tuple = ()
     title: str = ""
     hooks: tuple = ()
 
@@ -117,6 +119,7 @@ FAMILIES = (
         formats=("codecspec-v2-tts/1",),
         model="codecspec.families.v2.model:V2TTS",
         engine="codecspec.families.v2.engine:V2Family",
+        model_options=("depth",),  # --depth: the positional or the shared depth decoder
         hooks=(("bench", "codecspec.tts.commands:bench_v2_command"),),
     ),
     Entry(

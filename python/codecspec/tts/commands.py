@@ -187,10 +187,11 @@ def _depth_kwargs(args) -> dict:
     """{"depth": ...} for a v2 model when --depth is given; other families have one."""
     if args.depth is None:
         return {}
-    from codecspec.tts.registry import model_family
+    from codecspec.pipeline import registry
 
-    if model_family(args.model) != "v2":
-        raise ValueError("depth: --depth applies to v2 models only")
+    if "depth" not in registry.family_of(args.model, detect=False).model_options:
+        takers = [e.name for e in registry.FAMILIES if "depth" in e.model_options]
+        raise ValueError(f"depth: --depth applies to {' and '.join(takers)} models only")
     return {"depth": args.depth}
 
 
