@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -85,6 +86,85 @@ def _save(path: Path, state: dict) -> None:
     os.replace(tmp, path)  # atomic: an interrupted save never leaves a broken checkpoint
 
 
+@dataclass
+class _Progress:
+    """Where training stands: what a checkpoint stores besides the weights and the optimiser."""
+
+    log: TrainLog = field(default_factory=TrainLog)
+    step: int = 0
+    epoch: int = 0
+    skip: int = 0  # batches of the current epoch already trained on
+    spent: float = 0.0  # seconds of training so far (all sessions)
+
+
+def _optimizer(model: V2Model, lr: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (not on norms, biases or other vectors)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.98),
+    )
+
+
+def _resume(path: Path, model, opt, tcfg, dcfg) -> _Progress:
+    """The checkpoint at `path` loaded into model and optimiser (with torch's RNG state, so a
+    resumed run draws what an uninterrupted one would); a fresh start when there is none."""
+    if not path.is_file():
+        return _Progress()
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    if ck["temporal_config"] != tcfg.to_dict() or ck["depth_config"] != dcfg.to_dict():
+        raise ValueError(f"ckpt_dir: {path} holds a model of another configuration")
+    model.load_state_dict(ck["state_dict"])
+    opt.load_state_dict(ck["optimizer"])
+    pr = _Progress(TrainLog(**ck["curves"]), ck["step"], ck["epoch"], ck["batch_in_epoch"])
+    pr.spent = ck["seconds"]
+    torch.set_rng_state(ck["torch_rng"])
+    sys.stderr.write(f"train v2: resuming {path} at step {pr.step} ({pr.spent / 60:.1f} min)\n")
+    return pr
+
+
+def _record_eval(pr: _Progress, model: V2Model, val: list) -> None:
+    v, lv = evaluate(model, val)
+    pr.log.val_steps.append(pr.step)
+    pr.log.val.append(v)
+    pr.log.val_levels.append(lv)
+
+
+def _train_step(
+    model, opt, pr: _Progress, b, frac, *, lr, rate_jitter, rng, depth_frames, gen, distill
+):
+    """One optimiser step on batch `b` at schedule position `frac`; its time counts towards the
+    budget and its losses join the log. Returns the model's losses."""
+    t_step = time.monotonic()
+    for g in opt.param_groups:
+        g["lr"] = _lr(frac, 0.04, lr)
+    out = model.losses(to_tensors(b, rate_jitter, rng), depth_frames, gen, distill)
+    loss = out["c0"] + out["draft"] + out["stop"] + out["draft_stop"] + out["depth"]
+    loss = loss + out.get("ce_draft_c0", 0.0)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    pr.step += 1
+    pr.spent += time.monotonic() - t_step
+    pr.log.steps.append(pr.step)
+    pr.log.seconds.append(round(pr.spent, 2))
+    pr.log.train.append({k: round(float(out[k].detach()), 4) for k in _keys(out)})
+    return out
+
+
+def _report(pr: _Progress, out: dict, budget: float) -> None:
+    sys.stderr.write(
+        f"train v2: step {pr.step} epoch {pr.epoch} {pr.spent / 60:.1f}/{budget / 60:.0f} min "
+        + " ".join(f"{k} {float(out[k].detach()):.3f}" for k in LOSS_KEYS)
+        + f" | held-out {pr.log.val[-1] if pr.log.val else {}}\n"
+    )
+    sys.stderr.flush()
+
+
 def train_v2(
     train_set: TTSDataset,
     val_set: TTSDataset,
@@ -112,104 +192,71 @@ def train_v2(
     path = ckpt_dir / CKPT_NAME
     torch.manual_seed(seed)
     model = V2Model(tcfg, dcfg)
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        betas=(0.9, 0.98),
-    )
-    log, step, epoch, skip, spent = TrainLog(), 0, 0, 0, 0.0
-    if path.is_file():
-        ck = torch.load(path, map_location="cpu", weights_only=False)
-        if ck["temporal_config"] != tcfg.to_dict() or ck["depth_config"] != dcfg.to_dict():
-            raise ValueError(f"ckpt_dir: {path} holds a model of another configuration")
-        model.load_state_dict(ck["state_dict"])
-        opt.load_state_dict(ck["optimizer"])
-        log = TrainLog(**ck["curves"])
-        step, epoch, skip, spent = ck["step"], ck["epoch"], ck["batch_in_epoch"], ck["seconds"]
-        torch.set_rng_state(ck["torch_rng"])
-        sys.stderr.write(f"train v2: resuming {path} at step {step} ({spent / 60:.1f} min)\n")
-    gen = torch.Generator().manual_seed(seed + step)
-    rng = np.random.default_rng(seed + step)
+    opt = _optimizer(model, lr)
+    pr = _resume(path, model, opt, tcfg, dcfg)
+    gen = torch.Generator().manual_seed(seed + pr.step)
+    rng = np.random.default_rng(seed + pr.step)
     val = [
         to_tensors(b, rate_jitter, np.random.default_rng(1))
         for _, b in zip(range(val_batches), val_set.batches(16, seed=1, max_frames=max_frames))
     ]
     budget = minutes * 60.0
+    train_args = dict(lr=lr, distill=distill, rate_jitter=rate_jitter, minutes=minutes)
 
     def state(batch_in_epoch: int) -> dict:
-        return {
-            "state_dict": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "temporal_config": tcfg.to_dict(),
-            "depth_config": dcfg.to_dict(),
-            "curves": log.to_dict(),
-            "step": step,
-            "epoch": epoch,
-            "batch_in_epoch": batch_in_epoch,
-            "seconds": spent,
-            "torch_rng": torch.get_rng_state(),
-            "seed": seed,
-            "frontend": train_set.frontend.to_dict(),
-            "train_args": dict(lr=lr, distill=distill, rate_jitter=rate_jitter, minutes=minutes),
-        }
+        return _checkpoint(model, opt, pr, tcfg, dcfg, batch_in_epoch, seed, train_set, train_args)
 
     model.train()
     last_save = last_report = time.monotonic()
     done = False
     while not done:
         for i, b in enumerate(
-            train_set.batches(batch_size, seed=seed + epoch, max_frames=max_frames)
+            train_set.batches(batch_size, seed=seed + pr.epoch, max_frames=max_frames)
         ):
-            if i < skip:
+            if i < pr.skip:
                 continue
-            frac = step / max_steps if max_steps else spent / budget
+            frac = pr.step / max_steps if max_steps else pr.spent / budget
             if frac >= 1.0:
                 done = True
-                skip = i
+                pr.skip = i
                 break
-            t_step = time.monotonic()
-            for g in opt.param_groups:
-                g["lr"] = _lr(frac, 0.04, lr)
-            out = model.losses(to_tensors(b, rate_jitter, rng), depth_frames, gen, distill)
-            loss = out["c0"] + out["draft"] + out["stop"] + out["draft_stop"] + out["depth"]
-            loss = loss + out.get("ce_draft_c0", 0.0)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            step += 1
-            spent += time.monotonic() - t_step
-            log.steps.append(step)
-            log.seconds.append(round(spent, 2))
-            log.train.append({k: round(float(out[k].detach()), 4) for k in _keys(out)})
-            if step % eval_every == 0:
-                v, lv = evaluate(model, val)
-                log.val_steps.append(step)
-                log.val.append(v)
-                log.val_levels.append(lv)
+            out = _train_step(
+                model, opt, pr, b, frac, lr=lr, rate_jitter=rate_jitter, rng=rng,
+                depth_frames=depth_frames, gen=gen, distill=distill,
+            )  # fmt: skip
+            if pr.step % eval_every == 0:
+                _record_eval(pr, model, val)
             now = time.monotonic()
             if progress and now - last_report > 20.0:
                 last_report = now
-                sys.stderr.write(
-                    f"train v2: step {step} epoch {epoch} {spent / 60:.1f}/{budget / 60:.0f} min "
-                    + " ".join(f"{k} {float(out[k].detach()):.3f}" for k in LOSS_KEYS)
-                    + f" | held-out {log.val[-1] if log.val else {}}\n"
-                )
-                sys.stderr.flush()
+                _report(pr, out, budget)
             if now - last_save > save_every:
                 _save(path, state(i + 1))
                 last_save = now
         else:
-            epoch += 1
-            skip = 0
-    v, lv = evaluate(model, val)
-    log.val_steps.append(step)
-    log.val.append(v)
-    log.val_levels.append(lv)
-    _save(path, state(skip))
-    (ckpt_dir / "train.json").write_text(json.dumps(log.to_dict()))
+            pr.epoch += 1
+            pr.skip = 0
+    _record_eval(pr, model, val)
+    _save(path, state(pr.skip))
+    (ckpt_dir / "train.json").write_text(json.dumps(pr.log.to_dict()))
     model.eval()
-    return model, log
+    return model, pr.log
+
+
+def _checkpoint(model, opt, pr: _Progress, tcfg, dcfg, batch_in_epoch, seed, train_set, train_args):
+    """Everything a run needs to continue exactly where this one is (see the module doc)."""
+    return {
+        "state_dict": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "temporal_config": tcfg.to_dict(),
+        "depth_config": dcfg.to_dict(),
+        "curves": pr.log.to_dict(),
+        "step": pr.step,
+        "epoch": pr.epoch,
+        "batch_in_epoch": batch_in_epoch,
+        "seconds": pr.spent,
+        "torch_rng": torch.get_rng_state(),
+        "seed": seed,
+        "frontend": train_set.frontend.to_dict(),
+        "train_args": train_args,
+    }
