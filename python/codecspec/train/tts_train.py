@@ -113,6 +113,48 @@ def evaluate(model: TTSModel, batches: list, gen_seed: int = 0) -> tuple[dict, l
     return {k: v / n for k, v in sums.items()}, (levels / n).tolist()
 
 
+def adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (not on norms, biases or other vectors)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.98),
+    )
+
+
+def _start(model: TTSModel, resume: Optional[dict], train_set: TTSDataset, codec: Codec) -> float:
+    """The latent scale (frame latents are divided by it to unit std): the checkpoint's, whose
+    weights are loaded into `model`, or measured on the first 200 training utterances."""
+    if resume is not None:
+        model.load_state_dict(resume["state_dict"])
+        return float(resume["latent_scale"])
+    sample = np.concatenate([u.codes for u in list(train_set)[:200]]).astype(np.int64)
+    return float(frame_latents(codec, sample, 1.0).std())
+
+
+def _step(model, opt, b: Batch, frac: float, codec, scale, depth_frames, gen, lr) -> dict:
+    """One optimiser step on batch `b` at schedule position `frac`; returns the losses."""
+    for g in opt.param_groups:
+        g["lr"] = _lr(frac, 0.04, lr)
+    out = model.losses(to_tensors(b, codec, scale), depth_frames, gen)
+    loss = out["c0"] + out["draft_c0"] + out["depth"]
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return out
+
+
+def _record_eval(log: TrainLog, step: int, model: TTSModel, val: list) -> None:
+    v, lv = evaluate(model, val)
+    log.val_steps.append(step)
+    log.val.append({k: round(x, 4) for k, x in v.items()})
+    log.val_levels.append([round(x, 4) for x in lv])
+
+
 def train_tts(
     train_set: TTSDataset,
     val_set: TTSDataset,
@@ -139,20 +181,8 @@ def train_tts(
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = TTSModel(tcfg, dcfg)
-    if resume is not None:
-        model.load_state_dict(resume["state_dict"])
-        scale = float(resume["latent_scale"])
-    else:
-        sample = np.concatenate([u.codes for u in list(train_set)[:200]]).astype(np.int64)
-        scale = float(frame_latents(codec, sample, 1.0).std())
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        betas=(0.9, 0.98),
-    )
+    scale = _start(model, resume, train_set, codec)
+    opt = adamw(model, lr)
     val = [
         to_tensors(b, codec, scale)
         for _, b in zip(range(val_batches), val_set.batches(16, seed=1, max_frames=max_frames))
@@ -173,30 +203,17 @@ def train_tts(
             if frac >= 1.0:
                 done = True
                 break
-            for g in opt.param_groups:
-                g["lr"] = _lr(frac, 0.04, lr)
-            out = model.losses(to_tensors(b, codec, scale), depth_frames, gen)
-            loss = out["c0"] + out["draft_c0"] + out["depth"]
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            out = _step(model, opt, b, frac, codec, scale, depth_frames, gen, lr)
             step += 1
             log.steps.append(step)
             log.seconds.append(round(elapsed, 2))
             log.train.append({k: round(out[k].item(), 4) for k in ("c0", "draft_c0", "depth")})
             if step % eval_every == 0:
-                v, lv = evaluate(model, val)
-                log.val_steps.append(step)
-                log.val.append({k: round(x, 4) for k, x in v.items()})
-                log.val_levels.append([round(x, 4) for x in lv])
+                _record_eval(log, step, model, val)
             if progress and elapsed - last_report > 15.0:
                 last_report = elapsed
                 _report(step, epoch, elapsed, budget, out, log)
         epoch += 1
-    v, lv = evaluate(model, val)
-    log.val_steps.append(step)
-    log.val.append({k: round(x, 4) for k, x in v.items()})
-    log.val_levels.append([round(x, 4) for x in lv])
+    _record_eval(log, step, model, val)
     model.eval()
     return model, log, scale

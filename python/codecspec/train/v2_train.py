@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from codecspec.graphs.config import DepthDecoderConfig
-from codecspec.train.tts_train import TrainLog
+from codecspec.train.tts_train import TrainLog, adamw
 from codecspec.train.v2_torch import V2Model, V2TemporalConfig, jittered_rate
 from codecspec.tts.dataset import Batch, TTSDataset
 
@@ -95,18 +95,6 @@ class _Progress:
     epoch: int = 0
     skip: int = 0  # batches of the current epoch already trained on
     spent: float = 0.0  # seconds of training so far (all sessions)
-
-
-def _optimizer(model: V2Model, lr: float) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices only (not on norms, biases or other vectors)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        betas=(0.9, 0.98),
-    )
 
 
 def _resume(path: Path, model, opt, tcfg, dcfg) -> _Progress:
@@ -192,7 +180,7 @@ def train_v2(
     path = ckpt_dir / CKPT_NAME
     torch.manual_seed(seed)
     model = V2Model(tcfg, dcfg)
-    opt = _optimizer(model, lr)
+    opt = adamw(model, lr)
     pr = _resume(path, model, opt, tcfg, dcfg)
     gen = torch.Generator().manual_seed(seed + pr.step)
     rng = np.random.default_rng(seed + pr.step)
