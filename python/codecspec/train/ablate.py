@@ -319,8 +319,6 @@ def ablate(
     only for a heads="hidden" graph without a `.heads.npy` sidecar. Writes ablation.json,
     ablation.md and (with matplotlib) ablation.png into out_dir.
     """
-    from codecspec.runtime.depth_graph import DepthGraph
-
     t_start = time.monotonic()
     budgets = _check_budgets(budgets)
     if not 0 < val_fraction < 1:
@@ -328,39 +326,20 @@ def ablate(
     if inputs is None and int(frames) < 2:
         raise ValueError(f"frames: need >= 2 (train + held-out), got {frames}")
     model_path = Path(model_path)
-    graph = DepthGraph(model_path, provider, threads)  # FileNotFoundError naming `model`
+    graph, heads = _open_model(model_path, provider, threads, heads)
     c = graph.config
     K, G = c.num_draft_offsets, c.num_codebooks
-    heads = read_heads(model_path) if heads is None else np.ascontiguousarray(heads, np.float32)
-    want = (c.num_lm_heads, c.codebook_size, c.hidden_size)
-    if heads.shape != want:
-        raise ValueError(f"heads: expected shape {want}, got {heads.shape}")
     params = params or cs.SamplingParams(0.9, 50, 1.0)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    hiddens, c0s = _inputs(c, inputs, int(frames), seed)
-    gen = cs.Generator(seed)
-    codes = collect_frames(
-        graph, hiddens, c0s, gen, "ar", params=params, heads=heads, progress=progress
-    )
-    z = teacher_forced_hidden(graph, hiddens, c0s, codes, progress=progress)
+    codes, z = _free_frames(graph, inputs, int(frames), seed, params, heads, progress)
     train_idx, val_idx = split_frames(len(codes), val_fraction, seed)
-    # Drafters see only the training frames; a sixth of them (indices into that subset)
-    # is the selection split for Medusa's early stopping.
-    n_train = len(train_idx)
-    select = np.sort(np.random.default_rng(seed + 11).permutation(n_train)[: n_train // 6])
+    select = _medusa_selection(len(train_idx), seed)
     drafters, hist = _train(
-        z[train_idx],
-        codes[train_idx],
-        heads,
-        K,
-        select,
-        seed,
-        train_kwargs,
-        medusa_kwargs,
+        z[train_idx], codes[train_idx], heads, K, select, seed, train_kwargs, medusa_kwargs,
         progress,
-    )
+    )  # fmt: skip
     M = int(min(max(budgets), c.codebook_size))
     acc = _measure(drafters, z, codes, val_idx, M, progress)
     rows = [r for d in DRAFTERS for r in _rows(d, acc[d], budgets, K, G)]
@@ -379,12 +358,7 @@ def ablate(
             "sampling": _params_dict(params),
             "seed": seed,
             "inputs": "synthetic" if inputs is None else "given",
-            "frames": {
-                "total": len(codes),
-                "train": len(train_idx),
-                "heldout": len(val_idx),
-                "medusa_selection": len(select),
-            },
+            "frames": _frame_counts(codes, train_idx, val_idx, select),
             "val_fraction": val_fraction,
             "num_ranks": M,
             "training": {k: _training_dict(h) for k, h in hist.items()},
@@ -394,3 +368,43 @@ def ablate(
     _write(result, plots)
     log.info("ablation:\n%s\n%s", result.markdown(), result.summary())
     return result
+
+
+def _open_model(model_path: Path, provider: str, threads, heads):
+    """The depth graph and its LM heads, checked against each other before any work."""
+    from codecspec.runtime.depth_graph import DepthGraph
+
+    graph = DepthGraph(model_path, provider, threads)  # FileNotFoundError naming `model`
+    c = graph.config
+    heads = read_heads(model_path) if heads is None else np.ascontiguousarray(heads, np.float32)
+    want = (c.num_lm_heads, c.codebook_size, c.hidden_size)
+    if heads.shape != want:
+        raise ValueError(f"heads: expected shape {want}, got {heads.shape}")
+    return graph, heads
+
+
+def _free_frames(graph, inputs, frames: int, seed: int, params, heads, progress: bool):
+    """(codes, z): free-generation AR frames of the exact model and their teacher-forced
+    hidden states, what every drafter is trained and measured on."""
+    hiddens, c0s = _inputs(graph.config, inputs, frames, seed)
+    gen = cs.Generator(seed)
+    codes = collect_frames(
+        graph, hiddens, c0s, gen, "ar", params=params, heads=heads, progress=progress
+    )
+    z = teacher_forced_hidden(graph, hiddens, c0s, codes, progress=progress)
+    return codes, z
+
+
+def _frame_counts(codes, train_idx, val_idx, select) -> dict:
+    return {
+        "total": len(codes),
+        "train": len(train_idx),
+        "heldout": len(val_idx),
+        "medusa_selection": len(select),
+    }
+
+
+def _medusa_selection(n_train: int, seed: int) -> np.ndarray:
+    """Drafters see only the training frames; a sixth of them (indices into that subset) is
+    the selection split for Medusa's early stopping."""
+    return np.sort(np.random.default_rng(seed + 11).permutation(n_train)[: n_train // 6])
