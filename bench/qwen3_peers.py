@@ -1119,6 +1119,7 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+        Path(args.json + ".partial").unlink(missing_ok=True)
     if args.write_docs:
         docs = Path(args.write_docs)
         write_docs(docs, docs_section(record, png, docs))
