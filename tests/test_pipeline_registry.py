@@ -116,7 +116,7 @@ def test_serve_family_still_exports_the_protocol():
     "family, old",
     [
         ("fsq", {"model": "tts.fsq", "engine": "serve.fsq", "bench": "tts.fsq_bench"}),
-        ("v2", {"model": "tts.v2", "engine": "serve.v2"}),
+        ("v2", {"model": "tts.v2", "engine": "serve.v2", "bench": "tts.v2_bench"}),
     ],
 )
 def test_a_family_package_keeps_its_old_paths_as_aliases(family, old):

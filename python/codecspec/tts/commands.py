@@ -143,7 +143,7 @@ def _speculation_kwargs(args, tts) -> dict:
         return {}
     if args.loops is None:
         return {"draft_len": args.draft_len}
-    from codecspec.tts.v2_bench import speculation_config
+    from codecspec.families.v2.bench import speculation_config
 
     theta = args.theta
     if args.accept == "pcg" and theta is None:
@@ -427,8 +427,8 @@ def _bench_common(args) -> tuple:
 def bench_v2_command(args) -> int:
     """v2/v3 (registry hook): temporal and depth loops, AR vs speculation, both on the
     pipeline."""
+    from codecspec.families.v2.bench import bench_v2, record_v2
     from codecspec.tts.bench import bench_depth_loop
-    from codecspec.tts.v2_bench import bench_v2, record_v2
 
     common, model = _bench_common(args)
     res = bench_depth_loop(model, args.frames, **common)

@@ -84,7 +84,7 @@ def bench_v2(
     progress: bool = True,
     depth: str = "positional",
 ) -> dict:
-    from codecspec.tts.v2 import V2TTS
+    from codecspec.families.v2.model import V2TTS
 
     tts = V2TTS(model_dir, provider=provider, threads=threads, params=params, depth=depth)
     if accept == "pcg" and theta is None:
