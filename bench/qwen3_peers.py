@@ -91,10 +91,10 @@ codecspec, qwentts, vox, official). Workers start one at a time; when less than
 
 Not run in CI. A run on the project's 2-core machine (see docs/performance.md):
 
-    python bench/qwen3_peers.py /work/q06 --frames 40 --threads 2 --rounds 3 \\
-        --gguf-dir /work/peers/gguf --tmod-dir /work/peers \\
-        --python qwentts=/work/venv-peers/bin/python --python vox=/work/venv-peers/bin/python \\
-        --python official=/work/venv-torchpeers/bin/python \\
+    python bench/qwen3_peers.py /tmp/q06 --frames 40 --threads 2 --rounds 3 \\
+        --gguf-dir ~/peers/gguf --tmod-dir ~/peers \\
+        --python qwentts=~/venv-peers/bin/python --python vox=~/venv-peers/bin/python \\
+        --python official=~/venv-torchpeers/bin/python \\
         --json bench/results/qwen3_peers.json --plot docs/qwen3_peers.png --write-docs
 """
 
