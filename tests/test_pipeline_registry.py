@@ -113,21 +113,26 @@ def test_serve_family_still_exports_the_protocol():
 
 
 @pytest.mark.parametrize(
-    "family, old",
+    "family, package, old",
     [
-        ("fsq", {"model": "tts.fsq", "engine": "serve.fsq", "bench": "tts.fsq_bench"}),
-        ("v2", {"model": "tts.v2", "engine": "serve.v2", "bench": "tts.v2_bench"}),
+        ("fsq", "fsq", {"model": "tts.fsq", "engine": "serve.fsq", "bench": "tts.fsq_bench"}),
+        ("v2", "v2", {"model": "tts.v2", "engine": "serve.v2", "bench": "tts.v2_bench"}),
+        ("qwen3-tts", "qwen3_tts", {"engine": "serve.qwen3"}),
     ],
 )
-def test_a_family_package_keeps_its_old_paths_as_aliases(family, old):
+def test_a_family_package_keeps_its_old_paths_as_aliases(family, package, old):
     import importlib
 
     for new, path in old.items():
-        moved = importlib.import_module(f"codecspec.families.{family}.{new}")
+        moved = importlib.import_module(f"codecspec.families.{package}.{new}")
         assert importlib.import_module(f"codecspec.{path}") is moved, path
     entry = registry.by_name(family)
     for what in ("model", "engine"):
-        assert entry.load(what).__module__ == f"codecspec.families.{family}.{what}"
+        if what in old:  # Qwen3-TTS's model was always in its package (pipeline.py)
+            assert entry.load(what).__module__ == f"codecspec.families.{package}.{what}"
+    if family == "qwen3-tts":
+        moved = importlib.import_module("codecspec.families.qwen3_tts.engine")
+        assert entry.hook("serve_check") is moved.check_serve_args
 
 
 def test_no_family_borrows_the_reference_models_members():

@@ -15,9 +15,9 @@ that depends on the model family sits behind `Family`:
   per frame), the voices and languages, the frame and sample rates.
 
 Nothing here names a family: the families' adapters (`codecspec.serve.family.ReferenceFamily`,
-`codecspec.families.fsq.engine.FSQFamily`, `codecspec.serve.v2.V2Family`,
-`codecspec.serve.qwen3.Qwen3Family`) subclass `Family`, and the registry names them by
-module path only.
+`codecspec.families.fsq.engine.FSQFamily`, `codecspec.families.v2.engine.V2Family`,
+`codecspec.families.qwen3_tts.engine.Qwen3Family`) subclass `Family`, and the registry
+names them by module path only.
 """
 
 from __future__ import annotations

@@ -104,14 +104,14 @@ FAMILIES = (
         "qwen3-tts",
         detect=f"{_QWEN3}.checkpoint:is_qwen3_folder",
         model=f"{_QWEN3}.pipeline:Qwen3TTS.load",
-        engine="codecspec.serve.qwen3:Qwen3Family",
+        engine=f"{_QWEN3}.engine:Qwen3Family",
         options=("cache_dir", "ref_audio", "weights", "voices_dir"),
         title="Qwen3-TTS checkpoint",
         hooks=(
             ("synth", f"{_QWEN3}.cli:synth"),
             ("bench", "codecspec.tts.commands:bench_qwen3_command"),
             ("calibrate", "codecspec.cli:calibrate_qwen3_command"),
-            ("serve_check", "codecspec.serve.qwen3:check_serve_args"),
+            ("serve_check", f"{_QWEN3}.engine:check_serve_args"),
         ),
     ),
     Entry(

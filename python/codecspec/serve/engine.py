@@ -8,7 +8,7 @@ call); for the FSQ family one batched step call and the factorised heads + stop 
 (`codecspec.families.fsq.engine`); for v2/v3 one temporal round per stream (speculative or
 AR) and the depth loops of all the frames it emitted in one batched loop, so a speculative
 stream gets several frames per step (`codecspec.families.v2.engine`); for a Qwen3-TTS
-checkpoint folder each stream's own frame loop (`codecspec.serve.qwen3`).
+checkpoint folder each stream's own frame loop (`codecspec.families.qwen3_tts.engine`).
 Streams join and leave only between steps (frame boundaries): a stream ends at its planned
 length (RVQ), its stop head (FSQ, v2) or its eos token (Qwen3-TTS); one whose client went
 away is dropped at the next boundary, and its slot is reused; a queued one leaves the queue

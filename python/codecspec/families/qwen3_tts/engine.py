@@ -1,0 +1,430 @@
+"""Qwen3-TTS checkpoint folders (`codecspec serve --model DIR`) in the continuous-batching engine.
+
+Each stream runs `Qwen3TTS.frame_steps`, the coroutine behind `iter_frames` (prefill, then
+per frame the talker's c0, the depth loop AR or speculative, the talker step), with its own
+generator, on a runtime of its slot: `Qwen3TTS.replica()` gives every slot its own talker KV
+cache and depth-loop state over the one set of loaded ONNX sessions, tables and LM heads
+(the graphs are loaded once). An engine step advances every active stream by one frame: each
+stream's coroutine hands out its frame's depth loop, the AR ones of all streams run as one
+batched loop (`BatchedDepth` over the code predictor's grouped-heads graph: one call per
+level for every stream), a speculative one on its stream's own decoder. The codes come from
+the same loop with the same generators as `Qwen3TTS.generate_codes`, so a served stream is
+bit-identical to it for the same seed and arguments, whatever streams share the engine
+(tests/test_serve_qwen3.py).
+
+The talker's eos decides the length (`known_length = False`): the step that samples eos ends
+the stream without a frame. Audio is the 12 Hz speech decoder (24 kHz), one decoder state per
+stream fed chunk by chunk (`chunk_decoder`), so the chunks join exactly as a whole decode.
+
+Request fields: `voice` is a CustomVoice speaker (OpenAI's voice names map onto the speakers;
+VoiceDesign and Base checkpoints have none); `instructions` is the official `instruct` where
+the checkpoint reads it (`Qwen3Checkpoint.accepts_instruct`); `language` is a language of the
+checkpoint or its ISO 639-1 code; temperature / top_k / top_p override both the talker's and
+the depth loop's law as in `Qwen3TTS.sampling`. `speed` other than 1 is refused: the model has
+no rate control. A Base (voice-cloning) checkpoint is served with a reference recording
+given at load (`ref_audio`), whose voice every stream then speaks in (x-vector only), or with
+a folder of voices (`voices_dir`: NAME.wav + NAME.txt, its transcript), each encoded once at
+load and cloned in context; `voice` picks one by NAME (OpenAI's voice names map onto them as
+onto speakers), and its audio is decoded after the voice's reference codes, as the official
+generate_voice_clone decodes it.
+
+What it does not do: batch the talker's steps (a batched GroupQueryAttention over caches of
+other lengths rounds differently, ~2e-7, enough to flip sampled codes of speculative
+streams, and served streams stay bit-identical to generate_codes), nor the speculative depth
+loops of several streams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+import codecspec as cs
+from codecspec.calibrate.decision import auto_mode, speculation_pays
+from codecspec.pipeline.family import (
+    Check,
+    Family,
+    Frame,
+    StreamState,
+    guard,
+    guard_value,
+    sampling_params,
+)
+
+__all__ = ["Qwen3Family", "LANGUAGE_CODES", "check_folder", "check_serve_args"]
+
+# ISO 639-1 codes of the languages Qwen3-TTS checkpoints name (a request's "en" default too)
+LANGUAGE_CODES = {
+    "zh": "chinese",
+    "en": "english",
+    "ja": "japanese",
+    "ko": "korean",
+    "de": "german",
+    "fr": "french",
+    "ru": "russian",
+    "pt": "portuguese",
+    "es": "spanish",
+    "it": "italian",
+}
+CHARS_PER_FRAME = 14 / 12.5  # about 14 characters a second of speech: retry hints only
+
+
+@dataclass
+class Qwen3State(StreamState):
+    request: Optional[dict] = None  # frame_steps keywords, until the stream takes a slot
+    steps: Optional[object] = None  # the stream's frame_steps coroutine
+    slot_rt: Optional[object] = None  # the slot's runtime (its speculative depth decoder)
+
+
+class _Codec:
+    """The `codec` attribute other families have (`decode(codes, n_iter, seed)`), over the
+    speech decoder, which is deterministic and has no iterations to set."""
+
+    def __init__(self, decoder) -> None:
+        self.decoder = decoder
+        self.sample_rate = int(decoder.sample_rate)
+        self.frame_rate = self.sample_rate / decoder.samples_per_frame
+
+    def decode(self, codes, n_iter=None, seed=None) -> np.ndarray:
+        return np.asarray(self.decoder.decode(codes), np.float32).reshape(-1)
+
+
+class Qwen3Family(Family):
+    """A Qwen3-TTS 12 Hz checkpoint folder in the engine: one frame loop per stream."""
+
+    name = "qwen3-tts"
+    known_length = False  # the talker's eos decides
+    modes = ("ar", "spec")
+    # The speech decoder carries its state, so a one-frame first chunk costs no audio quality
+    # (the Griffin-Lim vocoders of the other families want a few frames of context).
+    first_chunk_frames = 1
+
+    @classmethod
+    def detect(cls, folder) -> bool:
+        from codecspec.families.qwen3_tts.checkpoint import is_qwen3_folder
+
+        return is_qwen3_folder(str(folder))
+
+    @classmethod
+    def open(cls, folder, slots, max_frames, max_phonemes, provider, threads, **options):
+        # the talker reads its own tokenizer's ids: no phoneme limit applies
+        return cls(folder, slots, max_frames, provider, threads, **options)
+
+    def __init__(
+        self,
+        model_dir,
+        slots,
+        max_frames,
+        provider,
+        threads,
+        cache_dir=None,
+        ref_audio=None,
+        weights=None,
+        voices_dir=None,
+    ):
+        from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
+
+        self.reference = check_folder(model_dir, ref_audio, voices_dir)
+        self.tts = Qwen3TTS.load(
+            model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights
+        )
+        if self.reference is not None:  # loads the speaker encoder once, for every replica
+            self.tts.speaker_vector(self.reference)
+        # each voice read, x-vector computed and reference encoded once, here
+        voices = read_voices_dir(voices_dir) if voices_dir is not None else {}
+        self.cloned = {n: self.tts.clone_voice(wav, text) for n, (wav, text) in voices.items()}
+        self.model_names = (f"qwen3-tts-{Path(model_dir).resolve().name}", "qwen3-tts")
+        self.takes_instructions = self.tts.ck.accepts_instruct
+        self.max_frames = int(max_frames)
+        self.codec = _Codec(self.tts.speech_decoder())
+        self.sample_rate = self.codec.sample_rate
+        self.hop = int(self.tts.speech_decoder().samples_per_frame)
+        self.frame_rate = self.codec.frame_rate
+        self.speculation_pays = self._speculation_pays()
+        self.runtimes: dict = {}  # slot -> its Qwen3TTS replica, made on first use
+        from codecspec.decode.batched_depth import BatchedDepth
+
+        # every stream's AR depth loop of a step in one batched loop over the shared graph
+        self.depth = BatchedDepth(self.tts.depth, slots, provider, threads)
+
+    def _speculation_pays(self) -> bool:
+        """Mode "auto": what `codecspec calibrate --model DIR` measured (as `synth`)."""
+        return speculation_pays(self.tts.calibration_file("speculation.json"))  # as `synth`
+
+    # ------------------------------------------------------------------ requests
+    @property
+    def voices(self) -> list:
+        if self.cloned:
+            return sorted(self.cloned)
+        return self.tts.speakers if self.tts.model_type == "custom_voice" else []
+
+    @property
+    def languages(self) -> list:
+        own = self.tts.languages
+        return own + [code for code, lang in LANGUAGE_CODES.items() if lang in own]
+
+    def check(self, req) -> None:
+        super().check(req)
+        if req.input_format != "text":
+            raise ValueError("input_format: a Qwen3-TTS checkpoint reads text, not IPA")
+        if float(req.speed) != 1.0:
+            raise ValueError(f"speed: Qwen3-TTS has no speaking-rate control; 1.0, not {req.speed}")
+        if req.instructions and not self.takes_instructions:
+            raise ValueError(
+                f"instructions: this {self.tts.model_type} checkpoint (size "
+                f"{self.tts.ck.model_size!r}) takes none"
+            )
+
+    def params(self, req) -> cs.SamplingParams:
+        talk, _ = self.tts.sampling()
+        sampling_params(talk, req, self.tts.spec.vocab_size)  # ranges, naming the field
+        talk, _ = self.tts.sampling(req.temperature, req.top_k, req.top_p)
+        return talk
+
+    def request_kwargs(self, req) -> dict:
+        """The `Qwen3TTS.iter_frames` keywords of a request (also the reference for tests)."""
+        language = LANGUAGE_CODES.get(req.language, req.language)
+        speaker = req.voice
+        if speaker is None and self.voices:
+            speaker = self.voices[0]
+        reference = self.reference
+        if self.cloned:  # the voice is a cloned one, not a speaker of the checkpoint
+            speaker, reference = None, self.cloned[speaker]
+        mode = auto_mode(req.mode, self.speculation_pays)
+        return dict(
+            speaker=speaker,
+            language=language,
+            instruct=req.instructions or None,
+            ref_audio=reference,
+            mode=mode,
+            temperature=req.temperature,
+            top_k=req.top_k,
+            top_p=req.top_p,
+        )
+
+    def prepare(self, req, generator: cs.Generator) -> Qwen3State:
+        from codecspec.families.qwen3_tts.pipeline import ClonedVoice
+        from codecspec.families.qwen3_tts.text import build_prompt
+
+        tts = self.tts
+        kw = self.request_kwargs(req)
+        try:
+            text, speaker, language, instruct = tts.check_request(
+                req.input, kw["speaker"], kw["language"], kw["instruct"], kw["ref_audio"]
+            )
+        except ValueError as e:  # name the HTTP field, not the runtime's argument
+            raise ValueError(_as_request_field(str(e))) from None
+        voice = kw["ref_audio"] if isinstance(kw["ref_audio"], ClonedVoice) else None
+        in_context = voice is not None and voice.ref_text is not None
+        p = build_prompt(
+            tts.tok,
+            tts.spec,
+            text,
+            language=language,
+            speaker=speaker,
+            instruct=instruct,
+            speaker_vector=kw["ref_audio"] is not None,
+            ref_text=voice.ref_text if in_context else None,
+            ref_frames=len(voice.ref_codes) if in_context else 0,
+        )
+        limit = min(self.max_frames, tts.ck.generation.max_new_tokens - 1)
+        limit = min(limit, tts.talker.max_positions - len(p) - 1)
+        if limit < 1:
+            raise ValueError(
+                f"input: its prompt takes {len(p)} of the talker's "
+                f"{tts.talker.max_positions} positions, leaving none for speech"
+            )
+        kw.update(text=text, max_frames=limit)
+        expected = min(limit, max(1, int(np.ceil(len(text) / CHARS_PER_FRAME))))
+        return Qwen3State(
+            generator=generator,
+            params=self.params(req),
+            speaker=0,
+            frames=None,
+            expected=expected,
+            limit=limit,
+            tokens=len(p.prompt_ids),
+            request=kw,
+        )
+
+    def load(self, slot: int, state: Qwen3State) -> None:
+        rt = self.runtimes.get(slot)
+        if rt is None:
+            rt = self.runtimes[slot] = self.tts.replica()
+        kw, state.request = dict(state.request), None
+        text = kw.pop("text")
+        state.slot_rt = rt
+        state.steps = rt.frame_steps(text, generator=state.generator, **kw)
+
+    def step(self, streams: list, check: Check) -> list:
+        frames: list = [None] * len(streams)
+        # 1. every stream to its next request: a newcomer prefills on its own talker and asks
+        #    for its first depth loop; the others ask for their talker step
+        reqs = {i: self._advance(s, None) for i, s in enumerate(streams)}
+        # 2. each stream's talker step on its own talker, then to its depth request. Not one
+        #    batched call: GroupQueryAttention's sums over a past of another length round
+        #    differently (~2e-7), which flips sampled codes of speculative streams, and a
+        #    served stream must stay bit-identical to generate_codes.
+        for i, r in reqs.items():
+            if isinstance(r, tuple) and r[0] == "talker":
+                talker = streams[i].state.slot_rt.talker
+                hidden = guard_value(lambda t=talker, e=r[1]: t.step(e))
+                if isinstance(hidden, Exception):
+                    reqs[i] = hidden
+                else:
+                    reqs[i] = self._advance(streams[i], hidden)
+        # 3. one batched depth loop for every AR frame, then each stream's frame
+        jobs = {}
+        for i, r in reqs.items():
+            if isinstance(r, Exception):
+                frames[i] = Frame(error=r)
+            elif r is None:  # eos (or the frame limit): no frame this step
+                frames[i] = Frame(ended=True)
+            else:
+                error = guard(lambda s=streams[i], job=r[1]: check(s, job.hidden))
+                if error is None:
+                    jobs[i] = r[1]
+                else:
+                    frames[i] = Frame(error=error)
+        for i, codes in self._depth(streams, jobs).items():
+            s = streams[i]
+            r = codes if isinstance(codes, Exception) else self._advance(s, codes)
+            if isinstance(r, Exception):
+                frames[i] = Frame(error=r)
+            else:
+                frames[i] = Frame(codes=r[1], ended=s.t + 1 >= s.state.limit)
+        return frames
+
+    @staticmethod
+    def _advance(s, reply):
+        """Resumes the stream's coroutine with `reply` up to its next request (kind, item),
+        None when it ended, or the exception it raised (its own failure)."""
+        try:
+            return s.state.steps.send(reply)
+        except StopIteration:
+            return None
+        except Exception as e:  # this stream's own error: it alone fails
+            return e
+
+    def _depth(self, streams: list, jobs: dict) -> dict:
+        """Codes (or the exception) per stream index: the AR frames in one batched loop, a
+        speculative one through its stream's own decoder."""
+        from codecspec.decode.batched_depth import decode_frames
+
+        out = {}
+        ar = [i for i, j in jobs.items() if j.mode == "ar"]
+        for i, codes in zip(ar, decode_frames(self.depth, [jobs[i] for i in ar]) if ar else []):
+            out[i] = codes
+        for i, j in jobs.items():
+            if j.mode != "ar":
+                dec = streams[i].state.slot_rt.depth
+                out[i] = guard_value(
+                    lambda d=dec, j=j: d.decode_frame(j.hidden, j.c0, j.generator, j.mode)
+                )
+        return out
+
+    def counters(self) -> dict:
+        # the frame stage's graph calls: the batched AR loop's and the per-stream spec ones
+        spec = sum(rt.depth.stats.calls for rt in self.runtimes.values())
+        codes = sum(rt.depth.stats.codes for rt in self.runtimes.values())
+        d = self.depth
+        return {
+            "calls": d.calls + spec,
+            "lane_calls": d.lane_calls + spec,
+            "codes": d.codes_out + codes,
+        }
+
+    def chunk_decoder(self, iters: int, seed: int, voice=None):
+        stream = self.codec.decoder.open_stream()
+        cloned = self.cloned.get(voice) if voice is not None else None
+        if cloned is not None and cloned.ref_codes is not None:
+            return _AfterReference(stream, cloned.ref_codes)
+        return stream
+
+
+class _AfterReference:
+    """A decoder stream that first takes a voice's reference codes as left context (their
+    audio dropped), as generate_voice_clone decodes reference + new codes in one sequence.
+    Primed on the first feed, in the vocoder's worker thread, not where it is made."""
+
+    def __init__(self, stream, ref_codes: np.ndarray) -> None:
+        self.stream, self.ref_codes = stream, ref_codes
+
+    def feed(self, codes) -> np.ndarray:
+        if self.ref_codes is not None:
+            self.stream.feed(self.ref_codes)
+            self.ref_codes = None
+        return self.stream.feed(codes)
+
+
+def check_folder(model_dir, ref_audio=None, voices_dir=None) -> Optional[tuple]:
+    """Whether a Qwen3-TTS folder can be served (before any graph is built): a Base
+    checkpoint needs a reference recording or a voices folder, the others take neither.
+    Returns the recording as (samples, 24000) or None; ValueError naming `model`,
+    `ref_audio` or `voices_dir` otherwise."""
+    from codecspec.families.qwen3_tts.checkpoint import Qwen3Checkpoint
+    from codecspec.families.qwen3_tts.pipeline import load_reference
+
+    ck = Qwen3Checkpoint(model_dir)
+    if ck.model_type == "base" and ref_audio is None and voices_dir is None:
+        raise ValueError(
+            f"model: {ck.dir} is a Base (voice-cloning) checkpoint; serve it with --ref-audio "
+            "CLIP (the voice every stream speaks in) or --voices-dir DIR, or serve a "
+            "CustomVoice or VoiceDesign checkpoint"
+        )
+    for name, value in (("ref_audio", ref_audio), ("voices_dir", voices_dir)):
+        if ck.model_type != "base" and value is not None:
+            raise ValueError(f"{name}: a {ck.model_type} checkpoint does not clone voices")
+    if ref_audio is not None and voices_dir is not None:
+        raise ValueError("voices_dir: give it or ref_audio, not both")
+    if voices_dir is not None:
+        read_voices_dir(voices_dir)  # a bad folder fails before any graph is built
+    return None if ref_audio is None else (load_reference(ref_audio), 24000)
+
+
+def check_serve_args(args) -> None:
+    """`codecspec serve --model DIR`'s check before the server starts (`check_folder` on
+    the command's --ref-audio and --voices-dir); the registry's "serve_check" hook."""
+    check_folder(args.model, args.ref_audio, args.voices_dir)
+
+
+def read_voices_dir(voices_dir) -> dict:
+    """NAME -> (24 kHz samples, transcript) of every NAME.wav + NAME.txt in the folder;
+    ValueError naming `voices_dir` for a folder without voices, a clip without its
+    transcript (or the reverse), or an empty transcript."""
+    from codecspec.families.qwen3_tts.pipeline import load_reference
+
+    d = Path(voices_dir)
+    if not d.is_dir():
+        raise ValueError(f"voices_dir: {d} is not a folder")
+    clips = {p.stem: p for p in d.glob("*.wav")}
+    texts = {p.stem: p for p in d.glob("*.txt")}
+    unpaired = sorted(set(clips) ^ set(texts))
+    if unpaired:
+        raise ValueError(
+            f"voices_dir: {d}: every voice is NAME.wav + NAME.txt (its transcript); "
+            f"unpaired: {unpaired}"
+        )
+    if not clips:
+        raise ValueError(f"voices_dir: {d} holds no voice (NAME.wav + NAME.txt)")
+    out = {}
+    for name in sorted(clips):
+        text = texts[name].read_text(encoding="utf-8").strip()
+        if not text:
+            raise ValueError(f"voices_dir: {texts[name]} is empty (the clip's transcript)")
+        try:
+            wav = load_reference(clips[name])
+        except ValueError as e:
+            raise ValueError(f"voices_dir: {clips[name]}: {e}") from None
+        out[name] = ((wav, 24000), text)
+    return out
+
+
+def _as_request_field(message: str) -> str:
+    """A runtime ValueError's message with the argument named as the request's field."""
+    head, sep, rest = message.partition(":")
+    field = {"text": "input", "speaker": "voice", "instruct": "instructions"}.get(head)
+    return f"{field}{sep}{rest}" if field and sep else message
