@@ -13,10 +13,10 @@ v3's whole-utterance synthesis was faster too (0.60 against 0.72 s).
 block and restores the earlier count when the last block of any thread ends (the setting is
 the library's, global to the process; entering costs ~25 microseconds). Raising OpenBLAS's
 count from a thread other than the main one did not take effect here (numpy 2's OpenBLAS
-0.3.31), so where the last block ends on another thread BLAS may stay at one thread: in a
-server, which owns its process, that is what the decode path wants. Through `threadpoolctl`,
-which finds OpenBLAS, MKL or BLIS, whichever numpy uses; without it, or with no BLAS library
-found, it does nothing.
+0.3.31), so where the last block ends on another thread BLAS may stay at one thread: in a server, which owns its process, that is
+what the decode path wants. Through
+`threadpoolctl`, which finds OpenBLAS, MKL or BLIS whichever numpy uses; without it, or with
+no BLAS library found, it does nothing.
 """
 
 from __future__ import annotations
