@@ -21,7 +21,6 @@ import numpy as np
 from codecspec.codec.audio import as_mono_float, resample
 from codecspec.codec.features import griffin_lim, mel_filterbank, mel_pinv, stft
 from codecspec.codec.rvq import rvq_decode, rvq_encode, rvq_fit
-from codecspec.runtime.blas import single_blas_thread
 
 __all__ = ["CodecConfig", "Codec", "frame_features"]
 
@@ -229,7 +228,6 @@ class Codec:
         wav = griffin_lim(mag, c.n_fft, c.stft_hop, c.win_length, n, n_iter=n_iter, seed=seed)
         return wav.astype(np.float32)
 
-    @single_blas_thread  # its matrix products run between frames: no spinning BLAS workers
     def decode(self, codes, n_iter: int = 32, seed: int = 0) -> np.ndarray:
         """Waveform float32 [T * frame_hop] at ``cfg.sample_rate`` from codes [T, l]."""
         c = self.check_codes(codes)

@@ -23,7 +23,6 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.codec.codec import Codec, CodecConfig, open_table, write_table
-from codecspec.runtime.blas import single_blas_thread
 
 __all__ = ["FSQConfig", "FSQCodec", "check_levels", "lloyd_max"]
 
@@ -195,7 +194,6 @@ class FSQCodec:
     def decode_features(self, channels) -> np.ndarray:
         return self.pca.unproject(self.latent(channels))
 
-    @single_blas_thread  # its matrix products run between frames: no spinning BLAS workers
     def decode(self, channels, n_iter: int = 32, seed: int = 0) -> np.ndarray:
         """Waveform float32 [T * frame_hop] from channel indices [T, k * len(levels)]."""
         c = self.check_channels(channels)

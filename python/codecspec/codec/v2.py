@@ -29,7 +29,6 @@ import numpy as np
 import codecspec as cs
 from codecspec.codec.codec import Codec, CodecConfig, open_table, write_table
 from codecspec.codec.fsq import _pca_codec, lloyd_max
-from codecspec.runtime.blas import single_blas_thread
 
 __all__ = ["V2Config", "CodecV2", "BINS"]
 
@@ -324,7 +323,6 @@ class CodecV2:
     def decode_features(self, codes) -> np.ndarray:
         return self.pca.unproject(self.latent(codes))
 
-    @single_blas_thread  # its matrix products run between frames: no spinning BLAS workers
     def decode(self, codes, n_iter: int = 32, seed: int = 0) -> np.ndarray:
         """Waveform float32 [T * frame_hop] from codes [T, l] (the v1 vocoder)."""
         c = self.check_codes(codes)
