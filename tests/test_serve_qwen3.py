@@ -338,6 +338,11 @@ def test_first_audio_is_one_frame_and_its_time_is_in_the_metrics(custom):
     assert _metric(after, "codecspec_time_to_first_audio_seconds_count") == n0 + 1
     assert _metric(after, "codecspec_time_to_first_audio_seconds_sum") > 0
     assert _metric(after, "codecspec_time_to_first_audio_median_seconds") > 0
+    # a WAV of unknown length is one body: counted once, when it is ready
+    r = post(custom, voice="aiden", seed=5, temperature=0, response_format="wav")
+    assert r.status_code == 200, r.text
+    last = httpx.get(custom.url + "/metrics", timeout=30).text
+    assert _metric(last, "codecspec_time_to_first_audio_seconds_count") == n0 + 2
 
 
 def test_every_openai_voice_maps_to_a_speaker(custom, reference):

@@ -601,6 +601,9 @@ async def _whole_wav(app: FastAPI, engine: Engine, handle, audio: AudioStream, r
     async def collect():
         return b"".join([c async for c in audio.chunks()])
 
+    # The client's first audio is the whole body: its time is counted once that is ready,
+    # not when the first chunk is vocoded.
+    first_audio, audio.first_audio = audio.first_audio, None
     try:
         pcm = await _unless_gone(request, collect())
     except StreamFailed as e:
@@ -611,6 +614,8 @@ async def _whole_wav(app: FastAPI, engine: Engine, handle, audio: AudioStream, r
         _count(app, 499)
         return Response(status_code=499)
     _count(app, 200)
+    if first_audio is not None and audio.arrived is not None:
+        first_audio.add(time.perf_counter() - audio.arrived)
     headers["X-Codecspec-Frames"] = str(handle.count)
     headers["X-Codecspec-Samples"] = str(len(pcm) // 2)
     wav = wav_header(len(pcm) // 2, engine.sample_rate) + pcm
