@@ -45,6 +45,19 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from codecspec.runtime.graph_format import (  # the format's names, re-exported here
+    _META_CONFIG,
+    _META_HEADS,
+    _META_IO,
+    _META_LAYOUT,
+    _META_VARIANT,
+    _META_VERSION,
+    GRAPH_VERSION,
+    load_model,
+    read_graph_config,
+    read_graph_metadata,
+)
+
 from .config import DepthDecoderConfig, table_layout
 from .weights import DepthDecoderWeights
 
@@ -62,7 +75,6 @@ __all__ = [
     "cpu_variant_supported",
 ]
 
-GRAPH_VERSION = "1"
 INPUT_NAMES = (
     "input_ids",
     "input_embeds",
@@ -75,13 +87,6 @@ INPUT_NAMES = (
 )
 OUTPUT_NAMES = ("logits", "draft_logits", "hidden", "new_keys", "new_values")
 HEADS_MODES = ("graph", "hidden", "grouped")
-
-_META_VERSION = "codecspec.graph_version"
-_META_CONFIG = "codecspec.config"
-_META_LAYOUT = "codecspec.table_layout"
-_META_VARIANT = "codecspec.variant"
-_META_HEADS = "codecspec.heads"
-_META_IO = "codecspec.io"
 
 # Above this a serialized ModelProto risks protobuf's 2 GiB limit.
 _INLINE_LIMIT = 1_800_000_000
@@ -723,48 +728,6 @@ def save_model(
         location=location,
         size_threshold=1024,
     )
-
-
-def load_model(path: Union[str, os.PathLike], load_weights: bool = True) -> onnx.ModelProto:
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no such ONNX file: {path!r}")
-    return onnx.load(path, load_external_data=load_weights)
-
-
-def _as_model(path_or_model) -> onnx.ModelProto:
-    if isinstance(path_or_model, onnx.ModelProto):
-        return path_or_model
-    if isinstance(path_or_model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(path_or_model))
-    return load_model(path_or_model, load_weights=False)
-
-
-def read_graph_metadata(path_or_model) -> dict:
-    """codecspec metadata of a built graph: version, config (dict), table_layout, variant, heads."""
-    m = _as_model(path_or_model)
-    props = {p.key: p.value for p in m.metadata_props}
-    if _META_VERSION not in props or _META_CONFIG not in props:
-        raise ValueError("not a codecspec depth graph: codecspec metadata is missing")
-    return {
-        "graph_version": props[_META_VERSION],
-        "config": json.loads(props[_META_CONFIG]),
-        "table_layout": json.loads(props.get(_META_LAYOUT, "null")),
-        "variant": props.get(_META_VARIANT),
-        "heads": props.get(_META_HEADS),
-        "io": json.loads(props.get(_META_IO, "null")),
-    }
-
-
-def read_graph_config(path_or_model) -> DepthDecoderConfig:
-    """The DepthDecoderConfig a graph was built from (reads metadata only, not the weights)."""
-    meta = read_graph_metadata(path_or_model)
-    if meta["graph_version"] != GRAPH_VERSION:
-        raise ValueError(
-            f"unsupported codecspec graph version {meta['graph_version']!r} "
-            f"(this library reads {GRAPH_VERSION!r})"
-        )
-    return DepthDecoderConfig.from_dict(meta["config"])
 
 
 @functools.cache

@@ -1,13 +1,16 @@
-"""Shape configuration of an RVQ depth decoder ("code predictor") and its input-table layout."""
+"""Shape configuration of an RVQ depth decoder ("code predictor") and its input-table layout.
+
+`DepthDecoderConfig` itself is part of the graph format (`codecspec.runtime.graph_format`,
+which the runtime reads without importing the builder); it is re-exported here.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
+
+from codecspec.runtime.graph_format import DepthDecoderConfig
 
 __all__ = [
     "DepthDecoderConfig",
@@ -17,145 +20,6 @@ __all__ = [
     "zero_row",
     "table_layout",
 ]
-
-_INT_FIELDS = (
-    "num_layers",
-    "hidden_size",
-    "num_heads",
-    "num_kv_heads",
-    "head_dim",
-    "intermediate_size",
-    "num_codebooks",
-    "codebook_size",
-    "c0_vocab_size",
-    "num_draft_offsets",
-    "max_positions",
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class DepthDecoderConfig:
-    """Sizes of a Qwen3-style depth decoder.
-
-    The model predicts codes c1..c_{G-1} of one frame: position 0 holds an external embedding
-    (Qwen3-TTS: the talker's final hidden state), position 1 the embedding of c0, position k+1
-    the embedding of c_k. LM head j predicts c_{j+1} and embedding table j embeds c_{j+1}.
-    """
-
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 1_000_000.0
-    num_codebooks: int = 16
-    codebook_size: int = 2048
-    c0_vocab_size: int = 3072
-    input_hidden_size: Optional[int] = None
-    num_draft_offsets: int = 3
-    max_positions: int = 32
-
-    def __post_init__(self) -> None:
-        self.validate()
-        # Plain Python numbers, so that equality, hashing and JSON do not depend on how the
-        # values were given (numpy ints, ints for floats).
-        for name in _INT_FIELDS:
-            object.__setattr__(self, name, int(getattr(self, name)))
-        if self.input_hidden_size is not None:
-            object.__setattr__(self, "input_hidden_size", int(self.input_hidden_size))
-        for name in ("rms_norm_eps", "rope_theta"):
-            object.__setattr__(self, name, float(getattr(self, name)))
-
-    # ------------------------------------------------------------------ validation
-    def validate(self) -> None:
-        """Raise ValueError naming the first offending field."""
-        for name in _INT_FIELDS:
-            _check_positive_int(name, getattr(self, name))
-        if self.input_hidden_size is not None:
-            _check_positive_int("input_hidden_size", self.input_hidden_size)
-        for name in ("rms_norm_eps", "rope_theta"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ValueError(f"DepthDecoderConfig.{name} must be a number, got {v!r}")
-            if not math.isfinite(float(v)) or float(v) <= 0.0:
-                raise ValueError(f"DepthDecoderConfig.{name} must be finite and > 0, got {v!r}")
-        if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(
-                "DepthDecoderConfig.num_kv_heads must divide num_heads "
-                f"(got num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads})"
-            )
-        if self.head_dim % 2 != 0:
-            raise ValueError(f"DepthDecoderConfig.head_dim must be even, got {self.head_dim}")
-        if self.num_codebooks < 2:
-            raise ValueError(
-                f"DepthDecoderConfig.num_codebooks must be >= 2, got {self.num_codebooks}"
-            )
-
-    # ------------------------------------------------------------------ derived sizes
-    @property
-    def input_width(self) -> int:
-        """Width of embedding rows and of `input_embeds` (H_in)."""
-        return self.hidden_size if self.input_hidden_size is None else self.input_hidden_size
-
-    @property
-    def has_input_proj(self) -> bool:
-        return self.input_hidden_size is not None
-
-    @property
-    def num_lm_heads(self) -> int:
-        """G - 1: one head and one embedding table per code c1..c_{G-1}."""
-        return self.num_codebooks - 1
-
-    @property
-    def kv_groups(self) -> int:
-        return self.num_heads // self.num_kv_heads
-
-    @property
-    def table_rows(self) -> int:
-        """Rows of the concatenated input table: c0 table, G-1 code tables, one zero row."""
-        return self.c0_vocab_size + self.num_lm_heads * self.codebook_size + 1
-
-    # ------------------------------------------------------------------ serialisation
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> DepthDecoderConfig:
-        if not isinstance(d, dict):
-            raise ValueError(f"DepthDecoderConfig.from_dict expects a dict, got {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        for key in d:
-            if key not in known:
-                raise ValueError(f"DepthDecoderConfig: unknown field {key!r}")
-        required = [
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-        for key in required:
-            if key not in d:
-                raise ValueError(f"DepthDecoderConfig: missing field {key!r}")
-        return cls(**d)
-
-    @classmethod
-    def from_json(cls, s: Union[str, bytes]) -> DepthDecoderConfig:
-        try:
-            d = json.loads(s)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"DepthDecoderConfig.from_json: invalid JSON ({e})") from None
-        return cls.from_dict(d)
-
-
-def _check_positive_int(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise ValueError(f"DepthDecoderConfig.{name} must be an int, got {v!r}")
-    if v <= 0:
-        raise ValueError(f"DepthDecoderConfig.{name} must be > 0, got {v!r}")
 
 
 def qwen3_tts_0_6b(**overrides: Any) -> DepthDecoderConfig:

@@ -14,8 +14,7 @@ from typing import Union
 import numpy as np
 import onnx
 
-from codecspec.graphs.builder import read_graph_metadata
-from codecspec.graphs.config import DepthDecoderConfig
+from codecspec.runtime.graph_format import GRAPH_VERSION, DepthDecoderConfig, read_graph_metadata
 from codecspec.runtime.session import ModelSource, open_session
 
 _GRAPH_OUT = ("logits", "draft_logits", "new_keys", "new_values")
@@ -30,8 +29,6 @@ def heads_sidecar(model_path: Union[str, Path]) -> Path:
 
 
 def _config_of(meta: dict) -> DepthDecoderConfig:
-    from codecspec.graphs.builder import GRAPH_VERSION
-
     if meta["graph_version"] != GRAPH_VERSION:
         raise ValueError(
             f"model: unsupported codecspec graph version {meta['graph_version']!r} "
