@@ -99,3 +99,48 @@ def test_a_graph_of_another_kind_is_refused(tts):
     with pytest.raises(ValueError, match="model"):
         batch_step_graph(onnx.load(str(tts.dir / "depth.onnx")))
     assert isinstance(tts.step_batch(True), StepBatch)
+
+
+def _reused_address_calls(tts, batch, tries: int = 40) -> tuple:
+    """(how often a new stepper landed at a freed one's address, how often its batched call
+    differed from its own call): a stepper scored, freed, and another utterance's stepper
+    made, as when a served stream ends and a queued one joins its slot."""
+    inputs = [tts.prepare_text(t, None, "en", None, 1.0) for t in TEXTS[:2]]
+    steppers = []
+    for _, ids, _, spk, enc, track in inputs:
+        pace = tts.expected_frames(len(ids) - 2, "en", 1.0) if track is None else track
+        steppers.append(lambda enc=enc, spk=spk, pace=pace: tts.stepper(enc, spk, pace))
+    reused = differed = 0
+    for _ in range(tries):
+        old = steppers[0]()
+        batch.score([(old, [1])])
+        freed = id(old)
+        del old
+        new = steppers[1]()
+        reused += id(new) == freed
+        differed += not np.array_equal(batch.score([(new, [1])])[0][1], new.score([1])[1])
+    return reused, differed
+
+
+def test_a_new_stepper_at_a_freed_address_gets_its_own_cross_inputs(tts):
+    """A served stream's steps held another utterance's encoding when the batch's cache of
+    padded cross K/V was keyed by `id` and a new stepper took a finished one's address."""
+    reused, differed = _reused_address_calls(tts, tts.step_batch(False))
+    assert reused > 0  # the case happened (CPython reuses a freed object's memory)
+    assert differed == 0
+
+
+def test_an_id_keyed_cross_cache_is_caught(tts):
+    """The broken variant: the cache keyed by ids hands the freed stepper's inputs on."""
+    batch = StepBatch(tts.step_batch(False).session)
+    fill = StepBatch._cross_for
+
+    def by_id(steppers):
+        key = tuple(id(st) for st in steppers)
+        if batch._cross[0] != key:
+            batch._cross = (key, fill(StepBatch(batch.session), steppers))
+        return batch._cross[1]
+
+    batch._cross_for = by_id
+    reused, differed = _reused_address_calls(tts, batch)
+    assert reused > 0 and differed > 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import weakref
 from pathlib import Path
 from typing import Optional
 
@@ -232,10 +233,15 @@ class StepBatch:
         ]
 
     def _cross_for(self, steppers) -> tuple:
-        # The same streams call again and again between joins and leaves: pad once.
-        key = tuple(id(st) for st in steppers)
-        if self._cross[0] == key:
-            return self._cross[1]
+        # The same streams call again and again between joins and leaves: pad once. The key
+        # holds weak references, not ids: a finished stream's stepper freed and a new one
+        # allocated at its address had the same id, and got its padded cross K/V (a served
+        # stream then drafted from another utterance's encoding).
+        cached, padded = self._cross
+        if cached is not None and len(cached) == len(steppers):
+            if all(ref() is st for ref, st in zip(cached, steppers)):
+                return padded
+        key = tuple(weakref.ref(st) for st in steppers)
         ck = [st.feeds["cross_keys"] for st in steppers]
         p = np.array([c.shape[3] for c in ck])
         L, _, heads, _, hd = ck[0].shape
