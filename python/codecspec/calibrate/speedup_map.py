@@ -86,7 +86,7 @@ def map_point(
     from codecspec.calibrate.data import synthetic_inputs
     from codecspec.calibrate.device import calibrate
     from codecspec.decode import DepthDecoder
-    from codecspec.tts.bench import ideal_speedup, interleaved_ar_spec
+    from codecspec.decode.timing import ideal_speedup, interleaved_ar_spec
 
     params = params or cs.SamplingParams(0.9, 50, 1.0)
     model_path = Path(model_path)

@@ -107,11 +107,11 @@ def greedy_truth(dec, hiddens, c0s) -> list:
 def controlled_depth_run(
     dec, hiddens, c0s, frames: int, acceptance, draft_depth, seed: int, truth=None
 ):
-    """The depth loop AR vs speculative on the same frames (tts.bench.interleaved_ar_spec);
+    """The depth loop AR vs speculative on the same frames (decode.timing.interleaved_ar_spec);
     with `acceptance`, greedy and with controlled drafts on a chain of `draft_depth`
     (`truth`: greedy_truth of the frames, computed here when not given)."""
     from codecspec.decode.depth import ControlledDrafts
-    from codecspec.tts.bench import interleaved_ar_spec
+    from codecspec.decode.timing import interleaved_ar_spec
 
     saved = dec.params, dec.tree, dec.draft_control
     try:
@@ -369,7 +369,7 @@ def speedup_map(
     import platform
 
     from codecspec.calibrate.speedup_map import MAP_FORMAT
-    from codecspec.tts.bench import ideal_speedup
+    from codecspec.decode.timing import ideal_speedup
 
     log = log or (lambda m: None)
     tts = Qwen3TTS.load(
