@@ -68,9 +68,9 @@ def held_out_rows(corpus: Path, n: int) -> list:
 
 def cmd_run(args) -> int:
     from codecspec.codec.audio import read_wav
+    from codecspec.families.v2.model import V2TTS
     from codecspec.progress import bar
     from codecspec.tts.quality import dtw_log_mel_distance
-    from codecspec.tts.v2 import V2TTS
 
     k, n = (int(x) for x in args.shard.split("/"))
     tts = V2TTS(args.model, provider="cpu", threads=args.threads)
@@ -236,7 +236,7 @@ def plot(rep: dict, path: Path) -> None:
 
 
 def cmd_report(args) -> int:
-    from codecspec.tts.v2 import V2TTS
+    from codecspec.families.v2.model import V2TTS
 
     out = Path(args.out)
     recs = []

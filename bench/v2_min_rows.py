@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-import codecspec.tts.v2 as v2
+import codecspec.families.v2.model as v2
 from codecspec.graphs.row_probe import cpu_simd_flags
 
 

@@ -18,7 +18,7 @@ from test_perf import check_record
 
 import codecspec as cs
 from codecspec.decode.frames import run_frame_loop
-from codecspec.tts.fsq import FSQ_FILES, FSQTTS, default_fsq_dir
+from codecspec.families.fsq.model import FSQ_FILES, FSQTTS, default_fsq_dir
 from codecspec.tts.registry import load_model, model_family, resolve_model_dir
 
 DIR = default_fsq_dir()

@@ -15,7 +15,7 @@ from stats import law_violations, np_warp
 
 import codecspec as cs
 from codecspec.decode.frames import run_frame_loop
-from codecspec.tts.fsq import FSQFrameDecoder, stop_logits_from_prob
+from codecspec.families.fsq.model import FSQFrameDecoder, stop_logits_from_prob
 
 LEVELS = (8, 7, 6, 6) * 2  # two groups keep the test fast; the law is per head anyway
 N = 65_536

@@ -6,8 +6,8 @@ reads every import statement, module level or not). The shared packages (the pip
 protocol and registry, decoding, the runtime, the graph builders, the codec, calibration)
 name no family either: they import nothing from `codecspec.families` (the registry names
 families by module path strings, which are not imports). And the top-level subpackages
-import each other in no new cycle: the cycles that exist today are listed (issue 30's debt)
-and the list may only shrink. Every check is shown a broken tree it must flag."""
+import each other in no cycle (lazy imports included): a helper two packages share lives in
+the lower one. Every check is shown a broken tree it must flag."""
 
 import ast
 import subprocess
@@ -21,12 +21,6 @@ LOWER = ("decode", "calibrate")
 FORBIDDEN = "codecspec.train"
 SHARED = ("pipeline", "decode", "runtime", "graphs", "codec", "calibrate")
 FAMILY_CODE = ("codecspec.families", "codecspec.train")
-# (importer, imported) edges between top-level subpackages that lie on an import cycle today
-# (lazy imports included). Remove an edge from here when it is gone; add none.
-KNOWN_CYCLE_EDGES = {
-    ("tts", "families"),  # tts/commands.py: the Qwen3-TTS bench; families' cli: tts/commands
-    ("families", "tts"),
-}
 
 
 def imports_of(source: str, module: str) -> list:
@@ -144,12 +138,9 @@ def test_the_family_check_sees_a_shared_module_that_names_a_family(tmp_path):
     assert any(f.startswith("runtime/also_bad.py") for f in found)
 
 
-def test_no_new_import_cycle_between_subpackages():
-    found = cycle_edges(subpackage_graph(PACKAGE))
-    new = sorted(found - KNOWN_CYCLE_EDGES)
-    assert not new, f"new import cycle edges between subpackages: {new}"
-    gone = sorted(KNOWN_CYCLE_EDGES - found)
-    assert not gone, f"no longer on a cycle (remove them from KNOWN_CYCLE_EDGES): {gone}"
+def test_no_import_cycle_between_subpackages():
+    found = sorted(cycle_edges(subpackage_graph(PACKAGE)))
+    assert not found, f"(importer, imported) edges on an import cycle between subpackages: {found}"
 
 
 def test_the_cycle_check_sees_a_cycle_through_lazy_and_relative_imports(tmp_path):

@@ -25,8 +25,8 @@ import pytest
 
 import codecspec as cs
 from codecspec.decode.temporal import TemporalLoop
+from codecspec.families.v2.model import V2TTS
 from codecspec.fidelity import homogeneity_pvalue
-from codecspec.tts.v2 import V2TTS
 
 FIXTURE = Path(__file__).parent / "data" / "tiny_v2"
 PHONEMES = "həlˈoʊ wˈɜːld"

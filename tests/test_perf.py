@@ -132,8 +132,8 @@ def test_graph_reads_agree_with_the_graph_onnxruntime_runs(tmp_path):
     stored, Cast to fp32) counts the same bytes as the graph onnxruntime optimises it into."""
     import onnxruntime as ort
 
+    from codecspec.families.v2.model import default_v3_dir
     from codecspec.runtime.session import session_options
-    from codecspec.tts.v2 import default_v3_dir
 
     src = default_v3_dir() / "depth.onnx"
     so = session_options()  # the process's thread pool, as every codecspec session

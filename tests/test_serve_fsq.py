@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from serve_util import HELLO, LONG, LocalServer, assert_idle, cancel_all, codes, ipa, wait_for
 
+from codecspec.families.fsq.model import FSQ_FILES, default_fsq_dir
 from codecspec.serve.engine import Engine, SpeechRequest
-from codecspec.tts.fsq import FSQ_FILES, default_fsq_dir
 
 pytestmark = pytest.mark.skipif(
     not all((default_fsq_dir() / f).is_file() for f in FSQ_FILES), reason="no shipped FSQ model"

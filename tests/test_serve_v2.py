@@ -27,7 +27,7 @@ def reference(engine, text, seed, **kw):
     """V2TTS.generate on a model of its own (the engine's depth decoder is busy in its
     thread: one decoder is not for two threads)."""
     if "tts" not in _single:
-        from codecspec.tts.v2 import V2TTS
+        from codecspec.families.v2.model import V2TTS
 
         _single["tts"] = V2TTS(engine.tts.dir, provider="cpu", threads=1)
     s = _single["tts"].generate("", phonemes=text, seed=seed, decode_audio=False, **kw)
@@ -89,9 +89,9 @@ def test_an_aligned_model_is_served_bit_identical_to_generate():
     stream; IPA input is refused (the model needs espeak-ng's timing of the text)."""
     from pathlib import Path
 
+    from codecspec.families.v2.model import V2TTS
     from codecspec.serve.engine import SpeechRequest
     from codecspec.tts import espeak
-    from codecspec.tts.v2 import V2TTS
 
     if not espeak.available():
         pytest.skip("libespeak-ng.so.1 is not installed (apt-get install espeak-ng)")

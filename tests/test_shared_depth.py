@@ -206,7 +206,7 @@ def test_bad_input(tmp_path):
     with pytest.raises(ValueError, match="not a shared depth decoder"):
         load_shared(tmp_path / "plain.npz")
 
-    from codecspec.tts.v2 import V2_FILES, V2TTS
+    from codecspec.families.v2.model import V2_FILES, V2TTS
 
     with pytest.raises(ValueError, match="depth"):
         V2TTS(tmp_path, depth="tied")
@@ -234,7 +234,7 @@ def test_cli_bench_chooses_the_depth_decoder(tmp_path, capsys):
     import json
 
     from codecspec.cli import main
-    from codecspec.tts.v2 import V2_FORMAT
+    from codecspec.families.v2.model import V2_FORMAT
 
     save_shared(
         tmp_path / SHARED_FILE, CFG, sticky_shared(CFG), share_c0=True, level_embeddings=True
@@ -270,7 +270,7 @@ def test_v2_model_runs_either_depth_decoder(tmp_path, capsys):
     from pathlib import Path
 
     from codecspec.cli import main
-    from codecspec.tts.v2 import V2TTS
+    from codecspec.families.v2.model import V2TTS
 
     fixture = Path(__file__).parent / "data" / "tiny_v2"
     d = tmp_path / "v2"

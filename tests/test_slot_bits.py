@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import codecspec.runtime.slots as slots_module
-from codecspec.tts.fsq import FSQSlots
+from codecspec.families.fsq.model import FSQSlots
 from codecspec.tts.registry import load_model
 from codecspec.tts.temporal_batch import BatchedTemporal
 

@@ -284,7 +284,7 @@ FSQ_DIR = Path(codecspec.__file__).parent / "models" / "fsq"
 
 @pytest.mark.skipif(not (FSQ_DIR / "model.json").is_file(), reason="no shipped fsq model")
 def test_fsq_stream_shares_the_implementation():
-    from codecspec.tts.fsq import FSQTTS
+    from codecspec.families.fsq.model import FSQTTS
 
     tts = FSQTTS(provider="cpu", threads=1)
     g = tts.generate("", phonemes=LONG, seed=2)

@@ -17,8 +17,8 @@ import pytest
 import codecspec as cs
 from codecspec.decode import batched_depth
 from codecspec.decode.temporal import Acceptance, TemporalLoop, expected_tokens_per_call
+from codecspec.families.v2.model import V2TTS
 from codecspec.fidelity import homogeneity_pvalue
-from codecspec.tts.v2 import V2TTS
 
 FIXTURE = Path(__file__).parent / "data" / "tiny_v2"  # see tests/test_v2_runtime.py
 V2_CODES = 32

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from codecspec.families.v2.model import V2TTS
 from codecspec.runtime.kv import RingKVCache
-from codecspec.tts.v2 import V2TTS
 
 FIXTURE = Path(__file__).parent / "data" / "tiny_v2"
 PHONEMES = "həlˈoʊ wˈɜːld"
@@ -96,7 +96,7 @@ DEEP_FIXTURE = Path(__file__).parent / "data" / "tiny_v2_deep"
 RSS_SCRIPT = r"""
 import ctypes, os, sys
 import numpy as np
-import codecspec.tts.v2 as v2
+import codecspec.families.v2.model as v2
 from codecspec.runtime.kv import RingKVCache
 
 class HoardingCache(RingKVCache):  # the leak the test exists to catch: K/V history kept

@@ -12,9 +12,9 @@ from test_perf import check_record
 import codecspec as cs
 from codecspec.cli import main
 from codecspec.decode import DepthDecoder
+from codecspec.families.v2.model import V2_FILES, V2TTS, default_v2_dir
 from codecspec.fidelity import per_position_pvalues
 from codecspec.tts.bench import load_frames
-from codecspec.tts.v2 import V2_FILES, V2TTS, default_v2_dir
 
 MODEL = default_v2_dir()
 HELLO = "həlˈoʊ wˈɜːld | ðɪs ɪz ɐ tˈɛst"  # espeak-ng's IPA for "Hello world. This is a test."

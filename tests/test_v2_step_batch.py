@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 import pytest
 
+from codecspec.families.v2.model import V2TTS, StepBatch
 from codecspec.graphs.v2_batch import batch_step_graph
-from codecspec.tts.v2 import V2TTS, StepBatch
 
 TEXTS = ("The quick brown fox.", "Speculation keeps the law of the model on every frame.", "Hi.")
 TOL = 1e-4

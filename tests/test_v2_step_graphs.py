@@ -18,8 +18,8 @@ import pytest
 from onnx import numpy_helper
 from tiny_models import V2_CODES, V2_GOLDEN_FRAMES, V2_LEVELS
 
+from codecspec.families.v2.model import V2_FILES, V2TTS, WINDOW_KEY, V2Stepper
 from codecspec.runtime.session import open_session
-from codecspec.tts.v2 import V2_FILES, V2TTS, WINDOW_KEY, V2Stepper
 
 DATA = Path(__file__).parent / "data"
 FIXTURE = DATA / "tiny_v2"

@@ -9,9 +9,9 @@ import pytest
 
 import codecspec as cs
 from codecspec.codec.codec import Codec
+from codecspec.families.v2.model import V2TTS
 from codecspec.tts import espeak
 from codecspec.tts.aligned import FIRST_PHONEME
-from codecspec.tts.v2 import V2TTS
 
 FIXTURE = Path(__file__).parent / "data" / "tiny_v3"
 TEXT = "Hello world, a big feel."

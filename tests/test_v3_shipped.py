@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from codecspec.families.v2.model import V2_FILES, V2TTS, default_v3_dir
 from codecspec.tts import espeak
 from codecspec.tts.registry import resolve_model_dir
-from codecspec.tts.v2 import V2_FILES, V2TTS, default_v3_dir
 
 MODEL = default_v3_dir()
 pytestmark = [

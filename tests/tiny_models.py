@@ -122,7 +122,7 @@ def export_v2_graphs(model, out) -> None:
 def tiny_v2_folder(
     path, window: int = 4, stop_bias=None, seed: int = 0, logit_scale: float = 1.0, **temporal
 ):
-    """Writes an untrained tiny v2 model folder (`codecspec.tts.v2.V2_FILES`, float32
+    """Writes an untrained tiny v2 model folder (`codecspec.families.v2.model.V2_FILES`, float32
     graphs; the weights of `tiny_v2_model(window, stop_bias, seed, **temporal)`) to `path` and
     returns it. A very high `stop_bias` stops after the first frame, a very low one never stops;
     `temporal` overrides `V2TemporalConfig` fields (e.g. decoder_layers)."""
@@ -133,8 +133,8 @@ def tiny_v2_folder(
 
     from codecspec.codec.codec import CodecConfig
     from codecspec.codec.v2 import CodecV2, V2Config
+    from codecspec.families.v2.model import V2_FORMAT
     from codecspec.tts.text import Frontend
-    from codecspec.tts.v2 import V2_FORMAT
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ def tiny_v3_model(stop_bias=None, seed: int = 0, window: int = 4, logit_scale: f
 def tiny_v3_folder(path, stop_bias=None, seed: int = 0, window: int = 4, logit_scale=1.0):
     """Writes the folder (float32 graphs, a random 16 x 32-code v1 codec) and returns it."""
     from codecspec.codec.codec import Codec, CodecConfig
-    from codecspec.tts.v2 import V2_FORMAT
+    from codecspec.families.v2.model import V2_FORMAT
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)

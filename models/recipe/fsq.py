@@ -318,7 +318,7 @@ def cmd_train(args) -> int:
 def cmd_ship(args) -> int:
     import fsq_ship as sh
 
-    from codecspec.tts.fsq_bench import bench_fsq
+    from codecspec.families.fsq.bench import bench_fsq
 
     corpus, cache = Path(args.corpus).expanduser(), Path(args.out).expanduser()
     dest = Path(args.model)

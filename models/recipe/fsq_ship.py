@@ -76,8 +76,8 @@ def onnx_parity(out: Path, model, val, indices=(0, 1)) -> dict:
     """Max |ORT - torch| of channel and stop logits, teacher-forced step by step, for a
     padded batch of len(indices) held-out utterances (different lengths) and for the first
     one alone."""
+    from codecspec.families.fsq.model import FSQStepper
     from codecspec.train.fsq_train import to_tensors
-    from codecspec.tts.fsq import FSQStepper
 
     enc = open_session(str(out / "encoder.onnx"), provider="cpu")
     step = open_session(str(out / "step.onnx"), provider="cpu")
@@ -260,7 +260,7 @@ def copy_codec(codec_dir: Path, out: Path) -> None:
 def compare_rtf(model_dir: Path, texts: list, seed: int = 0) -> dict:
     """Whole-pipeline real-time factor of the FSQ model and of the RVQ reference in AR mode
     on the same phoneme strings, interleaved utterance by utterance (same load for both)."""
-    from codecspec.tts.fsq import FSQTTS
+    from codecspec.families.fsq.model import FSQTTS
     from codecspec.tts.model import ReferenceTTS
 
     fsq, ref = FSQTTS(model_dir, provider="cpu"), ReferenceTTS(provider="cpu")
@@ -293,7 +293,7 @@ def compare_rtf(model_dir: Path, texts: list, seed: int = 0) -> dict:
 
 def write_sample(model_dir: Path, text: dict) -> dict:
     from codecspec.codec.audio import write_wav
-    from codecspec.tts.fsq import FSQTTS
+    from codecspec.families.fsq.model import FSQTTS
 
     s = FSQTTS(model_dir, provider="cpu").generate(
         "", phonemes=text["phonemes"], language=text["language"], speaker=text["speaker"]

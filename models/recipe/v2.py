@@ -260,8 +260,8 @@ def free_generation(tts, rows, seed: int) -> dict:
     and both LMs' c0 logits; per text frames, stop/guard and espeak-ng's frame count."""
     import codecspec as cs
     from codecspec.decode.frames import run_frame_loop
+    from codecspec.families.v2.model import V2FrameDecoder
     from codecspec.progress import bar
-    from codecspec.tts.v2 import V2FrameDecoder
 
     rec = dict(h=[], codes=[], lt=[], ld=[], frames=[], ref_frames=[], stopped=[])
     for i, r in enumerate(bar(rows, desc="free generation")):
@@ -423,9 +423,9 @@ def export_folder(args, out: Path):
 
     from ship import SAMPLING, VOICES, export_graphs, frames_per_phoneme
 
+    from codecspec.families.v2.model import V2_FORMAT
     from codecspec.train.v2_torch import export_onnx
     from codecspec.tts.dataset import TTSDataset
-    from codecspec.tts.v2 import V2_FORMAT
 
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -481,9 +481,9 @@ def cmd_ship(args) -> int:
     import codecspec as cs
     from codecspec.calibrate.device import calibrate
     from codecspec.codec.data import load_manifest
+    from codecspec.families.v2.model import V2TTS
     from codecspec.train.ablate import ablate
     from codecspec.tts.bench import bench_depth_loop
-    from codecspec.tts.v2 import V2TTS
 
     t0 = time.monotonic()
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()

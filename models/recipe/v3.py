@@ -111,8 +111,8 @@ def cmd_listen(args) -> int:
     first) and that chose the shipped sampling default (--temperature / --top-k)."""
     import codecspec as cs
     from codecspec.codec.data import load_manifest
+    from codecspec.families.v2.model import V2TTS
     from codecspec.tts.intelligibility import Recognizer, evaluate
-    from codecspec.tts.v2 import V2TTS
 
     folder = Path(args.model)
     if args.export:

@@ -36,7 +36,16 @@ import numpy as np
 import codecspec as cs
 from codecspec.decode.batched_depth import FrameJob, decode_frames, frame_generator
 
-__all__ = ["ACCEPT_RULES", "Acceptance", "Round", "TemporalStats", "TemporalLoop", "run_round"]
+__all__ = [
+    "ACCEPT_RULES",
+    "LOOPS",
+    "Acceptance",
+    "Round",
+    "TemporalStats",
+    "TemporalLoop",
+    "run_round",
+    "speculation_config",
+]
 
 ACCEPT_RULES = ("exact", "ssd", "pcg")
 
@@ -70,6 +79,30 @@ class Acceptance:
         if self.rule == "pcg":
             return f"pcg(theta={self.theta:g})"
         return "exact"
+
+
+# Which loops speculate: the depth loop within a frame, the temporal loop across frames, or
+# both (`codecspec bench --loops`, `codecspec quality`'s v2 modes, `synth --loops`).
+LOOPS = ("depth", "temporal", "both")
+
+
+def speculation_config(loops: str, accept: str, beta: float, theta: Optional[float]) -> dict:
+    """generate() keywords of a model with both loops (v2/v3) for speculating in `loops` with
+    acceptance rule `accept` (SSD's `beta`, PCG's `theta`). It lives beside `Acceptance`, not
+    in a family, because the CLI's synth and quality commands build it too."""
+    if loops not in LOOPS:
+        raise ValueError(f"loops: expected one of {LOOPS}, got {loops!r}")
+    rule = Acceptance(accept, beta=beta if accept == "ssd" else 0.0, theta=theta)
+    temporal = loops in ("temporal", "both")
+    depth = loops in ("depth", "both")
+    if accept == "ssd" and not temporal:
+        raise ValueError("accept: 'ssd' is a temporal-loop rule (use --loops temporal|both)")
+    return {
+        "temporal": "spec" if temporal else "ar",  # explicit: the model's "auto" may be spec
+        "accept": rule,
+        "mode": ("pcg" if accept == "pcg" else "spec") if depth else "ar",
+        "depth_theta": theta if accept == "pcg" else None,
+    }
 
 
 @dataclass

@@ -63,7 +63,8 @@ class Entry:
     `codecspec.pipeline.Family` adapter; `options`: the engine options only it takes;
     `model_options`: its single-stream model's options that only it takes (CLI flags);
     `title`: how messages name its folders; `hooks`: (command, "module:function") pairs,
-    the family's own CLI subcommands (see `hook`)."""
+    the family's own CLI subcommands (see `hook`), and "synth_lines" (s, output) -> {label:
+    value}, synth's summary for a family that has no depth loop to report."""
 
     name: str
     formats: tuple = ()
@@ -109,7 +110,7 @@ FAMILIES = (
         title="Qwen3-TTS checkpoint",
         hooks=(
             ("synth", f"{_QWEN3}.cli:synth"),
-            ("bench", "codecspec.tts.commands:bench_qwen3_command"),
+            ("bench", f"{_QWEN3}.cli:bench_command"),
             ("calibrate", "codecspec.cli:calibrate_qwen3_command"),
             ("serve_check", f"{_QWEN3}.engine:check_serve_args"),
         ),
@@ -120,14 +121,17 @@ FAMILIES = (
         model="codecspec.families.v2.model:V2TTS",
         engine="codecspec.families.v2.engine:V2Family",
         model_options=("depth",),  # --depth: the positional or the shared depth decoder
-        hooks=(("bench", "codecspec.tts.commands:bench_v2_command"),),
+        hooks=(("bench", "codecspec.families.v2.cli:bench_command"),),
     ),
     Entry(
         "fsq",
         formats=("codecspec-fsq-tts/1",),
         model="codecspec.families.fsq.model:FSQTTS",
         engine="codecspec.families.fsq.engine:FSQFamily",
-        hooks=(("bench", "codecspec.tts.commands:bench_fsq_command"),),
+        hooks=(
+            ("bench", "codecspec.families.fsq.cli:bench_command"),
+            ("synth_lines", "codecspec.families.fsq.bench:synth_lines"),
+        ),
     ),
     Entry(
         "reference",

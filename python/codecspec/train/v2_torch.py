@@ -366,7 +366,7 @@ def _stamp_window(path: Path, window: int) -> None:
     input's size is the capacity, which may be larger)."""
     import onnx
 
-    from codecspec.tts.v2 import WINDOW_KEY
+    from codecspec.families.v2.model import WINDOW_KEY
 
     m = onnx.load(str(path))
     entry = m.metadata_props.add()

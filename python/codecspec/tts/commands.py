@@ -143,7 +143,7 @@ def _speculation_kwargs(args, tts) -> dict:
         return {}
     if args.loops is None:
         return {"draft_len": args.draft_len}
-    from codecspec.families.v2.bench import speculation_config
+    from codecspec.decode.temporal import speculation_config
 
     theta = args.theta
     if args.accept == "pcg" and theta is None:
@@ -275,14 +275,17 @@ def cmd_synth(args) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    if s.mode == "fsq":  # the FSQ family: no depth loop, a stop head
-        from codecspec.families.fsq.bench import synth_lines
+    own = entry.hook("synth_lines") if entry is not None else None  # FSQ: no depth loop
+    lines = own(s, args.output) if own is not None else _synth_lines(s, args.output, report)
+    for k, v in lines.items():
+        print(f"{k:>22}: {v}")
+    return 0
 
-        for k, v in synth_lines(s, args.output).items():
-            print(f"{k:>22}: {v}")
-        return 0
-    lines = {
-        "wrote": f"{args.output} ({s.sample_rate} Hz)",
+
+def _synth_lines(s, output, report: dict) -> dict:
+    """synth's summary of a model with a depth loop (a family without its own)."""
+    return {
+        "wrote": f"{output} ({s.sample_rate} Hz)",
         "audio seconds": f"{s.audio_seconds:.2f}",
         "frames": f"{s.frames} x {s.codes.shape[1]} codes",
         "mode": s.mode,
@@ -292,9 +295,6 @@ def cmd_synth(args) -> int:
         "real-time factor": f"{s.real_time_factor:.3f} ({report['threads']} threads)",
         "peak RSS": f"{report['peak_rss_mb']:.0f} MiB",
     }
-    for k, v in lines.items():
-        print(f"{k:>22}: {v}")
-    return 0
 
 
 def stream_report(st, output, threads: int, interrupted: bool = False) -> dict:
@@ -370,37 +370,6 @@ def _synth_stream(args, tts, text) -> int:
     return 130 if interrupted else 0
 
 
-def bench_qwen3_command(args) -> int:
-    """`codecspec bench --model DIR` for a Qwen3-TTS checkpoint folder (registry hook)."""
-    from codecspec.families.qwen3_tts.bench import bench_qwen3
-    from codecspec.perf import finish_record, render_table, stream_bandwidth
-
-    log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr))
-    res = bench_qwen3(
-        args.model,
-        frames=args.frames,
-        cache_dir=args.cache_dir,
-        provider=args.provider,
-        threads=args.threads,
-        seed=args.seed,
-        temperature=args.temperature,
-        ref_audio=args.ref_audio,
-        weights=args.weights,
-        acceptance=args.acceptance,
-        draft_depth=args.draft_depth,
-        log=log,
-    )
-    # The bench record (codecspec.perf), completed where the bench left a figure out: the
-    # bandwidth and peak RSS of this run, then the bounds, totals and verdict.
-    if res.get("peak_rss_mb") is None:  # before the bandwidth probe's buffer
-        res["peak_rss_mb"] = peak_rss_mb()
-    if res.get("bandwidth_gbps") is None:
-        res["bandwidth_gbps"] = stream_bandwidth(threads=int(res.get("threads") or 1)) / 1e9
-    finish_record(res)
-    print(json.dumps(res) if args.json else render_table(res))
-    return 0
-
-
 def cmd_bench(args) -> int:
     """`codecspec bench`: the family's own bench (the registry's "bench" hook)."""
     from codecspec.pipeline import registry
@@ -408,7 +377,7 @@ def cmd_bench(args) -> int:
     return registry.family_of(args.model).hook("bench")(args)
 
 
-def _bench_common(args) -> tuple:
+def bench_common(args) -> tuple:
     """(keyword arguments every family's bench takes, the model's folder)."""
     from codecspec.tts.registry import resolve_model_dir
 
@@ -424,53 +393,20 @@ def _bench_common(args) -> tuple:
     return common, model
 
 
-def bench_v2_command(args) -> int:
-    """v2/v3 (registry hook): temporal and depth loops, AR vs speculation, both on the
-    pipeline."""
-    from codecspec.families.v2.bench import bench_v2, record_v2
-    from codecspec.tts.bench import bench_depth_loop
-
-    common, model = _bench_common(args)
-    res = bench_depth_loop(model, args.frames, **common)
-    if not args.no_pipeline:
-        res.update(
-            bench_v2(
-                model,
-                loops=args.loops,
-                accept=args.accept,
-                beta=args.beta,
-                theta=args.theta,
-                draft_len=args.draft_len,
-                texts=args.texts,
-                **common,
-            )
-        )
-    return _bench_report(args, "v2", model, res, record_v2)
-
-
-def bench_fsq_command(args) -> int:
-    """FSQ (registry hook): one graph call per frame, its own figures."""
-    from codecspec.families.fsq.bench import bench_fsq, record_fsq
-
-    common, model = _bench_common(args)
-    res = bench_fsq(model, args.utterances, batch=args.batch, **common)
-    return _bench_report(args, "fsq", model, res, record_fsq)
-
-
 def bench_reference_command(args) -> int:
     """The RVQ reference (registry hook): the depth loop alone and inside synthesis."""
     from codecspec.tts.bench import bench_depth_loop, bench_pipeline, record_reference
 
-    common, model = _bench_common(args)
+    common, model = bench_common(args)
     res = bench_depth_loop(model, args.frames, **common)
     if not args.no_pipeline:
         res.update(bench_pipeline(model, texts=args.texts, **common))
         # The issue this answers: the depth loop inside synthesis vs alone, same run.
         res["depth_in_pipeline_ratio"] = res["pipeline_depth_ms_per_frame"] / res["ar_ms_per_frame"]
-    return _bench_report(args, "reference", model, res, record_reference)
+    return bench_report(args, "reference", model, res, record_reference)
 
 
-def _bench_report(args, family: str, model, res: dict, record) -> int:
+def bench_report(args, family: str, model, res: dict, record) -> int:
     """The bench's record (codecspec.perf: every stage next to its bandwidth bound, measured
     in this run) joined to its figures; --quality's table after it. Prints the table and
     verdict, or with --json one object (the record's keys win over older ones of the same

@@ -20,7 +20,7 @@ ESPEAK = "espeak-ng"
 
 
 def _v2_kwargs(mode: str, tts, beta: float, theta: Optional[float]) -> dict:
-    from codecspec.families.v2.bench import LOOPS, speculation_config
+    from codecspec.decode.temporal import LOOPS, speculation_config
 
     loops, _, accept = mode.partition("/")
     accept = accept or "exact"

@@ -2,9 +2,11 @@
 
 Modules: `model` (`FSQTTS`: the single-stream model, its `FSQStepper` / `FSQSlots` and
 `FSQFrameDecoder`), `engine` (`FSQFamily`, the serving engine's `codecspec.pipeline.Family`
-adapter), `bench` (`codecspec bench` and `synth` figures for FSQ folders). The codec is
-`codecspec.codec.fsq`; the PyTorch training is `codecspec.train.fsq_torch` / `fsq_train`.
-The registry (`codecspec.pipeline.registry`) names these by module path; the old paths
-`codecspec.tts.fsq`, `codecspec.serve.fsq` and `codecspec.tts.fsq_bench` are aliases of
-them. Importing this package imports none of them.
+adapter), `bench` (`codecspec bench` and `synth` figures for FSQ folders), `cli` (the
+`codecspec bench` command for them). The codec is `codecspec.codec.fsq`; the PyTorch
+training is `codecspec.train.fsq_torch` / `fsq_train`. The registry
+(`codecspec.pipeline.registry`) names these by module path; the old path
+`codecspec.serve.fsq` is an alias of `engine` (the old `codecspec.tts` paths are gone: an
+alias there made `tts/` import the family that imports it). Importing this package imports
+none of them.
 """

@@ -3,9 +3,11 @@
 Modules: `model` (`V2TTS`: the single-stream model, its steppers and the round loop's
 settings; v3 is the same runtime told espeak-ng's phoneme timing), `engine` (`V2Family`, the
 serving engine's `codecspec.pipeline.Family` adapter), `bench` (`codecspec bench` figures
-for v2/v3 folders). Its codec is `codecspec.codec.v2`, its batch-axis step graphs
-`codecspec.graphs.v2_batch`, its PyTorch training `codecspec.train.v2_torch` / `v2_train`.
-The registry (`codecspec.pipeline.registry`) names these by module path; the old paths
-`codecspec.tts.v2`, `codecspec.serve.v2` and `codecspec.tts.v2_bench` are aliases of them.
-Importing this package imports none of them.
+for v2/v3 folders), `cli` (the `codecspec bench` command for them). Its codec is
+`codecspec.codec.v2`, its batch-axis step graphs `codecspec.graphs.v2_batch`, its PyTorch
+training `codecspec.train.v2_torch` / `v2_train`. The registry
+(`codecspec.pipeline.registry`) names these by module path; the old path
+`codecspec.serve.v2` is an alias of `engine` (the old `codecspec.tts` paths are gone: an
+alias there made `tts/` import the family that imports it). Importing this package imports
+none of them.
 """

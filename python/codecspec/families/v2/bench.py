@@ -17,7 +17,11 @@ import numpy as np
 import codecspec as cs
 from codecspec import perf
 from codecspec.calibrate.decision import auto_mode
-from codecspec.decode.temporal import Acceptance
+from codecspec.decode.temporal import (  # LOOPS, speculation_config: re-exported (moved)
+    LOOPS,
+    Acceptance,
+    speculation_config,
+)
 from codecspec.fidelity import homogeneity_pvalue
 from codecspec.tts.bench import (
     base_record,
@@ -31,27 +35,9 @@ from codecspec.tts.bench import (
 
 __all__ = ["LOOPS", "bench_v2", "record_v2", "speculation_config"]
 
-LOOPS = ("depth", "temporal", "both")
 # `loops=None`: what users get by default, the loops the model's calibration found to pay
 # (the depth loop: device_profile.json; the temporal loop: model.json's
 # "temporal_speculation_pays", from bench/speculation_sweep.py), exact acceptance.
-
-
-def speculation_config(loops: str, accept: str, beta: float, theta: Optional[float]) -> dict:
-    """generate() keywords for the speculative side of the benchmark."""
-    if loops not in LOOPS:
-        raise ValueError(f"loops: expected one of {LOOPS}, got {loops!r}")
-    rule = Acceptance(accept, beta=beta if accept == "ssd" else 0.0, theta=theta)
-    temporal = loops in ("temporal", "both")
-    depth = loops in ("depth", "both")
-    if accept == "ssd" and not temporal:
-        raise ValueError("accept: 'ssd' is a temporal-loop rule (use --loops temporal|both)")
-    return {
-        "temporal": "spec" if temporal else "ar",  # explicit: the model's "auto" may be spec
-        "accept": rule,
-        "mode": ("pcg" if accept == "pcg" else "spec") if depth else "ar",
-        "depth_theta": theta if accept == "pcg" else None,
-    }
 
 
 def _per_frame(rows, key) -> float:
