@@ -12,7 +12,8 @@ this module imports no family (tests/test_layering.py checks it).
     hook = entry.hook("bench")          # the family's own `codecspec bench`, or None
 
 Adding a family: one `Entry` in FAMILIES (before the default's, when its `detect` must be
-asked first); see docs/architecture.md.
+asked first), or, for a family whose code lives outside this package, `register(entry)` at
+start-up; docs/adding_a_family.md walks one through.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ __all__ = [
     "find",
     "formats",
     "import_path",
+    "register",
     "resolve_model_dir",
     "take_options",
+    "unregister",
 ]
 
 MODEL_NAMES = ("reference", "fsq", "v2", "v3")  # shipped (or checked-out) models by name
@@ -149,6 +152,33 @@ def by_name(name: str) -> Entry:
         if e.name == name:
             return e
     raise ValueError(f"family: expected one of {[e.name for e in FAMILIES]}, got {name!r}")
+
+
+def register(entry: Entry, before: Optional[str] = None) -> Entry:
+    """Adds a family to the table: last, or just before the family called `before` (a family
+    whose `detect` must be asked before another's). For families whose code lives outside
+    this package; every lookup (`family_of`, the engine, the CLI) sees it at once. ValueError
+    naming `family` where its name, or a format it reads, is taken already."""
+    global FAMILIES
+    if any(e.name == entry.name for e in FAMILIES):
+        raise ValueError(f"family: {entry.name!r} is registered already")
+    taken = formats()
+    for f in entry.formats:
+        if f in taken:
+            raise ValueError(f"family: format {f!r} is read by the {taken[f]} family already")
+    table = list(FAMILIES)
+    at = len(table) if before is None else table.index(by_name(before))
+    table.insert(at, entry)
+    FAMILIES = tuple(table)  # a new tuple: a lookup running now keeps the table it started on
+    return entry
+
+
+def unregister(name: str) -> Entry:
+    """Takes the family called `name` out of the table (a test's registration, undone)."""
+    global FAMILIES
+    entry = by_name(name)
+    FAMILIES = tuple(e for e in FAMILIES if e is not entry)
+    return entry
 
 
 def formats() -> dict:
