@@ -120,14 +120,16 @@ def test_dialect_speaker_gets_its_dialect_tag(models):
 
 
 # ---------------------------------------------------------------------- talker
+@pytest.mark.parametrize("split", [False, True])  # the prompt's fixed rows as a call of their own
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_teacher_forced_talker_logits_within_1e_4(models, variant):
+def test_teacher_forced_talker_logits_within_1e_4(models, variant, split):
     cases, z = _cases(variant)
     tts = models[variant]
     p = build_prompt(tts.tok, tts.spec, cases[0]["text"], **_prompt_kw(tts, cases[0]))
     emb, trailing = tts.prompt_embeds(p)
     codes, ref = z["case_0_codes"], z["case_0_logits"]
-    h = tts.talker.prefill(emb, capacity=4)  # small on purpose: the cache must grow
+    fixed = p.fixed_rows if split else 0
+    h = tts.talker.prefill(emb, capacity=4, fixed=fixed)  # small on purpose: the cache grows
     got = [tts.talker.logits(h)]
     for f, frame in enumerate(codes):
         e = tts.frame_embed(frame) + (trailing[f] if f < len(trailing) else tts._pad_row)

@@ -41,6 +41,8 @@ family is None, a stage it lacks is simply absent):
                              {"depth": "spec"|"ar", "temporal": "spec"|"ar"}
     ttfa_s            float  optional: seconds from a warm streamed request to its first audio
                              chunk (median of a few; families that stream)
+    ttfa_cold_prefix_s float optional: the same for a voice's first request (Qwen3-TTS: the
+                             talker's prompt-prefix cache emptied before each run)
     cpu_simd          list   optional: the CPU's SIMD flags (kernel ratios differ by them)
     pipeline_end_to_end dict optional: text -> waveform run whole, AR and speculative at a
                              controlled acceptance ({acceptance, frames, ar_ms, spec_ms,
@@ -576,7 +578,10 @@ def render_table(record: dict) -> str:
             f"{e2e['spec_ms']:.1f} ms per frame ({e2e['speedup']:.2f}x)"
         )
     if r.get("ttfa_s") is not None:
-        out.append(f"time to first audio (streamed, warm): {r['ttfa_s']:.2f} s")
+        line = f"time to first audio (streamed, warm): {r['ttfa_s']:.2f} s"
+        if r.get("ttfa_cold_prefix_s") is not None:
+            line += f" (a voice's first request: {r['ttfa_cold_prefix_s']:.2f} s)"
+        out.append(line)
     if r.get("cpu_simd"):
         out.append("CPU: " + " ".join(r["cpu_simd"]))
     chosen = (r.get("calibration") or {}).get("precision")

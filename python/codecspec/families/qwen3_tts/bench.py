@@ -209,10 +209,11 @@ def bench_qwen3(
     talker_ms = 1e3 * secs["talker"] / n
     talker_bytes = graph_reads(tts.talker.graph.path).per_call(1)
     stages = [stage("talker step", talker_ms, talker_ms, talker_bytes, talker_bytes), depth_row]
-    audio: dict = {"ttfa_s": None, "pipeline_end_to_end": None}
+    audio: dict = {"ttfa_s": None, "ttfa_cold_prefix_s": None, "pipeline_end_to_end": None}
     if decoder:
         stages.append(_decoder_stage(tts, codes))
-        audio["ttfa_s"] = time_to_first_audio(tts, seed, temperature, ref_audio)
+        warm, cold = time_to_first_audio(tts, seed, temperature, ref_audio)
+        audio.update(ttfa_s=warm, ttfa_cold_prefix_s=cold)
         if acceptance is not None and ref_audio is None:
             log(f"pipeline end to end at acceptance {acceptance}")
             audio["pipeline_end_to_end"] = pipeline_at_acceptance(
@@ -321,18 +322,31 @@ def pipeline_at_acceptance(
 
 
 def time_to_first_audio(tts: Qwen3TTS, seed: int, temperature, ref_audio, repeats: int = 3):
-    """Median seconds from `stream()` to its first audio chunk, warm (the graphs loaded, the
-    speech decoder open): prompt, prefill, the first frame and its decoder call."""
+    """(warm, cold prefix) median seconds from `stream()` to its first audio chunk, the graphs
+    loaded and the speech decoder open: prompt, prefill, the first frame and its decoder call.
+    Warm: the voice's prompt prefix is in the talker's prefix cache (a repeated voice); cold:
+    the cache is emptied before each run (a voice's first request)."""
+    from .talker import PrefixCache
+
     text, lang = CALIBRATION_TEXTS[0]
     kw = _request(tts, text, lang, 0, ref_audio)
-    times = []
-    for r in range(repeats + 1):  # the first run warms the stream's own allocations
-        t0 = time.perf_counter()
-        chunks = tts.stream(text, seed=seed + r, temperature=temperature, max_frames=8, **kw)
-        next(chunks, None)
-        times.append(time.perf_counter() - t0)
-        chunks.close()
-    return float(np.median(times[1:]))
+    kept = tts.talker.prefixes
+    times: dict = {"cold": [], "warm": []}
+    try:
+        for r in range(repeats + 1):  # the first round warms the stream's own allocations
+            for kind in ("cold", "warm"):
+                if kind == "cold":
+                    tts.talker.prefixes = PrefixCache()
+                t0 = time.perf_counter()
+                chunks = tts.stream(
+                    text, seed=seed + r, temperature=temperature, max_frames=8, **kw
+                )
+                next(chunks, None)
+                times[kind].append(time.perf_counter() - t0)
+                chunks.close()
+    finally:
+        tts.talker.prefixes = kept
+    return float(np.median(times["warm"][1:])), float(np.median(times["cold"][1:]))
 
 
 def _precision_choice(tts: Qwen3TTS) -> Optional[str]:

@@ -203,7 +203,7 @@ class Qwen3TTS:
 
         r = copy.copy(self)
         t, d = self.talker, self.depth
-        r.talker = Talker(t.graph, t.head)
+        r.talker = Talker(t.graph, t.head, prefixes=t.prefixes)
         r.depth = DepthDecoder(
             d.graph, tree=d.tree, offsets=d.offsets, params=d.params, heads=d.bank
         )
@@ -525,7 +525,9 @@ class Qwen3TTS:
         g_talk, g_depth = g.fork(1), g.fork(2)
         t0 = time.perf_counter()
         embeds, trailing = self.prompt_embeds(p)
-        hidden = self.talker.prefill(embeds, capacity=len(p) + min(max_new, 512))
+        hidden = self.talker.prefill(
+            embeds, capacity=len(p) + min(max_new, 512), fixed=p.fixed_rows
+        )
         secs["prefill"] = time.perf_counter() - t0
         history: list[int] = []
         eos = self.spec.codec["eos"]

@@ -184,6 +184,9 @@ class Prompt:
     prompt_ids: np.ndarray
     instruct_ids: np.ndarray
     ref_ids: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    # leading rows the text does not change (instruction, role tokens, think / language /
+    # speaker tags): the talker runs them as a call of their own and caches their K/V
+    fixed_rows: int = 0
 
     def __len__(self) -> int:
         return len(self.text_ids)
@@ -265,6 +268,7 @@ def build_prompt(
         prompt_ids=ids,
         instruct_ids=ins,
         ref_ids=ref_ids,
+        fixed_rows=len(ins) + 3 + len(prefix) - 1,
     )
 
 
