@@ -160,3 +160,16 @@ def test_no_module_of_the_package_names_the_example_family():
         if any(w in p.read_text(encoding="utf-8") for w in ("example_family", "example-toy"))
     ]
     assert named == []
+
+
+def test_bench_of_a_family_without_a_bench_hook_is_one_error_line(registered, folder, capsys):
+    """The example family registers no "bench" hook: `codecspec bench` says so, naming the
+    family, instead of calling None."""
+    from codecspec.cli import main
+
+    assert ENTRY.hook("bench") is None
+    assert main(["bench", "--model", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        'codecspec bench: error: model: the example-toy family has no bench (no "bench" hook)'
+    )

@@ -371,10 +371,15 @@ def _synth_stream(args, tts, text) -> int:
 
 
 def cmd_bench(args) -> int:
-    """`codecspec bench`: the family's own bench (the registry's "bench" hook)."""
+    """`codecspec bench`: the family's own bench (the registry's "bench" hook); a family
+    without one is a ValueError naming it (main prints it as one line)."""
     from codecspec.pipeline import registry
 
-    return registry.family_of(args.model).hook("bench")(args)
+    entry = registry.family_of(args.model)
+    hook = entry.hook("bench")
+    if hook is None:
+        raise ValueError(f'model: the {entry.name} family has no bench (no "bench" hook)')
+    return hook(args)
 
 
 def bench_common(args) -> tuple:
