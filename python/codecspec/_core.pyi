@@ -225,6 +225,21 @@ class HeadBank:
         self, z: ArrayLike, first_head: int, offsets: ArrayLike, m: int
     ) -> npt.NDArray[np.int32]: ...
 
+class Projection:
+    """y = x @ weights (+ bias) on the calling thread (no numpy BLAS, no thread pool): each
+    output summed in input order with a separate multiply and add, so the same bits on every
+    thread and machine. float64 weights make a float64 map, anything else float32."""
+
+    def __init__(self, weights: ArrayLike, bias: Optional[ArrayLike] = None) -> None: ...
+    def apply(self, x: ArrayLike) -> npt.NDArray[np.floating]:
+        """[n, out_features] in the map's dtype from x [n, in_features]."""
+    @property
+    def in_features(self) -> int: ...
+    @property
+    def out_features(self) -> int: ...
+    @property
+    def dtype(self) -> str: ...
+
 def verify_tree_hidden(
     tree: DraftTree,
     node_tokens: ArrayLike,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+import codecspec as cs
 from codecspec.codec.audio import as_mono_float, resample
 from codecspec.codec.features import griffin_lim, mel_filterbank, mel_pinv, stft
 from codecspec.codec.rvq import rvq_decode, rvq_encode, rvq_fit
@@ -129,6 +130,11 @@ class Codec:
         self._books = self.codebooks.astype(np.float32)
         self._fb = _melbank(cfg)
         self._fb_pinv = mel_pinv(self._fb)
+        # Decoding's two products run in the Rust core, not numpy's BLAS: OpenBLAS's workers
+        # spin ~0.1 s after each call and take a small machine's cores from the next graph
+        # calls, and its thread count is process-global (docs/performance.md).
+        self._unproject = cs.Projection(self._p.T, self.mean)  # float32, as `z @ P.T + mean`
+        self._to_linear = cs.Projection(self._fb_pinv.T)  # float64, as `mel @ pinv.T`
 
     # ---- training -------------------------------------------------------------------------
     @classmethod
@@ -191,7 +197,10 @@ class Codec:
         return (f - self.mean) @ self._p
 
     def unproject(self, z) -> np.ndarray:
-        return np.asarray(z, dtype=np.float32) @ self._p.T + self.mean
+        """Features [..., feature_dim] float32 of PCA coordinates z [..., pca_dim]."""
+        z = np.asarray(z, dtype=np.float32)
+        y = self._unproject.apply(z.reshape(-1, z.shape[-1]) if z.ndim else z)
+        return y.reshape(*z.shape[:-1], self.cfg.feature_dim)
 
     def encode_features(self, features, n_levels: int | None = None) -> np.ndarray:
         return rvq_encode(self.project(features), self._books, n_levels)
@@ -219,7 +228,7 @@ class Codec:
         if f.ndim != 2 or f.shape[1] != self.cfg.feature_dim:
             raise ValueError(f"features must have shape [T, {self.cfg.feature_dim}], got {f.shape}")
         mel = np.maximum(np.exp(f.reshape(-1, self.cfg.n_mels)) - self.cfg.log_offset, 0.0)
-        return np.maximum(mel @ self._fb_pinv.T, 0.0)
+        return np.maximum(self._to_linear.apply(mel), 0.0)
 
     def features_to_wav(self, features, n_iter: int = 32, seed: int = 0) -> np.ndarray:
         mag = self.features_to_magnitude(features)

@@ -9,6 +9,7 @@ pub mod fsq;
 pub mod groups;
 pub mod heads;
 pub mod kv;
+pub mod projection;
 pub mod rng;
 pub mod tree;
 pub mod verify;
@@ -20,6 +21,7 @@ pub use fsq::{fsq_pack, fsq_unpack, sample_factorized, sample_stop};
 pub use groups::{verify_chain_coarse, AcousticGroups};
 pub use heads::HeadBank;
 pub use kv::{kv_commit_inplace, kv_commit_rows};
+pub use projection::Projection;
 pub use rng::Generator;
 pub use tree::{GreedyOptions, RankCap, Tree};
 pub use verify::{

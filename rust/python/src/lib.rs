@@ -8,6 +8,7 @@ mod fsq;
 mod groups;
 mod heads;
 mod kv;
+mod projection;
 mod sampling;
 mod tree;
 mod verify;
@@ -19,6 +20,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tree::PyDraftTree>()?;
     m.add_class::<verify::PyVerifyResult>()?;
     m.add_class::<heads::PyHeadBank>()?;
+    m.add_class::<projection::PyProjection>()?;
     m.add_function(wrap_pyfunction!(heads::verify_tree_hidden, m)?)?;
     m.add_function(wrap_pyfunction!(sampling::warp, m)?)?;
     m.add_function(wrap_pyfunction!(sampling::sample, m)?)?;
