@@ -114,7 +114,7 @@ FAMILIES = (
         hooks=(
             ("synth", f"{_QWEN3}.cli:synth"),
             ("bench", f"{_QWEN3}.cli:bench_command"),
-            ("calibrate", "codecspec.cli:calibrate_qwen3_command"),
+            ("calibrate", "codecspec.cli.calibrate:calibrate_qwen3_command"),
             ("serve_check", f"{_QWEN3}.engine:check_serve_args"),
         ),
     ),

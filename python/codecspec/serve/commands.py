@@ -1,4 +1,5 @@
-"""`codecspec serve`, `codecspec loadtest` and `codecspec bench --streams ...`."""
+"""What `codecspec serve`, `codecspec loadtest` and `codecspec bench --streams ...` run
+(their options: `codecspec.cli.serve`, `codecspec.cli.loadtest`, `codecspec.cli.bench`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from codecspec.tts.commands import threads_arg, weights_option
 from codecspec.tts.registry import MODEL_NAMES
 
-PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
 KEY_ENV = "CODECSPEC_API_KEY"
 SERVE_EXTRA = "codecspec serve needs the serve extra: pip install 'codecspec[serve]'"
 
@@ -74,18 +73,6 @@ def model_arg(s: str) -> str:
             f"expected one of {list(MODEL_NAMES)} or a model folder, got {s!r}"
         )
     return str(d)
-
-
-def _engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-streams", type=int, default=16, help="streams per step (default 16)")
-    p.add_argument("--max-queue", type=int, default=None, help="waiting requests (default: =)")
-    p.add_argument("--provider", default="cpu", choices=PROVIDERS)
-    p.add_argument(
-        "--threads",
-        type=threads_arg,
-        default=1,
-        help="the process's ONNX Runtime thread pool (default 1: the vocoder gets the rest)",
-    )
 
 
 def check_model(args) -> None:
@@ -209,89 +196,3 @@ def cmd_bench_streams(args) -> int:
     else:
         print(table(rows))
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    from codecspec.tts.commands import add_cache_dir
-
-    p = sub.add_parser("serve", help="OpenAI-compatible speech server (continuous batching)")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument(
-        "--drain-seconds", type=int, default=60, help="on SIGTERM, wait this long for streams"
-    )
-    p.add_argument(
-        "--vocoder-iters", type=int, default=32, help="Griffin-Lim iterations per chunk (32)"
-    )
-    p.add_argument(
-        "--model",
-        default=None,
-        type=model_arg,
-        help="the model to serve: v3 (the default), fsq, reference, v2, a model folder, or "
-        "a Qwen3-TTS checkpoint folder (CustomVoice, VoiceDesign; Base with --ref-audio or "
-        "--voices-dir)",
-    )
-    add_cache_dir(p)
-    p.add_argument(
-        "--ref-audio",
-        default=None,
-        help="Qwen3-TTS Base checkpoint: the voice to clone (WAV, FLAC, MP3, ...; any rate) "
-        "for every stream",
-    )
-    p.add_argument(
-        "--voices-dir",
-        default=None,
-        help="Qwen3-TTS Base checkpoint: a folder of voices, NAME.wav + NAME.txt (what the clip "
-        "says) each, cloned in context; a request's `voice` picks one by NAME",
-    )
-    weights_option(p)
-    p.add_argument(
-        "--admit",
-        default="realtime",
-        choices=["realtime", "max"],
-        help="realtime (default): admit only the streams the engine can decode faster than "
-        "playback (measured), queue the rest; max: fill every slot",
-    )
-    p.add_argument(
-        "--api-key",
-        default=None,
-        help=f"require 'Authorization: Bearer KEY' (default: ${KEY_ENV}; none on loopback)",
-    )
-    p.add_argument("--metrics-open", action="store_true", help="serve /metrics without the key")
-    p.add_argument(
-        "--allow-no-key",
-        action="store_true",
-        help="allow a non-loopback --host without an API key (anyone who connects is served)",
-    )
-    _engine_args(p)
-    p.set_defaults(func=cmd_serve)
-
-    p = sub.add_parser("loadtest", help="concurrent clients against a running speech server")
-    p.add_argument("--url", default="http://127.0.0.1:8000")
-    p.add_argument("--clients", type=_ints, default=[64], help="e.g. 1,4,16,64 (default 64)")
-    p.add_argument("--requests", type=int, default=3, help="requests per client (default 3)")
-    p.add_argument("--mode", default="auto", choices=["auto", "ar", "spec"])
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_loadtest)
-
-    # `codecspec bench --streams 1,4,16,64`: the in-process scaling bench joins the existing
-    # bench command (registered by codecspec.tts.commands) instead of a new name.
-    bench = sub.choices.get("bench")
-    if bench is None:
-        return
-    bench.add_argument(
-        "--streams", type=_ints, default=None, help="scaling bench at these stream counts"
-    )
-    bench.add_argument(
-        "--stream-mode",
-        default="both",
-        help="both (ar and spec, default) or a comma list of ar, spec, auto (the model's "
-        "calibrated choice per loop: v2/v3 speculate on the temporal loop only)",
-    )
-    bench.add_argument("--plot", type=Path, default=None, help="PNG of the scaling bench")
-    single = bench.get_default("func")
-
-    def dispatch(args) -> int:
-        return cmd_bench_streams(args) if args.streams else single(args)
-
-    bench.set_defaults(func=dispatch)

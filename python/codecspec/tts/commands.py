@@ -1,31 +1,14 @@
-"""The main-job subcommands of `codecspec`: `synth` and `bench` on the reference model."""
+"""What `codecspec synth` and `codecspec bench` run (their options: `codecspec.cli.synth`,
+`codecspec.cli.bench`)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
 from codecspec.perf import peak_rss_mb
-
-PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
-MODEL_HELP = (
-    "model name (v3, v2, reference, fsq) or folder (default: v3, the shipped reference v3); "
-    "synth: also a Qwen3-TTS 12 Hz checkpoint folder"
-)
-
-
-def threads_arg(value: str) -> int:
-    """argparse type of --threads: an integer >= 1 (the process's shared pool size)."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {n}")
-    return n
 
 
 def _params(args):
@@ -42,12 +25,6 @@ def _params(args):
         base["top_k"] if args.top_k is None else args.top_k,
         base["top_p"] if args.top_p is None else args.top_p,
     )
-
-
-def _sampling(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--temperature", type=float, default=None, help="default: the model's 0.9")
-    p.add_argument("--top-k", type=int, default=None, help="default: the model's 50")
-    p.add_argument("--top-p", type=float, default=None, help="default: the model's 1.0")
 
 
 def read_text_file(path) -> str:
@@ -155,34 +132,6 @@ def _speculation_kwargs(args, tts) -> dict:
     return kw
 
 
-def _speculation_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--loops",
-        choices=["depth", "temporal", "both"],
-        default=None,
-        help="v2: which loops speculate (default: the depth loop by calibration, temporal AR)",
-    )
-    p.add_argument(
-        "--accept",
-        choices=["exact", "ssd", "pcg"],
-        default="exact",
-        help="v2: acceptance rule (exact = the AR law; ssd = lossy tolerance; pcg = group law)",
-    )
-    p.add_argument("--beta", type=float, default=0.3, help="ssd tolerance in [0, 1]")
-    p.add_argument("--theta", type=float, default=None, help="pcg group cosine in (-1, 1]")
-    p.add_argument("--draft-len", type=int, default=3, help="v2: c0 drafts per temporal round")
-
-
-def _depth_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--depth",
-        choices=["positional", "shared"],
-        default=None,
-        help="v2: which depth decoder of the folder runs (default positional; shared = "
-        "depth_shared.npz, one set of weights for every level)",
-    )
-
-
 def _depth_kwargs(args) -> dict:
     """{"depth": ...} for a v2 model when --depth is given; other families have one."""
     if args.depth is None:
@@ -193,17 +142,6 @@ def _depth_kwargs(args) -> dict:
         takers = [e.name for e in registry.FAMILIES if "depth" in e.model_options]
         raise ValueError(f"depth: --depth applies to {' and '.join(takers)} models only")
     return {"depth": args.depth}
-
-
-def chunk_frames_arg(value: str) -> int:
-    """argparse type of --chunk-frames: an integer >= 1 (frames per streamed chunk)."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {n}")
-    return n
 
 
 def _synth_kwargs(args) -> dict:
@@ -474,161 +412,5 @@ def _print_table(table, as_json: bool) -> int:
     return 0
 
 
-def weights_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--weights",
-        choices=["fp32", "int8", "int4", "auto"],
-        default=None,
-        help="Qwen3-TTS: talker and code predictor precision, weight-only quantised with "
-        "onnxruntime's MatMulNBits (default fp32: the official model's codes; int8 / int4 are "
-        "faster and lossy; auto: what `codecspec calibrate --model DIR` chose on this device, "
-        "fp32 before it ran)",
-    )
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "synth", help="text to speech with a shipped model or a Qwen3-TTS checkpoint folder"
-    )
-    p.add_argument("text", nargs="?", default=None, help="text to speak (or --text-file)")
-    p.add_argument("--text-file", type=Path, default=None, help="read the text from a UTF-8 file")
-    p.add_argument("--phonemes", default=None, help="espeak-ng IPA instead of text")
-    p.add_argument(
-        "--max-frames",
-        type=int,
-        default=None,
-        help="longest utterance in frames (default 1000; fsq: 2x the text's length)",
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument(
-        "--stream",
-        action="store_true",
-        help="write the WAV chunk by chunk as frames are made, print time to first audio; "
-        "--text-file is spoken sentence by sentence",
-    )
-    p.add_argument(
-        "--chunk-frames",
-        type=chunk_frames_arg,
-        default=8,
-        help="--stream: frames per audio chunk (default 8 = 0.64 s)",
-    )
-    p.add_argument("-o", "--output", type=Path, default=None, help="WAV (default out.wav)")
-    p.add_argument(
-        "--codes-out",
-        type=Path,
-        default=None,
-        help="also write the codes (int64 .npy [frames, codebooks]); with a Qwen3-TTS "
-        "folder and no -o, only the codes",
-    )
-    p.add_argument(
-        "--instruct", default=None, help="Qwen3-TTS: voice/style instruction (VoiceDesign, 1.7B)"
-    )
-    p.add_argument(
-        "--ref-audio",
-        default=None,
-        help="Qwen3-TTS Base: a clip of the voice to clone (WAV, FLAC, MP3, ...; any rate and "
-        "channel count); x-vector-only mode unless --ref-text is given",
-    )
-    p.add_argument(
-        "--ref-text",
-        default=None,
-        help="Qwen3-TTS Base: what --ref-audio says; clones in context (the clip's speech codes "
-        "and transcript in the prompt), as the official generate_voice_clone does by default",
-    )
-    p.add_argument(
-        "--streaming-text",
-        action="store_true",
-        help="Qwen3-TTS: the official streaming-text prompt (text fed one token per frame)",
-    )
-    add_cache_dir(p)
-    p.add_argument(
-        "--mode",
-        choices=["auto", "ar", "spec", "pcg"],
-        default="auto",
-        help="depth loop: auto (default) = spec where calibration found it pays, else ar "
-        "(same output law); pcg = group-level acceptance (v2)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--language",
-        default=None,
-        help="en, de, es or it (default en); Qwen3-TTS: a language its config names, e.g. "
-        "english (default auto)",
-    )
-    p.add_argument(
-        "--speaker",
-        default=None,
-        help="espeak-ng voice variant, e.g. f3 or m1; Qwen3-TTS CustomVoice: a speaker name",
-    )
-    p.add_argument("--rate", type=float, default=1.0, help="speaking rate (default 1.0)")
-    weights_option(p)
-    p.add_argument("--provider", default="auto", choices=PROVIDERS)
-    p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")
-    p.add_argument("--model", default=None, help=MODEL_HELP)
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    _sampling(p)
-    _speculation_options(p)
-    _depth_options(p)
-    p.set_defaults(func=cmd_synth)
-
-    p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
-    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: a clip of the voice")
-    p.add_argument("--cache-dir", default=None, help="Qwen3-TTS: graph cache (see synth)")
-    weights_option(p)
-    p.add_argument(
-        "--acceptance",
-        type=float,
-        default=None,
-        help="Qwen3-TTS: run the speculative depth loop at this top-1 draft acceptance "
-        "(controlled drafts: timing of the real graphs without the real weights' drafts)",
-    )
-    p.add_argument(
-        "--draft-depth",
-        type=int,
-        default=None,
-        help="Qwen3-TTS with --acceptance: drafts per round (a chain; default: the graph's K)",
-    )
-    p.add_argument("--frames", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--provider", default="auto", choices=PROVIDERS)
-    p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")
-    p.add_argument("--model", default=None, help=MODEL_HELP)
-    p.add_argument("--utterances", type=int, default=8, help="fsq: bench.json utterances")
-    p.add_argument("--batch", type=int, default=1, help="fsq: also run this many as a batch")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument(
-        "--texts", type=int, default=None, help="held-out sentences for the pipeline (default 8)"
-    )
-    p.add_argument(
-        "--no-pipeline", action="store_true", help="only the depth loop, not text -> waveform"
-    )
-    p.add_argument(
-        "--quality",
-        action="store_true",
-        help="also score intelligibility (words recognised, WER; needs codecspec[quality]) "
-        "of AR and the speculative mode on the held-out evaluation sentences",
-    )
-    from codecspec.tts.quality_commands import quality_options
-
-    quality_options(p, prefix="quality-")
-    _sampling(p)
-    _speculation_options(p)
-    _depth_options(p)
-    p.set_defaults(func=cmd_bench)
-    from codecspec.tts.quality_commands import register as register_quality
-
-    register_quality(sub)
-
-
 if __name__ == "__main__":  # pragma: no cover
     sys.exit("use: codecspec synth|bench")
-
-
-def add_cache_dir(p) -> None:
-    """--cache-dir, where a Qwen3-TTS folder's graphs are built (synth and serve)."""
-    p.add_argument(
-        "--cache-dir",
-        default=None,
-        help="Qwen3-TTS: where built graphs are kept (default $CODECSPEC_CACHE_DIR or "
-        "~/.cache/codecspec)",
-    )

@@ -9,12 +9,11 @@ rendering (the voice the corpus is made of), the ceiling a model can reach.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Callable, Optional
 
-__all__ = ["ESPEAK", "mode_kwargs", "model_synthesizer", "quality_reports", "register"]
+__all__ = ["ESPEAK", "cmd_quality", "mode_kwargs", "model_synthesizer", "quality_reports"]
 
 ESPEAK = "espeak-ng"
 
@@ -108,39 +107,6 @@ def quality_reports(
     return out
 
 
-def _seeds_arg(value: str) -> int:
-    """argparse type of --sentences / --seeds: an integer >= 1 (the same rule as --threads)."""
-    from codecspec.tts.commands import threads_arg
-
-    return threads_arg(value)
-
-
-def quality_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
-    """--sentences / --seeds / --recognizer (prefixed `quality-` under `bench`)."""
-    p.add_argument(
-        f"--{prefix}sentences",
-        type=_seeds_arg,
-        default=None,
-        help="evaluation sentences to speak (default all 30)",
-    )
-    p.add_argument(
-        f"--{prefix}seeds", type=_seeds_arg, default=1, help="seeds per sentence (default 1)"
-    )
-    p.add_argument(
-        f"--{prefix}recognizer",
-        choices=["base", "tiny.en"],
-        default="base",
-        help="Whisper model from the [quality] extra's weight packages (default base)",
-    )
-    p.add_argument(
-        f"--{prefix}asr-model",
-        metavar="DIR",
-        default=None,
-        help="a faster-whisper (CTranslate2) model folder of your own, used instead of "
-        f"--{prefix}recognizer's packaged weights",
-    )
-
-
 def run_quality(args, model, modes, prefix: str = "") -> dict:
     from codecspec.tts.commands import _params
     from codecspec.tts.intelligibility import Recognizer
@@ -188,33 +154,6 @@ def cmd_quality(args) -> int:
     )
     print(report_table(reports))
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    from codecspec.tts.commands import MODEL_HELP, PROVIDERS, _sampling, threads_arg
-
-    p = sub.add_parser(
-        "quality",
-        help="words recognised / WER of a model's speech on held-out sentences (Whisper)",
-    )
-    p.add_argument("--model", default=None, help=MODEL_HELP + "; espeak-ng = espeak-ng itself")
-    p.add_argument(
-        "--modes",
-        nargs="+",
-        default=["ar"],
-        help="decoding modes (default ar): reference: ar spec; v2: ar or LOOPS[/ACCEPT], "
-        "e.g. temporal both both/pcg temporal/ssd",
-    )
-    quality_options(p)
-    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    p.add_argument("--beta", type=float, default=0.3, help="v2 ssd tolerance")
-    p.add_argument("--theta", type=float, default=None, help="v2 pcg cosine (default: model's)")
-    p.add_argument("--provider", default="auto", choices=PROVIDERS)
-    p.add_argument("--threads", type=threads_arg, default=None, help="default: physical cores")
-    p.add_argument("-o", "--output", default=None, help="also write the full reports (JSON)")
-    p.add_argument("--json", action="store_true", help="print the full reports as JSON")
-    _sampling(p)
-    p.set_defaults(func=cmd_quality)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,76 @@
+"""`codecspec` command line: build graphs, import checkpoints, calibrate, ablate, run the demo."""
+
+# One module per subcommand (cli/<name>.py: its parser, and its code or a call into the
+# package that holds it); the options several share are defined once in cli/options.py.
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from codecspec.cli import (
+    ablate,
+    bench,
+    build_graph,
+    calibrate,
+    demo,
+    import_qwen3,
+    loadtest,
+    quality,
+    random_checkpoint,
+    serve,
+    speedup_map,
+    synth,
+)
+from codecspec.cli.calibrate import _where_on_the_map, calibrate_qwen3_command
+from codecspec.cli.demo import small_config
+
+__all__ = [
+    "SUBCOMMANDS",
+    "_where_on_the_map",
+    "build_parser",
+    "calibrate_qwen3_command",
+    "main",
+    "small_config",
+]
+
+# In the order `codecspec --help` lists them.
+SUBCOMMANDS = (
+    demo,
+    build_graph,
+    import_qwen3,
+    calibrate,
+    ablate,
+    speedup_map,
+    random_checkpoint,
+    synth,
+    bench,
+    quality,
+    serve,
+    loadtest,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="codecspec", description=__doc__)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for module in SUBCOMMANDS:
+        module.register(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
+    )
+    from codecspec.tts.intelligibility import RecognizerUnavailable
+    from codecspec.tts.model import PhonemizerError
+
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, PhonemizerError, RecognizerUnavailable) as e:
+        print(f"codecspec {args.command}: error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,89 @@
+"""`codecspec bench`: its options, and the choice between the family's own bench
+(`codecspec.tts.commands.cmd_bench`, the registry's "bench" hook) and, with --streams, the
+serving engine's scaling bench (`codecspec.serve.commands.cmd_bench_streams`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from codecspec.cli import options
+from codecspec.cli.quality import quality_options
+from codecspec.cli.synth import depth, speculation
+
+
+def run(args) -> int:
+    """The scaling bench with --streams, else the family's own."""
+    if args.streams:
+        from codecspec.serve.commands import cmd_bench_streams
+
+        return cmd_bench_streams(args)
+    from codecspec.tts.commands import cmd_bench
+
+    return cmd_bench(args)
+
+
+def _qwen3(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: a clip of the voice")
+    options.cache_dir(p, help="Qwen3-TTS: graph cache (see synth)")
+    options.weights(p)
+    p.add_argument(
+        "--acceptance",
+        type=float,
+        default=None,
+        help="Qwen3-TTS: run the speculative depth loop at this top-1 draft acceptance "
+        "(controlled drafts: timing of the real graphs without the real weights' drafts)",
+    )
+    p.add_argument(
+        "--draft-depth",
+        type=int,
+        default=None,
+        help="Qwen3-TTS with --acceptance: drafts per round (a chain; default: the graph's K)",
+    )
+
+
+def _scaling(p: argparse.ArgumentParser) -> None:
+    """`codecspec bench --streams 1,4,16,64`: the in-process scaling bench of the engine."""
+    from codecspec.serve.commands import _ints
+
+    p.add_argument(
+        "--streams", type=_ints, default=None, help="scaling bench at these stream counts"
+    )
+    p.add_argument(
+        "--stream-mode",
+        default="both",
+        help="both (ar and spec, default) or a comma list of ar, spec, auto (the model's "
+        "calibrated choice per loop: v2/v3 speculate on the temporal loop only)",
+    )
+    p.add_argument("--plot", type=Path, default=None, help="PNG of the scaling bench")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
+    _qwen3(p)
+    p.add_argument("--frames", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    options.provider(p)
+    options.threads(p, help=options.CORES)
+    p.add_argument("--model", default=None, help=options.MODEL_HELP)
+    p.add_argument("--utterances", type=int, default=8, help="fsq: bench.json utterances")
+    p.add_argument("--batch", type=int, default=1, help="fsq: also run this many as a batch")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--texts", type=int, default=None, help="held-out sentences for the pipeline (default 8)"
+    )
+    p.add_argument(
+        "--no-pipeline", action="store_true", help="only the depth loop, not text -> waveform"
+    )
+    p.add_argument(
+        "--quality",
+        action="store_true",
+        help="also score intelligibility (words recognised, WER; needs codecspec[quality]) "
+        "of AR and the speculative mode on the held-out evaluation sentences",
+    )
+    quality_options(p, prefix="quality-")
+    options.sampling(p)
+    speculation(p)
+    depth(p)
+    _scaling(p)
+    p.set_defaults(func=run)

@@ -1,0 +1,89 @@
+"""The options several `codecspec` subcommands take, each defined once here.
+
+A subcommand's module adds the ones it takes (`sampling(p)`, `threads(p)`, ...); where
+subcommands differ in a default or a help line, the helper takes it as an argument, so the
+flag, its type and its choices stay one definition.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
+MODEL_HELP = (
+    "model name (v3, v2, reference, fsq) or folder (default: v3, the shipped reference v3); "
+    "synth: also a Qwen3-TTS 12 Hz checkpoint folder"
+)
+CORES = "default: physical cores"
+
+
+def threads_arg(value: str) -> int:
+    """argparse type of --threads: an integer >= 1 (the process's shared pool size)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {n}")
+    return n
+
+
+def sampling(p: argparse.ArgumentParser, model_defaults: bool = True) -> None:
+    """--temperature / --top-k / --top-p. model_defaults: unset means the model's own law
+    (the TTS subcommands); else the depth graph tools' fixed 0.9 / 50 / 1.0."""
+    if model_defaults:
+        p.add_argument("--temperature", type=float, default=None, help="default: the model's 0.9")
+        p.add_argument("--top-k", type=int, default=None, help="default: the model's 50")
+        p.add_argument("--top-p", type=float, default=None, help="default: the model's 1.0")
+        return
+    p.add_argument("--temperature", type=float, default=0.9, help="0 = greedy (default 0.9)")
+    p.add_argument("--top-k", type=int, default=50, help="0 = off (default 50)")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 = off (default 1.0)")
+
+
+def threads(p: argparse.ArgumentParser, default=None, help=None) -> None:
+    """--threads: the process's ONNX Runtime pool size."""
+    p.add_argument("--threads", type=threads_arg, default=default, help=help)
+
+
+def provider(p: argparse.ArgumentParser, default: str = "auto") -> None:
+    """--provider: the ONNX Runtime execution provider."""
+    p.add_argument("--provider", default=default, choices=PROVIDERS)
+
+
+def weights(p: argparse.ArgumentParser) -> None:
+    """--weights: a Qwen3-TTS folder's precision."""
+    p.add_argument(
+        "--weights",
+        choices=["fp32", "int8", "int4", "auto"],
+        default=None,
+        help="Qwen3-TTS: talker and code predictor precision, weight-only quantised with "
+        "onnxruntime's MatMulNBits (default fp32: the official model's codes; int8 / int4 are "
+        "faster and lossy; auto: what `codecspec calibrate --model DIR` chose on this device, "
+        "fp32 before it ran)",
+    )
+
+
+def cache_dir(p: argparse.ArgumentParser, help=None) -> None:
+    """--cache-dir, where a Qwen3-TTS folder's graphs are built."""
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help=help
+        or "Qwen3-TTS: where built graphs are kept (default $CODECSPEC_CACHE_DIR or "
+        "~/.cache/codecspec)",
+    )
+
+
+def text_input(p: argparse.ArgumentParser) -> None:
+    """The text to speak: a positional, or --text-file."""
+    p.add_argument("text", nargs="?", default=None, help="text to speak (or --text-file)")
+    p.add_argument("--text-file", type=Path, default=None, help="read the text from a UTF-8 file")
+
+
+def fixed_params(args):
+    """SamplingParams of `sampling(p, model_defaults=False)`'s options."""
+    import codecspec as cs
+
+    return cs.SamplingParams(args.temperature, args.top_k, args.top_p)

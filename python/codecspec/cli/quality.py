@@ -1,0 +1,68 @@
+"""`codecspec quality`: its options (also bench's --quality-* ones); the command itself is
+`codecspec.tts.quality_commands.cmd_quality`."""
+
+from __future__ import annotations
+
+import argparse
+
+from codecspec.cli import options
+
+
+def _seeds_arg(value: str) -> int:
+    """argparse type of --sentences / --seeds: an integer >= 1 (the same rule as --threads)."""
+    return options.threads_arg(value)
+
+
+def quality_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """--sentences / --seeds / --recognizer (prefixed `quality-` under `bench`)."""
+    p.add_argument(
+        f"--{prefix}sentences",
+        type=_seeds_arg,
+        default=None,
+        help="evaluation sentences to speak (default all 30)",
+    )
+    p.add_argument(
+        f"--{prefix}seeds", type=_seeds_arg, default=1, help="seeds per sentence (default 1)"
+    )
+    p.add_argument(
+        f"--{prefix}recognizer",
+        choices=["base", "tiny.en"],
+        default="base",
+        help="Whisper model from the [quality] extra's weight packages (default base)",
+    )
+    p.add_argument(
+        f"--{prefix}asr-model",
+        metavar="DIR",
+        default=None,
+        help="a faster-whisper (CTranslate2) model folder of your own, used instead of "
+        f"--{prefix}recognizer's packaged weights",
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from codecspec.tts.quality_commands import cmd_quality
+
+    p = sub.add_parser(
+        "quality",
+        help="words recognised / WER of a model's speech on held-out sentences (Whisper)",
+    )
+    p.add_argument(
+        "--model", default=None, help=options.MODEL_HELP + "; espeak-ng = espeak-ng itself"
+    )
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        default=["ar"],
+        help="decoding modes (default ar): reference: ar spec; v2: ar or LOOPS[/ACCEPT], "
+        "e.g. temporal both both/pcg temporal/ssd",
+    )
+    quality_options(p)
+    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--beta", type=float, default=0.3, help="v2 ssd tolerance")
+    p.add_argument("--theta", type=float, default=None, help="v2 pcg cosine (default: model's)")
+    options.provider(p)
+    options.threads(p, help=options.CORES)
+    p.add_argument("-o", "--output", default=None, help="also write the full reports (JSON)")
+    p.add_argument("--json", action="store_true", help="print the full reports as JSON")
+    options.sampling(p)
+    p.set_defaults(func=cmd_quality)
