@@ -350,6 +350,14 @@ def create_app(
         KeyCheck, key=api_key, open_paths=open_paths, on_refuse=lambda s: _count(app, s)
     )
 
+    _add_error_handlers(app)
+    _add_routes(app)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error leaves in the API's own error shape, counted by status."""
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
         _count(app, 400)
@@ -370,6 +378,10 @@ def create_app(
     async def crashed(request: Request, exc: Exception):
         log.exception("request failed")
         return _error(500, "internal error", code="internal_error")
+
+
+def _add_routes(app: FastAPI) -> None:
+    """The OpenAI-compatible paths, health and metrics."""
 
     @app.get("/health")
     async def health():
@@ -400,8 +412,6 @@ def create_app(
     @app.post("/v1/audio/speech")
     async def speech(body: SpeechBody, request: Request):
         return await _speech(app, body, request)
-
-    return app
 
 
 def served_models(engine: Engine) -> tuple:
