@@ -28,13 +28,14 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
 import codecspec as cs
-from codecspec.pipeline.family import Family, Frame, StreamState
+from codecspec.pipeline.family import Family
+from codecspec.pipeline.loop import LoopStats, Outlet, Stream, StreamLoop
 
 MAX_INPUT_CHARS = 400
 SPEED_RANGE = (0.25, 4.0)
@@ -42,7 +43,6 @@ ADMIT_POLICIES = ("realtime", "max")
 # Realtime admission keeps a step within this share of a frame's playback time, leaving the
 # rest for jitter on a shared machine and the vocoder's chunks.
 REALTIME_HEADROOM = 0.8
-STEP_WINDOW = 256  # recent steps the capacity estimate is fitted on
 # A late frame lowers the realtime limit to one stream below the batch it happened in; each
 # this many steps without a late frame raise it by one again (additive increase): the step
 # times cannot see everything that competes for the cores (the vocoder's chunks, the HTTP
@@ -80,7 +80,7 @@ class SpeechRequest:
     instructions: Optional[str] = None  # voice/style text, for families that take it
 
 
-class StreamHandle:
+class StreamHandle(Outlet):
     """The consumer's side of a stream: frames of codes (int64 [G]) as they are decoded.
 
     Iterate it (blocking) or `await handle.next()` (asyncio; pass `loop` to `submit`).
@@ -89,27 +89,14 @@ class StreamHandle:
     the model's stop head decides (FSQ); `count`: frames decoded so far."""
 
     def __init__(self, stream_id: int, frames: Optional[int], loop=None, on_cancel=None):
-        self.id, self.frames, self.count = stream_id, frames, 0
+        super().__init__(stream_id, frames)
         self._on_cancel = on_cancel  # the engine's: a queued stream leaves the queue at once
         self._loop = loop
         self._aq = asyncio.Queue() if loop is not None else None
         self._items: deque = deque()
         self._ready = threading.Condition()
-        self.cancelled = False
-        self.submitted = time.perf_counter()
-        self.first_frame_at: Optional[float] = None  # perf_counter times, set by the engine
-        self.done_at: Optional[float] = None
-        self.late = False  # some frame came later than real-time playback needed it
-        self.tokens = 0  # input phoneme ids
 
-    def _put(self, item) -> None:
-        now = time.perf_counter()
-        if item[0] == "frame":
-            self.count += 1
-            if self.first_frame_at is None:
-                self.first_frame_at = now
-        elif item[0] != "frame":
-            self.done_at = now
+    def _deliver(self, item) -> None:
         if self._aq is not None:
             self._loop.call_soon_threadsafe(self._aq.put_nowait, item)
             return
@@ -148,33 +135,12 @@ class StreamHandle:
             self._on_cancel(self)
 
 
-@dataclass
-class _Stream:
-    handle: StreamHandle
-    request: SpeechRequest
-    state: StreamState  # the family's: generator, sampling law, caches' inputs, lengths
-    slot: int = -1
-    t: int = 0  # frames decoded
-    steps: int = 0  # engine steps the stream took part in
-    held: list = field(default_factory=list)  # decoded frames not yet handed out (prebuffer)
+# The loop's names, kept here for the code that imports them from the engine.
+_Stream = Stream
+EngineStats = LoopStats
 
 
-@dataclass
-class EngineStats:
-    steps: int = 0
-    frames: int = 0
-    streams_done: int = 0
-    streams_failed: int = 0
-    streams_cancelled: int = 0
-    rejected: int = 0
-    late_frames: int = 0  # frames decoded after their real-time playback deadline
-    late_streams: int = 0  # streams with at least one late frame
-    recent: deque = field(default_factory=lambda: deque(maxlen=64))  # (time, frames)
-    # (streams, seconds) of recent steps' decode calls: the real-time capacity estimate
-    step_times: deque = field(default_factory=lambda: deque(maxlen=STEP_WINDOW))
-
-
-class Engine:
+class Engine(StreamLoop):
     """Continuous-batching TTS engine over a model: a folder, or a shipped model's name
     (None: the registry's default, v3); its model.json picks the family, or its config.json
     marks a Qwen3-TTS checkpoint folder (then `cache_dir`: where its graphs are built;
@@ -218,7 +184,6 @@ class Engine:
         self.max_streams = int(max_streams)
         self.max_queue = self.max_streams if max_queue is None else int(max_queue)
         self.max_input_chars, self.max_frames = int(max_input_chars), int(max_frames)
-        self.fault = fault
         # Phonemes: an input of max_input_chars never needs more than ~1.5 per character.
         self.max_phonemes = int(1.5 * self.max_input_chars) + 2
         self.family = _load_family(
@@ -233,18 +198,13 @@ class Engine:
             weights=weights,
             voices_dir=voices_dir,
         )
+        StreamLoop.__init__(self, self.family, self.max_streams, fault)
         self.tts = self.family.tts
         self.sample_rate = self.family.sample_rate
-        self.frame_rate = self.family.frame_rate
-        self.stats = EngineStats()
         self._base = cs.Generator(int.from_bytes(os.urandom(8), "little") >> 1)
         self._ids = 0
-        self._cv = threading.Condition()
         self._pending: deque = deque()
-        self._active: dict[int, _Stream] = {}
-        self._free = list(range(self.max_streams - 1, -1, -1))
         self._running, self._draining = True, False
-        self._late_limit, self._limit_since = self.max_streams, 0
         self._thread = threading.Thread(target=self._loop, name="codecspec-engine", daemon=True)
         self._thread.start()
 
@@ -450,103 +410,8 @@ class Engine:
                 self.stats.streams_cancelled += 1
                 s.handle._put(("done", None))
                 continue
-            s.slot = self._free.pop()
-            self._active[s.slot] = s
             room -= 1
-            try:
-                self.family.load(s.slot, s.state)
-            except Exception as e:  # this stream's own input: it alone fails
-                self._leave(s, e)
-
-    def _leave(self, s: _Stream, error: Optional[Exception], cancelled: bool = False) -> None:
-        del self._active[s.slot]
-        self._free.append(s.slot)
-        if cancelled:
-            self.stats.streams_cancelled += 1
-            s.handle._put(("done", None))  # a consumer still reading must not block
-        elif error is not None:
-            self.stats.streams_failed += 1
-            s.handle._put(("error", error))
-        else:
-            self.stats.streams_done += 1
-            s.handle._put(("done", None))
-
-    def _step(self) -> None:
-        streams = [self._active[k] for k in sorted(self._active)]
-        frames0 = self.stats.frames
-        try:
-            self._decode(streams)
-        except Exception as e:  # a shared call failed: every stream of this step ends
-            with self._cv:
-                for s in streams:
-                    if s.slot in self._active:
-                        self._leave(s, e)
-        now = time.perf_counter()
-        self.stats.steps += 1
-        self.stats.recent.append((now, self.stats.frames - frames0))
-
-    def _decode(self, streams: list) -> None:
-        t0 = time.perf_counter()
-        frames = self.family.step(streams, self._check_stream)
-        dt = time.perf_counter() - t0
-        with self._cv:
-            for s, f in zip(streams, frames):
-                self._emit(s, f)
-        # A step may give a stream several frames (a temporal speculation round), and not
-        # the same number to every stream: capacity is judged on the step time per frame of
-        # the stream with the fewest frames per step so far (a stream whose drafts are
-        # rejected more often must keep pace too); in a stream's first steps, on the mean.
-        rates = [s.t / s.steps for s in streams if s.steps >= 3]
-        mean = sum(_frames_in(f) for f in frames) / max(len(frames), 1)
-        self.stats.step_times.append((len(streams), dt / max(min(rates, default=mean), 1.0)))
-
-    def _check_stream(self, s: _Stream, *arrays: np.ndarray) -> None:
-        """The per-stream error boundary inside a family's step (fault hook, finiteness)."""
-        if self.fault is not None:
-            self.fault(s.request, s.t)
-        if not all(np.isfinite(a).all() for a in arrays):
-            raise FloatingPointError("the temporal model produced non-finite values")
-
-    def _emit(self, s: _Stream, f: Frame) -> None:
-        if s.slot not in self._active:
-            return
-        if f.error is not None:
-            self._leave(s, f.error)
-            return
-        if f.codes is None:  # the stop came without a frame (a stop token, Qwen3-TTS's eos)
-            if f.ended:
-                self._leave(s, None)
-            return
-        rows = list(f.codes) if f.codes.ndim == 2 else [f.codes]
-        s.t += len(rows)
-        s.steps += 1
-        self.stats.frames += len(rows)
-        s.held += rows
-        if not f.ended and s.steps <= self.family.prebuffer_steps(s.state):
-            return  # a bursty stream starts playing with a cushion (see Family)
-        first = s.t - len(s.held)
-        for k, codes in enumerate(s.held):
-            s.handle._put(("frame", codes))
-            self._deadline(s.handle, first + k)
-        s.held = []
-        if f.ended:
-            self._leave(s, None)
-
-    def _deadline(self, h: StreamHandle, t: int) -> None:
-        """Frame t is late when it comes after its playback time, counted from the stream's
-        first frame at real-time pace (the client plays from its first audio)."""
-        if t == 0 or time.perf_counter() <= h.first_frame_at + t / self.frame_rate:
-            return
-        self.stats.late_frames += 1
-        self._late_limit = max(1, min(self._late_limit, len(self._active) - 1))
-        self._limit_since = self.stats.steps
-        if not h.late:
-            h.late = True
-            self.stats.late_streams += 1
-
-
-def _frames_in(f: Frame) -> int:
-    return 0 if f.codes is None else (len(f.codes) if f.codes.ndim == 2 else 1)
+            self._join(s)
 
 
 def realtime_capacity(steps: list, budget: float, most: int) -> int:
