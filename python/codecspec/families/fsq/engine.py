@@ -8,7 +8,8 @@ max_phonemes, hd] blocks; a step feeds the active slots' rows cut to the longest
 `past_bias` hiding the positions a stream has not written and `cross_bias` the phonemes it
 does not have. Attention has no positional term (position enters through `pace`), so a
 stream's outputs are its own single-stream ones; on onnxruntime CPU they are bit-identical
-(tests/test_serve_fsq.py), so its codes equal `FSQTTS.generate` with the same seed.
+(tests/test_serve_fsq.py), so its codes equal `FSQTTS.generate` with the same seed, which is
+this adapter with one slot (`FSQFamily.over`) run inline (`codecspec.pipeline.loop`).
 
 A stream ends at its stop head's first stop, or at the max-length guard `FSQTTS.max_frames_for`
 its text (the same guard `generate` uses).
@@ -16,6 +17,7 @@ its text (the same guard `generate` uses).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +36,7 @@ class FSQState(StreamState):
     pace: np.float32 = np.float32(0.0)  # pace per frame: 1 / (tokens x pace_unit)
     cross: tuple = ()
     prev: np.ndarray = None  # the last frame's channels, the next step's input
+    stopped: bool = False  # the stop head ended the stream (not the max-length guard)
 
 
 class FSQFamily(Family):
@@ -48,16 +51,29 @@ class FSQFamily(Family):
     modes = ("ar",)
 
     def __init__(self, model_dir, slots, max_frames, max_phonemes, provider, threads):
-        self.tts = FSQTTS(model_dir, provider=provider, threads=threads)
-        self.max_frames, self.max_phonemes = max_frames, max_phonemes
+        tts = FSQTTS(model_dir, provider=provider, threads=threads)
         # A session of its own: FSQTTS.generate on tts.step_graph may run beside the engine.
-        step = open_session(str(self.tts.dir / "step.onnx"), provider=provider, threads=threads)
+        step = open_session(str(tts.dir / "step.onnx"), provider=provider, threads=threads)
+        self._attach(tts, step, slots, max_frames, max_phonemes)
+
+    @classmethod
+    def over(cls, tts: FSQTTS, slots: int, max_frames: int, max_phonemes: int) -> FSQFamily:
+        """An adapter over a loaded `tts` and its own step session (`FSQTTS.generate`'s: one
+        slot sized to its utterance; the K/V blocks are mapped lazily)."""
+        family = cls.__new__(cls)
+        family._attach(tts, tts.step_graph, slots, max_frames, max_phonemes)
+        return family
+
+    def _attach(self, tts: FSQTTS, step, slots, max_frames, max_phonemes) -> None:
+        self.tts = tts
+        self.max_frames, self.max_phonemes = max_frames, max_phonemes
         self.slots = FSQSlots(step, slots, max_frames, max_phonemes)
-        self.codec = self.tts.codec
+        self.codec = tts.codec
         self.sample_rate = int(self.codec.sample_rate)
         self.frame_rate = float(self.codec.frame_rate)
         self.hop = int(round(self.sample_rate / self.frame_rate))
         self.stream_steps = self.codes_out = 0
+        self.sample_seconds = 0.0  # the frame decoder's time (FSQSynthesis.sampling_seconds)
 
     def check(self, req) -> None:
         super().check(req)
@@ -74,6 +90,12 @@ class FSQFamily(Family):
         limit = tts.max_frames_for(len(ids))
         if limit > self.max_frames:
             raise ValueError(f"input: may need {limit} frames, more than {self.max_frames}")
+        return self.state(ids, lang_id, spk_id, self.params(req), generator, limit)
+
+    def state(self, ids, lang_id: int, spk_id: int, params, generator, limit: int) -> FSQState:
+        """A stream of phoneme ids `ids` (bos/eos included) under `params`, ended by its stop
+        head or after `limit` frames: the encoder call and the step's inputs."""
+        tts = self.tts
         cross = tts.encoder.run(
             None,
             {
@@ -86,7 +108,7 @@ class FSQFamily(Family):
         unit = np.float32(tts.meta["pace_unit"])
         return FSQState(
             generator=generator,
-            params=self.params(req),
+            params=params,
             speaker=spk_id,
             frames=None,
             expected=int(np.ceil(len(ids) * unit)),
@@ -111,9 +133,12 @@ class FSQFamily(Family):
             pace,
             [st.speaker for st in states],
         )
+        t1 = time.perf_counter()
         self.stream_steps += len(streams)
         rows = zip(streams, h, logits, stop)
-        return [self._frame(s, check, hi, li[None], si[None]) for s, hi, li, si in rows]
+        frames = [self._frame(s, check, hi, li[None], si[None]) for s, hi, li, si in rows]
+        self.sample_seconds += time.perf_counter() - t1
+        return frames
 
     def _frame(self, s, check: Check, hidden, logits, stop) -> Frame:
         out = {}
@@ -125,7 +150,7 @@ class FSQFamily(Family):
         error = guard(sample)
         if error is not None:
             return Frame(error=error)
-        s.state.prev = out["codes"]
+        s.state.prev, s.state.stopped = out["codes"], bool(out["stop"])
         self.codes_out += len(out["codes"])
         return Frame(codes=out["codes"], ended=bool(out["stop"]) or s.t + 1 >= s.state.limit)
 

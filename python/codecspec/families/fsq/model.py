@@ -5,8 +5,10 @@ frontend -> encoder graph (cross-attention K/V) -> per frame ONE step graph call
 (`FSQStepper`, slots of the serving engine's `FSQSlots`) whose outputs are all 32 channel
 heads' logits and the stop logit ->
 `FSQFrameDecoder` (`cs.sample_factorized` + `cs.sample_stop`) -> the frame's channels fed
-back -> `FSQCodec.decode` (the v1 vocoder). The loop is `codecspec.decode.frames.run_frame_loop`;
-the step graph has a batch axis, so B streams share each call.
+back -> `FSQCodec.decode` (the v1 vocoder). `generate` and `stream` run the serving engine's
+loop with one slot in the caller's thread (`codecspec.pipeline.loop.run_inline` over
+`codecspec.families.fsq.engine.FSQFamily`); the step graph has a batch axis, so B streams
+share each call (the engine, and `stepper` for the batched bench).
 
 No PyTorch: every network is an ONNX graph, every sampling step codecspec's own.
 """
@@ -24,8 +26,8 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.codec.fsq import FSQCodec, check_levels
-from codecspec.decode.frames import run_frame_loop
 from codecspec.model_store import named_model_dir
+from codecspec.pipeline.loop import run_inline
 from codecspec.runtime.session import open_session
 from codecspec.runtime.slots import SlotCache
 from codecspec.tts.model import phonemize
@@ -354,9 +356,13 @@ class FSQTTS:
         mode: str = "auto",
         rate: float = 1.0,
     ) -> FramePlan:
-        """One utterance ready for the shared frame loop: phonemes, the encoder graph
-        (`stepper`), this family's `FSQFrameDecoder`, `cs.Generator(seed)` and the guard
-        (`max_frames`, default `max_frames_for` the text). `mode`/`rate` as in `generate`."""
+        """One utterance ready to run: phonemes, the encoder graph and its frames from the
+        one loop (`codecspec.pipeline.loop.run_inline` over a one-slot `FSQFamily`, the
+        serving engine's adapter): `plan.frames` yields (codes int64 [C], stopped) per frame,
+        `cs.Generator(seed)` drawing, ended by the stop head or the guard (`max_frames`,
+        default `max_frames_for` the text). `mode`/`rate` as in `generate`."""
+        from codecspec.families.fsq.engine import FSQFamily  # that module imports this one
+
         if mode not in ("auto", "ar"):
             raise ValueError(
                 f"mode: the fsq family has one decode loop ('auto' or 'ar'), got {mode!r}"
@@ -365,18 +371,17 @@ class FSQTTS:
             raise ValueError(f"rate: the fsq family's stop head sets the length; got {rate!r}")
         lang_id, spk_id = self._ids(language, speaker or self.meta["default_speaker"])
         phonemes, ids = self.tokens(text, phonemes, language)
-        guard = self.max_frames_for(len(ids)) if max_frames is None else int(max_frames)
+        guard = self.max_frames_for(len(ids)) if max_frames is None else max_frames
+        if isinstance(guard, bool) or not isinstance(guard, int) or guard < 1:
+            raise ValueError(f"max_frames: expected a positive int, got {max_frames!r}")
         t0 = time.perf_counter()  # the encoder graph (FSQSynthesis counts it as temporal)
-        stepper = self.stepper([ids], [lang_id], [spk_id], max(guard, 1))
-        return FramePlan(
-            stepper=stepper,
-            decoder=self.frame_decoder,
-            generator=cs.Generator(seed),
-            max_frames=guard,
-            phonemes=phonemes,
-            frontend_seconds=time.perf_counter() - t0,
-            mode="fsq",
-        )
+        family = FSQFamily.over(self, 1, guard, len(ids))
+        state = family.state(ids, lang_id, spk_id, self.params, cs.Generator(seed), guard)
+        plan = FramePlan(None, None, state.generator, guard, phonemes, mode="fsq")
+        plan.frontend_seconds = time.perf_counter() - t0
+        plan.frames = ((codes, state.stopped) for codes in run_inline(family, state))
+        plan.family, plan.state = family, state  # generate's statistics
+        return plan
 
     def generate(
         self,
@@ -395,7 +400,8 @@ class FSQTTS:
         """Synthesise `text` (or IPA `phonemes`) until the stop head ends it, or the guard
         (`max_frames`, default `max_frames_for` the text) does: see `FSQSynthesis.stopped`.
         `mode` and `rate` exist for CLI parity with the RVQ family: one decode loop only
-        ("auto"/"ar"), and the stop head, not a rate, sets the length (rate must be 1)."""
+        ("auto"/"ar"), and the stop head, not a rate, sets the length (rate must be 1).
+        The frames are the serving engine's with one slot, in this thread (`plan`)."""
         plan = self.plan(
             text,
             language=language,
@@ -406,26 +412,29 @@ class FSQTTS:
             mode=mode,
             rate=rate,
         )
-        guard = plan.max_frames
-        bar = None
+        frames = plan.frames
         if progress:
-            from codecspec.progress import bar as _bar
+            from codecspec.progress import bar
 
-            bar = lambda it: _bar(it, desc="synth fsq", total=guard)  # noqa: E731
-        loop = run_frame_loop(plan.stepper, plan.decoder, plan.generator, guard, bar)
-        codes = loop.codes[0]
+            frames = bar(frames, desc="synth fsq", total=plan.max_frames)
+        t0 = time.perf_counter()
+        codes = np.stack([c for c, _ in frames]).astype(np.int64)
         t1 = time.perf_counter()
+        family = plan.family
+        # temporal: the step graph and all of the loop's own work, so that the two stages
+        # add up to the loop's wall time (the bench's ms_per_frame shows its overhead)
+        temporal = plan.frontend_seconds + (t1 - t0) - family.sample_seconds
         wav = self.codec.decode(codes, seed=seed) if decode_audio and len(codes) else None
         return FSQSynthesis(
             codes=codes,
             wav=wav,
             sample_rate=self.codec.sample_rate,
             phonemes=plan.phonemes,
-            graph_calls=loop.steps,
-            stopped=bool(loop.stopped[0]),
-            max_frames=guard,
-            temporal_seconds=plan.frontend_seconds + loop.step_seconds,
-            sampling_seconds=loop.decode_seconds,
+            graph_calls=family.slots.calls,
+            stopped=plan.state.stopped,
+            max_frames=plan.max_frames,
+            temporal_seconds=temporal,
+            sampling_seconds=family.sample_seconds,
             decode_seconds=time.perf_counter() - t1 if wav is not None else 0.0,
             frame_rate=self.codec.frame_rate,
         )
