@@ -14,8 +14,8 @@ import pytest
 cs = pytest.importorskip("codecspec")
 
 from codecspec.decode import DepthDecoder  # noqa: E402
+from codecspec.families.reference.model import default_model_dir  # noqa: E402
 from codecspec.tts.bench import load_frames  # noqa: E402
-from codecspec.tts.model import default_model_dir  # noqa: E402
 
 GROUP = "depth frame, reference model"
 FRAMES = 32

@@ -15,7 +15,7 @@ cs = pytest.importorskip("codecspec")
 from codecspec.codec.audio import read_wav  # noqa: E402
 from codecspec.codec.codec import Codec  # noqa: E402
 from codecspec.codec.features import griffin_lim, griffin_lim_reference  # noqa: E402
-from codecspec.tts.model import default_model_dir  # noqa: E402
+from codecspec.families.reference.model import default_model_dir  # noqa: E402
 
 GROUP = "vocoder, 3.5 s clip, 32 iterations"
 

@@ -131,7 +131,7 @@ def test_the_library_speaks_the_command_line_tools_ipa_at_the_same_version():
     import sys
 
     from codecspec.tts import intelligibility as intel
-    from codecspec.tts.model import phonemize
+    from codecspec.tts.phonemes import phonemize
 
     system = ctypes.util.find_library("espeak-ng")
     assert system and shutil.which("espeak-ng"), ".ci/run installs espeak-ng for this test"

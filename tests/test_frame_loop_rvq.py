@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 import codecspec as cs
-from codecspec.tts.model import MODEL_FILES, ReferenceTTS, TemporalStepper, default_model_dir
+from codecspec.families.reference.model import (
+    MODEL_FILES,
+    ReferenceTTS,
+    TemporalStepper,
+    default_model_dir,
+)
 from codecspec.tts.text import BOS, EOS
 
 pytestmark = pytest.mark.skipif(

@@ -152,7 +152,7 @@ def test_tts_keeps_no_alias_of_a_family_module():
 
 def test_no_family_borrows_the_reference_models_members():
     from codecspec.families.fsq.model import FSQTTS
-    from codecspec.tts.model import ReferenceTTS
+    from codecspec.families.reference.model import ReferenceTTS
 
     for name in ("_ids", "languages", "speakers"):
         assert FSQTTS.__dict__[name] is not ReferenceTTS.__dict__[name]

@@ -13,9 +13,9 @@ import codecspec as cs
 from codecspec.cli import main
 from codecspec.codec.audio import read_wav
 from codecspec.decode import DepthDecoder
+from codecspec.families.reference.model import MODEL_FILES, ReferenceTTS, default_model_dir
 from codecspec.fidelity import per_position_pvalues
 from codecspec.tts.bench import load_frames
-from codecspec.tts.model import MODEL_FILES, ReferenceTTS, default_model_dir
 
 MODEL = default_model_dir()
 BENCH_KEYS = {

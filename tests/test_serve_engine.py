@@ -12,10 +12,11 @@ import pytest
 from serve_util import HELLO, LONG, assert_idle, cancel_all, codes, ipa, wait_for
 
 import codecspec as cs
+from codecspec.decode.batched_depth import BatchedDepth, DepthLane
+from codecspec.families.reference.model import ReferenceTTS, default_model_dir
+from codecspec.families.reference.temporal_batch import batch_temporal_graph
 from codecspec.fidelity import per_position_pvalues
-from codecspec.serve.batched import BatchedDepth, DepthLane, batch_temporal_graph
 from codecspec.serve.engine import Engine, Overloaded, SpeechRequest
-from codecspec.tts.model import ReferenceTTS, default_model_dir
 
 SLOW = 668  # the seed of a long stream that must still be decoding while others join/cancel
 

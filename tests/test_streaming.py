@@ -33,7 +33,7 @@ from codecspec.codec.audio import WavWriter, read_wav, write_wav
 from codecspec.codec.features import log_spectral_distance, stft
 from codecspec.codec.streaming import ChunkVocoder, chunk_seed, stream_decode
 from codecspec.decode.frames import iter_frame_loop, run_frame_loop
-from codecspec.tts.model import MODEL_FILES, ReferenceTTS, default_model_dir
+from codecspec.families.reference.model import MODEL_FILES, ReferenceTTS, default_model_dir
 from codecspec.tts.text import split_sentences
 
 HAVE_MODEL = all((default_model_dir() / f).is_file() for f in MODEL_FILES)

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from codecspec.families.reference.model import default_model_dir
 from codecspec.runtime import ThreadBudgetError, open_session, pool_size, session_threads
 from codecspec.runtime.threads import available_cpus, check_threads
-from codecspec.tts.model import default_model_dir
 
 MODEL = default_model_dir()
 linux_only = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc")
@@ -25,7 +25,7 @@ from codecspec.runtime import session_threads
 def nthreads():
     return len(os.listdir("/proc/self/task"))
 before = nthreads()
-from codecspec.tts.model import ReferenceTTS
+from codecspec.families.reference.model import ReferenceTTS
 tts = ReferenceTTS(provider="cpu", threads=2)
 so = tts.temporal.get_session_options()
 print(json.dumps({

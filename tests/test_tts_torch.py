@@ -14,6 +14,7 @@ torch = pytest.importorskip(
 
 from tiny_models import TINY  # noqa: E402
 
+from codecspec.families.reference.model import TemporalStepper  # noqa: E402
 from codecspec.graphs import build_depth_graph  # noqa: E402
 from codecspec.runtime.session import open_session  # noqa: E402
 from codecspec.train.tts_torch import (  # noqa: E402
@@ -23,7 +24,6 @@ from codecspec.train.tts_torch import (  # noqa: E402
     depth_weights,
     export_onnx,
 )
-from codecspec.tts.model import TemporalStepper  # noqa: E402
 
 TCFG = TemporalConfig(
     vocab_size=12,

@@ -13,7 +13,7 @@ from codecspec.codec.features import (
     log_spectral_distance,
     stft,
 )
-from codecspec.tts.model import default_model_dir
+from codecspec.families.reference.model import default_model_dir
 
 MODEL = default_model_dir()
 N_FFT, HOP, WIN = 1024, 160, 640

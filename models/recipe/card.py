@@ -85,7 +85,7 @@ def write_sample(model: Path) -> bool:
     import tempfile
 
     from codecspec.codec.audio import read_wav, write_wav
-    from codecspec.tts.model import ReferenceTTS
+    from codecspec.families.reference.model import ReferenceTTS
 
     if shutil.which("espeak-ng") is None:
         return False

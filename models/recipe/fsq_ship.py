@@ -261,7 +261,7 @@ def compare_rtf(model_dir: Path, texts: list, seed: int = 0) -> dict:
     """Whole-pipeline real-time factor of the FSQ model and of the RVQ reference in AR mode
     on the same phoneme strings, interleaved utterance by utterance (same load for both)."""
     from codecspec.families.fsq.model import FSQTTS
-    from codecspec.tts.model import ReferenceTTS
+    from codecspec.families.reference.model import ReferenceTTS
 
     fsq, ref = FSQTTS(model_dir, provider="cpu"), ReferenceTTS(provider="cpu")
     acc = {"fsq": [0.0, 0.0, 0, 0], "reference_ar": [0.0, 0.0, 0, 0]}  # s, audio s, frames, calls

@@ -109,9 +109,9 @@ def onnx_parity(out: Path, model, ds, codec, scale) -> float:
     """Max |ORT - torch| of c0 logits over one held-out utterance, step by step."""
     import torch
 
+    from codecspec.families.reference.model import TemporalStepper
     from codecspec.runtime.session import open_session
     from codecspec.train.tts_train import to_tensors
-    from codecspec.tts.model import TemporalStepper
 
     model.eval()
     b = ds.collate([0])

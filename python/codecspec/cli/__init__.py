@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
     )
     from codecspec.tts.intelligibility import RecognizerUnavailable
-    from codecspec.tts.model import PhonemizerError
+    from codecspec.tts.phonemes import PhonemizerError
 
     try:
         return args.func(args)

@@ -14,10 +14,15 @@ from codecspec.cli.demo import demo_model
 
 
 def _reference_model():
-    """The shipped reference model directory (None when this install lacks one)."""
-    from codecspec.tts.model import default_model_dir
+    """The shipped reference model directory (None when this install lacks one). Asked of
+    the registry: shared CLI code imports no family."""
+    from codecspec.model_store import MissingModelError
+    from codecspec.pipeline.registry import resolve_model_dir
 
-    root = default_model_dir()
+    try:
+        root = resolve_model_dir("reference")
+    except MissingModelError:
+        return None
     return root if (root / "depth.onnx").is_file() else None
 
 

@@ -9,10 +9,10 @@ stopped) and guards with `max_frames`, recording whether the guard ended a strea
 
 The FSQ family's decoder samples 32 channel heads and a stop head from one step's logits
 (`codecspec.families.fsq.model.FSQFrameDecoder`); the RVQ family's runs its depth loop and
-stops at the planned frame count (`codecspec.tts.model.RVQFrameDecoder`). `iter_frame_loop`
-is the loop itself, a generator yielding each frame as it is produced (streaming consumes it
-frame by frame: `codecspec.tts.stream`); `run_frame_loop` collects it, so there is one code path.
-Batching is a loop around this one.
+stops at the planned frame count (`codecspec.families.reference.model.RVQFrameDecoder`).
+`iter_frame_loop` is the loop itself, a generator yielding each frame as it is produced
+(streaming consumes it frame by frame: `codecspec.tts.stream`); `run_frame_loop` collects it,
+so there is one code path. Batching is a loop around this one.
 """
 
 from __future__ import annotations

@@ -14,10 +14,11 @@ that depends on the model family sits behind `Family`:
 - the codec the app vocodes chunks with (`codec.decode(codes, n_iter, seed)`, `hop` samples
   per frame), the voices and languages, the frame and sample rates.
 
-Nothing here names a family: the families' adapters (`codecspec.serve.family.ReferenceFamily`,
+Nothing here names a family: the families' adapters
+(`codecspec.families.reference.engine.ReferenceFamily`,
 `codecspec.families.fsq.engine.FSQFamily`, `codecspec.families.v2.engine.V2Family`,
-`codecspec.families.qwen3_tts.engine.Qwen3Family`) subclass `Family`, and the registry
-names them by module path only.
+`codecspec.families.qwen3_tts.engine.Qwen3Family`) subclass `Family`, and the registry names
+them by module path only.
 """
 
 from __future__ import annotations

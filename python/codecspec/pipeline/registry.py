@@ -139,9 +139,9 @@ FAMILIES = (
     Entry(
         "reference",
         formats=("codecspec-reference-tts/1",),
-        model="codecspec.tts.model:ReferenceTTS",
-        engine="codecspec.serve.family:ReferenceFamily",
-        hooks=(("bench", "codecspec.tts.commands:bench_reference_command"),),
+        model="codecspec.families.reference.model:ReferenceTTS",
+        engine="codecspec.families.reference.engine:ReferenceFamily",
+        hooks=(("bench", "codecspec.families.reference.cli:bench_command"),),
     ),
 )
 

@@ -48,7 +48,7 @@ from codecspec.serve.audio import (
     wav_header,
 )
 from codecspec.serve.engine import Engine, Overloaded, SpeechRequest, StreamFailed
-from codecspec.tts.model import PhonemizerError
+from codecspec.tts.phonemes import PhonemizerError
 
 log = logging.getLogger("codecspec.serve")
 

@@ -1,7 +1,9 @@
-"""Reference codec-LM TTS: text frontend, training data, and the shipped model's runtime.
+"""The phoneme-input families' shared text side: the text front end (`text`), espeak-ng
+(`phonemes`, `espeak`), training data (`dataset`), the streaming loop (`stream`), the
+depth-loop families' result type (`synthesis`), and the bench / synth / quality commands.
 
-`ReferenceTTS` (text -> codes -> audio on ONNX Runtime) and `bench_depth_loop` live in
-`codecspec.tts.model` / `codecspec.tts.bench` and are imported lazily (they load onnxruntime).
+The models themselves are packages under `codecspec.families` (the reference v1 model is
+`codecspec.families.reference.model.ReferenceTTS`); nothing here imports them.
 """
 
 from codecspec.tts.dataset import Batch, TTSDataset, Utterance

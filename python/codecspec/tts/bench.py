@@ -1,7 +1,8 @@
-"""`codecspec bench`: the reference model, autoregressive vs speculative, two ways.
+"""`codecspec bench`: the depth-loop families, autoregressive vs speculative.
 
-The depth loop alone (`bench_depth_loop`) and the whole pipeline users run
-(`bench_pipeline`: text -> codes -> waveform on fixed held-out sentences, every stage timed).
+The depth loop alone (`bench_depth_loop`), the pipeline figures and the record every such
+family reports; the whole pipeline of a reference (v1) folder is
+`codecspec.families.reference.bench.bench_pipeline`.
 
 Both modes decode the same frames (h_t, c0 of held-out utterances, shipped as frames.npz) in
 one run, interleaved frame by frame so that load drifting on a shared machine hits both alike;
@@ -33,7 +34,6 @@ __all__ = [
     "load_bench_texts",
     "bench_depth_loop",
     "bench_decoder",
-    "bench_pipeline",
     "depth_reads",
     "record_reference",
 ]
@@ -331,7 +331,7 @@ def pipeline_figures(totals: dict) -> dict:
 
 def record_reference(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
     """The bench record (codecspec.perf) of `codecspec bench` on the reference family, from
-    bench_depth_loop's (and bench_pipeline's, when it ran) figures."""
+    bench_depth_loop's (and the pipeline's, when it ran) figures."""
     rec = base_record("reference", model_dir, res, bandwidth, peak_rss_mb)
     rec["calibration"] = {"depth": depth_choice(model_dir, res.get("depth", "positional"))}
     rec["audio_ms_per_frame"] = res.get("audio_ms_per_frame") or _frame_ms(model_dir)
@@ -381,70 +381,3 @@ def load_bench_texts(count: Optional[int] = None) -> list:
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(texts):
         raise ValueError(f"texts: expected an int in [1, {len(texts)}], got {count!r}")
     return texts[:count]
-
-
-def _median_of(rows: list, key) -> float:
-    return float(np.median([key(r) for r in rows]))
-
-
-def bench_pipeline(
-    model_dir=None,
-    *,
-    texts: Optional[int] = None,
-    seed: int = 0,
-    provider: str = "auto",
-    threads: Optional[int] = None,
-    params: Optional[cs.SamplingParams] = None,
-    progress: bool = True,
-) -> dict:
-    """Text -> codes -> waveform for each held-out sentence, AR and speculative alternating
-    (the order flips every sentence so that drifting load hits both), each stage timed
-    (frontend, temporal, depth, vocoder). Per-frame figures are medians over sentences of
-    each sentence's mean; the real-time factor is total time over audio time."""
-    from codecspec.runtime import session_threads
-    from codecspec.tts.model import ReferenceTTS
-
-    tts = ReferenceTTS(model_dir, provider=provider, threads=threads, params=params)
-    sentences = load_bench_texts(texts)
-    tts.generate("", phonemes=sentences[0]["phonemes"], mode="ar", decode_audio=False)  # warm
-    runs: dict = {"ar": [], "spec": []}
-    it = range(len(sentences))
-    if progress:
-        from codecspec.progress import bar
-
-        it = bar(it, desc="bench pipeline", total=len(sentences))
-    for i in it:
-        t = sentences[i]
-        for m in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
-            runs[m].append(
-                tts.generate("", phonemes=t["phonemes"], language=t["language"], mode=m, seed=i)
-            )
-    out = {"pipeline_texts": len(sentences), "threads": session_threads(tts.temporal)}
-    for m, rows in runs.items():
-        ms = [r.stage_ms_per_frame() for r in rows]
-        out[f"pipeline_{m}_ms_per_frame"] = _median_of(
-            rows, lambda r: 1e3 * r.total_seconds / r.frames
-        )
-        out[f"pipeline_{m}_stage_ms_per_frame"] = {
-            k: float(np.median([x[k] for x in ms])) for k in ms[0]
-        }
-        out[f"pipeline_{m}_rtf"] = sum(r.total_seconds for r in rows) / sum(
-            r.audio_seconds for r in rows
-        )
-        out[f"pipeline_{m}_tokens_per_call"] = sum(r.depth_codes for r in rows) / sum(
-            r.depth_calls for r in rows
-        )
-    ar = runs["ar"]
-    out["pipeline_totals"] = pipeline_totals(
-        runs, {"ar": "ar", "spec": "spec"}, {"ar": "ar", "spec": "ar"}
-    )
-    out["audio_ms_per_frame"] = 1e3 / tts.codec.frame_rate
-    out["pipeline_frames"] = sum(r.frames for r in ar)
-    out["pipeline_audio_seconds"] = sum(r.audio_seconds for r in ar)
-    out["pipeline_depth_ms_per_frame"] = out["pipeline_ar_stage_ms_per_frame"]["depth"]
-    out["pipeline_rtf"] = out["pipeline_ar_rtf"]
-    out["pipeline_speedup"] = out["pipeline_ar_ms_per_frame"] / out["pipeline_spec_ms_per_frame"]
-    out["vocoder_ms_per_audio_second"] = (
-        1e3 * sum(r.decode_seconds for r in ar) / sum(r.audio_seconds for r in ar)
-    )
-    return out

@@ -336,19 +336,6 @@ def bench_common(args) -> tuple:
     return common, model
 
 
-def bench_reference_command(args) -> int:
-    """The RVQ reference (registry hook): the depth loop alone and inside synthesis."""
-    from codecspec.tts.bench import bench_depth_loop, bench_pipeline, record_reference
-
-    common, model = bench_common(args)
-    res = bench_depth_loop(model, args.frames, **common)
-    if not args.no_pipeline:
-        res.update(bench_pipeline(model, texts=args.texts, **common))
-        # The issue this answers: the depth loop inside synthesis vs alone, same run.
-        res["depth_in_pipeline_ratio"] = res["pipeline_depth_ms_per_frame"] / res["ar_ms_per_frame"]
-    return bench_report(args, "reference", model, res, record_reference)
-
-
 def bench_report(args, family: str, model, res: dict, record) -> int:
     """The bench's record (codecspec.perf: every stage next to its bandwidth bound, measured
     in this run) joined to its figures; --quality's table after it. Prints the table and

@@ -26,7 +26,7 @@ import codecspec as cs
 from codecspec.families.fsq.model import FSQTTS, FSQSlots  # noqa: F401  (FSQSlots: the engine's name)
 from codecspec.pipeline.family import Check, Family, Frame, StreamState, guard, sampling_params
 from codecspec.runtime.session import open_session
-from codecspec.tts.model import encode_input
+from codecspec.tts.phonemes import encode_input
 
 __all__ = ["FSQSlots", "FSQFamily"]
 

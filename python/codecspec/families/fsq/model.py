@@ -30,7 +30,7 @@ from codecspec.model_store import named_model_dir
 from codecspec.pipeline.loop import run_inline
 from codecspec.runtime.session import open_session
 from codecspec.runtime.slots import SlotCache
-from codecspec.tts.model import phonemize
+from codecspec.tts.phonemes import phonemize
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
 from codecspec.tts.text import BOS, EOS, PAD, Frontend
 

@@ -35,7 +35,7 @@ from codecspec.calibrate.decision import auto_mode
 from codecspec.decode.batched_depth import decode_frames
 from codecspec.families.v2.model import V2TTS
 from codecspec.pipeline.family import Check, Family, Frame, StreamState, guard, guard_value
-from codecspec.tts.model import encode_input
+from codecspec.tts.phonemes import encode_input
 
 DRAFT_LEN = 3  # drafts per temporal round (V2TTS.temporal_loop's default)
 

@@ -27,11 +27,13 @@ from codecspec.codec.codec import Codec
 from codecspec.codec.v2 import CodecV2
 from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder
 from codecspec.decode.temporal import Acceptance, TemporalLoop
+from codecspec.families.reference.model import ReferenceTTS
 from codecspec.model_store import named_model_dir
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session
-from codecspec.tts.model import ReferenceTTS, Synthesis, phonemize
+from codecspec.tts.phonemes import phonemize
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
+from codecspec.tts.synthesis import Synthesis
 from codecspec.tts.text import BOS, EOS, Frontend
 
 __all__ = [

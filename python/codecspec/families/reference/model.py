@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -28,16 +25,16 @@ from codecspec.calibrate.decision import auto_mode, speculation_pays
 from codecspec.codec.codec import Codec
 from codecspec.decode.depth import MODES, DepthDecoder
 from codecspec.decode.frames import run_frame_loop
+from codecspec.families.reference.temporal_batch import SlotStepper
 from codecspec.model_store import named_model_dir
 from codecspec.runtime.session import open_session
+from codecspec.tts.phonemes import phonemize
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
-from codecspec.tts.temporal_batch import SlotStepper
+from codecspec.tts.synthesis import Synthesis
 from codecspec.tts.text import BOS, EOS, Frontend
 
 __all__ = [
     "default_model_dir",
-    "phonemize",
-    "PhonemizerError",
     "ReferenceTTS",
     "Synthesis",
     "TemporalStepper",
@@ -45,10 +42,6 @@ __all__ = [
     "RVQFrameDecoder",
     "MODEL_FILES",
 ]
-
-
-class PhonemizerError(RuntimeError):
-    """espeak-ng is missing or failed: text cannot be turned into phonemes here."""
 
 
 MODEL_FILES = (
@@ -70,127 +63,11 @@ def default_model_dir() -> Path:
     return Path(env) if env else named_model_dir("reference")
 
 
-def encode_input(tts, req, max_phonemes: int) -> np.ndarray:
-    """bos + phoneme ids + eos (int64) of a serving request (`req.input`, `input_format`,
-    `language`), for the phoneme families' frontends; ValueError naming `input`."""
-    ipa = req.input
-    if req.input_format == "text":
-        ipa = phonemize(req.input, tts.meta["voices"][req.language])
-    try:  # IPA from a client must be the model's own symbols; espeak-ng's may map to unk
-        ids = tts.frontend.vocab.encode(ipa, strict=req.input_format == "ipa")
-    except ValueError as e:
-        raise ValueError(f"input: {e}") from e
-    if len(ids) + 2 > max_phonemes:
-        raise ValueError(f"input: {len(ids)} phonemes, more than the limit")
-    return np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
-
-
-def phonemize(text: str, voice: str) -> str:
-    """IPA of `text` by espeak-ng (clauses joined with " | ", as in the training corpus): its
-    command-line tool where installed (what the corpora of the IPA-input models were made
-    with), else its library (`codecspec.tts.espeak.ipa`, the espeakng-loader wheel's: the same
-    strings for the same version; 1.52 against 1.51 differs in a few vowels, e.g. oː / ɔː)."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("text: expected a non-empty string")
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        return _library_ipa(text, voice)
-    r = subprocess.run(
-        [exe, "-q", "-x", "--ipa", "-v", voice, "--stdin"],
-        input=text.encode("utf-8"),
-        capture_output=True,
-        env=dict(os.environ, LC_ALL="C.UTF-8"),
-        check=False,
-    )
-    if r.returncode != 0:
-        raise PhonemizerError(f"espeak-ng failed: {r.stderr.decode(errors='replace')[-300:]}")
-    clauses = [c.strip() for c in r.stdout.decode("utf-8").splitlines() if c.strip()]
-    if not clauses:
-        raise ValueError(f"text: espeak-ng found nothing to say in {text!r}")
-    return " | ".join(clauses)
-
-
-def _library_ipa(text: str, voice: str) -> str:
-    from codecspec.tts.espeak import EspeakError, ipa
-
-    try:
-        out = ipa(text, voice)
-    except EspeakError as e:
-        raise PhonemizerError(
-            f"espeak-ng is needed to phonemize text ({e}); pass IPA with --phonemes"
-        ) from None
-    if not out:
-        raise ValueError(f"text: espeak-ng found nothing to say in {text!r}")
-    return out
-
-
-@dataclass
-class Synthesis:
-    """One utterance: codes, audio and what the depth loop cost."""
-
-    codes: np.ndarray  # int64 [T, 16]
-    wav: Optional[np.ndarray]
-    sample_rate: int
-    phonemes: str
-    mode: str
-    depth_calls: int
-    depth_codes: int
-    depth_seconds: float  # inner loop only (depth graph calls + their host work)
-    temporal_seconds: float  # temporal step graph calls, c0 sampling, latent feedback
-    decode_seconds: float  # vocoder: codes -> waveform
-    frame_rate: float = 12.5
-    frontend_seconds: float = 0.0  # phonemes -> ids -> encoder graph
-    hit_max_frames: bool = False  # a stop head never fired: the length guard ended it
-    max_frames: Optional[int] = None  # that guard (families with a stop head)
-    temporal_stats: Optional[object] = None  # v2: `codecspec.decode.temporal.TemporalStats`
-
-    @property
-    def frames(self) -> int:
-        return len(self.codes)
-
-    @property
-    def audio_seconds(self) -> float:
-        if self.wav is None:
-            return len(self.codes) / self.frame_rate
-        return len(self.wav) / self.sample_rate
-
-    @property
-    def tokens_per_call(self) -> float:
-        return self.depth_codes / max(self.depth_calls, 1)
-
-    @property
-    def calls_per_audio_second(self) -> float:
-        return self.depth_calls / max(self.audio_seconds, 1e-9)
-
-    @property
-    def total_seconds(self) -> float:
-        return (
-            self.frontend_seconds
-            + self.temporal_seconds
-            + self.depth_seconds
-            + (self.decode_seconds)
-        )
-
-    @property
-    def real_time_factor(self) -> float:
-        return self.total_seconds / max(self.audio_seconds, 1e-9)
-
-    def stage_ms_per_frame(self) -> dict:
-        """Milliseconds per frame of each pipeline stage (frontend, temporal, depth, vocoder)."""
-        n = max(self.frames, 1)
-        return {
-            "frontend": 1e3 * self.frontend_seconds / n,
-            "temporal": 1e3 * self.temporal_seconds / n,
-            "depth": 1e3 * self.depth_seconds / n,
-            "vocoder": 1e3 * self.decode_seconds / n,
-        }
-
-
 class TemporalStepper:
     """Runs a temporal step graph (temporal.onnx or draft_temporal.onnx) as shipped, one frame
     at a time over an utterance of `frames` frames, keeping its self-attention KV cache on the
     host: the training recipe's and the export checks' stepper. Synthesis runs the batch-axis
-    variant (`codecspec.tts.temporal_batch.SlotStepper`), the serving engine's stepper."""
+    variant (`temporal_batch.SlotStepper` in this package), the serving engine's stepper."""
 
     def __init__(self, session, cross_keys, cross_values, speaker: int, frames: int):
         L, _, heads, _, hd = cross_keys.shape
@@ -275,11 +152,11 @@ class ReferenceTTS:
 
     @property
     def temporal_batch(self):
-        """The batch-axis variant of temporal.onnx (`codecspec.tts.temporal_batch`), opened on
+        """The batch-axis variant of temporal.onnx (this package's `temporal_batch`), opened on
         first use: `generate` runs its utterance as one slot of it, the serving engine all
         its streams."""
         if self._temporal_batch is None:
-            from codecspec.tts.temporal_batch import batched_temporal_session
+            from codecspec.families.reference.temporal_batch import batched_temporal_session
 
             self._temporal_batch = batched_temporal_session(
                 self.dir / "temporal.onnx", **self._temporal_args
