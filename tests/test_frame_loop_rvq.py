@@ -24,7 +24,7 @@ PHONEMES = "hˈɛloʊ wˈɜːld"
 
 
 def _by_hand(tts: ReferenceTTS, frames: int, mode: str, seed: int) -> np.ndarray:
-    lang, spk = tts._ids("en", tts.meta["default_speaker"])
+    lang, spk = tts.ids("en")
     ids = np.concatenate([[BOS], tts.frontend.vocab.encode(PHONEMES), [EOS]]).astype(np.int64)
     ck, cv = tts.encoder.run(
         ["cross_keys", "cross_values"],

@@ -26,7 +26,7 @@ def tts():
 
 def old_loop(tts, text, seed, speaker=None, max_frames=None, params=None):
     """The frame loop `generate` ran before it became the engine's (the oracle)."""
-    lang, spk = tts._ids("en", speaker or tts.meta["default_speaker"])
+    lang, spk = tts.ids("en", speaker)
     _, ids = tts.tokens("", text, "en")
     guard = tts.max_frames_for(len(ids)) if max_frames is None else max_frames
     dec = tts.frame_decoder

@@ -150,17 +150,26 @@ def test_tts_keeps_no_alias_of_a_family_module():
     assert registry.by_name("v2").hook("synth_lines") is None  # the shared summary
 
 
-def test_no_family_borrows_the_reference_models_members():
+def test_no_family_borrows_another_familys_members():
+    """The phoneme families' text side (`languages`, `speakers`, `ids`) is the shared
+    `codecspec.tts.text.PhonemeModel`'s; no family's model derives from another's."""
     from codecspec.families.fsq.model import FSQTTS
     from codecspec.families.reference.model import ReferenceTTS
+    from codecspec.families.v2.model import V2TTS
+    from codecspec.tts.text import PhonemeModel
 
-    for name in ("_ids", "languages", "speakers"):
-        assert FSQTTS.__dict__[name] is not ReferenceTTS.__dict__[name]
+    models = (ReferenceTTS, V2TTS, FSQTTS)
+    for cls in models:
+        assert [c for c in models if c is not cls and issubclass(cls, c)] == [], cls
+        for name in ("languages", "speakers", "ids"):
+            assert getattr(cls, name) is getattr(PhonemeModel, name), (cls, name)
+        assert not hasattr(cls, "_ids"), cls
     tts = FSQTTS(registry.resolve_model_dir("fsq"), threads=1)
     spk = tts.speakers[-1]
-    assert tts._ids("en", spk) == tts.frontend.ids("en", spk)
+    assert tts.ids("en", spk) == tts.frontend.ids("en", spk)
     assert tts.frontend.ids("en", spk) == (tts.languages.index("en"), len(tts.speakers) - 1)
+    assert tts.ids("en") == tts.frontend.ids("en", tts.meta["default_speaker"])
     with pytest.raises(ValueError, match=r"^language: expected one of \[.*'en'.*\], got 'xx'"):
-        tts.frontend.ids("xx", spk)
+        tts.ids("xx", spk)
     with pytest.raises(ValueError, match="^speaker: expected one of"):
-        tts.frontend.ids("en", "nobody")
+        tts.ids("en", "nobody")

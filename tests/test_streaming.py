@@ -260,7 +260,7 @@ def test_sentence_stream_is_the_sentences_one_after_another():
 
 
 def test_a_subclass_family_must_bring_its_own_plan():
-    class Other(ReferenceTTS):  # like a family deriving the reference's accessors
+    class Other(ReferenceTTS):  # a subclass that brings its own generate only
         def generate(self, text, **kw):
             raise AssertionError("not called")
 

@@ -42,6 +42,7 @@ __all__ = [
     "PhonemeVocab",
     "IdTable",
     "Frontend",
+    "PhonemeModel",
 ]
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -349,6 +350,29 @@ class Frontend:
     @classmethod
     def load(cls, path) -> Frontend:
         return cls.from_dict(_read_json(path))
+
+
+class PhonemeModel:
+    """What every phoneme-input family's model shows of its text side, from its `frontend`
+    (a `Frontend`) and `meta` (model.json, with "default_speaker"): the language and speaker
+    names and the ids of a (language, speaker) pair. The reference, v2/v3 and FSQ models
+    derive from it, so that none borrows another family's members for it."""
+
+    frontend: Frontend
+    meta: dict
+
+    @property
+    def languages(self) -> list:
+        return list(self.frontend.languages.names)
+
+    @property
+    def speakers(self) -> list:
+        return list(self.frontend.speakers.names)
+
+    def ids(self, language: str, speaker: str | None = None) -> tuple[int, int]:
+        """(language id, speaker id); `speaker` None or "" = the model's default speaker.
+        ValueError naming `language` or `speaker` (with the known names) for unknown names."""
+        return self.frontend.ids(language, speaker or self.meta["default_speaker"])
 
 
 def _rows_of_split(rows: Sequence[Mapping], split: str | None) -> list[Mapping]:

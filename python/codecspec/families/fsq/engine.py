@@ -85,7 +85,7 @@ class FSQFamily(Family):
 
     def prepare(self, req, generator: cs.Generator) -> FSQState:
         tts = self.tts
-        lang_id, spk_id = tts._ids(req.language, req.voice or tts.meta["default_speaker"])
+        lang_id, spk_id = tts.ids(req.language, req.voice)
         ids = encode_input(tts, req, self.max_phonemes)
         limit = tts.max_frames_for(len(ids))
         if limit > self.max_frames:

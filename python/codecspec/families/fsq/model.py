@@ -32,7 +32,7 @@ from codecspec.runtime.session import open_session
 from codecspec.runtime.slots import SlotCache
 from codecspec.tts.phonemes import phonemize
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
-from codecspec.tts.text import BOS, EOS, PAD, Frontend
+from codecspec.tts.text import BOS, EOS, PAD, Frontend, PhonemeModel
 
 __all__ = [
     "FSQTTS",
@@ -275,8 +275,10 @@ def _read_meta(d: Path) -> dict:
     return meta
 
 
-class FSQTTS:
-    """Loads an FSQ model folder (FSQ_FILES; default: the shipped python/codecspec/models/fsq)."""
+class FSQTTS(PhonemeModel):
+    """Loads an FSQ model folder (FSQ_FILES; default: the shipped python/codecspec/models/fsq).
+    Its text side (`languages`, `speakers`, `ids`) is the shared
+    `codecspec.tts.text.PhonemeModel`'s."""
 
     family = "fsq"
 
@@ -299,17 +301,6 @@ class FSQTTS:
         self.frame_decoder = FSQFrameDecoder(self.codec.cfg.channel_levels, self.params)
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
         self.step_graph = open_session(str(d / "step.onnx"), provider=provider, threads=threads)
-
-    @property
-    def languages(self) -> list:
-        return list(self.frontend.languages.names)
-
-    @property
-    def speakers(self) -> list:
-        return list(self.frontend.speakers.names)
-
-    def _ids(self, language: str, speaker: str) -> tuple[int, int]:
-        return self.frontend.ids(language, speaker)
 
     def max_frames_for(self, num_tokens: int) -> int:
         """The max-length guard: `max_pace` times the nominal length of the text."""
@@ -369,7 +360,7 @@ class FSQTTS:
             )
         if rate != 1.0:
             raise ValueError(f"rate: the fsq family's stop head sets the length; got {rate!r}")
-        lang_id, spk_id = self._ids(language, speaker or self.meta["default_speaker"])
+        lang_id, spk_id = self.ids(language, speaker)
         phonemes, ids = self.tokens(text, phonemes, language)
         guard = self.max_frames_for(len(ids)) if max_frames is None else max_frames
         if isinstance(guard, bool) or not isinstance(guard, int) or guard < 1:

@@ -63,7 +63,7 @@ class ReferenceFamily(Family):
 
     def prepare(self, req, generator: cs.Generator) -> RVQState:
         tts = self.tts
-        lang_id, spk_id = tts._ids(req.language, req.voice or tts.meta["default_speaker"])
+        lang_id, spk_id = tts.ids(req.language, req.voice)
         ids = encode_input(tts, req, self.max_phonemes)
         frames = tts.num_frames(len(ids) - 2, req.language, float(req.speed))
         if frames > self.max_frames:

@@ -31,7 +31,7 @@ from codecspec.runtime.session import open_session
 from codecspec.tts.phonemes import phonemize
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
 from codecspec.tts.synthesis import Synthesis
-from codecspec.tts.text import BOS, EOS, Frontend
+from codecspec.tts.text import BOS, EOS, Frontend, PhonemeModel
 
 __all__ = [
     "default_model_dir",
@@ -99,8 +99,9 @@ class TemporalStepper:
         return h[0], logits[0]
 
 
-class ReferenceTTS:
-    """Loads a model folder (see MODEL_FILES; default: the shipped one)."""
+class ReferenceTTS(PhonemeModel):
+    """Loads a model folder (see MODEL_FILES; default: the shipped one). Its text side
+    (`languages`, `speakers`, `ids`) is the shared `codecspec.tts.text.PhonemeModel`'s."""
 
     def __init__(
         self,
@@ -139,17 +140,6 @@ class ReferenceTTS:
         return self._speculation_pays
 
     # ------------------------------------------------------------------ text
-    @property
-    def languages(self) -> list:
-        return list(self.frontend.languages.names)
-
-    @property
-    def speakers(self) -> list:
-        return list(self.frontend.speakers.names)
-
-    def _ids(self, language: str, speaker: str) -> tuple[int, int]:
-        return self.frontend.ids(language, speaker)
-
     @property
     def temporal_batch(self):
         """The batch-axis variant of temporal.onnx (this package's `temporal_batch`), opened on
@@ -201,7 +191,7 @@ class ReferenceTTS:
             )
         mode = self._mode(mode)
         speaker = speaker or self.meta["default_speaker"]
-        lang_id, spk_id = self._ids(language, speaker)
+        lang_id, spk_id = self.ids(language, speaker)
         t0 = time.perf_counter()
         if phonemes is None:
             phonemes = phonemize(text, self.meta["voices"][language])

@@ -80,7 +80,7 @@ class V2Family(Family):
 
     def prepare(self, req, generator: cs.Generator) -> V2State:
         tts = self.tts
-        lang_id, spk_id = tts._ids(req.language, req.voice or tts.meta["default_speaker"])
+        lang_id, spk_id = tts.ids(req.language, req.voice)
         if tts.aligned:  # v3: the pace is espeak-ng's phoneme track of the text
             enc, ids, expected = self._aligned_input(req)
         else:

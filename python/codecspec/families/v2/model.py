@@ -27,14 +27,13 @@ from codecspec.codec.codec import Codec
 from codecspec.codec.v2 import CodecV2
 from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder
 from codecspec.decode.temporal import Acceptance, TemporalLoop
-from codecspec.families.reference.model import ReferenceTTS
 from codecspec.model_store import named_model_dir
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session
 from codecspec.tts.phonemes import phonemize
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
 from codecspec.tts.synthesis import Synthesis
-from codecspec.tts.text import BOS, EOS, Frontend
+from codecspec.tts.text import BOS, EOS, Frontend, PhonemeModel
 
 __all__ = [
     "V2TTS",
@@ -275,9 +274,9 @@ class V2FrameDecoder:
         return codes[None].astype(np.int64), stop
 
 
-class V2TTS(ReferenceTTS):
-    """Loads a v2 model folder (V2_FILES; default: the shipped one). The frontend accessors,
-    `speculation_pays` and the v1 API's argument rules are the reference family's.
+class V2TTS(PhonemeModel):
+    """Loads a v2 model folder (V2_FILES; default: the shipped one). Its text side
+    (`languages`, `speakers`, `ids`) is the shared `codecspec.tts.text.PhonemeModel`'s.
 
     depth: "positional" (depth.onnx, the per-position decoder) or "shared" (depth_shared.npz,
     the shared-parameter decoder, `codecspec.decode.shared_depth`); a folder needs the files
@@ -338,6 +337,12 @@ class V2TTS(ReferenceTTS):
         self._tree_kind = "exact"
         self._round_depth = None
         self._step_batches: dict = {}
+
+    @property
+    def speculation_pays(self) -> bool:
+        """What calibration measured (the depth decoder's device profile): did the best tree
+        beat AR?"""
+        return self._speculation_pays
 
     def round_depth(self, frames: int):
         """A `BatchedDepth` over the depth decoder with room for `frames` frames, in which a
@@ -443,7 +448,7 @@ class V2TTS(ReferenceTTS):
     def encode_text(self, text, phonemes, language, speaker):
         """(phonemes, ids with bos/eos, lang id, speaker id, encoder outputs). An aligned
         model's phonemes are espeak-ng mnemonics (`phoneme_track` gives them with timing)."""
-        lang_id, spk_id = self._ids(language, speaker or self.meta["default_speaker"])
+        lang_id, spk_id = self.ids(language, speaker)
         if phonemes is None:
             phonemes = (
                 self.phoneme_track(text, language, speaker)[0]
@@ -470,7 +475,7 @@ class V2TTS(ReferenceTTS):
             raise ValueError(
                 "phonemes: this model follows espeak-ng's phoneme timing; give text instead"
             )
-        self._ids(language, speaker or self.meta["default_speaker"])  # names checked first
+        self.ids(language, speaker)  # names checked first
         mnemonics, track = self.phoneme_track(text, language, speaker, rate)
         return self.encode_text(None, mnemonics, language, speaker) + (track,)
 
