@@ -18,14 +18,14 @@ import codecspec as cs  # noqa: E402
 from codecspec.codec.data import save_codes  # noqa: E402
 from codecspec.decode.frames import run_frame_loop  # noqa: E402
 from codecspec.families.fsq.model import FSQFrameDecoder, FSQStepper  # noqa: E402
-from codecspec.runtime.session import open_session  # noqa: E402
-from codecspec.train.fsq_torch import (  # noqa: E402
+from codecspec.families.fsq.torch_model import (  # noqa: E402
     FSQModelConfig,
     FSQTemporalModel,
     FSQTrainModel,
     export_onnx,
 )
-from codecspec.train.fsq_train import frames_per_phoneme_token, train_fsq  # noqa: E402
+from codecspec.families.fsq.train import frames_per_phoneme_token, train_fsq  # noqa: E402
+from codecspec.runtime.session import open_session  # noqa: E402
 from codecspec.tts.dataset import TTSDataset  # noqa: E402
 
 LEVELS, GROUPS = (3, 2), 2

@@ -69,7 +69,7 @@ def sticky_shared(c: DepthDecoderConfig, seed: int = 3, sharpness: float = 8.0) 
 
 def test_tied_export_matches_the_torch_model():
     torch = pytest.importorskip("torch", reason="exercises the PyTorch model ([train] extra)")
-    from codecspec.train.tts_torch import SharedDepthModel, depth_weights
+    from codecspec.train.networks import SharedDepthModel, depth_weights
 
     for share_c0, level in ((True, True), (False, False)):
         torch.manual_seed(0)
@@ -110,8 +110,8 @@ def test_tied_export_matches_the_torch_model():
 
 def test_shared_is_at_most_a_fifth_of_the_positional_decoder_at_the_reference_size():
     torch = pytest.importorskip("torch", reason="exercises the PyTorch model ([train] extra)")
-    from codecspec.train.tts_torch import DepthModel, SharedDepthModel
-    from codecspec.train.tts_train import reference_depth_config
+    from codecspec.train.common import reference_depth_config
+    from codecspec.train.networks import DepthModel, SharedDepthModel
 
     with torch.device("meta"):
         pos = DepthModel(reference_depth_config(1024))
@@ -222,7 +222,7 @@ def test_bad_input(tmp_path):
 
 def test_torch_model_rejects_bad_configs():
     pytest.importorskip("torch", reason="exercises the PyTorch model ([train] extra)")
-    from codecspec.train.tts_torch import SharedDepthModel
+    from codecspec.train.networks import SharedDepthModel
 
     with pytest.raises(ValueError, match="share_c0"):
         SharedDepthModel(CFG.__class__(**{**CFG.to_dict(), "c0_vocab_size": 40}))

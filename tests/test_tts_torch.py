@@ -15,15 +15,10 @@ torch = pytest.importorskip(
 from tiny_models import TINY  # noqa: E402
 
 from codecspec.families.reference.model import TemporalStepper  # noqa: E402
+from codecspec.families.reference.torch_model import TTSModel, export_onnx  # noqa: E402
 from codecspec.graphs import build_depth_graph  # noqa: E402
 from codecspec.runtime.session import open_session  # noqa: E402
-from codecspec.train.tts_torch import (  # noqa: E402
-    DepthModel,
-    TemporalConfig,
-    TTSModel,
-    depth_weights,
-    export_onnx,
-)
+from codecspec.train.networks import DepthModel, TemporalConfig, depth_weights  # noqa: E402
 
 TCFG = TemporalConfig(
     vocab_size=12,

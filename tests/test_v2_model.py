@@ -19,7 +19,7 @@ from tiny_models import (  # noqa: E402
     tiny_v2_model,
 )
 
-from codecspec.train.v2_torch import CACHE_SLACK, V2Model  # noqa: E402
+from codecspec.families.v2.torch_model import CACHE_SLACK, V2Model  # noqa: E402
 
 W = 4  # the tiny model's window
 P = 9  # phoneme tokens with bos/eos
@@ -150,7 +150,7 @@ def _corpus(path, seed=0):
 
 
 def test_train_v2_resumes_where_it_stopped(tmp_path, capsys):
-    from codecspec.train.v2_train import CKPT_NAME, train_v2
+    from codecspec.families.v2.train import CKPT_NAME, train_v2
     from codecspec.tts.dataset import TTSDataset
 
     corpus = _corpus(tmp_path / "corpus")
@@ -188,7 +188,7 @@ def test_train_v2_after_a_crash_continues_as_if_never_interrupted(tmp_path, monk
     """A checkpoint every step, a crash in step 5, a resume: the same weights as one run
     (no dropout, no rate jitter, every frame in the depth loss: nothing random but the data
     order, the optimiser state and the torch RNG, which the checkpoint carries)."""
-    from codecspec.train.v2_train import CKPT_NAME, train_v2
+    from codecspec.families.v2.train import CKPT_NAME, train_v2
     from codecspec.tts.dataset import TTSDataset
 
     corpus = _corpus(tmp_path / "corpus")

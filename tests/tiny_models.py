@@ -32,8 +32,8 @@ V2_CODES = 32  # codes per level: c0 vocabulary = depth codebook size
 def tiny_v2_configs(frontend=None, window: int = 4, **temporal):
     """(V2TemporalConfig, DepthDecoderConfig) a 2-core CPU trains and exports in seconds;
     `frontend` sets the table sizes (default: the one `V2_ROWS` gives)."""
+    from codecspec.families.v2.torch_model import V2TemporalConfig
     from codecspec.graphs import small_depth
-    from codecspec.train.v2_torch import V2TemporalConfig
     from codecspec.tts.text import Frontend
 
     fe = frontend or Frontend.from_manifest(V2_ROWS)
@@ -82,7 +82,7 @@ def tiny_v2_model(
     the c0 heads and the depth heads (peaked laws give statistical tests their power)."""
     import torch
 
-    from codecspec.train.v2_torch import V2Model
+    from codecspec.families.v2.torch_model import V2Model
 
     tcfg, dcfg = tiny_v2_configs(frontend, window=window, **temporal)
     torch.manual_seed(seed)
@@ -104,10 +104,10 @@ def export_v2_graphs(model, out) -> None:
     float32 depth graph with its bf16-exact heads, the unit c0 input embeddings."""
     import numpy as np
 
+    from codecspec.families.v2.torch_model import export_onnx
     from codecspec.graphs import build_depth_graph, save_model
     from codecspec.graphs.storage import round_bf16_exact
-    from codecspec.train.tts_torch import depth_weights
-    from codecspec.train.v2_torch import export_onnx
+    from codecspec.train.networks import depth_weights
 
     export_onnx(model.temporal, out)
     w = depth_weights(model.depth)
@@ -187,7 +187,7 @@ def write_depth_golden(path, seed: int = 0):
     import numpy as np
     import torch
 
-    from codecspec.train.tts_torch import DepthModel, depth_weights
+    from codecspec.train.networks import DepthModel, depth_weights
 
     torch.manual_seed(seed)
     m = DepthModel(GOLDEN_DEPTH).eval()
@@ -222,7 +222,7 @@ def write_v2_golden(path, seed: int = 3):
     import numpy as np
     import torch
 
-    from codecspec.train.v2_torch import V2Model
+    from codecspec.families.v2.torch_model import V2Model
     from codecspec.tts.text import Frontend
 
     fe = Frontend.from_manifest(V2_ROWS)

@@ -22,7 +22,7 @@ def tiny_v3_model(stop_bias=None, seed: int = 0, window: int = 4, logit_scale: f
     """An untrained tiny aligned `V2Model` (eval mode)."""
     import torch
 
-    from codecspec.train.v2_torch import V2Model
+    from codecspec.families.v2.torch_model import V2Model
     from codecspec.tts.text import Frontend
 
     fe = Frontend.from_manifest(V3_ROWS)

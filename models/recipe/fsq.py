@@ -257,8 +257,8 @@ def datasets(corpus: Path, out: Path):
 
 
 def model_config(codec: FSQCodec, train, **overrides):
-    from codecspec.train.fsq_torch import FSQModelConfig
-    from codecspec.train.fsq_train import frames_per_phoneme_token
+    from codecspec.families.fsq.torch_model import FSQModelConfig
+    from codecspec.families.fsq.train import frames_per_phoneme_token
 
     f = train.frontend
     return FSQModelConfig(
@@ -275,7 +275,7 @@ def model_config(codec: FSQCodec, train, **overrides):
 def cmd_train(args) -> int:
     import torch
 
-    from codecspec.train.fsq_train import train_fsq
+    from codecspec.families.fsq.train import train_fsq
 
     torch.set_num_threads(args.threads)
     corpus, out = Path(args.corpus).expanduser(), Path(args.out).expanduser()

@@ -37,7 +37,7 @@ QUARTILE_NAMES = {
 def load_trained(ckpt: Path):
     import torch
 
-    from codecspec.train.fsq_torch import FSQModelConfig, FSQTrainModel
+    from codecspec.families.fsq.torch_model import FSQModelConfig, FSQTrainModel
 
     ck = torch.load(ckpt, map_location="cpu", weights_only=False)
     cfg = FSQModelConfig(**ck["config"])
@@ -49,8 +49,8 @@ def load_trained(ckpt: Path):
 def export(model, out: Path) -> dict:
     import onnx
 
+    from codecspec.families.fsq.torch_model import export_onnx
     from codecspec.graphs.storage import store_float16
-    from codecspec.train.fsq_torch import export_onnx
 
     sizes = {}
     for path in export_onnx(model.temporal, out).values():
@@ -77,7 +77,7 @@ def onnx_parity(out: Path, model, val, indices=(0, 1)) -> dict:
     padded batch of len(indices) held-out utterances (different lengths) and for the first
     one alone."""
     from codecspec.families.fsq.model import FSQStepper
-    from codecspec.train.fsq_train import to_tensors
+    from codecspec.families.fsq.train import to_tensors
 
     enc = open_session(str(out / "encoder.onnx"), provider="cpu")
     step = open_session(str(out / "step.onnx"), provider="cpu")
@@ -103,7 +103,7 @@ def onnx_parity(out: Path, model, val, indices=(0, 1)) -> dict:
 # ---------------------------------------------------------------------------- NLL
 def heldout_nll(model, val, max_frames: int = 1536) -> dict:
     """Frame-weighted held-out NLLs (nats per frame) over the whole test split."""
-    from codecspec.train.fsq_train import evaluate, to_tensors
+    from codecspec.families.fsq.train import evaluate, to_tensors
 
     batches = [to_tensors(b) for b in val.batches(16, seed=1, max_frames=max_frames)]
     v, per_ch = evaluate(model, batches)
@@ -194,7 +194,7 @@ def stop_teacher_forced(model, val) -> dict:
     and the mean stop probability before the last frame."""
     import torch
 
-    from codecspec.train.fsq_train import to_tensors
+    from codecspec.families.fsq.train import to_tensors
 
     errs, early = [], []
     for b in val.batches(16, seed=1, max_frames=1536):
@@ -501,7 +501,7 @@ def _per_frame_nll(model, codec, t: dict):
     import torch
     import torch.nn.functional as F
 
-    from codecspec.train.fsq_torch import channel_log_probs
+    from codecspec.families.fsq.torch_model import channel_log_probs
 
     model.eval()
     with torch.no_grad():
@@ -527,7 +527,7 @@ def gap_breakdown(model, codec, val) -> dict:
     only h_t, so its gap is pure within-group dependence; group k's also sees groups < k),
     and per quartile of frame-to-frame change (if what the model is unsure about is when the
     next sound starts, the gap sits on the changing frames)."""
-    from codecspec.train.fsq_train import to_tensors
+    from codecspec.families.fsq.train import to_tensors
 
     batches = val.batches(16, seed=1, max_frames=1536)
     parts = [_per_frame_nll(model, codec, to_tensors(b)) for b in batches]

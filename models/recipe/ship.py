@@ -37,8 +37,9 @@ def log(msg: str) -> None:
 def load_trained(path: Path):
     import torch
 
+    from codecspec.families.reference.torch_model import TTSModel
     from codecspec.graphs.config import DepthDecoderConfig
-    from codecspec.train.tts_torch import TemporalConfig, TTSModel
+    from codecspec.train.networks import TemporalConfig
 
     ck = torch.load(path, map_location="cpu", weights_only=False)
     tcfg = TemporalConfig(**ck["temporal_config"])
@@ -49,13 +50,15 @@ def load_trained(path: Path):
 
 
 def export_graphs(model, out: Path, export_temporal=None) -> dict:
-    """Temporal graphs (`export_temporal`, default v1's `tts_torch.export_onnx`) and the depth
-    graph, float16 storage, bf16-exact heads on the host; returns file sizes."""
+    """Temporal graphs (`export_temporal`, default v1's
+    `codecspec.families.reference.torch_model.export_onnx`) and the depth graph, float16
+    storage, bf16-exact heads on the host; returns file sizes."""
     import onnx
 
+    from codecspec.families.reference.torch_model import export_onnx
     from codecspec.graphs import build_depth_graph, save_model
     from codecspec.graphs.storage import round_bf16_exact, store_float16
-    from codecspec.train.tts_torch import depth_weights, export_onnx
+    from codecspec.train.networks import depth_weights
 
     sizes = {}
     for path in (export_temporal or export_onnx)(model.temporal, out).values():
@@ -87,7 +90,7 @@ def teacher_forced_inputs(model, ds, codec, scale: float, max_frames: int, seed:
     real previous frames."""
     import torch
 
-    from codecspec.train.tts_train import to_tensors
+    from codecspec.families.reference.train import to_tensors
 
     model.eval()
     hs, codes = [], []
@@ -110,8 +113,8 @@ def onnx_parity(out: Path, model, ds, codec, scale) -> float:
     import torch
 
     from codecspec.families.reference.model import TemporalStepper
+    from codecspec.families.reference.train import to_tensors
     from codecspec.runtime.session import open_session
-    from codecspec.train.tts_train import to_tensors
 
     model.eval()
     b = ds.collate([0])

@@ -31,8 +31,9 @@ def cmd_train(args) -> int:
     import torch
 
     from codecspec.codec.codec import Codec
-    from codecspec.train.tts_torch import TemporalConfig
-    from codecspec.train.tts_train import reference_depth_config, train_tts
+    from codecspec.families.reference.train import train_tts
+    from codecspec.train.common import reference_depth_config
+    from codecspec.train.networks import TemporalConfig
     from codecspec.tts.dataset import TTSDataset
 
     torch.set_num_threads(args.threads)

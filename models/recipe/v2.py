@@ -86,9 +86,9 @@ def cmd_codec(args) -> int:
 def cmd_train(args) -> int:
     import torch
 
-    from codecspec.train.tts_train import reference_depth_config
-    from codecspec.train.v2_torch import V2TemporalConfig
-    from codecspec.train.v2_train import train_v2
+    from codecspec.families.v2.torch_model import V2TemporalConfig
+    from codecspec.families.v2.train import train_v2
+    from codecspec.train.common import reference_depth_config
     from codecspec.tts.dataset import TTSDataset
 
     torch.set_num_threads(args.threads)
@@ -138,8 +138,8 @@ def load_checkpoint(path: Path):
     acceptance (distilled or cross-entropy-only) becomes the exported `draft`."""
     import torch
 
+    from codecspec.families.v2.torch_model import V2Model, V2TemporalConfig
     from codecspec.graphs.config import DepthDecoderConfig
-    from codecspec.train.v2_torch import V2Model, V2TemporalConfig
 
     ck = torch.load(path, map_location="cpu", weights_only=False)
     tcfg = V2TemporalConfig(**ck["temporal_config"])
@@ -157,7 +157,7 @@ def teacher_forced(model, ds, max_frames: int, seed: int):
     """(h_t [N, D], real codes [N, 16]) of held-out utterances, the LM fed their real c0."""
     import torch
 
-    from codecspec.train.v2_train import to_tensors
+    from codecspec.families.v2.train import to_tensors
 
     hs, codes, total = [], [], 0
     with torch.no_grad():
@@ -186,7 +186,7 @@ def onnx_parity(tts, model, ds) -> dict:
     longest of the first 40 held-out utterances (past the window, so eviction is covered)."""
     import torch
 
-    from codecspec.train.v2_train import to_tensors
+    from codecspec.families.v2.train import to_tensors
 
     i = max(range(min(40, len(ds))), key=lambda k: ds[k].frames)
     t = to_tensors(ds.collate([i]))
@@ -424,7 +424,7 @@ def export_folder(args, out: Path):
     from ship import SAMPLING, VOICES, export_graphs, frames_per_phoneme
 
     from codecspec.families.v2.model import V2_FORMAT
-    from codecspec.train.v2_torch import export_onnx
+    from codecspec.families.v2.torch_model import export_onnx
     from codecspec.tts.dataset import TTSDataset
 
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
@@ -575,7 +575,7 @@ def _export_positional(depth_model, out: Path) -> dict:
     """depth.onnx (float16 storage) + depth.heads.npy as `ship.export_graphs` writes them."""
     from codecspec.graphs import build_depth_graph, save_model
     from codecspec.graphs.storage import round_bf16_exact, store_float16
-    from codecspec.train.tts_torch import depth_weights
+    from codecspec.train.networks import depth_weights
 
     out.mkdir(parents=True, exist_ok=True)
     w = depth_weights(depth_model)
@@ -591,9 +591,9 @@ def _trained_depth(kind: str, cache: Path, steps: int, key: dict, train, held, a
     checkpoint step, budget and seed match)."""
     import torch
 
+    from codecspec.train.common import reference_depth_config
     from codecspec.train.depth_train import train_depth
-    from codecspec.train.tts_torch import DepthModel, SharedDepthModel
-    from codecspec.train.tts_train import reference_depth_config
+    from codecspec.train.networks import DepthModel, SharedDepthModel
 
     torch.manual_seed(args.seed)
     if kind == "shared":
@@ -625,9 +625,9 @@ def _step_seconds(args, train) -> float:
     """Seconds per training step of the shared decoder on this machine (3 timed steps)."""
     import torch
 
+    from codecspec.train.common import reference_depth_config
     from codecspec.train.depth_train import train_depth
-    from codecspec.train.tts_torch import SharedDepthModel
-    from codecspec.train.tts_train import reference_depth_config
+    from codecspec.train.networks import SharedDepthModel
 
     m = SharedDepthModel(reference_depth_config(1024, num_layers=args.shared_layers))
     train_depth(m, *train, steps=1, batch=args.batch)  # warm-up

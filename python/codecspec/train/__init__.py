@@ -1,8 +1,13 @@
-"""Offline training for depth speculation and the reference families.
+"""Offline training shared by the families: depth speculation and the common PyTorch parts.
 
-ablate     head reuse vs offsets vs Medusa heads, tokens per call per tree budget
-tts_torch, tts_train, v2_torch, v2_train, fsq_torch, fsq_train, depth_train
-           the reference families in PyTorch (the [train] extra; not imported here)
+ablate       head reuse vs offsets vs Medusa heads, tokens per call per tree budget
+networks     the temporal and depth networks the phoneme families are built from
+common       the reference depth config, AdamW, the learning-rate schedule, TrainLog
+depth_train  the depth decoder trained alone (v2/v3's shared-parameter depth)
+             (those three: the [train] extra; not imported here)
+
+Each family's own PyTorch model and training loop are in its package:
+`codecspec.families.<name>.torch_model` / `.train` (reference, v2, fsq).
 
 Per-device calibration (acceptance, latency, trees, offsets) moved to `codecspec.calibrate`;
 its names are re-exported here, and the old module paths (`codecspec.train.calibrate`, ...)

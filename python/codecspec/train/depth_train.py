@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from codecspec.train.tts_torch import depth_loss
+from codecspec.train.networks import depth_loss
 
 __all__ = ["train_depth", "heldout_cross_entropy", "count_parameters"]
 

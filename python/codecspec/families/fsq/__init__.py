@@ -4,7 +4,7 @@ Modules: `model` (`FSQTTS`: the single-stream model, its `FSQStepper` / `FSQSlot
 `FSQFrameDecoder`), `engine` (`FSQFamily`, the serving engine's `codecspec.pipeline.Family`
 adapter), `bench` (`codecspec bench` and `synth` figures for FSQ folders), `cli` (the
 `codecspec bench` command for them). The codec is `codecspec.codec.fsq`; the PyTorch
-training is `codecspec.train.fsq_torch` / `fsq_train`. The registry
+training is `torch_model` / `train` here (the [train] extra). The registry
 (`codecspec.pipeline.registry`) names these by module path; the old path
 `codecspec.serve.fsq` is an alias of `engine` (the old `codecspec.tts` paths are gone: an
 alias there made `tts/` import the family that imports it). Importing this package imports

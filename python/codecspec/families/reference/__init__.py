@@ -4,9 +4,11 @@ frame count planned from the phonemes) as one package.
 Modules: `model` (`ReferenceTTS`: the single-stream model, its `TemporalStepper`, and the
 frame loop's `RVQStepper` / `RVQFrameDecoder`), `temporal_batch` (the temporal step graph
 given a batch axis: `BatchedTemporal`, `SlotStepper`), `engine` (`ReferenceFamily`, the
-serving engine's `codecspec.pipeline.Family` adapter). Its codec is `codecspec.codec.codec`;
-the text front end (`codecspec.tts.text`, `codecspec.tts.phonemes`), the streaming loop
-(`codecspec.tts.stream`) and the result type (`codecspec.tts.synthesis.Synthesis`) are
-shared with the other phoneme-input families. The registry (`codecspec.pipeline.registry`)
-names these by module path. Importing this package imports none of them.
+serving engine's `codecspec.pipeline.Family` adapter), `bench` / `cli` (its `codecspec bench`),
+`torch_model` / `train` (its PyTorch model and training loop, the [train] extra). Its codec
+is `codecspec.codec.codec`; the text front end (`codecspec.tts.text`, `codecspec.tts.phonemes`),
+the streaming loop (`codecspec.tts.stream`) and the result type
+(`codecspec.tts.synthesis.Synthesis`) are shared with the other phoneme-input families. The
+registry (`codecspec.pipeline.registry`) names these by module path. Importing this package
+imports none of them.
 """

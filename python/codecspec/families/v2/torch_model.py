@@ -15,8 +15,9 @@ verified in one call. v2 splits the frame the way VALL-E-style codec LMs do
   Bernoulli stop logit (frame t is the last frame).
 * **draft LM** — the same inputs and outputs with one decoder layer of its own, trained on a
   mix of cross-entropy and distillation (KL from the target's c0 distribution).
-* **depth decoder** — v1's Qwen3-TTS-layout code predictor (`tts_torch.DepthModel`) on h_t
-  and c0; every v2 level has the same number of codes, as that layout needs.
+* **depth decoder** — v1's Qwen3-TTS-layout code predictor
+  (`codecspec.train.networks.DepthModel`) on h_t and c0; every v2 level has the same number
+  of codes, as that layout needs.
 
 `export_onnx` writes encoder.onnx and the two step graphs with fixed-shape ring-cache inputs.
 """
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from codecspec.graphs.config import DepthDecoderConfig
-from codecspec.train.tts_torch import (
+from codecspec.train.networks import (
     DecoderLayer,
     DepthModel,
     TemporalModel,
@@ -314,7 +315,7 @@ STEP_OUTPUTS = ("hidden", "c0_logits", "stop_logits", "new_keys", "new_values")
 
 def export_onnx(tm: V2Temporal, out_dir) -> dict:
     """encoder.onnx (both decoders' cross K/V), temporal.onnx and draft_temporal.onnx."""
-    from codecspec.train.tts_torch import EXPORT_KW, export_encoder
+    from codecspec.train.networks import EXPORT_KW, export_encoder
 
     out = Path(out_dir)
     tm = tm.eval()

@@ -21,9 +21,9 @@ from typing import Optional
 import numpy as np
 import torch
 
+from codecspec.families.v2.torch_model import V2Model, V2TemporalConfig, jittered_rate
 from codecspec.graphs.config import DepthDecoderConfig
-from codecspec.train.tts_train import TrainLog, adamw
-from codecspec.train.v2_torch import V2Model, V2TemporalConfig, jittered_rate
+from codecspec.train.common import TrainLog, adamw
 from codecspec.tts.dataset import Batch, TTSDataset
 
 __all__ = ["to_tensors", "train_v2", "evaluate", "CKPT_NAME"]

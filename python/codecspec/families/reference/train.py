@@ -1,43 +1,27 @@
-"""Training loop of the reference codec-LM TTS ([train] extra: needs PyTorch).
+"""Training loop of the reference (v1) codec-LM TTS ([train] extra: needs PyTorch).
 
 `train_tts` runs AdamW on the encoded corpus for a wall-clock budget (the recipe's is 55 min on
-two cores), with a learning rate that warms up and then follows a cosine over the budget, and
-records train / held-out curves for the model card.
+two cores), with a learning rate that warms up and then follows a cosine over the budget
+(`codecspec.train.common.lr_schedule`), and records train / held-out curves for the model card.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
 
 from codecspec.codec.codec import Codec
-from codecspec.graphs.config import DepthDecoderConfig, small_depth
-from codecspec.train.tts_torch import TemporalConfig, TTSModel
+from codecspec.families.reference.torch_model import TTSModel
+from codecspec.graphs.config import DepthDecoderConfig
+from codecspec.train.common import TrainLog, adamw, lr_schedule
+from codecspec.train.networks import TemporalConfig
 from codecspec.tts.dataset import Batch, TTSDataset
 
-__all__ = ["reference_depth_config", "TrainLog", "to_tensors", "train_tts", "frame_latents"]
-
-
-def reference_depth_config(codebook_size: int = 1024, **overrides) -> DepthDecoderConfig:
-    """The shipped depth decoder: `small_depth` with intermediate 512, `codebook_size` codes
-    (c0 included) and 4 draft offsets, fed the temporal hidden state directly."""
-    base = dict(
-        intermediate_size=512,
-        codebook_size=codebook_size,
-        c0_vocab_size=codebook_size,
-        num_draft_offsets=4,
-        max_positions=32,
-    )
-    base.update(overrides)
-    return small_depth(**base)
+__all__ = ["to_tensors", "train_tts", "frame_latents", "evaluate"]
 
 
 def frame_latents(codec: Codec, codes: np.ndarray, scale: float) -> np.ndarray:
@@ -61,29 +45,6 @@ def to_tensors(b: Batch, codec: Codec, scale: float) -> dict:
         "frame_mask": torch.from_numpy(b.frame_mask),
         "codes": torch.from_numpy(codes),
     }
-
-
-@dataclass
-class TrainLog:
-    steps: list = field(default_factory=list)
-    seconds: list = field(default_factory=list)
-    train: list = field(default_factory=list)  # dicts of the three losses
-    val_steps: list = field(default_factory=list)
-    val: list = field(default_factory=list)
-    val_levels: list = field(default_factory=list)  # per-level depth CE on held-out frames
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-    def save(self, path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict()))
-
-
-def _lr(step_frac: float, warm_frac: float, peak: float) -> float:
-    if step_frac < warm_frac:
-        return peak * step_frac / warm_frac
-    t = (step_frac - warm_frac) / max(1e-9, 1.0 - warm_frac)
-    return peak * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * min(t, 1.0))))
 
 
 def _report(step, epoch, elapsed, budget, out, log) -> None:
@@ -113,18 +74,6 @@ def evaluate(model: TTSModel, batches: list, gen_seed: int = 0) -> tuple[dict, l
     return {k: v / n for k, v in sums.items()}, (levels / n).tolist()
 
 
-def adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices only (not on norms, biases or other vectors)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        betas=(0.9, 0.98),
-    )
-
-
 def _start(model: TTSModel, resume: Optional[dict], train_set: TTSDataset, codec: Codec) -> float:
     """The latent scale (frame latents are divided by it to unit std): the checkpoint's, whose
     weights are loaded into `model`, or measured on the first 200 training utterances."""
@@ -138,7 +87,7 @@ def _start(model: TTSModel, resume: Optional[dict], train_set: TTSDataset, codec
 def _step(model, opt, b: Batch, frac: float, codec, scale, depth_frames, gen, lr) -> dict:
     """One optimiser step on batch `b` at schedule position `frac`; returns the losses."""
     for g in opt.param_groups:
-        g["lr"] = _lr(frac, 0.04, lr)
+        g["lr"] = lr_schedule(frac, 0.04, lr)
     out = model.losses(to_tensors(b, codec, scale), depth_frames, gen)
     loss = out["c0"] + out["draft_c0"] + out["depth"]
     opt.zero_grad(set_to_none=True)

@@ -30,13 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from codecspec.train.tts_torch import (
+from codecspec.train.networks import (
     TemporalConfig,
     TemporalModel,
     add_frame_decoder,
     add_text_encoder,
 )
-from codecspec.train.tts_torch import fourier as fourier_features
+from codecspec.train.networks import fourier as fourier_features
 
 __all__ = ["FSQModelConfig", "FSQTemporalModel", "GroupARHead", "FSQTrainModel", "export_onnx"]
 

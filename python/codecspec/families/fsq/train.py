@@ -1,6 +1,7 @@
 """Training loop of the FSQ model family ([train] extra: needs PyTorch).
 
-AdamW with the v1 schedule (warm-up, cosine to 5%, `tts_train._lr`) over a wall-clock budget;
+AdamW with the v1 schedule (warm-up, cosine to 5%: `codecspec.train.common.lr_schedule`)
+over a wall-clock budget;
 loss = factorised channel NLL + stop BCE + AR-over-groups NLL (the AR head reads detached
 h_t, so it never shapes the shipped model). A checkpoint (model, optimiser, step, clock,
 curves) is written every `ckpt_every` seconds and at the end; `train_fsq` resumes from it, and
@@ -17,8 +18,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from codecspec.train.fsq_torch import FSQModelConfig, FSQTrainModel
-from codecspec.train.tts_train import TrainLog, _lr
+from codecspec.families.fsq.torch_model import FSQModelConfig, FSQTrainModel
+from codecspec.train.common import TrainLog, lr_schedule
 from codecspec.tts.dataset import Batch, TTSDataset
 
 __all__ = ["to_tensors", "evaluate", "train_fsq", "frames_per_phoneme_token"]
@@ -140,7 +141,7 @@ def train_fsq(
                 done = True
                 break
             for g in opt.param_groups:
-                g["lr"] = _lr(frac, 0.04, lr)
+                g["lr"] = lr_schedule(frac, 0.04, lr)
             out = model.losses(to_tensors(b), ar_frames, gen)
             loss = out["fact"] / cfg.channels + out["stop"] + out["ar"] / cfg.groups
             opt.zero_grad(set_to_none=True)

@@ -1,21 +1,19 @@
-"""The reference codec-LM TTS in PyTorch: definition, training step, ONNX export ([train] extra).
+"""The PyTorch networks the phoneme-input families are trained from ([train] extra): shared.
 
-Three networks are trained together on the encoded corpus (docs/reference_model.md):
+* **temporal model** (`TemporalModel`) — a phoneme encoder (non-causal, with language and
+  speaker) and a causal frame decoder that cross-attends to it, plus a one-layer draft decoder
+  on the same memory. Frame t's input is the previous frame's codec latent plus Fourier
+  features of its progress t / T; its output is a hidden state h_t and the logits of c0_t.
+  The reference (v1) family trains it as is; v2/v3 and FSQ build their own on its encoder and
+  layers (`add_text_encoder`, `DecoderLayer`, `fourier`).
+* **depth decoder** (`DepthModel`, `SharedDepthModel`) — the Qwen3-TTS code-predictor layout
+  codecspec's graph builder exports (`codecspec.graphs.weights`): position 0 holds h_t,
+  position 1 the embedding of c0, position k+1 that of c_k; head j reads position j+1 and
+  predicts c_{j+1}. `depth_weights` hands it to `codecspec.graphs.build_depth_graph`.
+* **encoder export** (`export_encoder`) — encoder.onnx of any of these temporal models.
 
-* **temporal model** — a phoneme encoder (non-causal, with language and speaker) and a causal
-  frame decoder that cross-attends to it. Frame t's input is the codec latent of frame t-1
-  (the sum of its 16 RVQ code vectors, 128 values) plus Fourier features of its progress
-  t / T through the utterance; its output is a hidden state h_t and the logits of c0_t.
-  Progress features on both sides (phoneme p / P, frame t / T) make the monotonic text-to-audio
-  alignment easy to learn from three hours of speech; T comes from the text at synthesis time
-  (frames per phoneme, learned from the corpus), so the model needs no stop token.
-* **depth decoder** — the Qwen3-TTS code-predictor layout codecspec's graph builder exports
-  (`codecspec.graphs.weights`): position 0 holds h_t, position 1 the embedding of c0, position
-  k+1 that of c_k; head j reads position j+1 and predicts c_{j+1}.
-* **draft temporal model** — the same encoder memory with a one-layer decoder of its own.
-
-Inference never needs PyTorch: `export_onnx` writes the temporal graphs and
-`depth_weights` hands the depth decoder to `codecspec.graphs.build_depth_graph`.
+The families' own models and exports are in their packages (`codecspec.families.<name>.
+torch_model`); shared training code here imports none of them.
 """
 
 from __future__ import annotations
@@ -37,11 +35,12 @@ __all__ = [
     "TemporalModel",
     "DepthModel",
     "SharedDepthModel",
-    "TTSModel",
     "fourier",
     "depth_weights",
     "depth_loss",
-    "export_onnx",
+    "export_encoder",
+    "EXPORT_KW",
+    "ENCODER_OUTPUTS",
 ]
 
 
@@ -186,7 +185,7 @@ BATCH_KEYS = ("phonemes", "phoneme_lengths", "language", "speaker", "latents", "
 
 def add_text_encoder(m: nn.Module, cfg: TemporalConfig) -> None:
     """The phoneme encoder's modules on `m` under the names `TemporalModel.encode` reads
-    (shared with the FSQ family, `codecspec.train.fsq_torch`)."""
+    (shared with the FSQ family, `codecspec.families.fsq.torch_model`)."""
     d, f2 = cfg.d_model, 2 * cfg.fourier_bands
     m.phoneme = nn.Embedding(cfg.vocab_size, d)
     m.language = nn.Embedding(cfg.num_languages, d)
@@ -235,7 +234,7 @@ class TemporalModel(nn.Module):
         return x + self.frame_speaker(speaker)[:, None, :]
 
     def run_batch(self, batch: dict):
-        """forward() on a batch dict (`codecspec.train.tts_train.to_tensors`)."""
+        """forward() on a batch dict (`codecspec.families.reference.train.to_tensors`)."""
         return self(*(batch[k] for k in BATCH_KEYS))
 
     def forward(self, phonemes, ph_lengths, language, speaker, latents, frame_lengths):
@@ -435,40 +434,6 @@ def depth_loss(model: nn.Module, hidden: torch.Tensor, codes: torch.Tensor) -> t
     ).view(len(codes), -1)
 
 
-class TTSModel(nn.Module):
-    def __init__(self, tcfg: TemporalConfig, dcfg: DepthDecoderConfig):
-        super().__init__()
-        if dcfg.input_width != tcfg.d_model:
-            raise ValueError(
-                f"depth config: input width {dcfg.input_width} != temporal d_model {tcfg.d_model}"
-            )
-        self.temporal = TemporalModel(tcfg)
-        self.depth = DepthModel(dcfg)
-
-    def losses(self, batch: dict, depth_frames: int, gen: torch.Generator) -> dict:
-        """Mean cross-entropies: c0 (main and draft) over all real frames; c1.. over a random
-        subset of `depth_frames` real frames (the depth decoder dominates the cost)."""
-        h, logits, draft_logits = self.temporal.run_batch(batch)
-        mask = batch["frame_mask"]
-        codes = batch["codes"]
-        c0 = codes[..., 0][mask]
-        out = {
-            "c0": F.cross_entropy(logits[mask], c0),
-            "draft_c0": F.cross_entropy(draft_logits[mask], c0),
-        }
-        hv, cv = h[mask], codes[mask]
-        if depth_frames and depth_frames < len(hv):
-            pick = torch.randperm(len(hv), generator=gen)[:depth_frames]
-            hv, cv = hv[pick], cv[pick]
-        dl = self.depth(hv, cv)
-        per_level = F.cross_entropy(
-            dl.reshape(-1, dl.shape[-1]), cv[:, 1:].reshape(-1), reduction="none"
-        ).view(len(cv), -1)
-        out["depth"] = per_level.mean()
-        out["depth_levels"] = per_level.detach().mean(0)
-        return out
-
-
 # ---------------------------------------------------------------------- export
 def depth_weights(model: DepthModel, offsets: Optional[np.ndarray] = None) -> DepthDecoderWeights:
     """The depth decoder's tensors under codecspec's names (zero draft offsets by default).
@@ -523,32 +488,6 @@ class _EncoderExport(nn.Module):
         return tuple(out)
 
 
-class _StepExport(nn.Module):
-    """One decoder step: prev_latent [1, 128] (zeros = start), progress [1], speaker [1],
-    is_first [1] (1.0 on the first frame), cross K/V, past K/V [L, 1, heads, t, hd]."""
-
-    def __init__(self, tm: TemporalModel, decoder: FrameDecoder):
-        super().__init__()
-        self.tm, self.dec = tm, decoder
-
-    def forward(self, prev_latent, progress, speaker, is_first, cross_k, cross_v, past_k, past_v):
-        x = self.tm.frame_inputs(prev_latent[:, None, :], progress[:, None], speaker)
-        x = x + is_first[:, None, None] * self.tm.bos
-        h, logits, nk, nv = self.dec.step(x, past_k, past_v, cross_k, cross_v)
-        return h[:, 0], logits[:, 0], nk, nv
-
-
-STEP_INPUTS = (
-    "prev_latent",
-    "progress",
-    "speaker",
-    "is_first",
-    "cross_keys",
-    "cross_values",
-    "past_keys",
-    "past_values",
-)
-STEP_OUTPUTS = ("hidden", "c0_logits", "new_keys", "new_values")
 ENCODER_OUTPUTS = ("cross_keys", "cross_values", "draft_cross_keys", "draft_cross_values")
 
 
@@ -574,36 +513,3 @@ def export_encoder(tm, out):
         **EXPORT_KW,
     )
     return path
-
-
-def export_onnx(tm: TemporalModel, out_dir) -> dict:
-    """Write encoder.onnx (both decoders' cross K/V), temporal.onnx and draft_temporal.onnx."""
-    from pathlib import Path
-
-    out = Path(out_dir)
-    tm = tm.eval()
-    cfg = tm.cfg
-    one = torch.zeros(1, dtype=torch.long)
-    kw = EXPORT_KW
-    paths = {"encoder": export_encoder(tm, out)}
-    for name, dec in (("temporal", tm.decoder), ("draft_temporal", tm.draft)):
-        L = len(dec.layers)
-        cross = torch.zeros(L, 1, cfg.num_heads, 7, cfg.head_dim)
-        past = torch.zeros(L, 1, cfg.num_heads, 3, cfg.head_dim)
-        args = (torch.zeros(1, cfg.latent_dim), torch.full((1,), 0.5), one, torch.zeros(1))
-        paths[name] = out / f"{name}.onnx"
-        torch.onnx.export(
-            _StepExport(tm, dec).eval(),
-            args + (cross, cross, past, past),
-            str(paths[name]),
-            input_names=list(STEP_INPUTS),
-            output_names=list(STEP_OUTPUTS),
-            dynamic_axes={
-                "cross_keys": {3: "P"},
-                "cross_values": {3: "P"},
-                "past_keys": {3: "T"},
-                "past_values": {3: "T"},
-            },
-            **kw,
-        )
-    return paths
