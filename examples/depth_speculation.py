@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 
 import codecspec as cs
+from codecspec.calibrate.data import drift_weights
+from codecspec.calibrate.device import calibrate
 from codecspec.cli import small_config
 from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import build_depth_graph, save_model
 from codecspec.runtime.depth_graph import heads_sidecar
-from codecspec.train.calibrate import calibrate
-from codecspec.train.data import drift_weights
 
 
 def build(workdir: Path) -> Path:

@@ -6,6 +6,7 @@ answer as before."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -113,19 +114,12 @@ def test_serve_family_still_exports_the_protocol():
 
 
 @pytest.mark.parametrize(
-    "family, package, old",
-    [
-        ("fsq", "fsq", {"engine": "serve.fsq"}),
-        ("v2", "v2", {"engine": "serve.v2"}),
-        ("qwen3-tts", "qwen3_tts", {"engine": "serve.qwen3"}),
-    ],
+    "family, package",
+    [("reference", "reference"), ("fsq", "fsq"), ("v2", "v2"), ("qwen3-tts", "qwen3_tts")],
 )
-def test_a_family_package_keeps_its_old_paths_as_aliases(family, package, old):
+def test_a_family_is_a_package_and_its_old_paths_are_gone(family, package):
     import importlib
 
-    for new, path in old.items():
-        moved = importlib.import_module(f"codecspec.families.{package}.{new}")
-        assert importlib.import_module(f"codecspec.{path}") is moved, path
     entry = registry.by_name(family)
     # Qwen3-TTS's model was always in its package (pipeline.py)
     for what in ("model", "engine") if family != "qwen3-tts" else ("engine",):
@@ -135,6 +129,29 @@ def test_a_family_package_keeps_its_old_paths_as_aliases(family, package, old):
         assert entry.hook("serve_check") is moved.check_serve_args
     # its `codecspec bench` is in its package too (shared CLI code imports no family)
     assert entry.hook("bench").__module__ == f"codecspec.families.{package}.cli"
+    old = {"reference": ("tts.model", "tts.temporal_batch", "serve.batched")}.get(
+        family, (f"serve.{package.split('_')[0]}",)
+    )
+    for gone in old:  # the aliases kept while moving are removed (issue 30)
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"codecspec.{gone}")
+
+
+def test_training_code_lives_in_the_families():
+    """Each family's PyTorch model and loop are in its package; train/ keeps the shared
+    parts, and the old paths (and the calibration aliases in train/) are gone."""
+    import importlib
+
+    for gone in ("tts_torch", "tts_train", "v2_torch", "v2_train", "fsq_torch", "fsq_train"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"codecspec.train.{gone}")
+    for gone in ("acceptance", "calibrate", "data", "medusa", "offsets", "plots", "speedup_map"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"codecspec.train.{gone}")
+    families = Path(registry.__file__).parents[1] / "families"
+    for f in ("reference", "v2", "fsq"):
+        for m in ("torch_model", "train"):
+            assert (families / f / f"{m}.py").is_file(), (f, m)
 
 
 def test_tts_keeps_no_alias_of_a_family_module():

@@ -25,11 +25,11 @@ pytest.importorskip("fastapi")
 
 from serve_util import LocalServer, assert_idle, codes  # noqa: E402
 
+from codecspec.families.qwen3_tts.engine import Qwen3Family  # noqa: E402
 from codecspec.families.qwen3_tts.pipeline import Qwen3TTS  # noqa: E402
 from codecspec.serve.app import OPENAI_VOICES, chunk_frames, voice_map  # noqa: E402
 from codecspec.serve.audio import pcm16  # noqa: E402
 from codecspec.serve.engine import Engine, SpeechRequest  # noqa: E402
-from codecspec.serve.qwen3 import Qwen3Family  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "qwen3_tiny"
 TEXT = "Hello world."

@@ -21,11 +21,11 @@ pytest.importorskip("fastapi")
 
 from serve_util import LocalServer, assert_idle, codes  # noqa: E402
 
+from codecspec.families.qwen3_tts.engine import Qwen3Family  # noqa: E402
 from codecspec.families.qwen3_tts.pipeline import Qwen3TTS  # noqa: E402
 from codecspec.serve.app import chunk_frames  # noqa: E402
 from codecspec.serve.audio import pcm16  # noqa: E402
 from codecspec.serve.engine import Engine, SpeechRequest  # noqa: E402
-from codecspec.serve.qwen3 import Qwen3Family  # noqa: E402
 
 CLONE = Path(__file__).parent / "data" / "qwen3_clone"
 TINY = Path(__file__).parent / "data" / "qwen3_tiny"
@@ -173,14 +173,14 @@ def _bad_dir(tmp_path, files: dict) -> Path:
     ],
 )
 def test_a_bad_voices_folder_is_refused_before_building(folder, tmp_path, files, match):
-    from codecspec.serve.qwen3 import check_folder
+    from codecspec.families.qwen3_tts.engine import check_folder
 
     with pytest.raises(ValueError, match=f"^voices_dir: .*{match}"):
         check_folder(folder, voices_dir=_bad_dir(tmp_path, files))
 
 
 def test_voices_dir_needs_a_base_checkpoint_and_excludes_ref_audio(folder, voices):
-    from codecspec.serve.qwen3 import check_folder
+    from codecspec.families.qwen3_tts.engine import check_folder
 
     with pytest.raises(ValueError, match="^voices_dir: a custom_voice checkpoint"):
         check_folder(TINY / "custom_equal", voices_dir=voices)

@@ -9,9 +9,8 @@ depth_train  the depth decoder trained alone (v2/v3's shared-parameter depth)
 Each family's own PyTorch model and training loop are in its package:
 `codecspec.families.<name>.torch_model` / `.train` (reference, v2, fsq).
 
-Per-device calibration (acceptance, latency, trees, offsets) moved to `codecspec.calibrate`;
-its names are re-exported here, and the old module paths (`codecspec.train.calibrate`, ...)
-are aliases of the new ones.
+Per-device calibration (acceptance, latency, trees, offsets) is `codecspec.calibrate`; its
+names are re-exported here (the old module paths, `codecspec.train.calibrate` ..., are gone).
 """
 
 from codecspec.calibrate import *  # noqa: F403 (the calibration names, re-exported)

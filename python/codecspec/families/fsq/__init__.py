@@ -5,8 +5,6 @@ Modules: `model` (`FSQTTS`: the single-stream model, its `FSQStepper` / `FSQSlot
 adapter), `bench` (`codecspec bench` and `synth` figures for FSQ folders), `cli` (the
 `codecspec bench` command for them). The codec is `codecspec.codec.fsq`; the PyTorch
 training is `torch_model` / `train` here (the [train] extra). The registry
-(`codecspec.pipeline.registry`) names these by module path; the old path
-`codecspec.serve.fsq` is an alias of `engine` (the old `codecspec.tts` paths are gone: an
-alias there made `tts/` import the family that imports it). Importing this package imports
-none of them.
+(`codecspec.pipeline.registry`) names these by module path (the old paths, `codecspec.serve.fsq` and
+`codecspec.tts.fsq`, are gone). Importing this package imports none of them.
 """

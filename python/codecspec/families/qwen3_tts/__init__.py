@@ -5,6 +5,6 @@ Modules: `checkpoint` (the folder: config, generation defaults, tensors, content
 (ONNX graphs built from the safetensors and cached by content), `talker` (the temporal model's
 KV-cached steps and its sampling rules), `pipeline` (text -> codes -> waveform), `decoder`
 (the 12 Hz speech-tokenizer decoder), `engine` (`Qwen3Family`, the serving engine's
-`codecspec.pipeline.Family` adapter; `codecspec.serve.qwen3` is an alias of it), and the
-commands `cli` (synth), `calibrate`, `bench`. Importing this package imports none of them.
+`codecspec.pipeline.Family` adapter), and the commands `cli` (synth), `calibrate`, `bench`.
+Importing this package imports none of them.
 """

@@ -379,7 +379,7 @@ def speedup_map(
     """The speed-up map of a checkpoint's own depth graphs at its real shape: for each
     top-1 acceptance and chain depth N, the depth loop AR vs speculative (controlled drafts,
     interleaved) next to the ideal tau(N)/c(N) from bare calls of the same run; the format of
-    train.speedup_map (its plot and `locate` read it)."""
+    codecspec.calibrate.speedup_map (its plot and `locate` read it)."""
     import platform
 
     from codecspec.calibrate.speedup_map import MAP_FORMAT

@@ -6,8 +6,6 @@ serving engine's `codecspec.pipeline.Family` adapter), `bench` (`codecspec bench
 for v2/v3 folders), `cli` (the `codecspec bench` command for them). Its codec is
 `codecspec.codec.v2`, its batch-axis step graphs `codecspec.graphs.v2_batch`, its PyTorch
 training `torch_model` / `train` here (the [train] extra). The registry
-(`codecspec.pipeline.registry`) names these by module path; the old path
-`codecspec.serve.v2` is an alias of `engine` (the old `codecspec.tts` paths are gone: an
-alias there made `tts/` import the family that imports it). Importing this package imports
-none of them.
+(`codecspec.pipeline.registry`) names these by module path (the old paths, `codecspec.serve.v2` and
+`codecspec.tts.v2`, are gone). Importing this package imports none of them.
 """

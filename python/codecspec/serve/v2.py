@@ -1,8 +1,0 @@
-"""Moved to `codecspec.families.v2.engine` (the v2 family is a package of its own); this
-alias keeps the old import path working."""
-
-import sys
-
-from codecspec.families.v2 import engine as _moved
-
-sys.modules[__name__] = _moved
