@@ -3,11 +3,15 @@
 Loading a model must not pull in PyTorch-side training or ablation code, so `decode/` and
 `calibrate/` import nothing from `codecspec.train`, not even inside a function (the check
 reads every import statement, module level or not). The shared packages (the pipeline's
-protocol and registry, decoding, the runtime, the graph builders, the codec, calibration)
-name no family either: they import nothing from `codecspec.families` (the registry names
-families by module path strings, which are not imports). And the top-level subpackages
-import each other in no cycle (lazy imports included): a helper two packages share lives in
-the lower one. Every check is shown a broken tree it must flag."""
+protocol and registry, decoding, the runtime, the graph builders, the codec, calibration, the
+serving engine and server, the text front end in tts/) name no family either: they import
+nothing from `codecspec.families` or `codecspec.train` (the registry names families by module
+path strings, which are not imports). The CLI and train/'s shared training code name no
+family (the CLI reaches a family's own commands through the registry's hooks; it may run
+train/'s ablation). No family imports another family's package: what two share is shared
+code (`codecspec.tts.text.PhonemeModel`, `codecspec.train.networks`, ...). And the top-level
+subpackages import each other in no cycle (lazy imports included): a helper two packages
+share lives in the lower one. Every check is shown a broken tree it must flag."""
 
 import ast
 import subprocess
@@ -19,8 +23,12 @@ import codecspec
 PACKAGE = Path(codecspec.__file__).resolve().parent
 LOWER = ("decode", "calibrate")
 FORBIDDEN = "codecspec.train"
-SHARED = ("pipeline", "decode", "runtime", "graphs", "codec", "calibrate")
+SHARED = ("pipeline", "decode", "runtime", "graphs", "codec", "calibrate", "serve", "tts")
 FAMILY_CODE = ("codecspec.families", "codecspec.train")
+# Shared too, but allowed training code: `codecspec ablate` runs train/ablate.py, and train/
+# is where the families' shared training parts live.
+NO_FAMILY = ("cli", "train")
+FAMILIES = ("codecspec.families",)
 
 
 def imports_of(source: str, module: str) -> list:
@@ -63,6 +71,22 @@ def violations(package_dir: Path, subpackages=LOWER, forbidden=(FORBIDDEN,)) -> 
                 bad = sorted(n for n in names if _under(n, forbidden))
                 if bad:
                     found.append(f"{path.relative_to(package_dir)} imports {bad[0]}")
+    return found
+
+
+def cross_family_imports(package_dir: Path) -> list:
+    """One line per import statement of a family package that reaches another family's."""
+    found = []
+    root = package_dir / "families"
+    if not root.is_dir():
+        return found
+    for fam in sorted(p.name for p in root.iterdir() if p.is_dir()):
+        others = tuple(
+            f"{package_dir.name}.families.{o.name}"
+            for o in root.iterdir()
+            if o.is_dir() and o.name != fam
+        )
+        found += violations(package_dir, (f"families/{fam}",), others)
     return found
 
 
@@ -110,13 +134,36 @@ def test_the_check_sees_lazy_and_relative_imports(tmp_path):
         "def load():\n    from ..train.offsets import load_offsets\n    return load_offsets\n"
     )
     (pkg / "calibrate").mkdir()
-    (pkg / "calibrate" / "also_bad.py").write_text("import codecspec.train.tts_train\n")
+    (pkg / "calibrate" / "also_bad.py").write_text("import codecspec.train.networks\n")
     found = violations(pkg)
     assert len(found) == 2 and any("codecspec.train.offsets" in f for f in found)
 
 
 def test_shared_packages_import_no_family_and_no_training_code():
     assert violations(PACKAGE, SHARED, FAMILY_CODE) == []
+
+
+def test_cli_and_shared_training_code_import_no_family():
+    assert violations(PACKAGE, NO_FAMILY, FAMILIES) == []
+
+
+def test_no_family_imports_another_family():
+    assert cross_family_imports(PACKAGE) == []
+
+
+def test_the_cross_family_check_sees_a_family_that_borrows_another(tmp_path):
+    pkg = tmp_path / "codecspec"
+    for fam, text in (
+        ("v2", "def f():\n    from codecspec.families.reference.model import ReferenceTTS\n"),
+        ("fsq", "from ..reference import model\n"),  # relative, one level up
+        ("reference", "from codecspec.families.reference import engine\n"),  # its own: fine
+    ):
+        (pkg / "families" / fam).mkdir(parents=True)
+        (pkg / "families" / fam / "model.py").write_text(text)
+    found = cross_family_imports(pkg)
+    assert len(found) == 2, found
+    assert any(f.startswith("families/v2/model.py") for f in found)
+    assert any(f.startswith("families/fsq/model.py") for f in found)
 
 
 def test_the_family_check_sees_a_shared_module_that_names_a_family(tmp_path):
@@ -130,12 +177,21 @@ def test_the_family_check_sees_a_shared_module_that_names_a_family(tmp_path):
     )
     (pkg / "runtime").mkdir()
     (pkg / "runtime" / "also_bad.py").write_text("from ..families import qwen3_tts\n")
+    (pkg / "serve").mkdir()
+    (pkg / "serve" / "bad_too.py").write_text("from codecspec.families.fsq import engine\n")
     (pkg / "families").mkdir()
-    (pkg / "families" / "fine.py").write_text("import codecspec.train.tts_train\n")
+    (pkg / "families" / "fine.py").write_text("import codecspec.train.networks\n")
+    (pkg / "cli").mkdir()
+    (pkg / "cli" / "fine.py").write_text("from codecspec.train.ablate import ablate\n")
+    (pkg / "cli" / "bad.py").write_text("from codecspec.families.qwen3_tts import cli\n")
     found = violations(pkg, SHARED, FAMILY_CODE)
-    assert len(found) == 2, found
+    assert len(found) == 3, found
     assert any("codecspec.families.qwen3_tts.checkpoint" in f for f in found)
     assert any(f.startswith("runtime/also_bad.py") for f in found)
+    assert any(f.startswith("serve/bad_too.py") for f in found)
+    assert violations(pkg, NO_FAMILY, FAMILIES) == [
+        "cli/bad.py imports codecspec.families.qwen3_tts"
+    ]
 
 
 def test_no_import_cycle_between_subpackages():

@@ -11,8 +11,9 @@ from codecspec.calibrate.speedup_map import (
     locate,
     map_table,
     shipped_map_path,
+    where_on_the_map,
 )
-from codecspec.cli import _where_on_the_map, main
+from codecspec.cli import main
 
 
 def _doc(points):
@@ -80,7 +81,7 @@ def test_the_shipped_map_places_a_model():
     class Result:
         best = Best()
 
-    line = _where_on_the_map(Result())
+    line = where_on_the_map(Result())
     assert "1.10 tokens/call" in line and "x measured" in line
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import codecspec as cs
 
 __all__ = [
+    "where_on_the_map",
     "DEFAULT_SHARPNESS",
     "MAP_FORMAT",
     "PAPER_QWEN3_TOKENS_PER_CALL",
@@ -292,3 +293,22 @@ def plot_speedup_map(doc: dict, path, marks: Optional[dict] = None) -> Optional[
     ax.set_ylabel("depth-loop speed-up over AR")
     ax.set_title(f"Speed-up map: {doc.get('cpu_model', '?')}, {doc.get('threads', '?')} threads")
     return save(fig, ax, path, legend_size=8)
+
+
+def where_on_the_map(result, path=None) -> str:
+    """One line: the calibrated model's tokens per call placed on this device's speed-up map
+    (`path`; default the shipped one, measured on the project's CPU)."""
+    path = shipped_map_path() if path is None else path
+    if not path.is_file():
+        return "speed-up map: none shipped; build one with `codecspec speedup-map`"
+    doc = json.loads(path.read_text())
+    tpc = result.best.simulated_tokens_per_call
+    loc = locate(doc, tpc)
+    where = "inside" if loc["inside"] else "outside (clamped to)"
+    be = loc["break_even_tokens_per_call"]
+    return (
+        f"speed-up map ({doc.get('cpu_model', '?')}, {doc.get('threads', '?')} threads): "
+        f"{tpc:.2f} tokens/call is {where} the measured range -> {loc['speedup']:.2f}x measured "
+        f"there (ideal {loc['ideal_speedup']:.2f}x); speculation pays from "
+        f"{'n/a' if be is None else f'{be:.2f}'} tokens/call on that device"
+    )

@@ -23,14 +23,11 @@ from codecspec.cli import (
     speedup_map,
     synth,
 )
-from codecspec.cli.calibrate import _where_on_the_map, calibrate_qwen3_command
 from codecspec.cli.demo import small_config
 
 __all__ = [
     "SUBCOMMANDS",
-    "_where_on_the_map",
     "build_parser",
-    "calibrate_qwen3_command",
     "main",
     "small_config",
 ]

@@ -44,10 +44,11 @@ def _qwen3(p: argparse.ArgumentParser) -> None:
 
 def _scaling(p: argparse.ArgumentParser) -> None:
     """`codecspec bench --streams 1,4,16,64`: the in-process scaling bench of the engine."""
-    from codecspec.serve.commands import _ints
-
     p.add_argument(
-        "--streams", type=_ints, default=None, help="scaling bench at these stream counts"
+        "--streams",
+        type=options.positive_ints,
+        default=None,
+        help="scaling bench at these stream counts",
     )
     p.add_argument(
         "--stream-mode",

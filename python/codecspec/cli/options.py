@@ -29,6 +29,18 @@ def threads_arg(value: str) -> int:
     return n
 
 
+def positive_ints(s: str) -> list[int]:
+    """argparse type of a comma-separated list of integers >= 1 (`--streams 1,4,16`,
+    `--clients`)."""
+    try:
+        out = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {s!r}")
+    return out
+
+
 def sampling(p: argparse.ArgumentParser, model_defaults: bool = True) -> None:
     """--temperature / --top-k / --top-p. model_defaults: unset means the model's own law
     (the TTS subcommands); else the depth graph tools' fixed 0.9 / 50 / 1.0."""

@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
-import time
 
 
 def cmd_random_checkpoint(args) -> int:
-    from codecspec.families.qwen3_tts.random_checkpoint import write_random_checkpoint
+    """The Qwen3-TTS family writes it (the registry's "random_checkpoint" hook): shared CLI
+    code names no family module."""
+    from codecspec.pipeline import registry
 
-    t0 = time.monotonic()
-    info = write_random_checkpoint(
-        args.shape,
-        args.out,
-        seed=args.seed,
-        model_type=args.model_type,
-        force=args.force,
-        progress=not args.json,
-    )
-    info["seconds"] = round(time.monotonic() - t0, 1)
-    if args.json:
-        print(json.dumps(info))
-        return 0
-    gb = (info["model_bytes"] + info["speech_tokenizer_bytes"]) / 1e9
-    print(
-        f"wrote {info['out']}: random-weight Qwen3-TTS {info['shape']} {info['model_type']}, "
-        f"{info['parameters']:,} talker+predictor parameters, {gb:.3f} GB, "
-        f"{len(info['files'])} files ({info['seconds']}s). For speed measurements only: "
-        "it speaks noise."
-    )
-    return 0
+    return registry.by_name("qwen3-tts").hook("random_checkpoint")(args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -114,7 +114,8 @@ FAMILIES = (
         hooks=(
             ("synth", f"{_QWEN3}.cli:synth"),
             ("bench", f"{_QWEN3}.cli:bench_command"),
-            ("calibrate", "codecspec.cli.calibrate:calibrate_qwen3_command"),
+            ("calibrate", f"{_QWEN3}.calibrate:calibrate_command"),
+            ("random_checkpoint", f"{_QWEN3}.cli:random_checkpoint_command"),
             ("serve_check", f"{_QWEN3}.engine:check_serve_args"),
         ),
     ),

@@ -52,16 +52,6 @@ def api_key_of(args) -> Optional[str]:
     return key
 
 
-def _ints(s: str) -> list[int]:
-    try:
-        out = [int(x) for x in s.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {s!r}")
-    return out
-
-
 def model_arg(s: str) -> str:
     """--model: a shipped model's name, or a model folder (a model.json, or a Qwen3-TTS
     checkpoint folder's config.json)."""

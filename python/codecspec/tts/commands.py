@@ -45,7 +45,9 @@ def read_text_file(path) -> str:
     return " ".join(text.split())  # line breaks of a wrapped file are not pauses
 
 
-def _synth_text(args) -> str:
+def synth_text(args) -> str:
+    """The text `codecspec synth` speaks: the positional text or --text-file's (read whole);
+    ValueError naming `text` where neither or both are given. Every family's synth uses it."""
     if args.text_file is not None:
         if args.text:
             raise ValueError("text: give the text or --text-file, not both")
@@ -181,7 +183,7 @@ def cmd_synth(args) -> int:
         )
     if args.codes_out is not None and args.stream:
         raise ValueError("--codes-out: not with --stream")
-    text = _synth_text(args) if args.phonemes is None else (args.text or "")
+    text = synth_text(args) if args.phonemes is None else (args.text or "")
     check_output(args.output)
     tts = load_model(
         args.model,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from .pipeline import Qwen3TTS
 
-__all__ = ["CALIBRATION_TEXTS", "collect_corpus", "calibrate_checkpoint"]
+__all__ = ["CALIBRATION_TEXTS", "collect_corpus", "calibrate_checkpoint", "calibrate_command"]
 
 CALIBRATION_TEXTS = (
     ("The quick brown fox jumps over the lazy dog.", "english"),
@@ -137,3 +138,52 @@ def calibrate_checkpoint(
     dst.with_name(f".{dst.name}.tmp").write_text(json.dumps(decision, indent=2))
     dst.with_name(f".{dst.name}.tmp").replace(dst)
     return result, entry
+
+
+def calibrate_command(args) -> int:
+    """`codecspec calibrate --model DIR` for a Qwen3-TTS checkpoint folder (the registry's
+    "calibrate" hook of this family)."""
+    from .precision import chosen_precision
+
+    model_dir = args.model
+    result, entry = calibrate_checkpoint(
+        model_dir,
+        cache_dir=args.cache_dir,
+        frames=args.frames,
+        budgets=tuple(args.budgets),
+        provider=args.provider,
+        threads=args.threads,
+        seed=args.seed,
+        ref_audio=args.ref_audio,
+        weights=args.weights,
+        log=lambda m: print(m, file=sys.stderr),
+    )
+    print(result.summary() if hasattr(result, "summary") else result)
+    if args.weights in (None, "auto"):  # the precision was chosen first
+        choice = chosen_precision(entry)
+        args.weights = choice["chosen"]
+        print(
+            f"weights: {choice['chosen']} on this device ({choice['reason']}); "
+            "`--weights auto` runs it, the default stays fp32 (the official codes)"
+        )
+    print(_map_line(result, args))
+    print(f"stored offsets.npy and tree.json beside the graphs in {entry}")
+    return 0
+
+
+def _map_line(result, args) -> str:
+    """Where a Qwen3-TTS checkpoint's calibrated tokens per call falls on the speed-up map
+    measured at its own shape and precision on the project's CPU (shipped for the 0.6B code
+    predictor; `python bench/qwen3_real_shape.py` builds one for another shape or device)."""
+    from codecspec.calibrate.speedup_map import where_on_the_map
+
+    from .bench import shipped_qwen3_map
+    from .pipeline import resolve_weights
+
+    path = shipped_qwen3_map(result.config, resolve_weights(args.weights, args.provider))
+    if path is None:
+        return (
+            "speed-up map: none shipped for this code predictor's shape and precision; "
+            "build one with `python bench/qwen3_real_shape.py --model DIR`"
+        )
+    return where_on_the_map(result, path)

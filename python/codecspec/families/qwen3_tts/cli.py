@@ -84,7 +84,7 @@ def _precision_note(args, tts) -> None:
 
 def synth(args) -> int:
     """Text -> codes (-> 16-bit 24 kHz WAV) with a Qwen3-TTS checkpoint folder."""
-    from codecspec.tts.commands import _synth_text, check_output
+    from codecspec.tts.commands import check_output, synth_text
 
     from .checkpoint import Qwen3Checkpoint
     from .pipeline import Qwen3TTS, check_request, load_reference
@@ -93,7 +93,7 @@ def synth(args) -> int:
         raise ValueError("--codes-out: not with --stream")
     if args.phonemes is not None:
         raise ValueError("--phonemes: Qwen3-TTS reads text, not phonemes")
-    text = _synth_text(args)
+    text = synth_text(args)
     ck = Qwen3Checkpoint(args.model)
     check_request(
         ck, text, args.speaker, args.language, args.instruct, args.ref_audio, args.ref_text
@@ -189,4 +189,31 @@ def bench_command(args) -> int:
         res["bandwidth_gbps"] = stream_bandwidth(threads=int(res.get("threads") or 1)) / 1e9
     finish_record(res)
     print(json.dumps(res) if args.json else render_table(res))
+    return 0
+
+
+def random_checkpoint_command(args) -> int:
+    """`codecspec random-checkpoint` (the registry's "random_checkpoint" hook)."""
+    from .random_checkpoint import write_random_checkpoint
+
+    t0 = time.monotonic()
+    info = write_random_checkpoint(
+        args.shape,
+        args.out,
+        seed=args.seed,
+        model_type=args.model_type,
+        force=args.force,
+        progress=not args.json,
+    )
+    info["seconds"] = round(time.monotonic() - t0, 1)
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    gb = (info["model_bytes"] + info["speech_tokenizer_bytes"]) / 1e9
+    print(
+        f"wrote {info['out']}: random-weight Qwen3-TTS {info['shape']} {info['model_type']}, "
+        f"{info['parameters']:,} talker+predictor parameters, {gb:.3f} GB, "
+        f"{len(info['files'])} files ({info['seconds']}s). For speed measurements only: "
+        "it speaks noise."
+    )
     return 0
