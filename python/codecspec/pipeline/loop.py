@@ -111,6 +111,9 @@ class StreamLoop:
         self._active: dict[int, Stream] = {}
         self._free = list(range(self.max_streams - 1, -1, -1))
         self._late_limit, self._limit_since = self.max_streams, 0
+        # The playback cushion of a bursty stream (`Family.prebuffer_steps`) is the server's;
+        # inline, the caller takes each frame as soon as it is decoded.
+        self.prebuffer = True
 
     def _join(self, s: Stream) -> None:
         """`s` takes a free slot (the caller checked there is one)."""
@@ -185,7 +188,7 @@ class StreamLoop:
         s.steps += 1
         self.stats.frames += len(rows)
         s.held += rows
-        if not f.ended and s.steps <= self.family.prebuffer_steps(s.state):
+        if self.prebuffer and not f.ended and s.steps <= self.family.prebuffer_steps(s.state):
             return  # a bursty stream starts playing with a cushion (see Family)
         first = s.t - len(s.held)
         for k, codes in enumerate(s.held):
@@ -218,6 +221,7 @@ def run_inline(family: Family, state: StreamState, request=None) -> Iterator[np.
     stream ends; a stream's own error is raised as it was (a ValueError stays one). The
     stream loads at the call; the steps run as the frames are taken."""
     loop = StreamLoop(family, 1)
+    loop.prebuffer = False
     inbox = _Inbox(state.frames)
     loop._join(Stream(handle=inbox, request=request, state=state))
     return _drain(loop, inbox)

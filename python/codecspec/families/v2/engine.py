@@ -24,6 +24,7 @@ the field.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Optional
@@ -44,6 +45,7 @@ DRAFT_LEN = 3  # drafts per temporal round (V2TTS.temporal_loop's default)
 class V2State(StreamState):
     plan: tuple = ()  # (encoder outputs, speaker id, expected frames, mode) until the slot
     loop: Optional[object] = None  # the stream's TemporalLoop
+    stopped: bool = False  # the stop head ended the stream (not the max-length guard)
 
 
 class V2Family(Family):
@@ -57,16 +59,28 @@ class V2Family(Family):
     modes = ("ar", "spec")
 
     def __init__(self, model_dir, slots, max_frames, max_phonemes, provider, threads):
-        self.tts = V2TTS(model_dir, provider=provider, threads=threads)
-        if self.tts.aligned:  # reference model v3: the same runtime, its own name
+        tts = V2TTS(model_dir, provider=provider, threads=threads)
+        self._attach(tts, slots, DRAFT_LEN, max_frames, max_phonemes)
+
+    @classmethod
+    def over(cls, tts: V2TTS, slots: int, draft_len: int, max_frames: int) -> V2Family:
+        """An adapter over a loaded `tts` (`V2TTS.generate`'s: one slot, its streams'
+        `TemporalLoop`s built by the caller, rounds of up to `draft_len` drafts)."""
+        family = cls.__new__(cls)
+        family._attach(tts, slots, draft_len, max_frames, None)
+        return family
+
+    def _attach(self, tts: V2TTS, slots, draft_len, max_frames, max_phonemes) -> None:
+        self.tts = tts
+        if tts.aligned:  # reference model v3: the same runtime, its own name
             self.name, self.model_names = "v3", ("codecspec-v3",)
         self.max_frames, self.max_phonemes = max_frames, max_phonemes
-        self.codec = self.tts.codec
+        self.codec = tts.codec
         self.sample_rate = int(self.codec.sample_rate)
         self.frame_rate = float(self.codec.frame_rate)
         self.hop = int(round(self.sample_rate / self.frame_rate))
         # room for every slot's longest round
-        self.depth = self.tts.round_depth(slots * (DRAFT_LEN + 1))
+        self.depth = tts.round_depth(slots * (draft_len + 1))
         self.stream_steps = 0
 
     def check(self, req) -> None:
@@ -128,6 +142,8 @@ class V2Family(Family):
         return enc, ids, track
 
     def load(self, slot: int, state: V2State) -> None:
+        if state.loop is not None:  # built by its caller (V2TTS.plan: generate's options)
+            return
         enc, spk_id, expected, depth, temporal = state.plan
         state.plan = ()
         state.loop = self.tts.temporal_loop(
@@ -144,8 +160,12 @@ class V2Family(Family):
                 continue
             rounds.append((i, rnd, len(jobs)))
             jobs += s.state.loop.frame_jobs(rnd, s.state.generator)
+        t0 = time.perf_counter()
         codes = self._depth(jobs)
+        dt = time.perf_counter() - t0
         for i, rnd, at in rounds:
+            # the step's depth loops ran together: each stream's stats count the call
+            streams[i].state.loop.stats.depth_seconds += dt
             frames[i] = self._finish(streams[i], rnd, codes[at : at + len(rnd)])
         return frames
 
@@ -193,6 +213,7 @@ class V2Family(Family):
         if error is not None:
             return Frame(error=error)
         out, stopped = box["out"]
+        st.stopped = stopped
         self.stream_steps += 1
         ended = stopped or len(st.loop.c0s) >= st.limit
         return Frame(codes=out, ended=ended)
