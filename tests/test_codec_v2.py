@@ -11,7 +11,7 @@ import pytest
 
 import codecspec as cs
 from codecspec.codec import CodecConfig, frame_features
-from codecspec.codec.v2 import CodecV2, V2Config, mean_group_size, stability
+from codecspec.families.v2.codec import CodecV2, V2Config, mean_group_size, stability
 
 SR = 16000
 

@@ -11,7 +11,8 @@ import pytest
 
 import codecspec as cs
 from codecspec.codec import CodecConfig
-from codecspec.codec.fsq import FSQCodec, FSQConfig, check_levels, lloyd_max
+from codecspec.codec.scalar import lloyd_max
+from codecspec.families.fsq.codec import FSQCodec, FSQConfig, check_levels
 
 
 def _frames(n=6000, seed=0):

@@ -17,9 +17,9 @@ import codecspec as cs
 from codecspec.codec.audio import read_wav
 from codecspec.codec.codec import Codec
 from codecspec.codec.features import griffin_lim, log_spectral_distance
-from codecspec.codec.fsq import FSQCodec
 from codecspec.codec.rvq import rvq_decode
-from codecspec.codec.v2 import CodecV2
+from codecspec.families.fsq.codec import FSQCodec
+from codecspec.families.v2.codec import CodecV2
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "python" / "codecspec" / "models"

@@ -188,7 +188,7 @@ def _tone(f0: float, seconds: float) -> np.ndarray:
 def test_chunk_vocoder_serves_codec_v2():  # the forthcoming family's codec, same interface
     from codecspec.codec import CodecConfig, frame_features
     from codecspec.codec.streaming import codec_sample_rate
-    from codecspec.codec.v2 import CodecV2, V2Config
+    from codecspec.families.v2.codec import CodecV2, V2Config
 
     feats = np.concatenate(
         [frame_features(_tone(f0, 1.2), CodecConfig()) for f0 in range(100, 260, 16)]

@@ -132,7 +132,7 @@ def tiny_v2_folder(
     import numpy as np
 
     from codecspec.codec.codec import CodecConfig
-    from codecspec.codec.v2 import CodecV2, V2Config
+    from codecspec.families.v2.codec import CodecV2, V2Config
     from codecspec.families.v2.model import V2_FORMAT
     from codecspec.tts.text import Frontend
 

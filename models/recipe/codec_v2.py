@@ -8,7 +8,7 @@ v1's RVQ codec, per level, as docs/codec_v2.md section 0 does.
 Writes to --out:
     features.npz     stacked log-mel of every corpus utterance (a cache; delete to rebuild)
     renders/         held-out texts re-rendered by espeak-ng: as in the corpus, pitch +1, rate +2
-    codec_v2.npz     the codec (codecspec.codec.v2.CodecV2.load)
+    codec_v2.npz     the codec (codecspec.families.v2.codec.CodecV2.load)
     report.json/.md  per level, v2 and v1: stability, group sizes, reconstruction, kNN depth
                      predictor, within-group swap distortion
     sweep.json/.md   (--sweep) the same figures, cheaper, for several v2 configurations
@@ -38,7 +38,7 @@ from corpus import synth  # noqa: E402
 from codecspec.codec import Codec, frame_features, read_wav  # noqa: E402
 from codecspec.codec.features import log_spectral_distance  # noqa: E402
 from codecspec.codec.rvq import rvq_decode, rvq_encode  # noqa: E402
-from codecspec.codec.v2 import CodecV2, V2Config, mean_group_size, stability  # noqa: E402
+from codecspec.families.v2.codec import CodecV2, V2Config, mean_group_size, stability  # noqa: E402
 from codecspec.progress import bar  # noqa: E402
 
 LEVELS = (1, 2, 4, 8, 16)

@@ -35,7 +35,7 @@ from card import _plt  # noqa: E402  (the v1 recipe's matplotlib setup)
 from codecspec.codec import CodecConfig, write_wav  # noqa: E402
 from codecspec.codec.data import load_manifest, save_codes  # noqa: E402
 from codecspec.codec.features import log_spectral_distance  # noqa: E402
-from codecspec.codec.fsq import FSQCodec, FSQConfig  # noqa: E402
+from codecspec.families.fsq.codec import FSQCodec, FSQConfig  # noqa: E402
 from codecspec.progress import bar  # noqa: E402
 
 

@@ -44,7 +44,7 @@ def cmd_codec(args) -> int:
 
     from codecspec.codec import Codec
     from codecspec.codec.data import save_codes
-    from codecspec.codec.v2 import CodecV2, V2Config
+    from codecspec.families.v2.codec import CodecV2, V2Config
     from codecspec.progress import bar
 
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()

@@ -334,7 +334,7 @@ def record_reference(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: flo
     bench_depth_loop's (and the pipeline's, when it ran) figures."""
     rec = base_record("reference", model_dir, res, bandwidth, peak_rss_mb)
     rec["calibration"] = {"depth": depth_choice(model_dir, res.get("depth", "positional"))}
-    rec["audio_ms_per_frame"] = res.get("audio_ms_per_frame") or _frame_ms(model_dir)
+    rec["audio_ms_per_frame"] = res.get("audio_ms_per_frame") or frame_ms(model_dir)
     totals = res.get("pipeline_totals")
     if totals is None:  # --no-pipeline: the depth loop is all that ran
         rec["stages"] = [depth_alone_stage(res, in_total=True)]
@@ -358,18 +358,20 @@ def depth_choice(model_dir, depth: str = "positional") -> Optional[str]:
     return auto_mode("auto", speculation_pays(path))
 
 
-def _frame_ms(model_dir) -> Optional[float]:
-    """ms of audio per frame from the folder's codec (None: the folder has none)."""
+def frame_ms(model_dir, codecs: Optional[dict] = None) -> Optional[float]:
+    """ms of audio per frame from the folder's codec (None: the folder has none). `codecs`:
+    codec file name -> the class that loads it, for a family's own codec (default: the v1
+    `Codec` of codec.npz; the v2 family passes its codec_v2.npz's)."""
     from codecspec.codec.codec import Codec
-    from codecspec.codec.v2 import CodecV2
 
+    codecs = {"codec.npz": Codec, **(codecs or {})}
     d = Path(model_dir)
     meta = json.loads((d / "model.json").read_text()) if (d / "model.json").is_file() else {}
-    names = [meta.get("codec_file"), "codec.npz", "codec_v2.npz"]
-    name = next((f for f in names if f and (d / f).is_file()), None)
+    names = [meta.get("codec_file"), *codecs]
+    name = next((f for f in names if f in codecs and (d / f).is_file()), None)
     if name is None:
         return None
-    return 1e3 / (Codec if name == "codec.npz" else CodecV2).load(d / name).frame_rate
+    return 1e3 / codecs[name].load(d / name).frame_rate
 
 
 # ---------------------------------------------------------------------- whole pipeline

@@ -3,7 +3,7 @@
 Modules: `model` (`FSQTTS`: the single-stream model, its `FSQStepper` / `FSQSlots` and
 `FSQFrameDecoder`), `engine` (`FSQFamily`, the serving engine's `codecspec.pipeline.Family`
 adapter), `bench` (`codecspec bench` and `synth` figures for FSQ folders), `cli` (the
-`codecspec bench` command for them). The codec is `codecspec.codec.fsq`; the PyTorch
+`codecspec bench` command for them). The codec is `codecspec.families.fsq.codec`; the PyTorch
 training is `torch_model` / `train` here (the [train] extra). The registry
 (`codecspec.pipeline.registry`) names these by module path (the old paths, `codecspec.serve.fsq` and
 `codecspec.tts.fsq`, are gone). Importing this package imports none of them.

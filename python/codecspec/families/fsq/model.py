@@ -25,7 +25,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 import codecspec as cs
-from codecspec.codec.fsq import FSQCodec, check_levels
+from codecspec.families.fsq.codec import FSQCodec, check_levels
 from codecspec.model_store import named_model_dir
 from codecspec.pipeline.loop import run_inline
 from codecspec.runtime.session import open_session

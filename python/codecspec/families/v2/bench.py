@@ -243,9 +243,13 @@ def record_v2(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> 
     }
     totals = res.get("pipeline_totals")
     if totals is None:  # --no-pipeline: the depth loop is all that ran
-        from codecspec.tts.bench import _frame_ms
+        from codecspec.tts.bench import frame_ms
 
-        rec["audio_ms_per_frame"] = _frame_ms(d)
+        from .codec import CodecV2
+
+        # a codec file other than v1's codec.npz is this family's (as V2TTS loads it)
+        ours = meta.get("codec_file") or "codec_v2.npz"
+        rec["audio_ms_per_frame"] = frame_ms(d, {} if ours == "codec.npz" else {ours: CodecV2})
         rec["stages"] = [depth_alone_stage(res, in_total=True)]
         rec["pipeline_rtf"] = {"ar": None, "spec": None}
         return perf.finish_record(rec)

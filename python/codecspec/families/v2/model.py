@@ -24,9 +24,9 @@ import numpy as np
 import codecspec as cs
 from codecspec.calibrate.decision import auto_mode, speculation_pays
 from codecspec.codec.codec import Codec
-from codecspec.codec.v2 import CodecV2
 from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder
 from codecspec.decode.temporal import Acceptance, TemporalLoop
+from codecspec.families.v2.codec import CodecV2
 from codecspec.model_store import named_model_dir
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session

@@ -10,11 +10,11 @@ significant, the Rust core's `fsq_pack` order). Neighbouring indices are neighbo
 * a small change of the signal moves a code to a grid neighbour, not to an unrelated cell;
 * codes one grid step apart sound alike, so similarity groups are meaningful at every level.
 
-The spectral front end, the PCA fit and the vocoder are the v1 codec's (`Codec`), exactly as the
-FSQ family uses them (`codecspec.codec.fsq`): a v1 `Codec` with one zero codebook entry is PCA
-plus Griffin-Lim. Scalar values per component are placed by `bins`: ``"uniform"`` (equal steps
-over +-2.5 sigma, what the note measured), ``"quantile"`` (equal-mass cells) or ``"lloyd"``
-(Lloyd-Max, minimum squared error).
+The spectral front end, the PCA fit and the vocoder are the v1 codec's (`Codec`), exactly as
+the FSQ family's codec uses them (`codecspec.codec.scalar.pca_codec`, shared): a v1 `Codec`
+with one zero codebook entry is PCA plus Griffin-Lim. Scalar values per component are placed by
+`bins`: ``"uniform"`` (equal steps over +-2.5 sigma, what the note measured), ``"quantile"``
+(equal-mass cells) or ``"lloyd"`` (Lloyd-Max, minimum squared error).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.codec.codec import Codec, CodecConfig, open_table, write_table
-from codecspec.codec.fsq import _pca_codec, lloyd_max
+from codecspec.codec.scalar import lloyd_max, pca_codec
 
 __all__ = ["V2Config", "CodecV2", "BINS"]
 
@@ -190,7 +190,7 @@ class CodecV2:
         if spectral.pca_dim != cfg.pca_dim:
             raise ValueError(f"spectral: pca_dim {spectral.pca_dim} != {cfg.pca_dim} in the spec")
         self.cfg = cfg
-        self.pca = _pca_codec(spectral, mean, components)
+        self.pca = pca_codec(spectral, mean, components)
         slots = sum(len(c) for c, _ in cfg.spec)
         width = max(max(b) for _, b in cfg.spec)
         self.values = np.asarray(values, dtype=np.float32)

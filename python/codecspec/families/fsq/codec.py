@@ -23,8 +23,9 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.codec.codec import Codec, CodecConfig, open_table, write_table
+from codecspec.codec.scalar import lloyd_max, pca_codec
 
-__all__ = ["FSQConfig", "FSQCodec", "check_levels", "lloyd_max"]
+__all__ = ["FSQConfig", "FSQCodec", "check_levels"]
 
 FORMAT = "codecspec.fsqcodec/1"
 
@@ -78,26 +79,6 @@ class FSQConfig:
         return self.groups * math.log2(self.packed_range)
 
 
-def lloyd_max(x: np.ndarray, n: int, iters: int = 30) -> np.ndarray:
-    """`n` sorted reconstruction values minimising the squared error of a scalar quantiser of
-    the samples `x` (Lloyd's algorithm in 1-D, started from the cell-centre quantiles)."""
-    x = np.sort(np.asarray(x, dtype=np.float64))
-    v = np.quantile(x, (np.arange(n) + 0.5) / n)
-    for _ in range(iters):
-        cells = np.searchsorted(0.5 * (v[1:] + v[:-1]), x)
-        sums = np.bincount(cells, weights=x, minlength=n)
-        counts = np.bincount(cells, minlength=n)
-        # an empty cell keeps its value: it stays ordered between its neighbours
-        v = np.where(counts > 0, sums / np.maximum(counts, 1), v)
-    return np.sort(v)
-
-
-def _pca_codec(spectral: CodecConfig, mean, components) -> Codec:
-    """A v1 `Codec` that is exactly PCA + vocoder: one codebook with one zero entry."""
-    cfg = dataclasses.replace(spectral, n_codebooks=1, codebook_size=1)
-    return Codec(cfg, mean, components, np.zeros((1, 1, cfg.pca_dim), np.float16))
-
-
 class FSQCodec:
     """``encode(wav) -> int [T, channels]``, ``pack``/``unpack`` to/from int [T, groups],
     ``decode(channels) -> float32 waveform`` (the v1 vocoder). ``channels`` may carry only the
@@ -107,7 +88,7 @@ class FSQCodec:
         if spectral.pca_dim != cfg.channels:
             raise ValueError(f"spectral: pca_dim {spectral.pca_dim} != {cfg.channels} FSQ channels")
         self.cfg = cfg
-        self.pca = _pca_codec(spectral, mean, components)
+        self.pca = pca_codec(spectral, mean, components)
         self.values = np.asarray(values, dtype=np.float32)  # [channels, max level], padded
         lv = np.array(cfg.channel_levels)
         if self.values.shape != (cfg.channels, lv.max()):
