@@ -37,6 +37,7 @@ __all__ = [
     "config_from_qwen3_tts",
     "write_synthetic_qwen3_checkpoint",
     "qwen3_tensor_names",
+    "ShardedCheckpoint",
 ]
 
 _CP = "talker.code_predictor."
@@ -162,8 +163,10 @@ def config_from_qwen3_tts(
 
 
 # ---------------------------------------------------------------------- tensors
-class _Checkpoint:
-    """name -> file lookup over one or many safetensors shards."""
+class ShardedCheckpoint:
+    """name -> file lookup over one or many safetensors shards (a checkpoint folder's
+    model.safetensors or its index.json's shards); public: the Qwen3-TTS family reads its
+    tensors through it."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
@@ -239,7 +242,7 @@ def load_qwen3_tts_checkpoint(
         root, num_draft_offsets=num_draft_offsets, max_positions=max_positions
     )
     c = config
-    ck = _Checkpoint(directory)
+    ck = ShardedCheckpoint(directory)
     try:
         w = DepthDecoderWeights()
         names = qwen3_tensor_names(c)

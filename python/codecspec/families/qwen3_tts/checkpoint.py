@@ -319,10 +319,10 @@ class Qwen3Checkpoint:
 
     def tensors(self):
         """A name -> float32 array reader over the shards (graphs.qwen3's checkpoint reader)."""
-        from codecspec.graphs.qwen3 import _Checkpoint
+        from codecspec.graphs.qwen3 import ShardedCheckpoint
 
         try:
-            return _Checkpoint(str(self.dir))
+            return ShardedCheckpoint(str(self.dir))
         except (ValueError, FileNotFoundError) as e:
             raise _err(str(e)) from None
 
