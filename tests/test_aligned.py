@@ -110,14 +110,14 @@ def test_a_foreign_mnemonic_is_caught_by_the_vocabulary_check():
 def test_phonemize_without_the_command_line_tool_asks_the_library(monkeypatch):
     """A fresh machine has the espeakng-loader wheel's library but no espeak-ng program: the
     IPA-input models (v1, fsq) phonemize through the library."""
-    from codecspec.tts import espeak, model
+    from codecspec.tts import espeak, phonemes
 
-    monkeypatch.setattr(model.shutil, "which", lambda name: None)
-    got = model.phonemize("Hello world. How are you?", "en-us")
+    monkeypatch.setattr(phonemes.shutil, "which", lambda name: None)
+    got = phonemes.phonemize("Hello world. How are you?", "en-us")
     assert got == espeak.ipa("Hello world. How are you?", "en-us")
     assert got.count(" | ") == 1 and "wˈɜːld" in got  # two clauses, IPA with stress marks
     with pytest.raises(ValueError, match="^voice"):
-        model.phonemize("Hello", "no-such-voice-xx")
+        phonemes.phonemize("Hello", "no-such-voice-xx")
 
 
 def test_the_library_speaks_the_command_line_tools_ipa_at_the_same_version():

@@ -1,4 +1,4 @@
-"""The batch-axis variant of the v2/v3 step graphs (`codecspec.graphs.v2_batch`): several
+"""The batch-axis variant of the v2/v3 step graphs (`codecspec.families.v2.step_batch`): several
 utterances with ragged rows, histories and phoneme counts in one call give what each
 utterance's own call gives, bit for bit (every call scores at least two rows per stream)."""
 
@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from codecspec.families.v2.model import V2TTS, StepBatch
-from codecspec.graphs.v2_batch import batch_step_graph
+from codecspec.families.v2.step_batch import batch_step_graph
 
 TEXTS = ("The quick brown fox.", "Speculation keeps the law of the model on every frame.", "Hi.")
 TOL = 1e-4

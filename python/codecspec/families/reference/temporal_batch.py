@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from codecspec.graphs.v2_batch import feeds_from
+from codecspec.graphs.rewrite import feeds_from
 from codecspec.runtime.session import open_session
 from codecspec.runtime.slots import SlotCache
 

@@ -4,7 +4,7 @@ Modules: `model` (`V2TTS`: the single-stream model, its steppers and the round l
 settings; v3 is the same runtime told espeak-ng's phoneme timing), `engine` (`V2Family`, the
 serving engine's `codecspec.pipeline.Family` adapter), `bench` (`codecspec bench` figures
 for v2/v3 folders), `cli` (the `codecspec bench` command for them). Its codec is
-`codecspec.families.v2.codec`, its batch-axis step graphs `codecspec.graphs.v2_batch`, its PyTorch
+`codecspec.families.v2.codec`, its batch-axis step graphs `step_batch` here, its PyTorch
 training `torch_model` / `train` here (the [train] extra). The registry
 (`codecspec.pipeline.registry`) names these by module path (the old paths, `codecspec.serve.v2` and
 `codecspec.tts.v2`, are gone). Importing this package imports none of them.

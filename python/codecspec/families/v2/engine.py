@@ -15,7 +15,7 @@ streams share the engine (tests/test_serve_v2.py).
 
 The temporal calls are batched too: each stream's round is a coroutine
 (`TemporalLoop.round_steps`) that asks for draft and target calls, and one call of the
-batch-axis variant of each step graph (`codecspec.graphs.v2_batch`) answers every stream's
+batch-axis variant of each step graph (`codecspec.families.v2.step_batch`) answers every stream's
 request of that kind (the draft calls first, then one target call for all); the batched
 graph's outputs equal the single-stream graph's up to float rounding (~4e-6). The sampling
 law is the model's calibrated one: a request's temperature, top_k or top_p is a 400 naming

@@ -192,7 +192,7 @@ def first_rows(out, n: int, row_axis: int) -> tuple:
 
 class StepBatch:
     """`V2Stepper.score` for several steppers of one step graph in one call of its batch-axis
-    variant (`codecspec.graphs.v2_batch`): each stepper's rows padded to the longest, its
+    variant (`codecspec.families.v2.step_batch`): each stepper's rows padded to the longest, its
     cross K/V to the most phonemes (masked), its ring cache beside the others'. Returns what
     each stepper's own `score` would, bit for bit (see MIN_ROWS), so `commit` and `rewind`
     work unchanged."""
@@ -361,7 +361,7 @@ class V2TTS(PhonemeModel):
 
     def step_batch(self, draft: bool) -> StepBatch:
         """The batch-axis variant of the target (or draft) step graph, built on first use."""
-        from codecspec.graphs.v2_batch import batch_step_graph
+        from codecspec.families.v2.step_batch import batch_step_graph
 
         key = "draft" if draft else "target"
         if key not in self._step_batches:

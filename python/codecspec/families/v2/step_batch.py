@@ -1,4 +1,5 @@
-"""The v2/v3 step graph (target or draft temporal LM) with a batch axis, for the engine.
+"""The v2 family's step graph (target or draft temporal LM, formats v2 and v3) with a batch
+axis, for the engine.
 
 The shipped step graphs score n frames of one utterance: prev_tokens/progress/positions [n],
 speaker [1], cross K/V [L, 1, heads, P, hd], ring cache [L, 1, heads, C, hd] with
@@ -25,23 +26,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from codecspec.graphs.rewrite import feeds_from
+
 _MASK_FILL = -1e9  # what the shipped graphs' own mask uses for hidden keys
-
-
-def feeds_from(graph: onnx.GraphProto, name: str, depth: int = 6) -> set:
-    """Names of the graph inputs (or tensors) `name` depends on within `depth` node hops."""
-    producer = {o: n for n in graph.node for o in n.output}
-    found, frontier = set(), {name}
-    for _ in range(depth):
-        nxt = set()
-        for t in frontier:
-            n = producer.get(t)
-            if n is None:
-                found.add(t)
-            else:
-                nxt.update(n.input)
-        frontier = nxt
-    return found | frontier
 
 
 def _set_shape(vi, dims) -> None:
