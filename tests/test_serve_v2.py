@@ -134,12 +134,24 @@ def test_the_streams_share_one_depth_loop(engine):
     assert lanes > 1.5 * calls, (calls, lanes)  # frame by frame: lanes == calls
 
 
-def test_the_streams_share_one_target_call_per_step(engine):
-    """AR streams: every step runs one call of the batch-axis target graph for all of them."""
+def test_the_streams_share_one_target_call_per_step(engine, monkeypatch):
+    """AR streams: every step runs one call of the batch-axis target graph for all of them
+    (with the one-stream case off: a step left with one stream runs its own graph)."""
+    monkeypatch.setattr(engine.family, "solo_graphs", False)
     batch = engine.tts.step_batch(draft=False)
     calls0 = batch.calls
     steps, _ = _steps_and_frames(engine, [ipa(LONG, seed=60 + k, mode="ar") for k in range(3)])
     assert batch.calls - calls0 == steps
+
+
+def test_a_lone_stream_runs_its_own_graphs(engine):
+    """The one-stream case of the batched step (V2Family.solo_graphs): no batch-axis call,
+    and the codes are generate's all the same."""
+    batch = engine.tts.step_batch(draft=False)
+    calls0 = batch.calls
+    got = codes(engine.submit(ipa(HELLO, seed=61, mode="ar")))
+    assert batch.calls == calls0
+    assert np.array_equal(got, reference(engine, HELLO, 61, mode="ar", temporal="ar"))
 
 
 def test_a_speculative_stream_starts_with_a_cushion(engine, monkeypatch):

@@ -28,6 +28,7 @@ import codecspec as cs
 from codecspec.families.fsq.codec import FSQCodec, check_levels
 from codecspec.model_store import named_model_dir
 from codecspec.pipeline.loop import run_inline
+from codecspec.pipeline.result import Result
 from codecspec.runtime.session import open_session
 from codecspec.runtime.slots import SlotCache
 from codecspec.tts.phonemes import phonemize
@@ -196,8 +197,9 @@ class FSQStepper:
 
 
 @dataclass
-class FSQSynthesis:
-    """One utterance: channel codes, audio, and what each stage cost."""
+class FSQSynthesis(Result):
+    """One utterance: channel codes, audio, and what each stage cost (`Result`, the
+    families' one result type, with this family's fields)."""
 
     codes: np.ndarray  # int64 [T, 32] channel indices
     wav: Optional[np.ndarray]
@@ -225,8 +227,8 @@ class FSQSynthesis:
         return 1e3 * (self.temporal_seconds + self.sampling_seconds) / max(len(self.codes), 1)
 
     @property
-    def frames(self) -> int:
-        return len(self.codes)
+    def hit_max_frames(self) -> bool:
+        return not self.stopped
 
     # The RVQ family's Synthesis interface (`codecspec synth --json`): the frame decoder is
     # this family's "depth" stage, one call per frame gives 32 channel codes per call.
@@ -244,17 +246,12 @@ class FSQSynthesis:
     def calls_per_audio_second(self) -> float:
         return self.graph_calls / max(self.audio_seconds, 1e-9)
 
-    @property
-    def total_seconds(self) -> float:
-        return self.temporal_seconds + self.sampling_seconds + self.decode_seconds
-
-    def stage_ms_per_frame(self) -> dict:
-        n = max(self.frames, 1)
+    def stage_seconds(self) -> dict:
         return {
             "frontend": 0.0,
-            "temporal": 1e3 * self.temporal_seconds / n,
-            "depth": 1e3 * self.sampling_seconds / n,
-            "vocoder": 1e3 * self.decode_seconds / n,
+            "temporal": self.temporal_seconds,
+            "depth": self.sampling_seconds,
+            "vocoder": self.decode_seconds,
         }
 
     @property

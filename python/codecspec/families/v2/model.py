@@ -28,6 +28,7 @@ from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder
 from codecspec.decode.temporal import Acceptance, TemporalLoop
 from codecspec.families.v2.codec import CodecV2
 from codecspec.model_store import named_model_dir
+from codecspec.pipeline.loop import run_inline
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session
 from codecspec.tts.phonemes import phonemize
@@ -577,8 +578,14 @@ class V2TTS(PhonemeModel):
         depth_theta: Optional[float] = None,
         c0_space: Optional[str] = None,
     ) -> FramePlan:
-        """One utterance ready to run: phonemes, the encoder graph and the round loop
-        (`plan.frames`, its `TemporalLoop` as `plan.loop`); arguments as in `generate`."""
+        """One utterance ready to run: phonemes, the encoder graph and its round loop
+        (`TemporalLoop`, as `plan.loop`) on one slot of the serving engine's adapter
+        (`V2Family.over`), run inline by `codecspec.pipeline.loop.run_inline`: `plan.frames`
+        yields (codes int64 [G], stopped, None) per frame; arguments as in `generate`."""
+        from codecspec.families.v2.engine import V2Family, V2State  # they import this module
+
+        if isinstance(max_frames, bool) or not isinstance(max_frames, (int, type(None))):
+            raise ValueError(f"max_frames: expected a positive int, got {max_frames!r}")
         mode = auto_mode(mode, self.speculation_pays)
         if mode not in MODES + (COARSE_MODE,):
             raise ValueError(f"mode: must be one of {MODES + (COARSE_MODE, 'auto')}, got {mode!r}")
@@ -599,11 +606,15 @@ class V2TTS(PhonemeModel):
             depth_theta=depth_theta,
             c0_space=c0_space,
         )
+        if guard < 1:
+            raise ValueError(f"max_frames: expected a positive int, got {guard!r}")
         g = cs.Generator(seed)
         label = mode if loop.draft_len == 0 else f"spec-{loop.accept.label}/{mode}"
         plan = FramePlan(None, None, g, guard, phonemes, time.perf_counter() - t0, label)
-        plan.frames = loop.frames(g, guard)
-        plan.loop = loop
+        state = V2State(g, self.params, spk_id, None, guard, guard, len(ids), loop=loop)
+        family = V2Family.over(self, 1, loop.draft_len, guard)
+        plan.frames = ((c, state.stopped, None) for c in run_inline(family, state))
+        plan.loop, plan.state = loop, state
         return plan
 
     def stream(
@@ -652,11 +663,8 @@ class V2TTS(PhonemeModel):
             from codecspec.progress import bar
 
             frames = bar(frames, desc=f"synth v2 {plan.mode}", total=plan.max_frames)
-        codes, stopped = [], False
-        for c, stop, _ in frames:
-            codes.append(c)
-            stopped = stop
-        codes = np.stack(codes)
+        codes = np.stack([c for c, _, _ in frames])
+        stopped = plan.state.stopped
         t2 = time.perf_counter()
         seed = plan_kwargs.get("seed", 0)
         wav = self.codec.decode(codes, seed=seed) if decode_audio else None
