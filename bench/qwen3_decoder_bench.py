@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 from codecspec.families.qwen3_tts.decoder import SpeechDecoder  # noqa: E402
-from codecspec.graphs.qwen3_decoder import (  # noqa: E402
+from codecspec.families.qwen3_tts.decoder_graph import (  # noqa: E402
     PUBLISHED_DECODER_CONFIG,
     write_random_speech_tokenizer,
 )

@@ -150,7 +150,7 @@ def check_full_size(frames: int, seed: int) -> None:
     from safetensors.torch import load_file
 
     from codecspec.families.qwen3_tts.decoder import SpeechDecoder
-    from codecspec.graphs.qwen3_decoder import (
+    from codecspec.families.qwen3_tts.decoder_graph import (
         PUBLISHED_DECODER_CONFIG,
         write_random_speech_tokenizer,
     )

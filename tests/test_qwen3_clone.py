@@ -16,9 +16,9 @@ import pytest
 pytest.importorskip("tokenizers")  # the [qwen3] extra (also in [test])
 
 from codecspec.codec.audio import read_wav
+from codecspec.families.qwen3_tts import encoder_graph as qwen3_encoder
 from codecspec.families.qwen3_tts.encoder import SpeechEncoder
 from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
-from codecspec.graphs import qwen3_encoder
 
 DATA = Path(__file__).parent / "data" / "qwen3_clone"
 # base_icl: talker and predictor of equal width, a one-layer Mimi encoder; base_wide: a wider
@@ -212,12 +212,12 @@ def test_clone_audio_drops_the_reference_and_streams_alike(tmp_path):
     the reference's share cut off; the streamed form gives the same samples. A small random
     decoder of the same codebook stands in (the clone fixtures have no decoder weights)."""
     from codecspec.families.qwen3_tts.decoder import SpeechDecoder
-    from codecspec.families.qwen3_tts.pipeline import _after_reference, _stream_after_reference
-    from codecspec.families.qwen3_tts.random_checkpoint import _TINY_DECODER_SIZES
-    from codecspec.graphs.qwen3_decoder import (
+    from codecspec.families.qwen3_tts.decoder_graph import (
         PUBLISHED_DECODER_CONFIG,
         write_random_speech_tokenizer,
     )
+    from codecspec.families.qwen3_tts.pipeline import _after_reference, _stream_after_reference
+    from codecspec.families.qwen3_tts.random_checkpoint import _TINY_DECODER_SIZES
 
     config = {**PUBLISHED_DECODER_CONFIG, **_TINY_DECODER_SIZES, "codebook_size": 32}
     write_random_speech_tokenizer(tmp_path / "st", config, seed=1)

@@ -25,7 +25,13 @@ import numpy as np
 from codecspec.runtime.session import session_options
 from codecspec.runtime.threads import configure
 
-from .builder import _Graph, _heads_part, build_depth_graph, count_nodes, cpu_variant_supported
+from .builder import (
+    GraphBuilder,
+    _heads_part,
+    build_depth_graph,
+    count_nodes,
+    cpu_variant_supported,
+)
 from .config import qwen3_tts_0_6b, small_depth
 from .reference import compute_head_logits, example_feeds
 from .weights import DepthDecoderWeights
@@ -188,7 +194,7 @@ def _heads_only(config, weights, so, queries, args) -> int:
     from onnx import TensorProto, helper
 
     c = config
-    g = _Graph()
+    g = GraphBuilder()
     for n in ("hidden", "head_ids", "draft_offsets", "logits", "draft_logits"):
         g._used.add(n)
     _heads_part(g, c, weights, "hidden")

@@ -62,6 +62,7 @@ from .config import DepthDecoderConfig, table_layout
 from .weights import DepthDecoderWeights
 
 __all__ = [
+    "GraphBuilder",
     "GRAPH_VERSION",
     "INPUT_NAMES",
     "OUTPUT_NAMES",
@@ -101,8 +102,9 @@ def graph_io_names(heads: str = "graph") -> tuple[tuple[str, ...], tuple[str, ..
 
 
 # ---------------------------------------------------------------------- graph assembly helper
-class _Graph:
-    """Accumulates nodes and initializers; names every value uniquely."""
+class GraphBuilder:
+    """Accumulates nodes and initializers; names every value uniquely. Public: the Qwen3-TTS
+    family's speech-tokenizer graphs are built with it too."""
 
     def __init__(self) -> None:
         self.nodes: list[onnx.NodeProto] = []
@@ -265,14 +267,14 @@ def _t32(w: DepthDecoderWeights, name: str) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- shared graph pieces
-def _split_layers(g: _Graph, tensor: str, num_layers: int, hint: str) -> list[str]:
+def _split_layers(g: GraphBuilder, tensor: str, num_layers: int, hint: str) -> list[str]:
     """[L, ...] -> L tensors [1, ...]."""
     if num_layers == 1:
         return [tensor]
     return g.op("Split", [tensor, g.i64([1] * num_layers)], hint=hint, n_out=num_layers, axis=0)
 
 
-def _heads_part(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, z: str) -> None:
+def _heads_part(g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights, z: str) -> None:
     """Verify and draft logits, one gathered head matrix per (node, offset) pair.
 
     Row j = 0 is the verify head with no offset; rows 1..K the draft heads with b_j. Gathering
@@ -303,7 +305,7 @@ def _heads_part(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, z: str
     g.op("Squeeze", [lv, g.i64([1])], outputs=["logits"])
 
 
-def _grouped_heads_part(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, z: str):
+def _grouped_heads_part(g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights, z: str):
     """Verify and draft logits with one constant-weight MatMul per head.
 
     Pairs (node i, offset j), j = 0..K' (j = 0: the verify head, no offset), use head
@@ -354,7 +356,7 @@ def _grouped_heads_part(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights
     )
 
 
-def _rms_plain(g: _Graph, x: str, n: float, eps: float, hint: str) -> str:
+def _rms_plain(g: GraphBuilder, x: str, n: float, eps: float, hint: str) -> str:
     """x * sqrt(n) / sqrt(sum(x^2) + n * eps): the sqrt(n) is folded into the next weights."""
     ss = g.op("ReduceSumSquare", [x], hint=f"{hint}_ss", axes=[-1], keepdims=1)
     ss = g.op("Add", [ss, g.f32(n * eps)], hint=f"{hint}_sse")
@@ -366,7 +368,7 @@ def _rms_plain(g: _Graph, x: str, n: float, eps: float, hint: str) -> str:
 # Node and initializer names come from a counter in call order, so the helpers below emit
 # their nodes in exactly the order the single-function builders did: the graphs (and
 # their golden hashes) stay byte-identical.
-def _embed_inputs(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, ids: str) -> str:
+def _embed_inputs(g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights, ids: str) -> str:
     """x0 = the input table's rows for `ids` + input_embeds (projected first when the backbone's
     hidden size differs from the depth decoder's)."""
     table, embeds_w = _input_table(c, w)
@@ -377,7 +379,7 @@ def _embed_inputs(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, ids:
     return g.op("Add", [e, pe], hint="x0")
 
 
-def _plain_rope(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights):
+def _plain_rope(g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights):
     """(cos per layer, sin per layer, the rotate-half permutation): the q/k norms are folded
     into the tables (one row per q/k head and layer), gathered at the call's positions once
     and split per layer."""
@@ -394,7 +396,7 @@ def _plain_rope(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights):
     return cos_l, sin_l, g.i64(perm, hint="rope_swap")
 
 
-def _plain_attention(g: _Graph, c, w, i: int, x: str, rope, bias: str, past_k, past_v):
+def _plain_attention(g: GraphBuilder, c, w, i: int, x: str, rope, bias: str, past_k, past_v):
     """Layer i's attention in standard ops: (x after the residual add, new keys, new values).
     RMS norms are folded into the following weights; query rows are grouped [kv head, group
     member, token] so one MatMul per kv head serves its whole group."""
@@ -429,7 +431,9 @@ def _plain_attention(g: _Graph, c, w, i: int, x: str, rope, bias: str, past_k, p
     return g.op("Add", [x, o], hint=p + "x_attn"), k, v
 
 
-def _plain_mlp(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, i: int, x: str) -> str:
+def _plain_mlp(
+    g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights, i: int, x: str
+) -> str:
     """Layer i's SwiGLU MLP (norm folded into gate/up) and its residual add."""
     p = f"l{i}_"
     H = c.hidden_size
@@ -444,7 +448,7 @@ def _plain_mlp(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights, i: int,
     return g.op("Add", [x, d], hint=p + "x_out")
 
 
-def _build_plain(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
+def _build_plain(g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
     """The decoder in standard ONNX ops only (any runtime); returns the hidden-state name."""
     L, H, grp = c.num_layers, c.hidden_size, c.kv_groups
     x = _embed_inputs(g, c, w, "input_ids")
@@ -478,7 +482,7 @@ _MS = "com.microsoft"
 _CPU_ROPE_ROWS = 4096  # longest query a variant="cpu" graph accepts
 
 
-def _cpu_attention_inputs(g: _Graph, c: DepthDecoderConfig) -> dict:
+def _cpu_attention_inputs(g: GraphBuilder, c: DepthDecoderConfig) -> dict:
     """What every layer's contrib attention shares: batched positions, the RoPE cache, the
     4-d bias, and GroupQueryAttention's seqlens_k / total length (from the bias's width)."""
     pos = g.op("Unsqueeze", ["position_ids", g.i64([0])], hint="pos_b")
@@ -497,7 +501,7 @@ def _cpu_attention_inputs(g: _Graph, c: DepthDecoderConfig) -> dict:
     return dict(pos=pos, cos=cos, sin=sin, bias=bias, seqlens=seqlens, total=total)
 
 
-def _cpu_attention(g: _Graph, c, w, i: int, n: str, att: dict, past_k, past_v):
+def _cpu_attention(g: GraphBuilder, c, w, i: int, n: str, att: dict, past_k, past_v):
     """Layer i's attention from its normed input `n` with the contrib kernels (per-head RMS
     norm, RotaryEmbedding, GroupQueryAttention): (output projection, new keys, new values)."""
     hd, nh, kvh, eps = c.head_dim, c.num_heads, c.num_kv_heads, float(c.rms_norm_eps)
@@ -542,7 +546,7 @@ def _cpu_attention(g: _Graph, c, w, i: int, n: str, att: dict, past_k, past_v):
     return o, k, v
 
 
-def _cpu_mlp(g: _Graph, c, w, i: int, o: str, x: str):
+def _cpu_mlp(g: GraphBuilder, c, w, i: int, o: str, x: str):
     """Layer i after attention: residual + post norm fused, the SwiGLU MLP (QuickGelu with
     alpha 1 is SiLU), then residual + the next layer's input norm (the final norm after the
     last layer) fused. Returns (normed input of the next layer, residual stream)."""
@@ -575,7 +579,7 @@ def _cpu_mlp(g: _Graph, c, w, i: int, o: str, x: str):
     return outs[0], outs[3]
 
 
-def _cpu_stack_kv(g: _Graph, c: DepthDecoderConfig, rows: list, name: str) -> str:
+def _cpu_stack_kv(g: GraphBuilder, c: DepthDecoderConfig, rows: list, name: str) -> str:
     """L x [1, Q, kvh*hd] -> [L, kvh, Q, hd], the cache layout the runtime keeps."""
     L = c.num_layers
     t = rows[0] if L == 1 else g.op("Concat", rows, hint=name + "_cat", axis=0)
@@ -583,7 +587,7 @@ def _cpu_stack_kv(g: _Graph, c: DepthDecoderConfig, rows: list, name: str) -> st
     return g.op("Transpose", [t], outputs=[name], perm=[0, 2, 1, 3])
 
 
-def _build_cpu(g: _Graph, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
+def _build_cpu(g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
     """The decoder with onnxruntime's fused CPU contrib ops (batch dim of 1 added for them);
     returns the hidden-state name."""
     L = c.num_layers
@@ -633,7 +637,7 @@ def build_depth_graph(
     weights.validate(config)
     c = config
 
-    g = _Graph()
+    g = GraphBuilder()
     for name in INPUT_NAMES + OUTPUT_NAMES:
         g._used.add(name)
     z = (_build_plain if variant == "plain" else _build_cpu)(g, c, weights)

@@ -2,7 +2,7 @@
 audio, whole or streamed, without torch.
 
 `SpeechDecoder.load(speech_tokenizer_dir)` builds the stateful decoder graph
-(`codecspec.graphs.qwen3_decoder`) from the folder's safetensors once and caches it under a key
+(`decoder_graph` in this package) from the folder's safetensors once and caches it under a key
 made of the folder's content (config.json and every safetensors file) and the graph version.
 
 Output law: the official `Qwen3TTSTokenizerV2Model.decode` runs `chunked_decode` — segments
@@ -24,7 +24,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from codecspec.graphs.qwen3_decoder import (
+from codecspec.families.qwen3_tts.decoder_graph import (
     DECODER_GRAPH_VERSION,
     SpeechDecoderConfig,
     build_speech_decoder_graph,

@@ -2,7 +2,7 @@
 [frames, 16], without torch (the reference codes of in-context voice cloning).
 
 `SpeechEncoder.load(speech_tokenizer_dir)` builds the encoder graph
-(`codecspec.graphs.qwen3_encoder`) from the folder's safetensors once and caches it under a key
+(`encoder_graph` in this package) from the folder's safetensors once and caches it under a key
 made of the folder's content (config.json and every safetensors file) and the graph version,
 as `decoder.SpeechDecoder` does for the decoder.
 
@@ -20,7 +20,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from codecspec.graphs.qwen3_encoder import (
+from codecspec.families.qwen3_tts.encoder_graph import (
     ENCODER_GRAPH_VERSION,
     SpeechEncoderConfig,
     build_speech_encoder_graph,

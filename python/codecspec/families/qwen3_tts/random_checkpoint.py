@@ -20,7 +20,7 @@ Sources of the values (looked up, not copied): the class defaults and key names 
 `qwen_tts/core/tokenizer_12hz/configuration_qwen3_tts_tokenizer_v2.py` (qwen-tts 0.1.1); the
 dimensions, codec ids, speakers and languages of the published config.json as several
 independent public ports give them (see docs/qwen3_tts.md);
-the decoder config is `graphs.qwen3_decoder.PUBLISHED_DECODER_CONFIG`.
+the decoder config is `families.qwen3_tts.decoder_graph.PUBLISHED_DECODER_CONFIG`.
 
 Not written: a speaker encoder (CustomVoice and VoiceDesign folders have none). The text
 tokenizer is trained on generated pseudo-English, so its merges are not Qwen's: text
@@ -234,7 +234,7 @@ def _mimi_encoder(codebook: int, hidden: int, layers: int, heads: int, filters: 
 
 
 def _real(size_tag: str, hidden: int, intermediate: int, shards: int) -> CheckpointShape:
-    from codecspec.graphs.qwen3_decoder import PUBLISHED_DECODER_CONFIG
+    from codecspec.families.qwen3_tts.decoder_graph import PUBLISHED_DECODER_CONFIG
 
     return CheckpointShape(
         size_tag=size_tag,
@@ -262,7 +262,7 @@ def _real(size_tag: str, hidden: int, intermediate: int, shards: int) -> Checkpo
 
 
 def _tiny() -> CheckpointShape:
-    from codecspec.graphs.qwen3_decoder import PUBLISHED_DECODER_CONFIG
+    from codecspec.families.qwen3_tts.decoder_graph import PUBLISHED_DECODER_CONFIG
 
     return CheckpointShape(
         size_tag="0b6",
@@ -386,7 +386,7 @@ def _model_blocks(seed: int):
 
 
 def _decoder_blocks(seed: int):
-    from codecspec.graphs.qwen3_decoder import random_decoder_tensor
+    from codecspec.families.qwen3_tts.decoder_graph import random_decoder_tensor
 
     def blocks(name: str, shape: tuple) -> Iterator[np.ndarray]:
         yield random_decoder_tensor(name, shape, _tensor_rng(seed, name))
@@ -565,12 +565,15 @@ GENERATION_CONFIG = {
 
 
 def _write_speech_tokenizer(s: CheckpointShape, out: Path, seed: int, bar) -> int:
-    from codecspec.graphs.qwen3_decoder import (
+    from codecspec.families.qwen3_tts.decoder_graph import (
         MODEL_TYPE,
         decoder_tensor_shapes,
         speech_decoder_config,
     )
-    from codecspec.graphs.qwen3_encoder import encoder_tensor_shapes, speech_encoder_config
+    from codecspec.families.qwen3_tts.encoder_graph import (
+        encoder_tensor_shapes,
+        speech_encoder_config,
+    )
     from codecspec.graphs.safetensors_io import write_safetensors_stream
 
     folder = out / "speech_tokenizer"

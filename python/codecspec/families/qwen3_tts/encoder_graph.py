@@ -34,8 +34,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .builder import _Graph
-from .qwen3_decoder import attention_shapes
+from codecspec.graphs.builder import GraphBuilder
+
+from .decoder_graph import attention_shapes
 
 __all__ = [
     "ENCODER_GRAPH_VERSION",
@@ -255,7 +256,7 @@ def encoder_tensor_shapes(c: SpeechEncoderConfig) -> dict[str, tuple[int, ...]]:
 
 
 # ---------------------------------------------------------------------- graph pieces
-def _pad_time(g: _Graph, x: str, left: int, stride: int, mode: str, label: str) -> str:
+def _pad_time(g: GraphBuilder, x: str, left: int, stride: int, mode: str, label: str) -> str:
     """x [1, C, L] with `left` frames in front and, for stride > 1, (-L) mod stride behind:
     MimiConv1d's causal padding (its 'extra padding' is 0 for stride 1)."""
     if stride == 1:
@@ -278,7 +279,7 @@ def _conv(g, x, w, b, label, stride=1, dilation=1, mode="constant") -> str:
     return g.op("Conv", inputs, strides=[stride], dilations=[dilation], hint=label)
 
 
-def _seanet(g: _Graph, c: SpeechEncoderConfig, x: str, get) -> str:
+def _seanet(g: GraphBuilder, c: SpeechEncoderConfig, x: str, get) -> str:
     convs = {name: (k, s, d) for name, _, _, k, s, d in _conv_layers(c)}
 
     def conv(name, h):
@@ -305,7 +306,7 @@ def _linear(g, x, w, b, label):
     return g.op("Add", [y, g.init(f"{label}_b", b)]) if b is not None else y
 
 
-def _positions(g: _Graph, x: str, hint: str) -> str:
+def _positions(g: GraphBuilder, x: str, hint: str) -> str:
     """0..T-1 for x [1, T, H]. Range takes scalars, and the graph's constants are at least
     1-D, hence the squeezes."""
     length = g.op("Gather", [g.op("Shape", [x]), g.i64([1])])
@@ -313,7 +314,7 @@ def _positions(g: _Graph, x: str, hint: str) -> str:
     return g.op("Range", scalar, hint=hint)
 
 
-def _rope_tables(g: _Graph, c: SpeechEncoderConfig, x: str) -> tuple[str, str]:
+def _rope_tables(g: GraphBuilder, c: SpeechEncoderConfig, x: str) -> tuple[str, str]:
     """cos, sin [T, head_dim] for positions 0..T-1 (x [1, T, H]), in float32 as
     MimiRotaryEmbedding computes them."""
     hd = c.head_dim
@@ -325,7 +326,7 @@ def _rope_tables(g: _Graph, c: SpeechEncoderConfig, x: str) -> tuple[str, str]:
     return g.op("Cos", [emb], hint="rope_cos"), g.op("Sin", [emb], hint="rope_sin")
 
 
-def _causal_bias(g: _Graph, x: str) -> str:
+def _causal_bias(g: GraphBuilder, x: str) -> str:
     """[T, T] additive mask: 0 on and below the diagonal, -inf above."""
     idx = _positions(g, x, "mask_idx")
     row = g.op("Unsqueeze", [idx, g.i64([1])])
@@ -392,7 +393,7 @@ def _gelu(g, x, label) -> str:
     return g.op("Mul", [g.op("Mul", [x, g.f32(0.5)]), g.op("Add", [e, g.f32(1.0)])], hint=label)
 
 
-def _transformer(g: _Graph, c: SpeechEncoderConfig, x: str, get) -> str:
+def _transformer(g: GraphBuilder, c: SpeechEncoderConfig, x: str, get) -> str:
     """x [1, T, H] through the encoder transformer's layers."""
     rope, bias = _rope_tables(g, c, x), _causal_bias(g, x)
     for i in range(c.num_layers):
@@ -415,7 +416,7 @@ def _codebook(get, prefix: str) -> np.ndarray:
     return (get(prefix + "embed_sum").astype(np.float32) / usage[:, None]).astype(np.float32)
 
 
-def _rvq(g: _Graph, c: SpeechEncoderConfig, x: str, get, prefix: str, n: int, label) -> list:
+def _rvq(g: GraphBuilder, c: SpeechEncoderConfig, x: str, get, prefix: str, n: int, label) -> list:
     """Codes int64 [F] of n codebooks from x [F, H] (residual quantisation)."""
     if c.vq_dim != c.hidden_size:
         w = get(prefix + "input_proj.weight")[:, :, 0]
@@ -443,7 +444,7 @@ def build_speech_encoder_graph(
         got = tuple(get(name).shape)
         if got != shape:
             raise ValueError(f"{name}: shape {list(got)}, expected {list(shape)}")
-    g = _Graph()
+    g = GraphBuilder()
     x = g.op("Reshape", ["audio", g.i64([1, 1, -1])], hint="audio_1x1")
     x = _seanet(g, c, x, get)  # [1, H, T']
     x = _transformer(g, c, g.op("Transpose", [x], perm=[0, 2, 1]), get)

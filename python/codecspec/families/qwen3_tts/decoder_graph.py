@@ -45,7 +45,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .builder import _Graph
+from codecspec.graphs.builder import GraphBuilder
 
 __all__ = [
     "DECODER_GRAPH_VERSION",
@@ -358,7 +358,7 @@ def write_random_speech_tokenizer(folder, decoder_config: dict, seed: int = 0) -
     """A speech_tokenizer folder (config.json + model.safetensors) holding seeded random
     decoder weights under the official names; returns the weight bytes. For benchmarks and
     full-size parity checks (no encoder weights: the decoder does not read them)."""
-    from .safetensors_io import write_safetensors
+    from codecspec.graphs.safetensors_io import write_safetensors
 
     root = {
         "model_type": MODEL_TYPE,
@@ -388,14 +388,14 @@ class _States:
         return pair
 
 
-def _scalar(g: _Graph, value: int) -> str:
-    """A 0-d int64 constant (`_Graph.i64` stores arrays of rank >= 1)."""
+def _scalar(g: GraphBuilder, value: int) -> str:
+    """A 0-d int64 constant (`GraphBuilder.i64` stores arrays of rank >= 1)."""
     name = g.fresh("scalar")
     g.inits.append(numpy_helper.from_array(np.array(value, dtype=np.int64), name))
     return name
 
 
-def _keep_last(g: _Graph, cat: str, n: int, out: str) -> None:
+def _keep_last(g: GraphBuilder, cat: str, n: int, out: str) -> None:
     g.op("Slice", [cat, g.i64([-n]), g.i64([_INT64_MAX]), g.i64([2])], outputs=[out])
 
 
@@ -472,7 +472,7 @@ def _inv_freq(c: SpeechDecoderConfig) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- stages
-def _dequantize(g: _Graph, c: SpeechDecoderConfig, get) -> str:
+def _dequantize(g: GraphBuilder, c: SpeechDecoderConfig, get) -> str:
     """codes [n, Q] -> [1, codebook_dim, n]."""
     q = _P + "quantizer."
 
@@ -499,7 +499,7 @@ def _dequantize(g: _Graph, c: SpeechDecoderConfig, get) -> str:
     return g.op("Transpose", [x], hint="quantized_nct", perm=[0, 2, 1])
 
 
-def _attention_mask(g: _Graph, c: SpeechDecoderConfig, n: str) -> tuple[str, str]:
+def _attention_mask(g: GraphBuilder, c: SpeechDecoderConfig, n: str) -> tuple[str, str]:
     """(additive mask [n, W-1+n], query positions float [n])."""
     W = c.sliding_window
     pos = g.op("Squeeze", ["position", g.i64([0])], hint="pos0")
@@ -517,7 +517,7 @@ def _attention_mask(g: _Graph, c: SpeechDecoderConfig, n: str) -> tuple[str, str
     return mask, g.op("Cast", [qpos], hint="qpos_f", to=TensorProto.FLOAT)
 
 
-def _rope(g: _Graph, c: SpeechDecoderConfig, qpos_f: str) -> tuple[str, str]:
+def _rope(g: GraphBuilder, c: SpeechDecoderConfig, qpos_f: str) -> tuple[str, str]:
     ang = g.op(
         "Mul",
         [
@@ -530,7 +530,7 @@ def _rope(g: _Graph, c: SpeechDecoderConfig, qpos_f: str) -> tuple[str, str]:
     return g.op("Cos", [emb], hint="rope_cos"), g.op("Sin", [emb], hint="rope_sin")
 
 
-def _rotate(g: _Graph, x: str, cos: str, sin: str, half: int, label: str) -> str:
+def _rotate(g: GraphBuilder, x: str, cos: str, sin: str, half: int, label: str) -> str:
     x1, x2 = g.op("Split", [x, g.i64([half, half])], hint=f"{label}_h", n_out=2, axis=-1)
     rot = g.op("Concat", [g.op("Neg", [x2]), x1], hint=f"{label}_rot", axis=-1)
     a = g.op("Mul", [x, cos], hint=f"{label}_c")
@@ -676,7 +676,7 @@ def build_speech_decoder_graph(
             )
         return a
 
-    g, st = _Graph(), _States()
+    g, st = GraphBuilder(), _States()
     shape = g.op("Shape", ["codes"], hint="codes_shape")
     n = g.op("Gather", [shape, _scalar(g, 0)], hint="n_frames")
     x = _dequantize(g, c, fetch)
