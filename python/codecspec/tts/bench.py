@@ -1,8 +1,8 @@
 """`codecspec bench`: the depth-loop families, autoregressive vs speculative.
 
-The depth loop alone (`bench_depth_loop`), the pipeline figures and the record every such
-family reports; the whole pipeline of a reference (v1) folder is
-`codecspec.families.reference.bench.bench_pipeline`.
+The depth loop alone (`bench_depth_loop`), and the pipeline figures and record parts every
+such family reports; a family's whole pipeline and its record are in its package
+(`codecspec.families.reference.bench`: `bench_pipeline`, `record_reference`).
 
 Both modes decode the same frames (h_t, c0 of held-out utterances, shipped as frames.npz) in
 one run, interleaved frame by frame so that load drifting on a shared machine hits both alike;
@@ -35,7 +35,6 @@ __all__ = [
     "bench_depth_loop",
     "bench_decoder",
     "depth_reads",
-    "record_reference",
 ]
 
 BENCH_TEXTS = Path(__file__).with_name("bench_texts.json")
@@ -327,24 +326,6 @@ def pipeline_figures(totals: dict) -> dict:
         ms[m] = 1e3 * s / max(t["frames"], 1)
         rtf[m] = s / max(t["audio_seconds"], 1e-9)
     return {"ms_per_frame": ms, "pipeline_rtf": rtf}
-
-
-def record_reference(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
-    """The bench record (codecspec.perf) of `codecspec bench` on the reference family, from
-    bench_depth_loop's (and the pipeline's, when it ran) figures."""
-    rec = base_record("reference", model_dir, res, bandwidth, peak_rss_mb)
-    rec["calibration"] = {"depth": depth_choice(model_dir, res.get("depth", "positional"))}
-    rec["audio_ms_per_frame"] = res.get("audio_ms_per_frame") or frame_ms(model_dir)
-    totals = res.get("pipeline_totals")
-    if totals is None:  # --no-pipeline: the depth loop is all that ran
-        rec["stages"] = [depth_alone_stage(res, in_total=True)]
-        rec["pipeline_rtf"] = {"ar": None, "spec": None}
-    else:
-        rec["stages"] = pipeline_stages(model_dir, totals, res.get("depth_reads"), "codec.npz") + [
-            depth_alone_stage(res, in_total=False)
-        ]
-        rec.update(pipeline_figures(totals))
-    return perf.finish_record(rec)
 
 
 def depth_choice(model_dir, depth: str = "positional") -> Optional[str]:

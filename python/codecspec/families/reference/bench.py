@@ -1,7 +1,8 @@
 """`codecspec bench` for reference (v1) folders: the whole pipeline users run
 (`bench_pipeline`: text -> codes -> waveform on fixed held-out sentences, every stage timed),
-AR and speculative alternating. The depth loop alone, the shared figures and the record are
-`codecspec.tts.bench`'s (the depth-loop families share them).
+AR and speculative alternating, and the record (`record_reference`). The depth loop alone
+and the record's shared parts are `codecspec.tts.bench`'s (the depth-loop families share
+them).
 """
 
 from __future__ import annotations
@@ -11,9 +12,19 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
-from codecspec.tts.bench import load_bench_texts, pipeline_totals
+from codecspec import perf
+from codecspec.tts.bench import (
+    base_record,
+    depth_alone_stage,
+    depth_choice,
+    frame_ms,
+    load_bench_texts,
+    pipeline_figures,
+    pipeline_stages,
+    pipeline_totals,
+)
 
-__all__ = ["bench_pipeline"]
+__all__ = ["bench_pipeline", "record_reference"]
 
 
 def _median_of(rows: list, key) -> float:
@@ -82,3 +93,21 @@ def bench_pipeline(
         1e3 * sum(r.decode_seconds for r in ar) / sum(r.audio_seconds for r in ar)
     )
     return out
+
+
+def record_reference(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
+    """The bench record (codecspec.perf) of `codecspec bench` on the reference family, from
+    bench_depth_loop's (and the pipeline's, when it ran) figures."""
+    rec = base_record("reference", model_dir, res, bandwidth, peak_rss_mb)
+    rec["calibration"] = {"depth": depth_choice(model_dir, res.get("depth", "positional"))}
+    rec["audio_ms_per_frame"] = res.get("audio_ms_per_frame") or frame_ms(model_dir)
+    totals = res.get("pipeline_totals")
+    if totals is None:  # --no-pipeline: the depth loop is all that ran
+        rec["stages"] = [depth_alone_stage(res, in_total=True)]
+        rec["pipeline_rtf"] = {"ar": None, "spec": None}
+    else:
+        rec["stages"] = pipeline_stages(model_dir, totals, res.get("depth_reads"), "codec.npz") + [
+            depth_alone_stage(res, in_total=False)
+        ]
+        rec.update(pipeline_figures(totals))
+    return perf.finish_record(rec)

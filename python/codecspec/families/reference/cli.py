@@ -12,10 +12,10 @@ __all__ = ["bench_command"]
 
 def bench_command(args) -> int:
     """The RVQ reference (registry hook): the depth loop alone and inside synthesis."""
-    from codecspec.tts.bench import bench_depth_loop, record_reference
+    from codecspec.tts.bench import bench_depth_loop
     from codecspec.tts.commands import bench_common, bench_report
 
-    from .bench import bench_pipeline
+    from .bench import bench_pipeline, record_reference
 
     common, model = bench_common(args)
     res = bench_depth_loop(model, args.frames, **common)
