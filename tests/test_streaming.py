@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 import codecspec
+import codecspec as cs
 from codecspec.codec.audio import WavWriter, read_wav, write_wav
 from codecspec.codec.features import log_spectral_distance, stft
 from codecspec.codec.streaming import ChunkVocoder, chunk_seed, stream_decode
@@ -88,11 +89,14 @@ def test_iter_frame_loop_checks_max_frames_at_the_call():
 @needs_model
 @pytest.mark.parametrize("mode", ["ar", "spec"])
 def test_generator_frame_loop_equals_run_frame_loop(mode):
+    """The frame loop's generator form and its collector agree on the reference family's
+    stepper and decoder (generate's loop before the engine's, tests/test_reference_one_loop.py)."""
+    from test_reference_one_loop import old_parts
+
     tts = _tts()
-    a = tts.plan("", phonemes=HELLO, mode=mode, seed=5)
-    b = tts.plan("", phonemes=HELLO, mode=mode, seed=5)
-    streamed = [s.codes[0] for s in iter_frame_loop(a.stepper, a.decoder, a.generator, 50)]
-    loop = run_frame_loop(b.stepper, b.decoder, b.generator, 50)
+    a, b = old_parts(tts, HELLO, mode), old_parts(tts, HELLO, mode)
+    streamed = [s.codes[0] for s in iter_frame_loop(*a, cs.Generator(5), 50)]
+    loop = run_frame_loop(*b, cs.Generator(5), 50)
     np.testing.assert_array_equal(np.stack(streamed), loop.codes[0])
 
 

@@ -6,6 +6,7 @@ path, so the engine imports it only when a reference folder is served.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -46,17 +47,36 @@ class ReferenceFamily(Family):
     formats = ("codecspec-reference-tts/1",)
     model_names = ("codecspec-reference",)
     modes = MODES
+    # The one-stream case of the batched step (every step of `ReferenceTTS.generate`, and of
+    # a lone served stream): c0 by `cs.sample` and the frame's depth loop on the decoder
+    # itself, not the batched loop's lanes. The same draws, so the same bits.
+    solo_depth = True
 
     def __init__(self, model_dir, slots, max_frames, max_phonemes, provider, threads):
-        self.tts = ReferenceTTS(model_dir, provider=provider, threads=threads)
+        tts = ReferenceTTS(model_dir, provider=provider, threads=threads)
+        self._attach(tts, slots, max_frames, max_phonemes)
+        self.depth = BatchedDepth(tts.depth, slots, provider, threads)
+
+    @classmethod
+    def over(cls, tts: ReferenceTTS, frames: int, max_phonemes: int) -> ReferenceFamily:
+        """An adapter over a loaded `tts` with one slot for an utterance of `frames` frames
+        (`ReferenceTTS.generate`'s): the one-stream case only, so no batched depth loop."""
+        family = cls.__new__(cls)
+        family._attach(tts, 1, frames, max_phonemes)
+        family.depth = None
+        return family
+
+    def _attach(self, tts: ReferenceTTS, slots, max_frames, max_phonemes) -> None:
+        self.tts = tts
         self.max_frames, self.max_phonemes = max_frames, max_phonemes
         # the session ReferenceTTS.generate runs its utterance on (one stepper for both)
-        self.temporal = BatchedTemporal(self.tts.temporal_batch, slots, max_frames, max_phonemes)
-        self.depth = BatchedDepth(self.tts.depth, slots, provider, threads)
-        self.codec = self.tts.codec
+        self.temporal = BatchedTemporal(tts.temporal_batch, slots, max_frames, max_phonemes)
+        self.codec = tts.codec
         self.hop = self.codec.cfg.frame_hop
         self.sample_rate = self.codec.cfg.sample_rate
         self.frame_rate = self.codec.cfg.frame_rate
+        self.depth_seconds = 0.0  # the depth loops' time (Synthesis.depth_seconds)
+        self.solo_calls = self.solo_codes = 0  # the one-stream case's depth graph calls
 
     def params(self, req) -> cs.SamplingParams:
         return sampling_params(self.tts.params, req, self.tts.depth.V)
@@ -107,6 +127,24 @@ class ReferenceFamily(Family):
         for i, (s, ln) in enumerate(zip(streams, lanes)):
             ln.failed = guard(lambda s=s, i=i: check(s, hidden[i], logits[i]))
         live = [i for i, ln in enumerate(lanes) if ln.failed is None]
+        if len(live) == 1 and (self.depth is None or self.solo_depth):
+            i = live[0]
+            lanes[i].failed = guard(lambda: self._solo(hidden[i], logits[i], lanes[i]))
+        elif live:
+            self._batched(hidden, logits, lanes, live)
+        return [self._frame(s, ln) for s, ln in zip(streams, lanes)]
+
+    def _solo(self, hidden, logits, ln: DepthLane) -> None:
+        """One stream's frame: the draws of `RVQFrameDecoder` (the single-stream decoder)."""
+        c0 = cs.sample(logits, ln.params, ln.generator)
+        dec, t0 = self.tts.depth, time.perf_counter()
+        calls, codes = dec.stats.calls, dec.stats.codes
+        ln.codes[:] = dec.decode_frame(hidden, c0, ln.generator, "spec" if ln.spec else "ar")
+        self.depth_seconds += time.perf_counter() - t0
+        self.solo_calls += dec.stats.calls - calls
+        self.solo_codes += dec.stats.codes - codes
+
+    def _batched(self, hidden, logits, lanes: list, live: list) -> None:
         c0 = sample_roots(logits[live], [lanes[i] for i in live])
         for i, c in zip(live, c0):
             if c is not None:
@@ -115,11 +153,12 @@ class ReferenceFamily(Family):
         # it leaves the depth batch entirely.
         live = [i for i in live if lanes[i].failed is None]
         if live:
+            t0 = time.perf_counter()
             self.depth.decode(hidden[live], [lanes[i] for i in live])
-        return [self._frame(s, ln) for s, ln in zip(streams, lanes)]
+            self.depth_seconds += time.perf_counter() - t0
 
     def _lane(self, st: RVQState) -> DepthLane:
-        codes = np.zeros(self.depth.G, np.int64)
+        codes = np.zeros(self.tts.depth.G, np.int64)
         return DepthLane(spec=st.spec, params=st.params, generator=st.generator, codes=codes)
 
     def _frame(self, s, ln: DepthLane) -> Frame:
@@ -129,5 +168,12 @@ class ReferenceFamily(Family):
         return Frame(codes=ln.codes, ended=s.t + 1 >= s.state.frames)
 
     def counters(self) -> dict:
-        d = self.depth
-        return {"calls": d.calls, "lane_calls": d.lane_calls, "codes": d.codes_out}
+        # a one-stream step's graph calls are its own (the batch of one), so lane_calls too
+        d, solo = self.depth, self.solo_calls
+        if d is None:
+            return {"calls": solo, "lane_calls": solo, "codes": self.solo_codes}
+        return {
+            "calls": d.calls + solo,
+            "lane_calls": d.lane_calls + solo,
+            "codes": d.codes_out + self.solo_codes,
+        }

@@ -24,9 +24,8 @@ import codecspec as cs
 from codecspec.calibrate.decision import auto_mode, speculation_pays
 from codecspec.codec.codec import Codec
 from codecspec.decode.depth import MODES, DepthDecoder
-from codecspec.decode.frames import run_frame_loop
-from codecspec.families.reference.temporal_batch import SlotStepper
 from codecspec.model_store import named_model_dir
+from codecspec.pipeline.loop import run_inline
 from codecspec.runtime.session import open_session
 from codecspec.tts.phonemes import phonemize
 from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
@@ -179,10 +178,14 @@ class ReferenceTTS(PhonemeModel):
         phonemes: Optional[str] = None,
         max_frames: int = 1000,
     ) -> FramePlan:
-        """One utterance ready for the shared frame loop: phonemes, the encoder graph, this
-        family's stepper (`RVQStepper`) and frame decoder (`RVQFrameDecoder`, `mode` resolved
-        as in `generate`), `cs.Generator(seed)`; the guard is the planned frame count.
-        A subclass with its own `generate` (another family) must provide its own `plan`."""
+        """One utterance ready to run: phonemes, the encoder graph, and its frames from the
+        one loop (`codecspec.pipeline.loop.run_inline` over `ReferenceFamily.over`, the
+        serving engine's adapter with one slot): `plan.frames` yields (codes int64 [G],
+        last frame, None) per frame, `cs.Generator(seed)` drawing, `mode` resolved as in
+        `generate`; the guard is the planned frame count. A subclass with its own
+        `generate` (another family) must provide its own `plan`."""
+        from codecspec.families.reference.engine import ReferenceFamily, RVQState  # imports us
+
         cls = type(self)
         if cls.generate is not ReferenceTTS.generate and cls.plan is ReferenceTTS.plan:
             raise NotImplementedError(
@@ -208,15 +211,18 @@ class ReferenceTTS(PhonemeModel):
                 "speaker": np.array([spk_id], np.int64),
             },
         )
-        return FramePlan(
-            stepper=RVQStepper(self, SlotStepper(self.temporal_batch, ck, cv, spk_id, frames)),
-            decoder=RVQFrameDecoder(self, frames, mode),
-            generator=cs.Generator(seed),
-            max_frames=frames,
-            phonemes=phonemes,
-            frontend_seconds=time.perf_counter() - t0,
-            mode=mode,
+        g, n = cs.Generator(seed), ids.shape[1]
+        family = ReferenceFamily.over(self, frames, n)
+        state = RVQState(
+            g, self.params, spk_id, frames, frames, frames, n, mode == "spec", (ck, cv)
         )
+        plan = FramePlan(None, None, g, frames, phonemes, mode=mode)
+        # the length is planned: the last frame is the stream's own end, as a stop would be
+        run = enumerate(run_inline(family, state), 1)
+        plan.frames = ((codes, t >= frames, None) for t, codes in run)
+        plan.frontend_seconds = time.perf_counter() - t0
+        plan.family = family  # generate's statistics
+        return plan
 
     def generate(
         self,
@@ -246,28 +252,27 @@ class ReferenceTTS(PhonemeModel):
             phonemes=phonemes,
             max_frames=max_frames,
         )
-        dec, frames = plan.decoder, plan.max_frames
-        bar = None
+        frames, it = plan.max_frames, plan.frames
         if progress:
-            from codecspec.progress import bar as _bar
+            from codecspec.progress import bar
 
-            bar = lambda it: _bar(it, desc=f"synth {dec.mode}", total=frames)  # noqa: E731
+            it = bar(it, desc=f"synth {plan.mode}", total=frames)
         calls0 = self.depth.stats.calls
         t1 = time.perf_counter()
-        loop = run_frame_loop(plan.stepper, dec, plan.generator, frames, bar)
-        codes = loop.codes[0]
+        codes = np.stack([c for c, _, _ in it]).astype(np.int64)
         t2 = time.perf_counter()
         wav = self.codec.decode(codes, seed=seed) if decode_audio else None
+        depth_s = plan.family.depth_seconds
         return Synthesis(
             codes=codes,
             wav=wav,
             sample_rate=self.codec.cfg.sample_rate,
             phonemes=plan.phonemes,
-            mode=dec.mode,
+            mode=plan.mode,
             depth_calls=self.depth.stats.calls - calls0,
             depth_codes=frames * (codes.shape[1] - 1),
-            depth_seconds=dec.depth_seconds,
-            temporal_seconds=t2 - t1 - dec.depth_seconds,
+            depth_seconds=depth_s,
+            temporal_seconds=t2 - t1 - depth_s,
             decode_seconds=time.perf_counter() - t2,
             frame_rate=self.codec.cfg.frame_rate,
             frontend_seconds=plan.frontend_seconds,
