@@ -9,12 +9,15 @@ from typing import Optional
 
 import numpy as np
 
+from codecspec.pipeline.result import Result
+
 __all__ = ["Synthesis"]
 
 
 @dataclass
-class Synthesis:
-    """One utterance: codes, audio and what the depth loop cost."""
+class Synthesis(Result):
+    """One utterance: codes, audio and what the depth loop cost (`Result`, the families'
+    one result type, with the depth-loop families' fields)."""
 
     codes: np.ndarray  # int64 [T, 16]
     wav: Optional[np.ndarray]
@@ -33,10 +36,6 @@ class Synthesis:
     temporal_stats: Optional[object] = None  # v2: `codecspec.decode.temporal.TemporalStats`
 
     @property
-    def frames(self) -> int:
-        return len(self.codes)
-
-    @property
     def audio_seconds(self) -> float:
         if self.wav is None:
             return len(self.codes) / self.frame_rate
@@ -51,24 +50,14 @@ class Synthesis:
         return self.depth_calls / max(self.audio_seconds, 1e-9)
 
     @property
-    def total_seconds(self) -> float:
-        return (
-            self.frontend_seconds
-            + self.temporal_seconds
-            + self.depth_seconds
-            + (self.decode_seconds)
-        )
-
-    @property
     def real_time_factor(self) -> float:
         return self.total_seconds / max(self.audio_seconds, 1e-9)
 
-    def stage_ms_per_frame(self) -> dict:
-        """Milliseconds per frame of each pipeline stage (frontend, temporal, depth, vocoder)."""
-        n = max(self.frames, 1)
+    def stage_seconds(self) -> dict:
+        """Seconds of each pipeline stage (frontend, temporal, depth, vocoder)."""
         return {
-            "frontend": 1e3 * self.frontend_seconds / n,
-            "temporal": 1e3 * self.temporal_seconds / n,
-            "depth": 1e3 * self.depth_seconds / n,
-            "vocoder": 1e3 * self.decode_seconds / n,
+            "frontend": self.frontend_seconds,
+            "temporal": self.temporal_seconds,
+            "depth": self.depth_seconds,
+            "vocoder": self.decode_seconds,
         }

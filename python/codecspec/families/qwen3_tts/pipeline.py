@@ -20,6 +20,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.decode.batched_depth import FrameJob
+from codecspec.pipeline.result import Result
 
 from .checkpoint import Qwen3Checkpoint
 from .graphs import build_or_load, text_embedding_rows
@@ -37,16 +38,18 @@ STREAM_CHUNK_FRAMES = 4
 
 
 @dataclasses.dataclass
-class Qwen3Result:
+class Qwen3Result(Result):
+    """One utterance's codes (`Result`, the families' one result type) and this family's
+    fields: the prompt, the reference clip's codes, and each stage's seconds."""
+
     codes: np.ndarray  # int64 [frames, G]
     hit_max_frames: bool
     prompt: Prompt
     seconds: dict  # prefill, talker, depth
     ref_codes: Optional[np.ndarray] = None  # in-context clone: the reference clip's codes
 
-    @property
-    def frames(self) -> int:
-        return len(self.codes)
+    def stage_seconds(self) -> dict:
+        return dict(self.seconds)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,8 +62,8 @@ class V2Family(Family):
     # served stream): the stream's own step graphs instead of their batch-axis variants, and
     # one frame's depth loop on the decoder itself instead of the batched loop. The same bits
     # either way (`StepBatch`, `decode_frames`); they stay because they pay: without them
-    # v3's generate took ~10% longer per frame with its default loops and ~3% in AR (medians
-    # of 8 interleaved sentences each, 2-core CPU; each case alone recovers about half).
+    # v3's generate took ~7% longer per frame with its default loops and ~13% in AR
+    # (medians of per-sentence ratios, 24 interleaved sentences each, 2-core CPU).
     solo_graphs = True
     solo_depth = True
 
