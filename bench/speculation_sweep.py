@@ -10,7 +10,7 @@ hits all alike. Per configuration: tokens per target call, temporal / depth / en
 (ratio of the medians over texts of ms per frame, against the all-AR runs of the same process),
 and quality (b): DTW log-mel distance to espeak-ng, mean and 95% CI over texts x seeds. Quality
 (a), the within-group swap stress test, is computed on the AR codes; (c), exactness, is the test
-suite's (tests/test_temporal_loop.py).
+suite's (tests/decode/test_temporal_loop.py).
 """
 
 from __future__ import annotations

@@ -620,7 +620,7 @@ def tiny_mimi_config() -> dict:
 # ---------------------------------------------------------------------- configuration sweep
 # Parity as a property of the loader: checkpoints that walk the axes the published config
 # allows, each with the official outputs on a few texts. Written to tests/data/qwen3_configs/
-# by `--configs`; tests/test_qwen3_parity_configs.py replays them without torch.
+# by `--configs`; tests/families/qwen3_tts/test_qwen3_parity_configs.py replays them without torch.
 SWEEP_OUT = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "qwen3_configs"
 )

@@ -2,7 +2,8 @@
 
 Everything the family is lives in this package: `model.py` (its single-stream model and its
 codec, numpy only) and `engine.py` (its `codecspec.pipeline.Family` adapter, what the serving
-engine batches). `ENTRY` is its one registry line: `tests/test_example_family.py` hands it to
+engine batches). `ENTRY` is its one registry line:
+`tests/pipeline/test_example_family.py` hands it to
 `codecspec.pipeline.registry.register`; a family inside the package would instead be one more
 `Entry(...)` in `FAMILIES`. No module of the `codecspec` package names this family, and
 importing this package imports none of its code (the entry names it by module path).

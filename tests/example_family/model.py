@@ -5,7 +5,8 @@ Frame t of an utterance is G codes, one per codebook, drawn with the sampling co
 codes and t. The logits are integer arithmetic (exact in any order), so a row computed alone
 and the same row inside a batch are the same bits: that is what lets the engine's batched step
 equal `generate`. A real family owes the same property to its graphs and has to test it
-(tests/test_serve_fsq.py); the toy has it by construction, so its tests check the plumbing.
+(tests/families/fsq/test_serve_fsq.py); the toy has it by construction, so its tests check
+the plumbing.
 """
 
 from __future__ import annotations

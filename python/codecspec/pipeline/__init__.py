@@ -3,7 +3,7 @@ its per-stream `StreamState` and `Frame`) and the one table of families (`regist
 
 Nothing in this package names a family's code except by module path in the registry's
 table, and it imports nothing from `codecspec.families` or `codecspec.train`
-(tests/test_layering.py)."""
+(tests/repository/test_layering.py)."""
 
 from codecspec.pipeline.family import (
     Check,

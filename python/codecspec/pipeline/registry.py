@@ -4,7 +4,7 @@ Every place that picks a family (`codecspec.tts.registry.load_model`, the servin
 the CLI's synth / bench / calibrate / serve) asks this table instead of naming families in
 an if-chain. Entries name their code by module path ("module:attribute") and nothing is
 imported until a family is asked for, so looking a folder up loads no model code, and
-this module imports no family (tests/test_layering.py checks it).
+this module imports no family (tests/repository/test_layering.py checks it).
 
     entry = family_of("fsq")            # a shipped name, a folder, or None (the default)
     tts = entry.load("model")(folder)   # the single-stream model class

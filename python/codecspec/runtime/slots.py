@@ -10,7 +10,7 @@ import numpy as np
 # the last bits with the other streams of its call (measured on AVX2: ~7e-7 in the hidden
 # state). Key axes are therefore padded to a multiple of KEY_ALIGN (masked, exact zeros in the
 # sum): a stream's keys then fall in the same lanes alone and in any batch, and its codes are
-# the same bits served or alone (tests/test_serve_engine.py).
+# the same bits served or alone (tests/serve/test_serve_engine.py).
 KEY_ALIGN = 16
 
 

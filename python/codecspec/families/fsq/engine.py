@@ -8,8 +8,8 @@ max_phonemes, hd] blocks; a step feeds the active slots' rows cut to the longest
 `past_bias` hiding the positions a stream has not written and `cross_bias` the phonemes it
 does not have. Attention has no positional term (position enters through `pace`), so a
 stream's outputs are its own single-stream ones; on onnxruntime CPU they are bit-identical
-(tests/test_serve_fsq.py), so its codes equal `FSQTTS.generate` with the same seed, which is
-this adapter with one slot (`FSQFamily.over`) run inline (`codecspec.pipeline.loop`).
+(tests/families/fsq/test_serve_fsq.py), so its codes equal `FSQTTS.generate` with the same
+seed, which is this adapter with one slot (`FSQFamily.over`) run inline (`codecspec.pipeline.loop`).
 
 A stream ends at its stop head's first stop, or at the max-length guard `FSQTTS.max_frames_for`
 its text (the same guard `generate` uses).

@@ -10,7 +10,7 @@ batched loop (`BatchedDepth` over the code predictor's grouped-heads graph: one 
 level for every stream), a speculative one on its stream's own decoder. The codes come from
 the same loop with the same generators as `Qwen3TTS.generate_codes`, so a served stream is
 bit-identical to it for the same seed and arguments, whatever streams share the engine
-(tests/test_serve_qwen3.py).
+(tests/families/qwen3_tts/test_serve_qwen3.py).
 
 The talker's eos decides the length (`known_length = False`): the step that samples eos ends
 the stream without a frame. Audio is the 12 Hz speech decoder (24 kHz), one decoder state per

@@ -11,7 +11,7 @@ speculative stream thus hands out several frames per step.
 `V2TTS.generate` runs the very same rounds for one stream (the same `next_round`,
 `frame_jobs` and `finish_round`, each frame's depth loop drawing from its own generator), so
 a served stream is bit-identical to single-stream generation with the same seed, whatever
-streams share the engine (tests/test_serve_v2.py).
+streams share the engine (tests/families/v2/test_serve_v2.py).
 
 The temporal calls are batched too: each stream's round is a coroutine
 (`TemporalLoop.round_steps`) that asks for draft and target calls, and one call of the

@@ -171,7 +171,7 @@ class V2Stepper:
 # in another summation order), a stream's lone row would otherwise differ in the last bits
 # between its own call and a batched call where other streams have more rows, and a served
 # stream would not be bit-identical to `generate`. With two rows or more the kernels keep a
-# row's bits whatever else the call holds (tests/test_v2_step_batch.py).
+# row's bits whatever else the call holds (tests/families/v2/test_v2_step_batch.py).
 MIN_ROWS = 2
 
 

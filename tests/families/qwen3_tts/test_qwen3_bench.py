@@ -1,0 +1,148 @@
+"""`codecspec bench --model QWEN3_DIR`: controlled acceptance, the speed-up map at a
+checkpoint's own shape, and the bench record's keys (tiny official-class checkpoints)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from paths import DATA
+
+from codecspec.decode.depth import ControlledDrafts
+
+DATA = DATA / "qwen3_tiny"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("qwen3_bench_cache")
+
+
+@pytest.fixture(scope="module")
+def tts(cache):
+    from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
+
+    return Qwen3TTS.load(DATA / "custom_equal", cache_dir=cache, weights="int8")
+
+
+def _frames(tts, n, seed=0):
+    rng = np.random.default_rng(seed)
+    c = tts.depth.config
+    return (
+        rng.standard_normal((n, c.input_width)).astype(np.float32),
+        rng.integers(0, c.c0_vocab_size, n),
+    )
+
+
+class OffByOneDrafts(ControlledDrafts):
+    """Deliberately broken: right about the level before the one drafted."""
+
+    def __call__(self, cand, first_level):
+        return super().__call__(cand, first_level - 1)
+
+
+@pytest.mark.parametrize("acceptance", [0.3, 0.7])
+def test_controlled_drafts_give_the_acceptance_asked(tts, acceptance):
+    from codecspec.families.qwen3_tts.bench import controlled_depth_run, greedy_truth
+
+    h, c0 = _frames(tts, 150)
+    truth = greedy_truth(tts.depth, h, c0)
+    run, stats = controlled_depth_run(tts.depth, h, c0, 150, acceptance, 3, 0, truth)
+    assert abs(stats["acceptance"] - acceptance) < 0.05
+    # greedy with drafts that are right or wrong by construction: the codes stay AR's
+    assert np.array_equal(run.codes["ar"], run.codes["spec"])
+    assert np.array_equal(run.codes["ar"], np.stack(truth))
+    assert run.calls["spec"] < run.calls["ar"]
+
+
+def test_drafts_at_the_wrong_level_are_caught(tts, monkeypatch):
+    import codecspec.decode.depth as depth
+    from codecspec.families.qwen3_tts.bench import controlled_depth_run
+
+    monkeypatch.setattr(depth, "ControlledDrafts", OffByOneDrafts)
+    h, c0 = _frames(tts, 60, seed=1)
+    _, stats = controlled_depth_run(tts.depth, h, c0, 60, 0.7, 3, 0)
+    assert abs(stats["acceptance"] - 0.7) > 0.3
+
+
+def test_controlled_drafts_refuse_bad_input():
+    with pytest.raises(ValueError, match="^acceptance:"):
+        ControlledDrafts(1.5, 16)
+    with pytest.raises(ValueError, match="^truth:"):
+        ControlledDrafts(0.5, 16)(np.zeros((2, 1), np.int64), 2)
+
+
+def test_speedup_map_points(cache):
+    from codecspec.calibrate.speedup_map import locate
+    from codecspec.families.qwen3_tts.bench import speedup_map
+
+    doc = speedup_map(
+        DATA / "custom_equal",
+        weights="int8",
+        cache_dir=cache,
+        frames=6,
+        acceptances=(0.2, 0.9),
+        depths=(1, 2),
+    )
+    assert doc["weights"] == "int8" and len(doc["points"]) == 4
+    for p in doc["points"]:
+        assert p["speedup"] > 0 and p["ideal_speedup"] > 0 and 1.0 <= p["tokens_per_call"] <= 15
+    by = {(p["budget"], p["acceptance"]): p for p in doc["points"]}
+    assert by[(2, 0.9)]["tokens_per_call"] > by[(2, 0.2)]["tokens_per_call"]
+    assert locate(doc, 2.47)["tokens_per_call"] == 2.47
+
+
+def test_cli_bench_json_with_acceptance(cache, capsys):
+    from codecspec.cli import main
+
+    argv = ["bench", "--model", str(DATA / "custom_equal"), "--cache-dir", str(cache)]
+    rc = main(argv + ["--frames", "6", "--acceptance", "0.8", "--weights", "int8", "--json"])
+    assert rc == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["weights"] == "int8" and rec["acceptance"] == 0.8
+    assert rec["greedy_spec_equals_ar"] is True
+    assert {"ar", "spec"} <= set(rec["ms_per_frame"]) and rec["depth_speedup"] > 0
+    assert main(argv + ["--frames", "6", "--acceptance", "2"]) == 2
+    assert "acceptance:" in capsys.readouterr().err
+
+
+def test_sequenced_drafts_follow_the_frames_in_order(tts):
+    """A speculative run over several frames with drafts set from the AR run's frames:
+    acceptance 1 accepts every draft, and the same drafts one frame late are mostly refused
+    (the deliberately misaligned variant the whole-pipeline figure must not be)."""
+    import codecspec as cs
+    from codecspec.decode.depth import SequencedDrafts
+
+    h, c0 = _frames(tts, 12, seed=3)
+    dec = tts.depth
+    saved = dec.params, dec.tree, dec.draft_control
+    dec.params = cs.SamplingParams(0.0, 0, 1.0)
+    dec.set_tree(cs.DraftTree.chain(3))
+    try:
+        dec.draft_control = None
+        truth = dec.decode_frames(h, c0, cs.Generator(0), "ar")
+        for truths, aligned in ((truth, True), (np.roll(truth, 1, axis=0), False)):
+            dec.draft_control = SequencedDrafts(1.0, dec.V, truths)
+            dec.stats.reset()
+            got = dec.decode_frames(h, c0, cs.Generator(0), "spec")
+            assert np.array_equal(got, truth)  # exact whatever the drafts
+            assert (dec.stats.acceptance == 1.0) == aligned
+            if not aligned:
+                assert dec.stats.acceptance < 0.5
+        with pytest.raises(ValueError, match="^truths:"):
+            dec.decode_frame(h[0], int(c0[0]), cs.Generator(0), "spec")  # a 13th frame
+        dec.draft_control.rewind()
+        dec.decode_frame(h[0], int(c0[0]), cs.Generator(0), "spec")
+    finally:
+        dec.params, dec.draft_control = saved[0], saved[2]
+        dec.set_tree(saved[1])
+
+
+def test_pipeline_end_to_end_at_an_acceptance(tts):
+    from codecspec.families.qwen3_tts.bench import pipeline_at_acceptance
+
+    out = pipeline_at_acceptance(tts, 0.9, 3, frames=5, seed=0, rounds=1)
+    assert out["codes_equal_ar"] is True and 1 <= out["frames"] <= 5
+    assert out["ar_ms"] > 0 and out["spec_ms"] > 0 and out["speedup"] > 0
+    assert tts.depth.draft_control is None  # the pipeline is left as found
