@@ -173,3 +173,50 @@ def test_bench_of_a_family_without_a_bench_hook_is_one_error_line(registered, fo
     assert err == (
         'codecspec bench: error: model: the example-toy family has no bench (no "bench" hook)'
     )
+
+
+# ---------------------------------------------------------------- an installed plugin
+def _installed(where: Path, name: str, value: str) -> Path:
+    """A distribution's metadata as pip leaves it in site-packages: `name` declares the
+    entry point `value` in the group codecspec.families."""
+    info = where / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\n{name} = {value}\n")
+    return where
+
+
+@pytest.fixture
+def fresh_table(monkeypatch):
+    """A process that has not looked a family up yet and has not registered the toy (the
+    module's other tests have); the table is restored afterwards."""
+    monkeypatch.setattr(registry, "_discovered", False)
+    table = tuple(e for e in registry.FAMILIES if e.name != ENTRY.name)
+    monkeypatch.setattr(registry, "FAMILIES", table)
+
+
+def test_an_installed_package_adds_its_family_through_an_entry_point(
+    fresh_table, monkeypatch, tmp_path, folder
+):
+    """No register() call: the first lookup finds the plugin's Entry, and the folder opens."""
+    monkeypatch.syspath_prepend(str(_installed(tmp_path, "toy-plugin", "example_family:ENTRY")))
+    assert "example-toy" not in [e.name for e in registry.FAMILIES]
+    entry = registry.family_of(str(folder))
+    assert entry is ENTRY
+    assert registry.discover() == []  # once per process
+    assert isinstance(entry.load("model")(str(folder)), ToyTTS)
+
+
+def test_a_broken_plugin_is_skipped_and_named(fresh_table, monkeypatch, tmp_path):
+    for name, value in (
+        ("gone-plugin", "no_such_module_xyz:ENTRY"),
+        ("odd-plugin", "example_family:FORMAT"),
+    ):
+        (tmp_path / name).mkdir()
+        monkeypatch.syspath_prepend(str(_installed(tmp_path / name, name, value)))
+    with pytest.warns(UserWarning) as caught:
+        added = registry.discover()
+    assert added == []
+    said = " ".join(str(w.message) for w in caught)
+    assert "gone-plugin" in said and "odd-plugin" in said and "not a registry Entry" in said
+    assert registry.by_name("v2").name == "v2"  # the built-in families still answer

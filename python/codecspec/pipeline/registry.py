@@ -12,14 +12,16 @@ this module imports no family (tests/repository/test_layering.py checks it).
     hook = entry.hook("bench")          # the family's own `codecspec bench`, or None
 
 Adding a family: one `Entry` in FAMILIES (before the default's, when its `detect` must be
-asked first), or, for a family whose code lives outside this package, `register(entry)` at
-start-up; docs/adding_a_family.md walks one through.
+asked first), or, for a family whose code lives outside this package, an entry point in the
+group "codecspec.families" naming its `Entry` (found at the first lookup, `discover`), or
+`register(entry)` at start-up; docs/adding_a_family.md walks one through.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -31,7 +33,10 @@ __all__ = [
     "Entry",
     "FAMILIES",
     "MODEL_NAMES",
+    "ENTRY_POINT_GROUP",
     "by_name",
+    "discover",
+    "families",
     "family_of",
     "find",
     "formats",
@@ -149,10 +154,11 @@ FAMILIES = (
 
 def by_name(name: str) -> Entry:
     """The family called `name`; ValueError naming `family` otherwise."""
-    for e in FAMILIES:
+    table = families()
+    for e in table:
         if e.name == name:
             return e
-    raise ValueError(f"family: expected one of {[e.name for e in FAMILIES]}, got {name!r}")
+    raise ValueError(f"family: expected one of {[e.name for e in table]}, got {name!r}")
 
 
 def register(entry: Entry, before: Optional[str] = None) -> Entry:
@@ -163,7 +169,7 @@ def register(entry: Entry, before: Optional[str] = None) -> Entry:
     global FAMILIES
     if any(e.name == entry.name for e in FAMILIES):
         raise ValueError(f"family: {entry.name!r} is registered already")
-    taken = formats()
+    taken = {f: e.name for e in FAMILIES for f in e.formats}
     for f in entry.formats:
         if f in taken:
             raise ValueError(f"family: format {f!r} is read by the {taken[f]} family already")
@@ -182,9 +188,48 @@ def unregister(name: str) -> Entry:
     return entry
 
 
+ENTRY_POINT_GROUP = "codecspec.families"
+_discovered = False
+
+
+def families() -> tuple:
+    """The table: the package's families, then those other installed packages declare
+    (`discover`, run at the first lookup)."""
+    discover()
+    return FAMILIES
+
+
+def discover(group: str = ENTRY_POINT_GROUP) -> list:
+    """Registers the families that installed distributions declare under the entry-point
+    group `group` (in pyproject.toml: `[project.entry-points."codecspec.families"]`,
+    `name = "package.module:ENTRY"`, an `Entry`), once per process; returns the entries added.
+    Only the module holding the `Entry` is imported (it names its code by module path, like
+    the built-in entries). A plugin that does not load, is not an `Entry` or clashes with a
+    registered family is skipped with a warning naming it: a broken plugin must not take the
+    built-in families down with it."""
+    global _discovered
+    if _discovered:
+        return []
+    _discovered = True
+    from importlib.metadata import entry_points
+
+    added = []
+    for ep in entry_points(group=group):
+        try:
+            entry = ep.load()
+            if not isinstance(entry, Entry):
+                raise TypeError(f"it is a {type(entry).__name__}, not a registry Entry")
+            added.append(register(entry))
+        except Exception as e:  # a plugin's own failure: skip it, keep the others
+            warnings.warn(
+                f"codecspec family plugin {ep.name} = {ep.value!r} skipped: {e}", stacklevel=2
+            )
+    return added
+
+
 def formats() -> dict:
     """model.json "format" -> family name, every family's."""
-    return {f: e.name for e in FAMILIES for f in e.formats}
+    return {f: e.name for e in families() for f in e.formats}
 
 
 def resolve_model_dir(name_or_dir=None) -> Path:
@@ -210,7 +255,7 @@ def family_of(name_or_dir=None, detect: bool = True) -> Entry:
     asked first of the families that `detect` their own layout (in table order; not with
     detect=False), then by its model.json's "format". Raises ValueError naming `model`."""
     if detect and name_or_dir is not None and name_or_dir not in MODEL_NAMES:
-        for e in FAMILIES:
+        for e in families():
             if e.detect is not None and import_path(e.detect)(str(name_or_dir)):
                 return e
     d = resolve_model_dir(name_or_dir)
@@ -239,7 +284,7 @@ def take_options(entry: Optional[Entry], flags: bool = False, **given) -> dict:
     takes = () if entry is None else entry.options
     for name, value in given.items():
         if value is not None and name not in takes and name not in SHARED_OPTIONS:
-            titles = [e.title for e in FAMILIES if name in e.options and e.title]
+            titles = [e.title for e in families() if name in e.options and e.title]
             label = "--" + name.replace("_", "-") if flags else name
             raise ValueError(f"{label}: only for {' or '.join(titles)} folders")
     return {k: v for k, v in given.items() if k in takes}

@@ -141,7 +141,7 @@ def _depth_kwargs(args) -> dict:
     from codecspec.pipeline import registry
 
     if "depth" not in registry.family_of(args.model, detect=False).model_options:
-        takers = [e.name for e in registry.FAMILIES if "depth" in e.model_options]
+        takers = [e.name for e in registry.families() if "depth" in e.model_options]
         raise ValueError(f"depth: --depth applies to {' and '.join(takers)} models only")
     return {"depth": args.depth}
 
