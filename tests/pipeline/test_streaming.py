@@ -92,7 +92,7 @@ def test_generator_frame_loop_equals_run_frame_loop(mode):
     """The frame loop's generator form and its collector agree on the reference family's
     stepper and decoder (generate's loop before the engine's,
     tests/families/reference/test_reference_one_loop.py)."""
-    from test_reference_one_loop import old_parts
+    from reference_oracle import old_parts
 
     tts = _tts()
     a, b = old_parts(tts, HELLO, mode), old_parts(tts, HELLO, mode)

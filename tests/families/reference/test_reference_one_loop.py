@@ -8,18 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from reference_oracle import old_parts
 
 import codecspec as cs
 from codecspec.decode.frames import run_frame_loop
-from codecspec.families.reference.model import (
-    MODEL_FILES,
-    ReferenceTTS,
-    RVQFrameDecoder,
-    RVQStepper,
-    default_model_dir,
-)
-from codecspec.families.reference.temporal_batch import SlotStepper
-from codecspec.tts.text import BOS, EOS
+from codecspec.families.reference.model import MODEL_FILES, ReferenceTTS, default_model_dir
 
 pytestmark = pytest.mark.skipif(
     not all((default_model_dir() / f).is_file() for f in MODEL_FILES),
@@ -32,19 +25,6 @@ LONG = "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑ
 @pytest.fixture(scope="module")
 def tts():
     return ReferenceTTS(provider="cpu", threads=1)
-
-
-def old_parts(tts, phonemes, mode, speaker=None) -> tuple:
-    """(stepper, frame decoder) of the frame loop `generate` ran before it became the
-    engine's: the utterance's encoder call, its planned length."""
-    lang, spk = tts.ids("en", speaker)
-    ids = tts.frontend.vocab.encode(phonemes)
-    frames = tts.num_frames(len(ids), "en", 1.0)
-    ids = np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)[None]
-    feeds = {"phonemes": ids, "language": np.array([lang]), "speaker": np.array([spk])}
-    ck, cv = tts.encoder.run(["cross_keys", "cross_values"], feeds)
-    stepper = RVQStepper(tts, SlotStepper(tts.temporal_batch, ck, cv, spk, frames))
-    return stepper, RVQFrameDecoder(tts, frames, mode)
 
 
 def old_loop(tts, phonemes, seed, mode, speaker=None):
