@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from broken_variants import OffsetShiftedVerifier
 
 import codecspec as cs
 from codecspec.calibrate.data import drift_weights
@@ -95,14 +96,6 @@ def test_committed_cache_equals_a_teacher_forced_pass(decoder, weights):
         assert decoder.cache.length >= G
         np.testing.assert_allclose(decoder.cache.keys[:, :, :G], ref["new_keys"], atol=1e-4)
         np.testing.assert_allclose(decoder.cache.values[:, :, :G], ref["new_values"], atol=1e-4)
-
-
-class OffsetShiftedVerifier(DepthDecoder):
-    """Deliberately broken: verifies against head(z + b_1), the draft stream's view."""
-
-    def _verify(self, call, tree, n, tokens, heads, g):
-        shifted = call.hidden[:n] + self.offsets[0]
-        return cs.verify_tree_hidden(tree, tokens, shifted, heads, self.bank, self.params, g)
 
 
 def fidelity(dec, n, seed):

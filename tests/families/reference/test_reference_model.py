@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from test_decode import OffsetShiftedVerifier
+from broken_variants import OffsetShiftedVerifier
 from test_perf import check_record
 
 import codecspec as cs
