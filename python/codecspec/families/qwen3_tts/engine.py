@@ -150,6 +150,33 @@ class Qwen3Family(Family):
         # every stream's AR depth loop of a step in one batched loop over the shared graph
         self.depth = BatchedDepth(self.tts.depth, slots, provider, threads)
 
+    @classmethod
+    def over(cls, tts, limit: int) -> Qwen3Family:
+        """An adapter over a loaded `tts` with one slot whose runtime is `tts` itself
+        (`Qwen3TTS.iter_frames`'s): the one-stream case only, so no batched depth loop, no
+        codec loaded, and the talker's eos or the coroutine's own frame budget ends the
+        stream (`limit`: more frames than the coroutine can make)."""
+        from codecspec.families.qwen3_tts.pipeline import SAMPLE_RATE, SAMPLES_PER_FRAME
+
+        family = cls.__new__(cls)
+        family.tts, family.runtimes, family.depth = tts, {0: tts}, None
+        family.max_frames = int(limit)
+        family.frame_rate = SAMPLE_RATE / SAMPLES_PER_FRAME
+        return family
+
+    def inline_state(self, text: str, kw: dict, generator: cs.Generator) -> Qwen3State:
+        """The state of one `iter_frames` call: its keywords go to `frame_steps` as given."""
+        talk, _ = self.tts.sampling(kw.get("temperature"), kw.get("top_k"), kw.get("top_p"))
+        return Qwen3State(
+            generator=generator,
+            params=talk,
+            speaker=0,
+            frames=None,
+            expected=1,
+            limit=self.max_frames,
+            request=dict(kw, text=text),
+        )
+
     def _speculation_pays(self) -> bool:
         """Mode "auto": what `codecspec calibrate --model DIR` measured (as `synth`)."""
         return speculation_pays(self.tts.calibration_file("speculation.json"))  # as `synth`
@@ -315,11 +342,12 @@ class Qwen3Family(Family):
         from codecspec.decode.batched_depth import decode_frames
 
         out = {}
-        ar = [i for i, j in jobs.items() if j.mode == "ar"]
+        # an adapter over one runtime (`over`) runs every frame on the stream's own decoder
+        ar = [] if self.depth is None else [i for i, j in jobs.items() if j.mode == "ar"]
         for i, codes in zip(ar, decode_frames(self.depth, [jobs[i] for i in ar]) if ar else []):
             out[i] = codes
         for i, j in jobs.items():
-            if j.mode != "ar":
+            if i not in out:
                 dec = streams[i].state.slot_rt.depth
                 out[i] = guard_value(
                     lambda d=dec, j=j: d.decode_frame(j.hidden, j.c0, j.generator, j.mode)

@@ -412,21 +412,22 @@ class Qwen3TTS:
         seed, max_frames, streaming_text, info; `trace` collects (talker hidden state, c0)
         of every frame (the calibration corpus); `generator`: draw from this one instead of
         `Generator(seed)` (the serving engine's per-stream generator; a fresh
-        `Generator(s)` gives exactly what `seed=s` gives)."""
-        steps = self.frame_steps(text, **kw)
-        reply = None
-        while True:
-            try:
-                kind, item = steps.send(reply)
-            except StopIteration:
-                return
-            if kind == "depth":
-                reply = self.depth.decode_frame(item.hidden, item.c0, item.generator, item.mode)
-            elif kind == "talker":
-                reply = self.talker.step(item)
-            else:
-                yield item
-                reply = None
+        `Generator(s)` gives exactly what `seed=s` gives).
+
+        The serving engine's loop with one slot, run in the caller's thread
+        (`codecspec.pipeline.loop.run_inline`): the slot's runtime is this one, so its
+        `frame_steps` coroutine is answered by this runtime's talker and depth decoder."""
+        from codecspec.pipeline.loop import run_inline
+
+        from .engine import Qwen3Family
+
+        generator = kw.pop("generator", None)
+        generator = cs.Generator(kw.pop("seed", 0)) if generator is None else generator
+        max_frames = kw.get("max_frames")
+        # more frames than the coroutine can make: its eos or frame budget ends the stream
+        cap = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
+        family = Qwen3Family.over(self, max(cap, 1) + 1)
+        yield from run_inline(family, family.inline_state(text, kw, generator))
 
     def _prepare(
         self,
