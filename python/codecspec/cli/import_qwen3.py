@@ -8,10 +8,14 @@ from codecspec.cli.build_graph import save_heads
 
 
 def cmd_import_qwen3(args) -> int:
+    """The Qwen3-TTS family reads its checkpoint (the registry's "import_checkpoint" hook,
+    `(folder) -> (DepthDecoderConfig, DepthDecoderWeights)`): shared CLI code names no
+    family module; the graph is the shared builder's."""
     from codecspec.graphs import build_depth_graph, count_nodes, save_model
-    from codecspec.graphs.qwen3 import load_qwen3_tts_checkpoint
+    from codecspec.pipeline import registry
 
-    config, weights = load_qwen3_tts_checkpoint(args.checkpoint)
+    read = registry.by_name("qwen3-tts").hook("import_checkpoint")
+    config, weights = read(args.checkpoint)
     model = build_depth_graph(config, weights, variant=args.variant, heads=args.heads)
     save_model(model, args.output, external_data=args.external_data)
     save_heads(args, weights)

@@ -28,12 +28,6 @@ from .config import (
     table_layout,
     zero_row,
 )
-from .qwen3 import (
-    config_from_qwen3_tts,
-    load_qwen3_tts_checkpoint,
-    qwen3_tensor_names,
-    write_synthetic_qwen3_checkpoint,
-)
 from .reference import (
     ReferenceOutput,
     compute_head_logits,
@@ -56,7 +50,6 @@ __all__ = [
     "SafetensorsFile",
     "build_depth_graph",
     "compute_head_logits",
-    "config_from_qwen3_tts",
     "count_nodes",
     "cpu_variant_supported",
     "embedding_row",
@@ -67,8 +60,6 @@ __all__ = [
     "input_hidden",
     "load_model",
     "load_npz_config",
-    "load_qwen3_tts_checkpoint",
-    "qwen3_tensor_names",
     "qwen3_tts_0_6b",
     "read_graph_config",
     "read_graph_metadata",
@@ -78,6 +69,5 @@ __all__ = [
     "table_layout",
     "tree_attention_bias",
     "write_safetensors",
-    "write_synthetic_qwen3_checkpoint",
     "zero_row",
 ]

@@ -72,7 +72,9 @@ class Entry:
     `model_options`: its single-stream model's options that only it takes (CLI flags);
     `title`: how messages name its folders; `hooks`: (command, "module:function") pairs,
     the family's own CLI subcommands (see `hook`), and "synth_lines" (s, output) -> {label:
-    value}, synth's summary for a family that has no depth loop to report."""
+    value}, synth's summary for a family that has no depth loop to report, and
+    "import_checkpoint" (folder) -> (DepthDecoderConfig, DepthDecoderWeights), the depth
+    decoder of a checkpoint as published (`codecspec import-qwen3`)."""
 
     name: str
     formats: tuple = ()
@@ -121,6 +123,7 @@ FAMILIES = (
             ("bench", f"{_QWEN3}.cli:bench_command"),
             ("calibrate", f"{_QWEN3}.calibrate:calibrate_command"),
             ("random_checkpoint", f"{_QWEN3}.cli:random_checkpoint_command"),
+            ("import_checkpoint", f"{_QWEN3}.predictor_import:load_qwen3_tts_checkpoint"),
             ("serve_check", f"{_QWEN3}.engine:check_serve_args"),
         ),
     ),

@@ -1,4 +1,5 @@
-"""Qwen3-TTS checkpoint import (codecspec.graphs.qwen3) and the safetensors reader."""
+"""Qwen3-TTS checkpoint import (`families.qwen3_tts.predictor_import`) and the safetensors
+reader."""
 
 from __future__ import annotations
 
@@ -11,20 +12,22 @@ import pytest
 
 ort = pytest.importorskip("onnxruntime")
 
+from codecspec.families.qwen3_tts.predictor_import import (  # noqa: E402
+    config_from_qwen3_tts,
+    load_qwen3_tts_checkpoint,
+    write_synthetic_qwen3_checkpoint,
+)
 from codecspec.graphs import (  # noqa: E402
     DepthDecoderConfig,
     SafetensorsFile,
     build_depth_graph,
-    config_from_qwen3_tts,
     cpu_variant_supported,
     embedding_row,
     example_feeds,
     forward_hidden,
-    load_qwen3_tts_checkpoint,
     qwen3_tts_0_6b,
     reference_run,
     write_safetensors,
-    write_synthetic_qwen3_checkpoint,
     zero_row,
 )
 from codecspec.runtime.session import open_session  # noqa: E402

@@ -218,7 +218,7 @@ def test_parity_message_names_the_first_frame_and_group():
 def test_broken_loader_fails_the_comparison(tmp_path, monkeypatch):
     """A loader that takes the code predictor's RoPE theta from the talker (1e6 instead of
     1e4 in issue26) must be caught by the teacher-forced logits and by the codes."""
-    from codecspec.graphs import qwen3
+    from codecspec.families.qwen3_tts import predictor_import as qwen3
 
     right = qwen3.config_from_qwen3_tts
 

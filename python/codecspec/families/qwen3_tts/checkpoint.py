@@ -318,8 +318,8 @@ class Qwen3Checkpoint:
         return shards
 
     def tensors(self):
-        """A name -> float32 array reader over the shards (graphs.qwen3's checkpoint reader)."""
-        from codecspec.graphs.qwen3 import ShardedCheckpoint
+        """A name -> float32 array reader over the shards (predictor_import's checkpoint reader)."""
+        from .predictor_import import ShardedCheckpoint
 
         try:
             return ShardedCheckpoint(str(self.dir))

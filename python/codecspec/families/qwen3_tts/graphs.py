@@ -11,7 +11,7 @@ into place only when complete, so an error or an interrupt leaves nothing half-b
                       the talker's multimodal RoPE is plain 1-D RoPE for TTS input, where the
                       three position streams are equal (get_rope_index on an all-ones mask)
   text_proj.onnx      text projection: fc2(silu(fc1(x) + b1)) + b2 over text-embedding rows
-  depth.onnx          the code predictor (graphs.qwen3's importer) with its 15 LM heads in
+  depth.onnx          the code predictor (predictor_import's importer) with its 15 LM heads in
                       the graph (heads="grouped": a call reads only the heads it uses)
   depth.heads.npy     the heads again, float32, for offset training (calibrate)
   codec_embedding.npy the talker's codec table [V, H] (c0, tags, speakers)
@@ -105,8 +105,9 @@ def graph_variant(head_dim: int) -> str:
 
 
 def _talker_weights(ck, spec: TalkerSpec, cfg):
-    from codecspec.graphs.qwen3 import LAYER_MAP
     from codecspec.graphs.weights import DepthDecoderWeights, expected_shapes
+
+    from .predictor_import import LAYER_MAP
 
     shapes = expected_shapes(cfg)
     w = DepthDecoderWeights()
@@ -159,7 +160,8 @@ def _text_proj_graph(ck, spec: TalkerSpec) -> onnx.ModelProto:
 
 def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
     from codecspec.graphs.builder import build_depth_graph, cpu_variant_supported, save_model
-    from codecspec.graphs.qwen3 import load_qwen3_tts_checkpoint
+
+    from .predictor_import import load_qwen3_tts_checkpoint
 
     if not cpu_variant_supported():
         raise ValueError(

@@ -28,9 +28,9 @@ from typing import Optional, Union
 
 import numpy as np
 
-from .config import DepthDecoderConfig
-from .safetensors_io import SafetensorsFile, bf16_round, write_safetensors
-from .weights import DepthDecoderWeights, expected_shapes
+from codecspec.graphs.config import DepthDecoderConfig
+from codecspec.graphs.safetensors_io import SafetensorsFile, bf16_round, write_safetensors
+from codecspec.graphs.weights import DepthDecoderWeights, expected_shapes
 
 __all__ = [
     "load_qwen3_tts_checkpoint",
