@@ -12,7 +12,13 @@ that depends on the model family sits behind `Family`:
 - `step(streams, check)`: one frame for every active stream in one batched temporal call,
   returning each stream's `Frame` (codes, whether it ended, or its own error);
 - the codec the app vocodes chunks with (`codec.decode(codes, n_iter, seed)`, `hop` samples
-  per frame), the voices and languages, the frame and sample rates.
+  per frame), the voices and languages, the frame and sample rates;
+- `stages()`: the model's stages per frame and the weight bytes each reads (`Stage`), so
+  `codecspec bench` states a bound for a family that has no bench of its own
+  (`codecspec.pipeline.bench`).
+
+A request is a `SpeechRequest` (what the server's `/v1/audio/speech` body and the bench ask
+for); the engine (`codecspec.serve.engine`) re-exports it.
 
 Nothing here names a family: the families' adapters
 (`codecspec.families.reference.engine.ReferenceFamily`,
@@ -36,6 +42,8 @@ __all__ = [
     "Check",
     "Family",
     "Frame",
+    "SpeechRequest",
+    "Stage",
     "StreamState",
     "guard",
     "guard_value",
@@ -46,6 +54,35 @@ __all__ = [
 # check(stream, *arrays): the engine's per-stream boundary (fault hook, finiteness) run
 # inside the family's step on that stream's rows.
 Check = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """What one stream says and how. `voice` is a speaker of the model; `speed` scales the
+    speaking rate (frames = phonemes x frames-per-phoneme / speed); `mode` ar|spec|auto."""
+
+    input: str
+    input_format: str = "text"  # "ipa": `input` is espeak-ng IPA (no phonemizer needed)
+    voice: Optional[str] = None
+    language: str = "en"
+    speed: float = 1.0
+    mode: str = "auto"
+    seed: Optional[int] = None
+    temperature: Optional[float] = None
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+    instructions: Optional[str] = None  # voice/style text, for families that take it
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a family's frame as `codecspec bench` reports it: `weight_bytes`, the
+    bytes of weights one frame reads in it (its bound is weight_bytes ÷ the measured memory
+    bandwidth), and `calls`, graph calls per frame (AR)."""
+
+    name: str
+    weight_bytes: int
+    calls: float = 1.0
 
 
 @dataclass
@@ -186,6 +223,13 @@ class Family:
         number per step (temporal speculation) holds the first step's, so that playback
         starts with a cushion against a step that brings only one frame."""
         return 0
+
+    # ------------------------------------------------------------------ the model
+    def stages(self) -> list:
+        """The model's stages per frame and the weight bytes each reads (`Stage`), for the
+        bench's bound (bytes ÷ bandwidth) beside the measured time; [] where the family
+        does not say (the bench then states no bound)."""
+        return []
 
     def chunk_decoder(self, iters: int, seed: int, voice=None):
         """None: the app vocodes each chunk with `codec.decode(codes, iters, seed)` over a

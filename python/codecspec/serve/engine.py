@@ -34,7 +34,7 @@ from typing import Callable, Optional
 import numpy as np
 
 import codecspec as cs
-from codecspec.pipeline.family import Family
+from codecspec.pipeline.family import Family, SpeechRequest
 from codecspec.pipeline.loop import LoopStats, Outlet, Stream, StreamLoop
 
 MAX_INPUT_CHARS = 400
@@ -60,24 +60,6 @@ class Overloaded(RuntimeError):
 
 class StreamFailed(RuntimeError):
     """Decoding of this stream raised; the other streams are unaffected."""
-
-
-@dataclass(frozen=True)
-class SpeechRequest:
-    """What one stream says and how. `voice` is a speaker of the model; `speed` scales the
-    speaking rate (frames = phonemes x frames-per-phoneme / speed); `mode` ar|spec|auto."""
-
-    input: str
-    input_format: str = "text"  # "ipa": `input` is espeak-ng IPA (no phonemizer needed)
-    voice: Optional[str] = None
-    language: str = "en"
-    speed: float = 1.0
-    mode: str = "auto"
-    seed: Optional[int] = None
-    temperature: Optional[float] = None
-    top_k: Optional[int] = None
-    top_p: Optional[float] = None
-    instructions: Optional[str] = None  # voice/style text, for families that take it
 
 
 class StreamHandle(Outlet):

@@ -1,0 +1,140 @@
+"""`codecspec bench` for a family that has no bench of its own: the protocol's figures.
+
+A family's own bench (the registry's "bench" hook) reports its stages one by one; a family
+without one is still measured, from the protocol alone: requests through `Family.prepare` and
+the one loop (`run_inline`, the engine with one slot), timed whole, per decode mode it
+takes, next to the bound its `Family.stages()` weight bytes give at this machine's measured
+bandwidth. Nothing here names a family.
+"""
+
+from __future__ import annotations
+
+import time
+from statistics import median
+from typing import Optional
+
+import codecspec as cs
+from codecspec.pipeline.family import Family, SpeechRequest
+from codecspec.pipeline.loop import run_inline
+
+__all__ = ["BENCH_TEXTS", "MODES", "time_family", "family_record"]
+
+MODES = ("ar", "spec")  # the record's two columns
+# The serving engine's default limits (480 frames; 480 input characters -> 1.5 x 480 + 2
+# phoneme ids): the bench's requests are held to what a served request may be.
+MAX_FRAMES, MAX_PHONEMES = 480, 722
+
+# Held-out sentences (in no training corpus of the project), plain English.
+BENCH_TEXTS = (
+    "The lighthouse keeper counted the ships that passed before dawn.",
+    "Please bring the blue folder to the meeting on Thursday.",
+    "A quiet river runs behind the old mill at the edge of town.",
+    "Seven children painted the fence while their parents watched.",
+)
+
+
+def time_family(
+    family: Family,
+    texts,
+    *,
+    modes=("ar",),
+    seed: int = 0,
+    rounds: int = 3,
+    voice: Optional[str] = None,
+    language: str = "en",
+) -> dict:
+    """mode -> {"frames", "ms_per_frame"}: every text through the one loop per round (one
+    untimed warm-up first), the median over rounds of wall time ÷ frames. A round runs the
+    modes back to back, so a busy machine slows them alike (ratios inside one run)."""
+    if rounds < 1:
+        raise ValueError(f"rounds: expected an integer >= 1, got {rounds!r}")
+    texts = list(texts)
+    if not texts:
+        raise ValueError("texts: give at least one text")
+    _run(family, texts[:1], modes[0], seed, voice, language)  # warm-up: sessions, caches
+    per_mode: dict = {m: [] for m in modes}
+    frames: dict = {}
+    for _ in range(rounds):
+        for m in modes:
+            t0 = time.perf_counter()
+            frames[m] = _run(family, texts, m, seed, voice, language)
+            per_mode[m].append((time.perf_counter() - t0) / max(frames[m], 1))
+    return {m: {"frames": frames[m], "ms_per_frame": 1e3 * median(v)} for m, v in per_mode.items()}
+
+
+def _run(family: Family, texts, mode: str, seed: int, voice, language) -> int:
+    """Frames made for `texts` in `mode`, each text a request of its own (seed + its index)."""
+    n = 0
+    for i, text in enumerate(texts):
+        req = SpeechRequest(text, voice=voice, language=language, mode=mode, seed=seed + i)
+        family.check(req)
+        state = family.prepare(req, cs.Generator(seed + i))
+        n += sum(1 for _ in run_inline(family, state))
+    return n
+
+
+def family_record(family: Family, timing: dict, bandwidth: Optional[float]) -> dict:
+    """The bench record (`codecspec.perf`) of `time_family`'s figures: a row per stage of
+    the family (`Family.stages()`: its weight bytes and their bound; the loop is timed whole,
+    so a stage has no time of its own), the measured ms per frame as the total beside the
+    sum of the bounds, and the real-time factor at the family's frame rate."""
+    from codecspec.perf import finish_record, stage
+
+    spec = "spec" in timing
+    rows = [
+        stage(s.name, None, None, s.weight_bytes, s.weight_bytes if spec else None, calls=s.calls)
+        for s in family.stages()
+    ]
+    record = {
+        "family": family.name,
+        "frames": {m: t["frames"] for m, t in timing.items()},
+        "ms_per_frame": {m: timing[m]["ms_per_frame"] if m in timing else None for m in MODES},
+        "audio_ms_per_frame": 1e3 / float(family.frame_rate),
+        "bandwidth_gbps": None if bandwidth is None else bandwidth / 1e9,
+        "stages": rows,
+    }
+    return finish_record(record)
+
+
+def open_family(model, slots: int = 1, *, provider="auto", threads=None, **options) -> Family:
+    """The engine adapter of `model` (a shipped name, a folder, or None for the default)
+    with `slots` slots: the registry finds its family; `options` (cache_dir, weights, ...)
+    go to the family that takes them, and one it does not take is a ValueError naming it."""
+    from codecspec.pipeline import registry
+
+    entry = registry.family_of(model)
+    taken = registry.take_options(entry, **options)
+    folder = registry.resolve_model_dir(model)
+    return entry.load("engine").open(
+        folder, slots, MAX_FRAMES, MAX_PHONEMES, provider, threads, **taken
+    )
+
+
+def bench_command(args) -> int:
+    """`codecspec bench --model DIR` for a family without a "bench" hook: `time_family` over
+    `--texts` held-out sentences (default all of BENCH_TEXTS), every mode the family decodes,
+    then the record as a table (or one JSON object with --json)."""
+    import json
+
+    from codecspec.graphs.row_probe import cpu_simd_flags
+    from codecspec.perf import peak_rss_mb, render_table, stream_bandwidth
+
+    family = open_family(args.model, provider=args.provider, threads=args.threads)
+    n = len(BENCH_TEXTS) if args.texts is None else int(args.texts)
+    if n < 1:
+        raise ValueError(f"--texts: expected an integer >= 1, got {n}")
+    texts = [BENCH_TEXTS[i % len(BENCH_TEXTS)] for i in range(n)]
+    modes = [m for m in MODES if m in family.modes]
+    timing = time_family(family, texts, modes=modes, seed=args.seed)
+    rss = peak_rss_mb()  # before the bandwidth probe, whose buffer would be the peak
+    bandwidth = stream_bandwidth(threads=int(args.threads or 1))
+    record = family_record(family, timing, bandwidth)
+    record.update(
+        model=str(args.model),
+        provider=args.provider,
+        threads=args.threads,
+        peak_rss_mb=rss,
+        cpu_simd=cpu_simd_flags(),
+    )
+    print(json.dumps(record) if args.json else render_table(record))
+    return 0

@@ -1,0 +1,106 @@
+"""The protocol's bench (`codecspec.pipeline.bench`): a family without a bench of its own is
+timed through `Family.prepare` and the one loop, and its `stages()` weight bytes give the
+bound beside the figure. Checked on the example family: the frames are the loop's, a family
+made slower in its step measures slower in the same run, and the bound is bytes ÷
+bandwidth."""
+
+from __future__ import annotations
+
+import time
+import types
+
+import pytest
+from example_family import ENTRY
+from example_family.engine import ToyFamily
+from example_family.model import write_folder
+
+import codecspec as cs
+from codecspec.pipeline import registry
+from codecspec.pipeline.bench import (
+    BENCH_TEXTS,
+    bench_command,
+    family_record,
+    open_family,
+    time_family,
+)
+from codecspec.pipeline.family import Stage
+from codecspec.pipeline.loop import run_inline
+from codecspec.serve.engine import SpeechRequest
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    registry.register(ENTRY)
+    yield write_folder(tmp_path_factory.mktemp("toy_bench"))
+    registry.unregister(ENTRY.name)
+
+
+class SlowToy(ToyFamily):
+    """The example family with 2 ms of extra work per step (a degraded variant)."""
+
+    def step(self, streams, check):
+        time.sleep(0.002)
+        return super().step(streams, check)
+
+
+class WeighedToy(ToyFamily):
+    def stages(self):
+        return [Stage("logits", 4_000_000), Stage("sampling", 0, calls=0.0)]
+
+
+def _open(cls, folder):
+    return cls(folder, 1, 480, 722, "cpu", 1)
+
+
+def test_frames_are_the_loops(folder):
+    family = _open(ToyFamily, folder)
+    got = time_family(family, BENCH_TEXTS[:2], rounds=1)
+    want = 0
+    for i, text in enumerate(BENCH_TEXTS[:2]):
+        state = family.prepare(SpeechRequest(text, seed=i), cs.Generator(i))
+        want += sum(1 for _ in run_inline(family, state))
+    assert got["ar"]["frames"] == want > 0 and got["ar"]["ms_per_frame"] > 0
+
+
+def test_a_slower_step_measures_slower_in_the_same_run(folder):
+    fast, slow = _open(ToyFamily, folder), _open(SlowToy, folder)
+    t_fast = time_family(fast, BENCH_TEXTS[:1], rounds=3)["ar"]["ms_per_frame"]
+    t_slow = time_family(slow, BENCH_TEXTS[:1], rounds=3)["ar"]["ms_per_frame"]
+    assert t_slow > t_fast + 1.5  # the 2 ms a step sleeps, less timer slack
+
+
+def test_the_record_bounds_the_stages_by_bytes_over_bandwidth(folder):
+    family = _open(WeighedToy, folder)
+    timing = time_family(family, BENCH_TEXTS[:1], rounds=1)
+    rec = family_record(family, timing, bandwidth=2e9)
+    logits = rec["stages"][0]
+    assert logits["name"] == "logits" and logits["bound_ms_ar"] == pytest.approx(2.0)
+    assert rec["bound_ms_per_frame"]["ar"] == pytest.approx(2.0)
+    assert rec["ms_per_frame"]["ar"] == timing["ar"]["ms_per_frame"]
+    assert rec["ms_per_frame"]["spec"] is None  # the example family has one loop
+    audio_ms = 1e3 / family.frame_rate  # 50 ms a frame at 20 frames/s
+    assert rec["pipeline_rtf"]["ar"] == pytest.approx(rec["ms_per_frame"]["ar"] / audio_ms)
+
+
+def test_a_family_that_states_no_stages_gets_no_bound(folder):
+    rec = family_record(_open(ToyFamily, folder), {"ar": {"frames": 3, "ms_per_frame": 1.0}}, 1e9)
+    assert rec["stages"] == [] and rec["bound_ms_per_frame"]["ar"] is None
+
+
+def test_bad_arguments_name_themselves(folder):
+    family = _open(ToyFamily, folder)
+    with pytest.raises(ValueError, match="rounds"):
+        time_family(family, BENCH_TEXTS, rounds=0)
+    with pytest.raises(ValueError, match="texts"):
+        time_family(family, [])
+    with pytest.raises(ValueError, match="weights"):
+        open_family(str(folder), weights="int8")
+
+
+def test_the_command_prints_the_table(folder, capsys):
+    args = types.SimpleNamespace(
+        model=str(folder), provider="cpu", threads=1, texts=1, seed=0, json=False
+    )
+    assert bench_command(args) == 0
+    out = capsys.readouterr().out
+    assert "example-toy" in out and "total" in out and "verdict:" in out
