@@ -74,7 +74,9 @@ class Entry:
     the family's own CLI subcommands (see `hook`), and "synth_lines" (s, output) -> {label:
     value}, synth's summary for a family that has no depth loop to report, and
     "import_checkpoint" (folder) -> (DepthDecoderConfig, DepthDecoderWeights), the depth
-    decoder of a checkpoint as published (`codecspec import-qwen3`)."""
+    decoder of a checkpoint as published (`codecspec import-qwen3`), and "quality_mode"
+    (mode, tts, beta, theta) -> generate() keywords / "quality_modes" (loops, accept) ->
+    [modes] for a family whose quality modes are more than ar/spec."""
 
     name: str
     formats: tuple = ()
@@ -133,7 +135,11 @@ FAMILIES = (
         model="codecspec.families.v2.model:V2TTS",
         engine="codecspec.families.v2.engine:V2Family",
         model_options=("depth",),  # --depth: the positional or the shared depth decoder
-        hooks=(("bench", "codecspec.families.v2.cli:bench_command"),),
+        hooks=(
+            ("bench", "codecspec.families.v2.cli:bench_command"),
+            ("quality_mode", "codecspec.families.v2.quality:mode_kwargs"),
+            ("quality_modes", "codecspec.families.v2.quality:bench_modes"),
+        ),
     ),
     Entry(
         "fsq",

@@ -368,12 +368,15 @@ def bench_report(args, family: str, model, res: dict, record) -> int:
 
 
 def bench_quality_modes(family: str, loops, accept: str) -> list:
-    """AR and the speculative side the bench measured: v2 `loops[/accept]` (both loops,
-    exact, when --loops is not given), v1 depth speculation, FSQ AR only."""
-    if family == "v2":
-        spec = "both" if loops is None else loops
-        return ["ar", spec if accept == "exact" else f"{spec}/{accept}"]
-    return ["ar", "spec"] if family == "reference" else ["ar"]
+    """AR and the speculative side the bench measured: the family's own ("quality_modes"
+    hook: v2's `loops[/accept]`), else AR and "spec" where its engine adapter speculates."""
+    from codecspec.pipeline import registry
+
+    entry = registry.by_name(family)
+    hook = entry.hook("quality_modes")
+    if hook is not None:
+        return hook(loops, accept)
+    return ["ar"] + [m for m in entry.load("engine").modes if m == "spec"]
 
 
 def _bench_quality(args, family: str, res: dict):

@@ -18,31 +18,23 @@ __all__ = ["ESPEAK", "cmd_quality", "mode_kwargs", "model_synthesizer", "quality
 ESPEAK = "espeak-ng"
 
 
-def _v2_kwargs(mode: str, tts, beta: float, theta: Optional[float]) -> dict:
-    from codecspec.decode.temporal import LOOPS, speculation_config
-
-    loops, _, accept = mode.partition("/")
-    accept = accept or "exact"
-    if loops not in LOOPS or accept not in ("exact", "ssd", "pcg"):
-        raise ValueError(
-            f"modes: {mode!r} is not a v2 mode (ar, or LOOPS[/ACCEPT] with LOOPS in {LOOPS} "
-            "and ACCEPT in exact, ssd, pcg)"
-        )
-    if accept == "pcg" and theta is None:
-        theta = float(tts.meta.get("pcg_theta", 0.95))
-    return speculation_config(loops, accept, beta, theta)
-
-
 def mode_kwargs(family: str, mode: str, tts=None, beta: float = 0.3, theta=None) -> dict:
-    """generate() keywords of a quality mode for a model family (see the module docstring)."""
-    if mode == "ar":
-        return {"mode": "ar", "temporal": "ar"} if family == "v2" else {"mode": "ar"}
-    if family == "reference" and mode == "spec":
-        return {"mode": "spec"}
-    if family == "v2":
-        return _v2_kwargs(mode, tts, beta, theta)
-    allowed = {"reference": "ar, spec", "fsq": "ar"}[family]
-    raise ValueError(f"modes: {mode!r} is not a mode of the {family} family ({allowed})")
+    """generate() keywords of a quality mode for a model family: the family's own
+    ("quality_mode" hook of the registry: a family with more modes than ar/spec, v2's
+    `LOOPS[/ACCEPT]`), else {"mode": m} for a mode its engine adapter decodes; ValueError
+    naming `modes` for any other."""
+    from codecspec.pipeline import registry
+
+    entry = registry.by_name(family)
+    hook = entry.hook("quality_mode")
+    if hook is not None:
+        return hook(mode, tts, beta, theta)
+    allowed = ("ar",) + tuple(m for m in entry.load("engine").modes if m != "ar")
+    if mode not in allowed:
+        raise ValueError(
+            f"modes: {mode!r} is not a mode of the {family} family ({', '.join(allowed)})"
+        )
+    return {"mode": mode}
 
 
 def model_synthesizer(tts, sentences: list, **generate_kwargs) -> Callable:
