@@ -52,16 +52,9 @@ from codecspec.tts.phonemes import PhonemizerError
 
 log = logging.getLogger("codecspec.serve")
 
-# OpenAI's model names map onto whichever model the server loaded; the family names only
-# onto their own family (see engine.family.model_names).
+# OpenAI's model names map onto whichever model the server loaded; a family's own names only
+# onto that family (engine.family.model_names).
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
-MODEL_NAMES = (
-    "codecspec-reference",
-    "codecspec-fsq",
-    "codecspec-v2",
-    "codecspec-v3",
-    "qwen3-tts",
-) + OPENAI_MODELS
 # OpenAI's built-in voices, each with the speaker it prefers; a model without that speaker
 # gets one of its own by the voice's position (see voice_map).
 OPENAI_VOICES = {
@@ -438,9 +431,7 @@ def _model_error(engine: Engine, model: str) -> Optional[str]:
     served = served_models(engine)
     if model in served:
         return None
-    if model in MODEL_NAMES:
-        return f"model: this server loaded {served[0]!r}, not {model!r}; expected one of {served}"
-    return f"model: expected one of {list(served)}, got {model!r}"
+    return f"model: this server loaded {served[0]!r}; expected one of {list(served)}, got {model!r}"
 
 
 def _count(app: FastAPI, status: int) -> None:
