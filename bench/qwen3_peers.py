@@ -120,6 +120,19 @@ STAGES = ("talker", "code_predictor", "decoder", "whole")
 STAGE_TITLES = ("talker", "code predictor (15 calls)", "12 Hz decoder", "whole")
 DOCS_BEGIN = "<!-- qwen3_peers:begin (bench/qwen3_peers.py --write-docs) -->"
 DOCS_END = "<!-- qwen3_peers:end -->"
+
+
+def docs_markers(tag: str | None) -> tuple:
+    """The markers of the section --write-docs replaces; a --docs-tag gives a machine its own
+    section beside the untagged one (e.g. avx512 beside the AVX2 run)."""
+    if not tag:
+        return DOCS_BEGIN, DOCS_END
+    return (
+        f"<!-- qwen3_peers[{tag}]:begin (bench/qwen3_peers.py --write-docs --docs-tag {tag}) -->",
+        f"<!-- qwen3_peers[{tag}]:end -->",
+    )
+
+
 TALKER_GGUF = "qwen-talker-0.6b-customvoice-{quant}.gguf"
 CODEC_GGUF = "qwen-tokenizer-12hz-{quant}.gguf"
 TMOD = "qwen3-0.6b-customvoice.{quant}.tmod"
@@ -813,12 +826,14 @@ PEER_NOTES = (
 )
 
 
-def docs_section(record: dict, plot: str | None, docs: Path) -> str:
+def docs_section(record: dict, plot: str | None, docs: Path, tag: str | None = None) -> str:
     m = record["machine"]
     rounds = record["rounds"]
+    begin, end = docs_markers(tag)
+    where = f", {tag}" if tag else ""
     lines = [
-        DOCS_BEGIN,
-        f"## Side by side with the CPU runtimes people pick ({record['date'][:10]})",
+        begin,
+        f"## Side by side with the CPU runtimes people pick ({record['date'][:10]}{where})",
         "",
         f"`bench/qwen3_peers.py` on {m['cpu']} ({m['cores']} cores; SIMD: "
         f"{', '.join(m['simd']) or 'none listed'}), {record['model_note']}: the text "
@@ -843,15 +858,16 @@ def docs_section(record: dict, plot: str | None, docs: Path) -> str:
     if plot:
         rel = os.path.relpath(os.path.abspath(plot), os.path.abspath(docs.parent))
         lines += ["", f"![side by side]({rel})"]
-    lines.append(DOCS_END)
+    lines.append(end)
     return "\n".join(lines) + "\n"
 
 
-def write_docs(path: Path, section: str) -> None:
+def write_docs(path: Path, section: str, tag: str | None = None) -> None:
+    begin, end = docs_markers(tag)
     text = path.read_text() if path.is_file() else "# Performance notes\n"
-    if DOCS_BEGIN in text and DOCS_END in text:
-        head, rest = text.split(DOCS_BEGIN, 1)
-        tail = rest.split(DOCS_END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
         text = head + section.rstrip("\n") + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section
@@ -981,6 +997,12 @@ def parse_args(argv=None):
         nargs="?",
         const="docs/performance.md",
         help="write the table into this markdown file's section (default docs/performance.md)",
+    )
+    p.add_argument(
+        "--docs-tag",
+        default=None,
+        help="with --write-docs: a section of its own for this machine (e.g. avx512), beside "
+        "the untagged one instead of replacing it",
     )
     p.add_argument("--logs", default=None, help="worker logs here (default: a temp folder)")
     p.add_argument(
@@ -1122,7 +1144,7 @@ def main(argv=None) -> int:
         Path(args.json + ".partial").unlink(missing_ok=True)
     if args.write_docs:
         docs = Path(args.write_docs)
-        write_docs(docs, docs_section(record, png, docs))
+        write_docs(docs, docs_section(record, png, docs, args.docs_tag), args.docs_tag)
         print(f"wrote the section of {args.write_docs}")
     print(f"worker logs: {logs}")
     return 0
