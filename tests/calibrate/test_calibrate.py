@@ -16,6 +16,7 @@ from codecspec.calibrate.data import (
     synthetic_inputs,
     teacher_forced_hidden,
 )
+from codecspec.calibrate.decision import read_decision
 from codecspec.calibrate.device import (
     Acceptance,
     LatencyProfile,
@@ -281,6 +282,13 @@ def test_calibrate_end_to_end(model, tmp_path):
     assert [b["budget"] for b in prof["budgets"]] == [1, 2, 4, 8]
     assert set(prof["ablation"]) == {"zero_offsets", "medusa", "offsets"}
     assert prof["end_to_end"]["speedup"] > 0
+    # what `auto` acts on: decision.json, in the one format, by the profile's rule
+    decision = read_decision(out)
+    assert decision == res.decision and decision.source == out / "decision.json"
+    assert decision.speculate is prof["speculation_pays"] is (res.simulated_speedup > 1.0)
+    assert decision.measured["chosen_budget"] == res.budget
+    assert decision.device["threads"] == 1 and "cpu_flags" in decision.device
+    assert res.files["decision"] == str(out / "decision.json")
     for weights in ("int8", "int4"):  # what speculation over quantised weights keeps here
         rows = prof["quantised_rows"][weights]
         assert rows["holds"] in ("bit-identical", "float-rounding"), rows
@@ -360,34 +368,3 @@ def test_calibrate_hidden_heads_graph(model, tmp_path):
     assert all(h > 0 for h in res.latency.host_ms)
     assert res.end_to_end["speedup"] > 0
     assert (tmp_path / "out" / "offsets.npy").is_file()
-
-
-# ---------------------------------------------------------------------- the decision for auto
-def test_one_rule_for_auto_reads_both_calibration_files(tmp_path):
-    import json
-
-    from codecspec.calibrate.decision import auto_mode, speculation_pays
-
-    profile, qwen = tmp_path / "device_profile.json", tmp_path / "speculation.json"
-    for pays in (True, False):
-        profile.write_text(json.dumps({"speculation_pays": pays, "tree_nodes": 5}))
-        qwen.write_text(json.dumps({"speculate": pays, "speedup": 1.3 if pays else 0.9}))
-        assert speculation_pays(profile) is pays and speculation_pays(qwen) is pays
-        assert auto_mode("auto", speculation_pays(qwen)) == ("spec" if pays else "ar")
-    # no measurement, or a file without a decision: AR, whichever format is missing
-    assert not speculation_pays(tmp_path / "absent.json") and not speculation_pays(None)
-    (tmp_path / "old.json").write_text(json.dumps({"tree_nodes": 5}))
-    assert not speculation_pays(tmp_path / "old.json")
-    assert auto_mode("spec", False) == "spec" and auto_mode("ar", True) == "ar"
-
-
-def test_a_model_folder_without_a_profile_decodes_auto_as_ar(tmp_path):
-    import shutil
-
-    from codecspec.tts.registry import load_model, resolve_model_dir
-
-    src = resolve_model_dir("reference")
-    dst = tmp_path / "reference"
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.png", "ablation", "calibration"))
-    (dst / "device_profile.json").unlink()
-    assert load_model(dst).speculation_pays is False

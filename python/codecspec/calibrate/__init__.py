@@ -1,7 +1,9 @@
 """Per-device calibration of speculation: what pays on this machine, measured here.
 
-device       acceptance a[d][r], latency profile, tree-budget choice, tree.json and
-             device_profile.json (`calibrate`)
+device       acceptance a[d][r], latency profile, tree-budget choice, tree.json,
+             device_profile.json and decision.json (`calibrate`)
+decision     the one decision format and the one rule for `auto` (`read_decision`, also
+             of the older device_profile.json / speculation.json; `write_decision`)
 offsets      learned draft offsets b_1..b_K (heads frozen), Adam / cross-entropy in numpy
 medusa       per-(level, lookahead) linear heads in numpy: the ablation baseline
 data         free-generation frames of the exact model, teacher-forced hidden states

@@ -15,7 +15,8 @@ Three measurements, then a choice:
     cost(q_round) (rounds near the frame end use the tree cut to the remaining depth) against
     prefill + (G-2) AR steps; the N with the best simulated speed-up wins.
 
-`calibrate()` does everything end to end and writes tree.json, device_profile.json, the offsets
+`calibrate()` does everything end to end and writes tree.json, device_profile.json (the
+measurements), decision.json (what `auto` acts on: `codecspec.calibrate.decision`), the offsets
 and plots. See docs/calibration.md.
 """
 
@@ -41,6 +42,7 @@ from codecspec.calibrate.data import (
     synthetic_inputs,
     teacher_forced_hidden,
 )
+from codecspec.calibrate.decision import DECISION_FILE, Decision, write_decision
 from codecspec.calibrate.offsets import (
     OffsetDrafter,
     config_hash,
@@ -63,13 +65,17 @@ __all__ = [
     "TreeSimulation",
     "calibrate",
     "choose_budget",
+    "cpu_model",
+    "decision_device",
     "draft_ranks",
     "measure_acceptance",
     "measure_end_to_end",
     "measure_latency",
     "measure_overhead",
+    "params_dict",
     "predict_tree",
     "simulate_tree",
+    "utc_now",
 ]
 
 PROFILE_FORMAT = "codecspec.device_profile"
@@ -765,6 +771,7 @@ class CalibrationResult:
     end_to_end: Optional[dict] = None
     profile: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)
+    decision: Optional[Decision] = None  # what `auto` acts on (decision.json)
 
     @property
     def best(self) -> BudgetRow:
@@ -800,7 +807,8 @@ class CalibrationResult:
         return "\n".join(lines)
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """This CPU's model name (/proc/cpuinfo; the platform's processor name elsewhere)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -811,7 +819,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _now() -> str:
+def utc_now() -> str:
+    """The time now, UTC ISO 8601 to the second: the date stamp of calibration files."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -888,7 +897,8 @@ def calibrate(
        and for zero offsets (and Medusa heads with medusa=True) as ablations.
     4. latency profile for q in {1, 2} ∪ {N + 1}; 5. best N; 6. optional end-to-end check with
        the real decoder; 7. tree.json, device_profile.json (with what int8 / int4
-       speculation keeps on this device: `quantised_rows`), PNG plots.
+       speculation keeps on this device: `quantised_rows`), decision.json (the one decision
+       format, `calibrate.decision`), PNG plots.
     """
     t_start = time.monotonic()
     params = params or cs.SamplingParams(0.9, 50, 1.0)
@@ -918,6 +928,7 @@ def calibrate(
         acceptance_medusa=acc_med, ablation=ablation, end_to_end=e2e, files=run.files,
     )  # fmt: skip
     result.profile = _write_device_profile(result, run, provider, threads, eval_idx, t_start)
+    result.decision = _write_decision(result, run)
     _finish_calibration(result, plots=plots)
     return result
 
@@ -1000,7 +1011,7 @@ def _train_and_save_offsets(
         "heldout_zero_offsets": history.baseline,
         "frames": N,
         "num_train": history.num_train,
-        "sampling": _params_dict(run.params),
+        "sampling": params_dict(run.params),
         "seed": run.seed,
     }
     run.files["offsets"] = str(save_offsets(run.out / "offsets.npz", offs, meta))
@@ -1104,10 +1115,10 @@ def _device_header(graph, model_path: Path, heads) -> dict:
     return {
         "format": PROFILE_FORMAT,
         "version": PROFILE_VERSION,
-        "date": _now(),
+        "date": utc_now(),
         "provider": graph.provider,
         "heads_in_graph": bool(getattr(graph, "heads_in_graph", True)),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "threads": int(session_threads(graph.session)),
         "onnxruntime_version": ort.__version__,
@@ -1130,7 +1141,7 @@ def _write_device_profile(
     acc_med = r.acceptance_medusa
     profile = {
         **_device_header(run.graph, run.model_path, run.heads),
-        "sampling": _params_dict(run.params),
+        "sampling": params_dict(run.params),
         "seed": run.seed,
         "frames": len(run.codes),
         "acceptance_frames": int(len(eval_idx)),
@@ -1146,6 +1157,8 @@ def _write_device_profile(
         "simulated_speedup": best.speedup_simulated,
         "predicted_tokens_per_call": best.predicted_tokens_per_call,
         "simulated_tokens_per_call": best.simulated_tokens_per_call,
+        # The profile's record of the rule, kept for the readers of older profiles (model
+        # cards, recipes); `auto` acts on decision.json, written from the same rule.
         "speculation_pays": bool(best.speedup_simulated > 1.0),
         "ablation": r.ablation,
         "end_to_end": r.end_to_end,
@@ -1169,6 +1182,43 @@ def _write_device_profile(
     return profile
 
 
+def decision_device(profile: dict) -> dict:
+    """The device a calibration decided on, from its profile's header: what to compare
+    before trusting the decision on another machine (CPU, its SIMD flags, threads, runtime)."""
+    from codecspec.graphs.row_probe import cpu_simd_flags
+
+    keys = ("cpu_model", "cpu_count", "threads", "provider", "platform", "onnxruntime_version")
+    device = {k: profile[k] for k in keys if k in profile}
+    device["cpu_flags"] = cpu_simd_flags()
+    return device
+
+
+def _write_decision(r: CalibrationResult, run: _CalibrationRun) -> Decision:
+    """Step 7's decision.json: speculate where the best tree's replayed frame time beats the
+    AR loop's (the rule device_profile.json's `speculation_pays` has always recorded)."""
+    best, e2e = r.best, r.end_to_end or {}
+    speculate = bool(best.speedup_simulated > 1.0)
+    why = (
+        f"the best tree (N={r.budget}) replays at {best.speedup_simulated:.3f}x the AR loop "
+        f"on this device: {'speculate' if speculate else 'decode AR'}"
+    )
+    measured = {
+        "rule": "simulated_speedup > 1",
+        "chosen_budget": r.budget,
+        "simulated_speedup": best.speedup_simulated,
+        "predicted_speedup": best.speedup_predicted,
+        "simulated_tokens_per_call": best.simulated_tokens_per_call,
+        "simulated_calls_per_frame": best.simulated_calls_per_frame,
+        "end_to_end_speedup": e2e.get("speedup"),
+    }
+    device = decision_device(r.profile)
+    decision = write_decision(
+        run.out / DECISION_FILE, speculate=speculate, why=why, measured=measured, device=device
+    )
+    run.files["decision"] = str(decision.source)
+    return decision
+
+
 def _finish_calibration(result: CalibrationResult, *, plots: bool) -> None:
     """Plots (their paths join result.files) and the log lines: a warning when no budget beats
     the AR loop, since the decoder's `auto` will then not speculate."""
@@ -1177,7 +1227,7 @@ def _finish_calibration(result: CalibrationResult, *, plots: bool) -> None:
 
         for k, p in write_plots(result, result.out_dir).items():
             result.files[k] = str(p)
-    if not result.profile["speculation_pays"]:
+    if not result.decision.speculate:
         log.warning(
             "no budget beats the AR loop on this device (best %.3fx at N=%d)",
             result.best.speedup_simulated,
@@ -1186,5 +1236,6 @@ def _finish_calibration(result: CalibrationResult, *, plots: bool) -> None:
     log.info("calibration:\n%s", result.summary())
 
 
-def _params_dict(p) -> dict:
+def params_dict(p) -> dict:
+    """SamplingParams as the JSON object calibration files record."""
     return {"temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p}

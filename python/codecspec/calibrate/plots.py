@@ -15,6 +15,8 @@ __all__ = [
     "plot_latency",
     "plot_speedup",
     "plot_training",
+    "pyplot",
+    "save",
     "write_plots",
 ]
 
@@ -27,7 +29,8 @@ def have_matplotlib() -> bool:
     return True
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot on the headless Agg backend (ImportError without matplotlib)."""
     import matplotlib
 
     # Headless machines have no display; never let the backend probe for one.
@@ -39,7 +42,7 @@ def _plt():
 
 def save(fig, ax, path, legend_size=None) -> Path:
     """Grid, legend, tight layout, PNG at 120 dpi; closes the figure."""
-    plt = _plt()
+    plt = pyplot()
     ax.grid(alpha=0.3)
     ax.legend(fontsize=legend_size)
     fig.tight_layout()
@@ -49,7 +52,7 @@ def save(fig, ax, path, legend_size=None) -> Path:
 
 
 def plot_acceptance(matrix, path, title: str = "acceptance a[d][r]", max_ranks: int = 16):
-    plt = _plt()
+    plt = pyplot()
     a = np.asarray(matrix)[:, :max_ranks]
     fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * a.shape[1] + 1.5), 0.6 * a.shape[0] + 1.6))
     im = ax.imshow(a, cmap="viridis", vmin=0.0, vmax=max(float(a.max()), 1e-6), aspect="auto")
@@ -76,7 +79,7 @@ def plot_acceptance(matrix, path, title: str = "acceptance a[d][r]", max_ranks: 
 
 
 def plot_latency(latency, path):
-    plt = _plt()
+    plt = pyplot()
     qs = np.asarray(latency.qs)
     g = np.asarray(latency.graph_ms)
     h = np.asarray(latency.host_ms)
@@ -93,7 +96,7 @@ def plot_latency(latency, path):
 
 
 def plot_speedup(rows, path, chosen=None):
-    plt = _plt()
+    plt = pyplot()
     n = [r.budget for r in rows]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot(n, [r.speedup_simulated for r in rows], "o-", label="simulated (frame)")
@@ -108,7 +111,7 @@ def plot_speedup(rows, path, chosen=None):
 
 
 def plot_training(history, path):
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot(history.steps, history.train_loss, lw=0.8, label="train (batch)")
     if history.val:

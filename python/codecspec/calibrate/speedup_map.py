@@ -137,7 +137,7 @@ def map_point(
         "graph_ms_tree": ideal["graph_ms_tree"],
         "ar_host_share": run.host_share("ar"),
         "spec_host_share": run.host_share("spec"),
-        "speculation_pays": bool(res.profile.get("speculation_pays", res.predicted_speedup > 1)),
+        "speculation_pays": res.decision.speculate,
     }
 
 
@@ -178,13 +178,13 @@ def build_speedup_map(
                 seed=seed,
             )
             points.append({"sharpness": s, **pt})
-    from codecspec.calibrate.device import _cpu_model, _now
+    from codecspec.calibrate.device import cpu_model, utc_now
     from codecspec.runtime.threads import threads_in_use
 
     doc = {
         "format": MAP_FORMAT,
-        "date": _now(),
-        "cpu_model": _cpu_model(),
+        "date": utc_now(),
+        "cpu_model": cpu_model(),
         "threads": threads_in_use(threads),  # also right with per-session pools
         "provider": provider,
         "frames": frames,
@@ -263,9 +263,9 @@ def plot_speedup_map(doc: dict, path, marks: Optional[dict] = None) -> Optional[
     """Measured and ideal speed-up vs tokens per call; vertical marks for the shipped model
     (from its report.json when present), the paper's Qwen3-TTS figure and `marks`."""
     try:
-        from codecspec.calibrate.plots import _plt, save
+        from codecspec.calibrate.plots import pyplot, save
 
-        plt = _plt()
+        plt = pyplot()
     except ImportError:
         return None
     pts = _sorted_points(doc)

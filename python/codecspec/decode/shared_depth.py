@@ -2,10 +2,14 @@
 
 A model folder may hold two depth decoders of the same frames:
 
-    positional   depth.onnx, depth.heads.npy, offsets.npy, tree.json, device_profile.json
+    positional   depth.onnx, depth.heads.npy, offsets.npy, tree.json, device_profile.json,
+                 decision.json
     shared       depth_shared.npz (shared weights, `codecspec.graphs.shared`), and from its
                  calibration depth_shared.offsets.npy, depth_shared.tree.json,
-                 depth_shared.device_profile.json
+                 depth_shared.device_profile.json, depth_shared.decision.json
+
+The decision `auto` acts on is read by `codecspec.calibrate.decision` (decision.json, or the
+device profile's `speculation_pays` in a folder calibrated before that format).
 
 The shared decoder's graph is built from depth_shared.npz when it is loaded (a fraction of a
 second: the expansion is a broadcast and the builder only copies weights), so only the shared
@@ -52,7 +56,8 @@ def depth_files(depth: str) -> tuple:
 
 
 def profile_path(model_dir, depth: str) -> Path:
-    """The calibration profile of this depth decoder in a folder."""
+    """The calibration profile of this depth decoder in a folder; its decision is read from
+    beside it (`codecspec.calibrate.decision.read_decision(profile_path(...))`)."""
     name = "device_profile.json" if check_depth(depth) == "positional" else SHARED_PROFILE
     return Path(model_dir) / name
 

@@ -33,11 +33,11 @@ from codecspec.calibrate.data import (
 )
 from codecspec.calibrate.device import (
     Acceptance,
-    _now,
-    _params_dict,
     measure_acceptance,
+    params_dict,
     predict_tree,
     simulate_tree,
+    utc_now,
 )
 from codecspec.calibrate.medusa import train_medusa
 from codecspec.calibrate.offsets import OffsetDrafter, split_frames, train_offsets
@@ -273,9 +273,9 @@ def _write(result: AblationResult, plots: bool) -> None:
 
 def plot_ablation(result: AblationResult, path):
     """Tokens per call vs N (log2 axis), one line per drafter; dashed: independence model."""
-    from codecspec.calibrate.plots import _plt, save
+    from codecspec.calibrate.plots import pyplot, save
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
     n = result.budgets
     for d, style in zip(DRAFTERS, ("o-", "s-", "^-")):
@@ -352,10 +352,10 @@ def ablate(
         acceptance=acc,
         num_parameters={**{d: acc[d].num_parameters for d in DRAFTERS}, "lm_heads": heads.size},
         meta={
-            "date": _now(),
+            "date": utc_now(),
             "model": str(model_path),
             "provider": graph.provider,
-            "sampling": _params_dict(params),
+            "sampling": params_dict(params),
             "seed": seed,
             "inputs": "synthetic" if inputs is None else "given",
             "frames": _frame_counts(codes, train_idx, val_idx, select),

@@ -24,7 +24,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec import perf
-from codecspec.calibrate.decision import auto_mode, speculation_pays
+from codecspec.calibrate.decision import read_decision
 from codecspec.decode.depth import DepthDecoder
 from codecspec.decode.timing import ideal_speedup, interleaved_ar_spec
 from codecspec.fidelity import per_position_pvalues
@@ -329,14 +329,12 @@ def pipeline_figures(totals: dict) -> dict:
 
 
 def depth_choice(model_dir, depth: str = "positional") -> Optional[str]:
-    """ "spec" or "ar": what the folder's calibration of that depth decoder chose (its
-    device profile's `speculation_pays`); None without a profile."""
+    """ "spec" or "ar": what the folder's calibration of that depth decoder decided
+    (`calibrate.decision`, beside its device profile); None where it was not calibrated."""
     from codecspec.decode.shared_depth import profile_path
 
-    path = profile_path(Path(model_dir), depth)
-    if not path.is_file():
-        return None
-    return auto_mode("auto", speculation_pays(path))
+    decision = read_decision(profile_path(Path(model_dir), depth))
+    return None if decision.source is None else decision.mode
 
 
 def frame_ms(model_dir, codecs: Optional[dict] = None) -> Optional[float]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from codecspec.perf import peak_rss_mb
 
 
-def _params(args):
+def params_from_args(args):
     """SamplingParams from --temperature/--top-k/--top-p over the model's own defaults."""
     import codecspec as cs
     from codecspec.tts.registry import resolve_model_dir
@@ -189,7 +189,7 @@ def cmd_synth(args) -> int:
         args.model,
         provider=args.provider,
         threads=args.threads,
-        params=_params(args),
+        params=params_from_args(args),
         **_depth_kwargs(args),
     )
     if args.stream:
@@ -330,7 +330,7 @@ def bench_common(args) -> tuple:
         seed=args.seed,
         provider=args.provider,
         threads=args.threads,
-        params=_params(args),
+        params=params_from_args(args),
         progress=not args.json,
     )
     model = resolve_model_dir(args.model)

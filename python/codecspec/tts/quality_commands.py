@@ -100,7 +100,7 @@ def quality_reports(
 
 
 def run_quality(args, model, modes, prefix: str = "") -> dict:
-    from codecspec.tts.commands import _params
+    from codecspec.tts.commands import params_from_args
     from codecspec.tts.intelligibility import Recognizer
 
     get = vars(args)
@@ -114,7 +114,7 @@ def run_quality(args, model, modes, prefix: str = "") -> dict:
         recognizer=rec,
         threads=args.threads,
         provider=args.provider,
-        params=None if model == ESPEAK else _params(args),
+        params=None if model == ESPEAK else params_from_args(args),
         beta=args.beta,
         theta=args.theta,
         progress=not args.json,

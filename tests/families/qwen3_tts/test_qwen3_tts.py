@@ -549,8 +549,16 @@ def test_calibrate_stores_offsets_and_tree_and_spec_stays_exact(tmp_path):
         progress=False,
         weights="fp32",
     )
-    for name in ("offsets.npy", "tree.json", "speculation.json"):
+    for name in ("offsets.npy", "tree.json", "decision.json"):
         assert (entry / name).is_file()
+    from codecspec.calibrate.decision import DECISION_FORMAT, read_decision
+
+    decision = read_decision(entry / "decision.json")  # the one format, measured end to end
+    assert json.loads((entry / "decision.json").read_text())["format"] == DECISION_FORMAT
+    speedup = result.end_to_end["speedup"]
+    assert decision.speculate is (speedup > 1.0)
+    assert decision.measured["measured_speedup"] == speedup
+    assert decision.measured["weights"] == "fp32" and "cpu_model" in decision.device
     tts = Qwen3TTS.load(DATA / "design_wide", cache_dir=tmp_path, weights="fp32")
     assert np.abs(tts.depth.offsets).max() > 0
     cases, z = _cases("design_wide")

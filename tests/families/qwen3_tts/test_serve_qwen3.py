@@ -222,14 +222,25 @@ def test_slot_runtimes_share_the_loaded_graphs(custom):
 
 
 def test_mode_auto_follows_the_calibration(custom):
+    """The decision in the one format (decision.json), and a folder calibrated before it
+    (speculation.json's "speculate"); the new file wins where both are."""
+    from codecspec.calibrate.decision import DECISION_FILE, write_decision
+
     fam = custom.engine.family
-    f = fam.tts.calibration_file("speculation.json")
-    assert not f.exists() and fam.request_kwargs(SpeechRequest(TEXT))["mode"] == "ar"
+    new, old = fam.tts.calibration_file(DECISION_FILE), fam.tts.calibration_file("speculation.json")
+    assert not new.exists() and not old.exists()
+    assert fam.request_kwargs(SpeechRequest(TEXT))["mode"] == "ar"
     try:
-        f.write_text(json.dumps({"speculate": True}))
+        old.write_text(json.dumps({"speculate": True}))
+        assert fam._speculation_pays()
+        write_decision(new, speculate=False, why="measured 0.9x AR")
+        assert not fam._speculation_pays()
+        old.unlink()
+        write_decision(new, speculate=True, why="measured 1.2x AR")
         assert fam._speculation_pays()
     finally:
-        f.unlink()
+        for f in (new, old):
+            f.unlink(missing_ok=True)
     assert not fam._speculation_pays()
 
 

@@ -358,10 +358,11 @@ def _precision_choice(tts: Qwen3TTS) -> Optional[str]:
 
 
 def _calibrated(tts: Qwen3TTS) -> Optional[str]:
-    from codecspec.calibrate.decision import auto_mode, speculation_pays
+    """ "spec" or "ar": what this precision's calibration decided; None where none ran."""
+    from codecspec.calibrate.decision import DECISION_FILE, read_decision
 
-    f = tts.calibration_file("speculation.json")
-    return auto_mode("auto", speculation_pays(f)) if f.is_file() else None
+    decision = read_decision(tts.calibration_file(DECISION_FILE))
+    return None if decision.source is None else decision.mode
 
 
 def speedup_map(

@@ -5,13 +5,14 @@ hidden state and c0 of every frame, drawn with the checkpoint's own sampling def
 the generic calibration (calibrate/device.py) trains the offsets b_j, measures the acceptance
 a[d][r] and this device's latency profile, and picks the tree. Its report goes to
 <graphs>/calibration/; offsets.npy and tree.json are copied beside the built graphs last
-(the decoder reads them), and speculation.json, which makes `synth --mode auto` speculate only
-where the measured end-to-end depth loop was faster than AR on this device.
+(the decoder reads them), and the decision (`codecspec.calibrate.decision`: decision.json,
+per precision like the rest), which makes `synth --mode auto` speculate only where the
+measured end-to-end depth loop was faster than AR on this device. A folder calibrated before
+that format keeps its speculation.json, read the same way.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -128,16 +129,41 @@ def calibrate_checkpoint(
         dst = tts.calibration_file(name)
         shutil.copyfile(out / name, dst.with_name(f".{dst.name}.tmp"))
         dst.with_name(f".{dst.name}.tmp").replace(dst)
-    e2e = result.end_to_end or {}
-    decision = {
-        "tokens_per_call": result.best.simulated_tokens_per_call,
-        "measured_speedup": e2e.get("speedup"),
-        "speculate": bool(e2e.get("speedup", 0.0) > 1.0),
-    }
-    dst = tts.calibration_file("speculation.json")
-    dst.with_name(f".{dst.name}.tmp").write_text(json.dumps(decision, indent=2))
-    dst.with_name(f".{dst.name}.tmp").replace(dst)
+    _write_decision(tts, result)
     return result, entry
+
+
+def _write_decision(tts: Qwen3TTS, result):
+    """The decision beside the graphs, for this precision: speculate where the real depth
+    loop, timed end to end against AR on this device, was faster (a simulation leaves out
+    this decoder's host work, which the end-to-end run includes)."""
+    from codecspec.calibrate.decision import DECISION_FILE, write_decision
+    from codecspec.calibrate.device import decision_device
+
+    e2e = result.end_to_end or {}
+    speedup = e2e.get("speedup")
+    speculate = bool((speedup or 0.0) > 1.0)
+    shown = "not measured" if speedup is None else f"{speedup:.3f}x AR"
+    why = (
+        f"the depth loop with the calibrated tree ran at {shown} end to end on this device "
+        f"({tts.weights}): {'speculate' if speculate else 'decode AR'}"
+    )
+    measured = {
+        "rule": "measured_speedup > 1",
+        "weights": tts.weights,
+        "measured_speedup": speedup,
+        "ar_ms_per_frame": e2e.get("ar_ms_per_frame"),
+        "spec_ms_per_frame": e2e.get("spec_ms_per_frame"),
+        "tokens_per_call": result.best.simulated_tokens_per_call,
+        "simulated_speedup": result.best.speedup_simulated,
+    }
+    return write_decision(
+        tts.calibration_file(DECISION_FILE),
+        speculate=speculate,
+        why=why,
+        measured=measured,
+        device=decision_device(result.profile),
+    )
 
 
 def calibrate_command(args) -> int:
@@ -167,7 +193,7 @@ def calibrate_command(args) -> int:
             "`--weights auto` runs it, the default stays fp32 (the official codes)"
         )
     print(_map_line(result, args))
-    print(f"stored offsets.npy and tree.json beside the graphs in {entry}")
+    print(f"stored offsets.npy, tree.json and the decision beside the graphs in {entry}")
     return 0
 
 

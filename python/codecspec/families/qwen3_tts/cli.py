@@ -8,14 +8,14 @@ import time
 
 import numpy as np
 
-from codecspec.calibrate.decision import auto_mode, speculation_pays
+from codecspec.calibrate.decision import DECISION_FILE, auto_mode, speculation_pays
 
 
 def _mode(args, tts) -> str:
     if args.mode == "pcg":
         raise ValueError("--mode: pcg is not available for Qwen3-TTS checkpoints (ar or spec)")
     # auto: spec where `codecspec calibrate --model DIR` measured that it pays
-    pays = speculation_pays(tts.calibration_file("speculation.json"))
+    pays = speculation_pays(tts.calibration_file(DECISION_FILE))
     return auto_mode(args.mode, pays)
 
 

@@ -36,8 +36,8 @@ from codecspec.tts.bench import (
 __all__ = ["LOOPS", "bench_v2", "record_v2", "speculation_config"]
 
 # `loops=None`: what users get by default, the loops the model's calibration found to pay
-# (the depth loop: device_profile.json; the temporal loop: model.json's
-# "temporal_speculation_pays", from bench/speculation_sweep.py), exact acceptance.
+# (the depth loop: its calibration's decision, `calibrate.decision`; the temporal loop:
+# model.json's "temporal_speculation_pays", from bench/speculation_sweep.py), exact acceptance.
 
 
 def _per_frame(rows, key) -> float:
