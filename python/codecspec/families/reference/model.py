@@ -117,8 +117,8 @@ class ReferenceTTS(PhonemeModel):
             )
         self.dir = d
         self.meta = json.loads((d / "model.json").read_text())
-        prof = d / "device_profile.json"
-        self._speculation_pays = speculation_pays(prof)
+        # the folder's decision.json, or the device_profile.json of an older calibration
+        self._speculation_pays = speculation_pays(d)
         self.frontend = Frontend.from_dict(self.meta["frontend"])
         self.scale = float(self.meta["latent_scale"])
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
@@ -135,7 +135,8 @@ class ReferenceTTS(PhonemeModel):
 
     @property
     def speculation_pays(self) -> bool:
-        """What calibration measured (device_profile.json): did the best tree beat AR?"""
+        """What calibration decided (`codecspec.calibrate.decision`): did the best tree beat
+        AR on the calibrating machine?"""
         return self._speculation_pays
 
     # ------------------------------------------------------------------ text
@@ -239,8 +240,8 @@ class ReferenceTTS(PhonemeModel):
         decode_audio: bool = True,
     ) -> Synthesis:
         """Synthesise `text` (or given IPA `phonemes`). mode "ar" or "spec" (the same output
-        law); "auto" = spec where the folder's device_profile.json found that speculation pays
-        on the calibrating machine, else ar (see `speculation_pays`). The result times each
+        law); "auto" = spec where the folder's calibration found that speculation pays on the
+        calibrating machine, else ar (see `speculation_pays`). The result times each
         stage: frontend (phonemes, encoder graph), temporal, depth loop, vocoder."""
         plan = self.plan(
             text,
