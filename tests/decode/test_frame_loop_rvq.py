@@ -1,6 +1,7 @@
-"""The RVQ reference runs on the shared frame loop (`codecspec.decode.frames`): its codes are
-exactly those of the plain per-frame recipe written out here (temporal step, c0 sampled on
-the host, the depth loop, the frame's latent fed back), for the same seed, AR and spec."""
+"""The RVQ reference's `generate` (the engine's loop with one slot,
+`codecspec.pipeline.loop.run_inline`): its codes are exactly those of the plain per-frame
+recipe written out here (temporal step, c0 sampled on the host, the depth loop, the frame's
+latent fed back), for the same seed, AR and spec."""
 
 from __future__ import annotations
 

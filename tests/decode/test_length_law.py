@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from paths import DATA
+from v2_oracle import round_frames
 
 import codecspec as cs
 from codecspec.decode.temporal import TemporalLoop
@@ -89,7 +90,7 @@ def _lengths(tts, utterance, runs, first_seed, draft_len=0, broken=None) -> np.n
         target = _StopHead(tts.stepper(enc, spk, expected), broken)
         draft = tts.stepper(enc, spk, expected, draft=True) if draft_len else None
         loop = TemporalLoop(target, draft, _NoDepth(), tts.params, draft_len=draft_len)
-        lengths.append(sum(1 for _ in loop.frames(cs.Generator(seed), MAX_FRAMES)))
+        lengths.append(sum(1 for _ in round_frames(loop, cs.Generator(seed), MAX_FRAMES)))
     return np.bincount(lengths, minlength=MAX_FRAMES + 1)
 
 

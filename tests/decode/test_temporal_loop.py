@@ -1,4 +1,5 @@
-"""The temporal speculation loop (`codecspec.decode.temporal`) on a tiny v2 model folder.
+"""The temporal speculation loop (`codecspec.decode.temporal`) on a tiny v2 model folder, its
+rounds driven one utterance at a time by the old round loop (tests/v2_oracle.py).
 
 Laws are tested by histograms over many short utterances (the stop head disabled, so every
 utterance has F frames): per frame position, the c0 law (exact) or the c0 group law (PCG) of
@@ -13,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from paths import DATA
+from v2_oracle import round_frames
 
 import codecspec as cs
 from codecspec.decode import batched_depth
@@ -63,7 +65,8 @@ def _run(tts, runs=RUNS, broken=False, **kw):
         loop = _loop(tts, enc, spk, expected, **kw)
         if broken:
             loop._verify = _accept_everything.__get__(loop)
-        frames = [c for c, _, _ in loop.frames(cs.Generator(seed), F)]
+        bd = tts.round_depth(loop.draft_len + 1)  # a round's depth loops batched
+        frames = [c for c, _, _ in round_frames(loop, cs.Generator(seed), F, bd)]
         codes.append(np.stack(frames))
         groups.append(loop.stats.groups)
     return np.stack(codes), groups
@@ -104,7 +107,7 @@ def test_a_draft_equal_to_the_target_is_always_accepted(tts):
             tts.params,
             draft_len=n,
         )
-        frames = list(loop.frames(cs.Generator(7), 4 * (n + 1)))
+        frames = list(round_frames(loop, cs.Generator(7), 4 * (n + 1)))
         assert len(frames) == 4 * (n + 1)
         st = loop.stats
         assert st.acceptance == 1.0 and st.accepted == st.drafted > 0
@@ -115,7 +118,7 @@ def test_a_draft_equal_to_the_target_is_always_accepted(tts):
 def test_ar_is_the_zero_draft_case_of_the_same_loop(tts):
     enc, spk, expected = _encoded(tts)
     loop = _loop(tts, enc, spk, expected, temporal="ar")
-    frames = list(loop.frames(cs.Generator(3), 5))
+    frames = list(round_frames(loop, cs.Generator(3), 5))
     assert loop.draft is None and loop.draft_len == 0
     assert loop.stats.target_calls == 5 and loop.stats.tokens_per_call == 1.0
     # the same seed gives the same codes through generate()
@@ -247,7 +250,7 @@ def test_ssd_accepts_more_and_says_it_is_lossy(tts, ar_codes):
                 draft_len=3,
                 accept=Acceptance("ssd", beta=beta),
             )
-            list(loop.frames(cs.Generator(seed), 9))
+            list(round_frames(loop, cs.Generator(seed), 9, tts.round_depth(4)))
             acc.setdefault(beta, []).append(loop.stats.acceptance)
     assert np.mean(acc[0.5]) > np.mean(acc[0.0]) + 0.05
     exact, _ = _run(tts, temporal="spec", draft_len=3, accept=Acceptance("ssd", beta=0.0))
@@ -304,7 +307,7 @@ def test_bad_loop_arguments_name_the_argument(tts):
     loop = TemporalLoop(t, d, tts.depth, tts.params)
     for bad in (0, -3, True):
         with pytest.raises(ValueError, match="max_frames"):
-            list(loop.frames(cs.Generator(0), bad))
+            list(round_frames(loop, cs.Generator(0), bad))
     with pytest.raises(ValueError, match="temporal"):
         tts.generate("", phonemes=PHONEMES, temporal="tree")
     with pytest.raises(ValueError, match="mode"):
@@ -319,15 +322,14 @@ def test_a_rounds_frames_decode_the_same_together_and_one_by_one(tts, depth_mode
     out = []
     for batched in (True, False):
         loop = _loop(tts, enc, spk, expected, temporal="spec", depth_mode=depth_mode)
-        assert loop.batch_depth is not None
-        if not batched:
-            loop.batch_depth = None
-        out.append(np.stack([c for c, _, _ in loop.frames(cs.Generator(5), 3 * F)]))
+        bd = tts.round_depth(loop.draft_len + 1) if batched else None
+        assert not batched or bd is not None
+        out.append(np.stack([c for c, _, _ in round_frames(loop, cs.Generator(5), 3 * F, bd)]))
         assert loop.stats.tokens_per_call > 1.0  # some rounds had several frames
     assert np.array_equal(out[0], out[1])
     # the comparison can fail: another seed gives other codes
     loop = _loop(tts, enc, spk, expected, temporal="spec", depth_mode=depth_mode)
-    other = np.stack([c for c, _, _ in loop.frames(cs.Generator(6), 3 * F)])
+    other = np.stack([c for c, _, _ in round_frames(loop, cs.Generator(6), 3 * F)])
     assert other.shape != out[0].shape or not np.array_equal(other, out[0])
 
 
@@ -335,9 +337,9 @@ def test_a_rounds_depth_loops_share_graph_calls(tts):
     """Batching a round's frames: fewer depth calls than frames x levels."""
     enc, spk, expected = _encoded(tts)
     loop = _loop(tts, enc, spk, expected, temporal="spec", depth_mode="ar")
-    bd = loop.batch_depth
+    bd = tts.round_depth(loop.draft_len + 1)
     calls0, lanes0 = bd.calls, bd.lane_calls
-    list(loop.frames(cs.Generator(8), 3 * F))
+    list(round_frames(loop, cs.Generator(8), 3 * F, bd))
     levels = tts.depth.G - 1
     multi = [a + 1 for a in loop.stats.accepted_per_round if a > 0]  # rounds of 2+ frames
     assert multi, "some round had several frames"

@@ -1,5 +1,6 @@
-"""Streaming synthesis (docs/streaming.md): the frame loop as a generator, the chunk vocoder,
-`ReferenceTTS.stream` / `FSQTTS.stream`, the incremental WAV writer and `synth --stream`.
+"""Streaming synthesis (docs/streaming.md): the chunk vocoder, `ReferenceTTS.stream` /
+`FSQTTS.stream` over the one loop's frames (its own bookkeeping: tests/pipeline/
+test_one_loop.py), the incremental WAV writer and `synth --stream`.
 
 Tolerances (Griffin-Lim starts from a seeded random phase, so two renderings of the same
 codes never agree sample by sample, not even two whole-utterance ones with different seeds):
@@ -29,11 +30,9 @@ import numpy as np
 import pytest
 
 import codecspec
-import codecspec as cs
 from codecspec.codec.audio import WavWriter, read_wav, write_wav
 from codecspec.codec.features import log_spectral_distance, stft
 from codecspec.codec.streaming import ChunkVocoder, chunk_seed, stream_decode
-from codecspec.decode.frames import iter_frame_loop, run_frame_loop
 from codecspec.families.reference.model import MODEL_FILES, ReferenceTTS, default_model_dir
 from codecspec.tts.text import split_sentences
 
@@ -43,62 +42,6 @@ needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="no 
 HELLO = "hˈɛloʊ wˈɜːld"
 LONG = "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ nˌɪɹ ðə ɹˈɪvɚ bˈæŋk"
 HOP = 1280
-
-
-# ----------------------------------------------------------------------------- frame loop
-class _Counter:
-    """A batched toy stepper/decoder: stream b emits its frame index, stops at frame stops[b]."""
-
-    def __init__(self, stops):
-        self.stops, self.t, self.prev = list(stops), 0, []
-
-    def step(self, prev):
-        self.prev.append(None if prev is None else np.array(prev))
-        return self.t
-
-    def decode(self, t, generator):
-        self.t += 1
-        codes = np.array([[t, b] for b in range(len(self.stops))], np.int64)
-        return codes, np.array([t >= s for s in self.stops])
-
-
-def test_iter_frame_loop_bookkeeping_and_run_frame_loop_agree():
-    c = _Counter([2, 4, 99])
-    steps = list(iter_frame_loop(c, c, None, 6))
-    assert [s.t for s in steps] == list(range(6)) and [s.last for s in steps] == [0] * 5 + [1]
-    assert [list(s.keep) for s in steps][2:5] == [[1, 1, 1], [0, 1, 1], [0, 1, 1]]
-    assert list(steps[-1].ends) == [2, 4, -1] and list(steps[-1].stopped) == [1, 1, 0]
-    c = _Counter([2, 4])
-    loop = run_frame_loop(c, c, None, 10)
-    assert loop.steps == 5 and list(loop.stopped) == [True, True]
-    assert [len(x) for x in loop.codes] == [3, 5] and loop.codes[1][:, 0].tolist() == [
-        0,
-        1,
-        2,
-        3,
-        4,
-    ]
-    assert c.prev[0] is None and c.prev[1].tolist() == [[0, 0], [0, 1]]  # frames fed back
-
-
-def test_iter_frame_loop_checks_max_frames_at_the_call():
-    with pytest.raises(ValueError, match="max_frames"):
-        iter_frame_loop(_Counter([1]), _Counter([1]), None, 0)
-
-
-@needs_model
-@pytest.mark.parametrize("mode", ["ar", "spec"])
-def test_generator_frame_loop_equals_run_frame_loop(mode):
-    """The frame loop's generator form and its collector agree on the reference family's
-    stepper and decoder (generate's loop before the engine's,
-    tests/families/reference/test_reference_one_loop.py)."""
-    from reference_oracle import old_parts
-
-    tts = _tts()
-    a, b = old_parts(tts, HELLO, mode), old_parts(tts, HELLO, mode)
-    streamed = [s.codes[0] for s in iter_frame_loop(*a, cs.Generator(5), 50)]
-    loop = run_frame_loop(*b, cs.Generator(5), 50)
-    np.testing.assert_array_equal(np.stack(streamed), loop.codes[0])
 
 
 # ----------------------------------------------------------------------------- chunk vocoder
@@ -246,6 +189,8 @@ def test_stream_checks_its_arguments_at_the_call():
         tts.stream("  ", split_sentences=True)
     with pytest.raises(ValueError, match="language"):
         tts.stream("", phonemes=HELLO, language="xx")
+    with pytest.raises(ValueError, match="max_frames"):  # the guard, before any frame
+        tts.stream("", phonemes=LONG, max_frames=3)
 
 
 @needs_model
@@ -262,15 +207,6 @@ def test_sentence_stream_is_the_sentences_one_after_another():
     assert st.sentences == 2
     np.testing.assert_array_equal(st.codes, np.concatenate(parts))
     assert len(y) == len(st.codes) * HOP
-
-
-def test_a_subclass_family_must_bring_its_own_plan():
-    class Other(ReferenceTTS):  # a subclass that brings its own generate only
-        def generate(self, text, **kw):
-            raise AssertionError("not called")
-
-    with pytest.raises(NotImplementedError, match="plan"):
-        object.__new__(Other).stream("", phonemes=HELLO)
 
 
 def test_split_sentences():
@@ -301,6 +237,12 @@ def test_fsq_stream_shares_the_implementation():
     assert log_spectral_distance(g.wav, y) <= 1.15 * log_spectral_distance(g.wav, other)
     with pytest.raises(ValueError, match="chunk_frames"):
         tts.stream("", phonemes=LONG, chunk_frames=0)
+    for bad in (0, -2, True):  # the guard is checked at the call, before any frame
+        with pytest.raises(ValueError, match="max_frames"):
+            tts.stream("", phonemes=LONG, max_frames=bad)
+    short = tts.stream("", phonemes=LONG, seed=2, max_frames=4)  # ended by the guard
+    assert len(np.concatenate(list(short))) > 0 and short.frames == 4 and not short.stopped
+    np.testing.assert_array_equal(short.codes, g.codes[:4])
 
 
 # ----------------------------------------------------------------------------- WAV writer

@@ -29,12 +29,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 
 import codecspec as cs
-from codecspec.decode.batched_depth import FrameJob, decode_frames, frame_generator
+from codecspec.decode.batched_depth import FrameJob, frame_generator
 
 __all__ = [
     "ACCEPT_RULES",
@@ -154,7 +154,10 @@ class Round:
 
 
 class TemporalLoop:
-    """Speculative (or, with draft_len 0, autoregressive) decoding of one utterance.
+    """Speculative (or, with draft_len 0, autoregressive) decoding of one utterance, a round
+    at a time: the serving engine's step runs each stream's round (`round_steps`,
+    `frame_jobs`, `finish_round`; `codecspec.families.v2.engine.V2Family`), and `generate`
+    is that engine with one slot.
 
     target / draft: `V2Stepper`s of the same utterance (draft may be None when draft_len is
     0); depth: a `DepthDecoder`; depth_mode "ar", "spec" or "pcg" (the depth loop's own
@@ -171,7 +174,6 @@ class TemporalLoop:
         accept: Acceptance = Acceptance(),
         c0_groups: Optional[cs.AcousticGroups] = None,
         depth_mode: str = "ar",
-        batch_depth=None,
     ):
         if isinstance(draft_len, bool) or not isinstance(draft_len, int) or draft_len < 0:
             raise ValueError(f"draft_len: expected an int >= 0, got {draft_len!r}")
@@ -192,7 +194,7 @@ class TemporalLoop:
                 )
         self.target, self.draft, self.depth, self.params = target, draft, depth, params
         self.draft_len, self.accept, self.c0_groups = draft_len, accept, c0_groups
-        self.depth_mode, self.batch_depth = depth_mode, batch_depth
+        self.depth_mode = depth_mode
         self.stats = TemporalStats()
         self.c0s: list = []
 
@@ -294,29 +296,6 @@ class TemporalLoop:
             if bool(cs.sample_stop(rnd.stop_logits[j : j + 1], generator)[0]):
                 return np.stack(out), True
         return np.stack(out), False
-
-    def _depth_codes(self, jobs: list) -> list:
-        if self.batch_depth is not None and len(jobs) > 1:
-            return decode_frames(self.batch_depth, jobs)
-        # One frame (every AR round): the decoder's own loop, a few percent faster than the
-        # batched one for a single frame. Same generators, so the same codes either way.
-        return [self.depth.decode_frame(j.hidden, j.c0, j.generator, j.mode) for j in jobs]
-
-    def frames(self, generator: cs.Generator, max_frames: int) -> Iterator[tuple]:
-        """Yields (codes int64 [G], stop bool, hidden [D]) per emitted frame until the stop
-        head fires (its frame is the last one yielded) or `max_frames` frames."""
-        if isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1:
-            raise ValueError(f"max_frames: expected a positive int, got {max_frames!r}")
-        while len(self.c0s) < max_frames:
-            rnd = self.next_round(generator, max_frames)
-            t0 = time.perf_counter()
-            codes = self._depth_codes(self.frame_jobs(rnd, generator))
-            self.stats.depth_seconds += time.perf_counter() - t0
-            codes, stopped = self.finish_round(rnd, codes, generator)
-            for j in range(len(codes)):
-                yield codes[j], stopped and j == len(codes) - 1, rnd.hidden[j]
-            if stopped:
-                return
 
 
 def run_round(steps) -> Round:

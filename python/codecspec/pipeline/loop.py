@@ -7,7 +7,8 @@ ended, failed or was cancelled leaves its slot. The serving engine
 (`codecspec.serve.engine.Engine`) runs it in its own thread over many slots, with a queue in
 front; `run_inline` runs it in the caller's thread over one slot, for a family's `generate`
 and `stream`, so that single-stream synthesis is the engine with one slot, not a second
-loop that could drift from it.
+loop that could drift from it; `run_together` runs several streams at once the same way (a
+family's batched bench), every stream joining at the start.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 
 from codecspec.pipeline.family import Family, Frame, StreamState
 
-__all__ = ["LoopStats", "Outlet", "Stream", "StreamLoop", "run_inline"]
+__all__ = ["LoopStats", "Outlet", "Stream", "StreamLoop", "run_inline", "run_together"]
 
 STEP_WINDOW = 256  # recent steps the engine's capacity estimate is fitted on
 
@@ -61,8 +62,8 @@ class Outlet:
 class _Inbox(Outlet):
     """The inline driver's outlet: items wait in a deque until the caller's loop takes them."""
 
-    def __init__(self, frames: Optional[int]):
-        super().__init__(0, frames)
+    def __init__(self, frames: Optional[int], stream_id: int = 0):
+        super().__init__(stream_id, frames)
         self.items: deque = deque()
 
     def _deliver(self, item) -> None:
@@ -237,3 +238,26 @@ def _drain(loop: StreamLoop, inbox: _Inbox) -> Iterator[np.ndarray]:
                 return
             yield value
         loop._step()
+
+
+def run_together(family: Family, states: list) -> list:
+    """Streams `states` through the loop together in the caller's thread, each on a slot of
+    its own of `family` (an adapter with at least len(states) slots), all joining at the
+    start, as the engine runs streams admitted at once: a stream that ends leaves its slot
+    and the others step on, until every stream has ended. Returns each stream's frames (a
+    list of int64 [G]) in order. A stream's own error is raised once every stream has ended
+    (the first stream's, in order), so one bad stream does not change the others' steps."""
+    loop = StreamLoop(family, len(states))
+    loop.prebuffer = False
+    inboxes = [_Inbox(state.frames, i) for i, state in enumerate(states)]
+    for inbox, state in zip(inboxes, states):
+        loop._join(Stream(handle=inbox, request=None, state=state))
+    while loop._active:
+        loop._step()
+    out = []
+    for inbox in inboxes:
+        errors = [value for kind, value in inbox.items if kind == "error"]
+        if errors:
+            raise errors[0]
+        out.append([value for kind, value in inbox.items if kind == "frame"])
+    return out

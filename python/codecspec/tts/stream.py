@@ -1,14 +1,12 @@
 """Streaming synthesis, shared by the model families: frames -> audio chunks as they come.
 
-A family prepares each utterance as a `FramePlan` (its temporal stepper and frame decoder
-over the utterance, the sampling generator, the frame guard); `AudioStream` runs the shared
-frame loop as a generator (`codecspec.decode.frames.iter_frame_loop`) and feeds every frame
-to a `codecspec.codec.streaming.ChunkVocoder` over the family's codec, yielding float32
-waveform chunks as soon as each is ready. Several plans (the sentences of a long text) play
-as one continuous stream through one vocoder, so sentence joins are cross-faded like any
-other chunk boundary. A new family plugs in by building FramePlans: any stepper with
-`step(prev_codes)`, any frame decoder with `decode(step_output, generator) -> (codes [1, C],
-stop [1])`, and any codec with `decode(codes, seed=...)`.
+A family prepares each utterance as a `FramePlan`: its frames as the one loop hands them out
+(`codecspec.pipeline.loop.run_inline` over the family's serving adapter with one slot) and
+the frame guard. `AudioStream` feeds every frame to a `codecspec.codec.streaming.ChunkVocoder`
+over the family's codec, yielding float32 waveform chunks as soon as each is ready. Several
+plans (the sentences of a long text) play as one continuous stream through one vocoder, so
+sentence joins are cross-faded like any other chunk boundary. A family plugs in with a
+`plan` giving FramePlans and any codec with `decode(codes, seed=...)`.
 
     s = tts.stream("Hello there.", chunk_frames=8)
     for chunk in s:            # float32 [samples] at s.sample_rate
@@ -20,14 +18,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
 from codecspec.codec.streaming import ChunkVocoder, codec_sample_rate
-from codecspec.decode.frames import iter_frame_loop
 from codecspec.tts.text import split_sentences as _split
 
 __all__ = [
@@ -52,18 +49,13 @@ def check_chunk_frames(chunk_frames, name: str = "chunk_frames") -> int:
 
 @dataclass
 class FramePlan:
-    """One utterance ready for the frame loop (one stream, B = 1)."""
+    """One utterance ready to stream (one stream): its frames from the one loop."""
 
-    stepper: Any  # step(prev_codes [1, C] or None) -> step output
-    decoder: Any  # decode(step_output, generator) -> (codes [1, C], stop [1])
-    generator: Any  # cs.Generator
-    max_frames: int  # the loop's guard
+    frames: Iterator  # (codes int64 [C], stopped, ...) per frame, as the loop hands them out
+    max_frames: int  # the stream's guard
     phonemes: str = ""
     frontend_seconds: float = 0.0  # text -> phonemes -> encoder graph
     mode: str = ""  # the family's decode mode ("ar", "spec", "fsq", ...)
-    # A family with its own round loop (v2: `codecspec.decode.temporal.TemporalLoop`) gives
-    # its frames instead of a stepper/decoder pair: an iterator of (codes [C], stop, ...).
-    frames: Any = None
 
 
 class AudioStream:
@@ -73,8 +65,9 @@ class AudioStream:
     Statistics, filled in as it runs: `time_to_first_audio` (seconds from `t_start`, default
     the construction, to the first chunk being ready), `frames`, `chunks`, `samples`,
     `audio_seconds`, `sentences`, `stopped` (every utterance ended by its own stop rule, not
-    by its max_frames guard), `frontend_seconds`, `step_seconds` (temporal stepper),
-    `decode_seconds` (frame decoder), `vocoder_seconds`, `total_seconds`, `codes` [T, C]."""
+    by its max_frames guard), `frontend_seconds`, `step_seconds` (the loop: waiting for each
+    frame), `decode_seconds` (0: the loop's frame decoding is in `step_seconds`),
+    `vocoder_seconds`, `total_seconds`, `codes` [T, C]."""
 
     def __init__(
         self,
@@ -166,32 +159,14 @@ class AudioStream:
                 self.frontend_seconds += plan.frontend_seconds
                 self.sentences += 1
                 self.phonemes.append(plan.phonemes)
-                if plan.frames is not None:
-                    yield from self._round_frames(plan)
-                    continue
-                step = None
-                loop = iter_frame_loop(plan.stepper, plan.decoder, plan.generator, plan.max_frames)
-                for step in loop:
-                    if step.codes.shape[0] != 1:
-                        raise ValueError(
-                            f"plan: a stream is one utterance (batch 1), got {step.codes.shape[0]}"
-                        )
-                    frame = np.asarray(step.codes[0], np.int64)
-                    self._codes.append(frame)
-                    self.frames += 1
-                    for c in self._vocode(frame):
-                        yield self._emit(c)
-                self.steps += step.t + 1
-                self.step_seconds += step.step_seconds
-                self.decode_seconds += step.decode_seconds
-                self.stopped = self.stopped and bool(step.stopped[0])
+                yield from self._plan_frames(plan)
             for c in self._vocode():
                 yield self._emit(c)
         finally:
             self._t_end = time.perf_counter()
 
-    def _round_frames(self, plan: FramePlan):
-        """The frames of a family's own round loop through the same vocoder."""
+    def _plan_frames(self, plan: FramePlan):
+        """One utterance's frames through the vocoder, as the loop hands them out."""
         stopped, t0 = False, time.perf_counter()
         for codes, stop, *_ in plan.frames:
             self.step_seconds += time.perf_counter() - t0

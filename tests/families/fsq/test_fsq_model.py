@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from frame_loop_oracle import FSQDecoder, run_frame_loop
 
 torch = pytest.importorskip(
     "torch", reason="exercises the PyTorch model and its export ([train] extra)"
@@ -16,7 +17,6 @@ torch = pytest.importorskip(
 
 import codecspec as cs  # noqa: E402
 from codecspec.codec.data import save_codes  # noqa: E402
-from codecspec.decode.frames import run_frame_loop  # noqa: E402
 from codecspec.families.fsq.model import FSQFrameDecoder, FSQStepper  # noqa: E402
 from codecspec.families.fsq.torch_model import (  # noqa: E402
     FSQModelConfig,
@@ -175,7 +175,7 @@ def _force_stop(tm, bias: float):
 def test_the_stop_head_ends_utterances(tmp_path):
     torch.manual_seed(3)
     b = _batch(torch.Generator().manual_seed(3))
-    dec = FSQFrameDecoder(CFG.channel_levels, cs.SamplingParams(0.9, 0, 1.0))
+    dec = FSQDecoder(FSQFrameDecoder(CFG.channel_levels, cs.SamplingParams(0.9, 0, 1.0)))
     gens = [cs.Generator(0).fork(i) for i in range(2)]
     results = {}
     for name, bias in (("stops", 30.0), ("never", -30.0)):

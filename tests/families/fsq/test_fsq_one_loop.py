@@ -1,17 +1,17 @@
 """FSQ's `generate` and `stream` run the serving engine's loop with one slot, inline
 (`codecspec.pipeline.loop.run_inline`); the frame loop they replaced (`FSQTTS.stepper` +
-`run_frame_loop`, kept here as the oracle) gives bit-identical codes, lengths and stop
-decisions: sampled and greedy, several seeds and voices, ended by the stop head or by a
-max_frames guard. IPA input: no espeak-ng needed."""
+`run_frame_loop`, kept as the oracle in tests/frame_loop_oracle.py) gives bit-identical codes,
+lengths and stop decisions: sampled and greedy, several seeds and voices, ended by the stop
+head or by a max_frames guard. IPA input: no espeak-ng needed."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from frame_loop_oracle import FSQDecoder, run_frame_loop
 from serve_util import HELLO, LONG
 
 import codecspec as cs
-from codecspec.decode.frames import run_frame_loop
 from codecspec.families.fsq.model import FSQ_FILES, FSQTTS, default_fsq_dir
 
 pytestmark = pytest.mark.skipif(
@@ -32,7 +32,8 @@ def old_loop(tts, text, seed, speaker=None, max_frames=None, params=None):
     dec = tts.frame_decoder
     if params is not None:
         dec = type(dec)(tts.codec.cfg.channel_levels, params)
-    loop = run_frame_loop(tts.stepper([ids], [lang], [spk], guard), dec, cs.Generator(seed), guard)
+    stepper = tts.stepper([ids], [lang], [spk], guard)
+    loop = run_frame_loop(stepper, FSQDecoder(dec), cs.Generator(seed), guard)
     return loop.codes[0], bool(loop.stopped[0]), loop.steps
 
 

@@ -17,8 +17,10 @@ from paths import REPO
 from test_perf import check_record
 
 import codecspec as cs
-from codecspec.decode.frames import run_frame_loop
+from codecspec.families.fsq.bench import _batched
+from codecspec.families.fsq.engine import FSQFamily
 from codecspec.families.fsq.model import FSQ_FILES, FSQTTS, default_fsq_dir
+from codecspec.pipeline.loop import run_inline, run_together
 from codecspec.tts.registry import load_model, model_family, resolve_model_dir
 
 DIR = default_fsq_dir()
@@ -72,23 +74,38 @@ def test_length_guard_is_reported(tts, texts):
     assert len(s.codes) == 5 and not s.stopped and s.max_frames == 5
 
 
+def _states(tts, family, us, seed):
+    """The streams of utterances `us` on `family`, stream b drawing from fork b of `seed`,
+    each with its own guard (the bench's streams)."""
+    out = []
+    for b, u in enumerate(us):
+        ids = tts.tokens("", u["phonemes"], u["language"])[1]
+        g = cs.Generator(seed).fork(b)
+        lang, spk = tts.ids(u["language"], u["speaker"])
+        out.append(family.state(ids, lang, spk, tts.params, g, tts.max_frames_for(len(ids))))
+    return out
+
+
 def test_batch_gives_each_stream_its_own_output(tts, texts):
+    """Streams run together through the engine's loop (one step call for all of them) get
+    the codes each gets alone: padding and batch-mates do not change a stream's bits."""
     us = texts[:3]
-    ids = [tts.tokens("", u["phonemes"], u["language"])[1] for u in us]
-    langs = [tts.frontend.languages.id(u["language"]) for u in us]
-    spks = [tts.frontend.speakers.id(u["speaker"]) for u in us]
-    gens = [cs.Generator(5).fork(b) for b in range(3)]
-    batch = run_frame_loop(tts.stepper(ids, langs, spks), tts.frame_decoder, gens, 40)
-    alone = run_frame_loop(
-        tts.stepper(ids[1:2], langs[1:2], spks[1:2]),
-        tts.frame_decoder,
-        [cs.Generator(5).fork(1)],
-        40,
-    )
-    # padding and batch-mates change float rounding only: the sampled codes agree
-    n = min(len(alone.codes[0]), len(batch.codes[1]), 20)
-    agree = np.mean(alone.codes[0][:n] == batch.codes[1][:n])
-    assert agree > 0.98, agree
+    family = FSQFamily.over(tts, 3, 400, 400)
+    batch = run_together(family, _states(tts, family, us, 5))
+    assert len({len(c) for c in batch}) > 1  # they end at different steps
+    assert family.slots.calls == max(len(c) for c in batch)
+    for b in range(3):
+        alone = FSQFamily.over(tts, 1, 400, 400)
+        state = _states(tts, alone, us, 5)[b]
+        np.testing.assert_array_equal(np.stack(list(run_inline(alone, state))), batch[b])
+
+
+def test_the_batched_bench_runs_the_streams_together(tts, texts):
+    res = _batched(tts, texts[:3], 5)
+    family = FSQFamily.over(tts, 3, 400, 400)
+    lengths = [len(c) for c in run_together(family, _states(tts, family, texts[:3], 5))]
+    assert res["batch"] == 3 and res["batch_step_calls"] == max(lengths)
+    assert res["batch_ms_per_step"] > 0 and res["batch_frames_per_second"] > 0
 
 
 def test_audio_and_rtf(tts, texts):

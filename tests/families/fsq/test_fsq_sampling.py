@@ -1,5 +1,6 @@
-"""FSQ frame decoding (issue 11): the factorised sampling law, the stop head's law, the shared
-frame loop, and the errors that name their argument. No torch, no model files.
+"""FSQ frame decoding (issue 11): the factorised sampling law, the stop head's law, the
+family's frames in the one loop, and the errors that name their argument. No torch, no model
+files.
 
 Law checks follow tests/stats.py (per-cell 6-sigma bounds on 65,536 draws), and every check
 ships with a deliberately broken sampler that must fail the same check: one that ignores the
@@ -9,13 +10,16 @@ wrong), one with the head boundaries shifted.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from stats import law_violations, np_warp
 
 import codecspec as cs
-from codecspec.decode.frames import run_frame_loop
+from codecspec.families.fsq.engine import FSQFamily, FSQState
 from codecspec.families.fsq.model import FSQFrameDecoder, stop_logits_from_prob
+from codecspec.pipeline.loop import run_together
 
 LEVELS = (8, 7, 6, 6) * 2  # two groups keep the test fast; the law is per head anyway
 N = 65_536
@@ -171,30 +175,59 @@ def test_stop_probability_to_logits():
     assert list(cs.sample_stop(lg[:2], cs.Generator(0))) == [False, True]
 
 
-# ------------------------------------------------------------------------- the frame loop
-class _Stepper:
-    """Fake temporal model: stream b's stop logit turns +inf at frame stops[b]."""
+# ------------------------------------------------------------------------- the one loop
+class _Slots:
+    """Fake step graph in `FSQSlots`'s place: the stream in slot s sees a stop logit of +1e4
+    (a certain stop; the loop refuses non-finite outputs) from its frame stops[s] on, -1e4
+    before, and flat channel logits."""
+
+    channels = len(LEVELS)
 
     def __init__(self, stops):
-        self.stops, self.t, self.seen = np.array(stops), 0, []
+        self.stops, self.t, self.seen, self.calls = (
+            np.array(stops),
+            np.zeros(len(stops), int),
+            [],
+            0,
+        )
 
-    def step(self, prev):
-        self.seen.append(None if prev is None else prev.copy())
-        stop = np.where(self.t >= self.stops, np.inf, -np.inf).astype(np.float32)
-        self.t += 1
-        return None, np.zeros((len(self.stops), sum(LEVELS)), np.float32), stop
+    def load(self, slot, *cross) -> None:
+        self.t[slot] = 0
+
+    def step(self, slots, prev, pace, speakers):
+        slots = np.asarray(slots)
+        self.seen.append((slots.tolist(), np.array(prev)))
+        stop = np.where(self.t[slots] >= self.stops[slots], 1e4, -1e4).astype(np.float32)
+        self.t[slots] += 1
+        self.calls += 1
+        return np.zeros((len(slots), 1)), np.zeros((len(slots), sum(LEVELS)), np.float32), stop
 
 
-def test_frame_loop_cuts_each_stream_at_its_stop_and_reports_the_guard():
-    dec = FSQFrameDecoder(LEVELS, PARAMS)
-    st = _Stepper([2, 5, 99])
-    gens = [cs.Generator(0).fork(i) for i in range(3)]
-    loop = run_frame_loop(st, dec, gens, max_frames=8)
-    assert [len(c) for c in loop.codes] == [3, 6, 8]
-    assert list(loop.stopped) == [True, True, False] and loop.hit_max_frames
-    assert loop.steps == 8  # one step call per frame for the whole batch
-    assert st.seen[0] is None and np.array_equal(st.seen[1][0], loop.codes[0][0])
-    loop = run_frame_loop(_Stepper([0, 1]), dec, gens[:2], max_frames=8)
-    assert loop.steps == 2 and not loop.hit_max_frames
-    with pytest.raises(ValueError, match="max_frames"):
-        run_frame_loop(_Stepper([0]), dec, gens[:1], max_frames=0)
+def _family(stops) -> FSQFamily:
+    """`FSQFamily` over the fake step graph, sampling with `FSQFrameDecoder` (its own)."""
+    family = FSQFamily.__new__(FSQFamily)
+    family.tts = SimpleNamespace(frame_decoder=FSQFrameDecoder(LEVELS, PARAMS))
+    family.slots, family.frame_rate = _Slots(stops), 12.5
+    family.stream_steps = family.codes_out = 0
+    family.sample_seconds = 0.0
+    return family
+
+
+def _state(g, limit) -> FSQState:
+    return FSQState(g, PARAMS, 0, None, limit, limit, prev=np.zeros(len(LEVELS), np.int64))
+
+
+def test_the_loop_cuts_each_stream_at_its_stop_and_reports_the_guard():
+    family = _family([2, 5, 99])
+    states = [_state(cs.Generator(0).fork(i), 8) for i in range(3)]
+    codes = run_together(family, states)
+    assert [len(c) for c in codes] == [3, 6, 8]
+    assert [s.stopped for s in states] == [True, True, False]  # the guard ended the third
+    assert family.slots.calls == 8  # one step call per frame for every stream still running
+    slots, prev = family.slots.seen[1]  # frame 1's input: each stream's frame 0 fed back
+    assert slots == [0, 1, 2] and np.array_equal(prev[0], codes[0][0])
+    assert np.all(family.slots.seen[0][1] == 0)  # the first frame's input: zeros
+    assert [len(s) for s, _ in family.slots.seen] == [3, 3, 3, 2, 2, 2, 1, 1]
+    family = _family([0, 1])
+    codes = run_together(family, [_state(cs.Generator(0).fork(i), 8) for i in range(2)])
+    assert [len(c) for c in codes] == [1, 2] and family.slots.calls == 2

@@ -1,17 +1,18 @@
 """The RVQ reference (v1): `generate` and `stream` run the serving engine's loop with one slot,
 inline (`codecspec.pipeline.loop.run_inline` over `ReferenceFamily.over`); the frame loop they
-replaced (`SlotStepper` + `RVQStepper` + `RVQFrameDecoder` through `run_frame_loop`, kept here
-as the oracle) gives bit-identical codes and lengths, depth AR and speculative, several seeds
-and voices, greedy too. IPA input: no espeak-ng needed."""
+replaced (`SlotStepper` + `RVQStepper` + `RVQFrameDecoder` through `run_frame_loop`, kept as
+the oracle in tests/reference_oracle.py and tests/frame_loop_oracle.py) gives bit-identical
+codes and lengths, depth AR and speculative, several seeds and voices, greedy too. IPA input:
+no espeak-ng needed."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from frame_loop_oracle import run_frame_loop
 from reference_oracle import old_parts
 
 import codecspec as cs
-from codecspec.decode.frames import run_frame_loop
 from codecspec.families.reference.model import MODEL_FILES, ReferenceTTS, default_model_dir
 
 pytestmark = pytest.mark.skipif(

@@ -1,14 +1,15 @@
 """Reference models v2 and v3: `generate` and `stream` run the serving engine's loop with one
 slot, inline (`codecspec.pipeline.loop.run_inline` over `V2Family.over`); the round loop they
-replaced (`TemporalLoop.frames`, kept here as the oracle) gives bit-identical codes, lengths
-and stop decisions: temporal AR and speculative, depth AR, speculative and pcg, several seeds,
-ended by the stop head or by a max_frames guard."""
+replaced (`TemporalLoop.frames`, kept as the oracle: tests/v2_oracle.py) gives bit-identical
+codes, lengths and stop decisions: temporal AR and speculative, depth AR, speculative and pcg,
+several seeds, ended by the stop head or by a max_frames guard."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from serve_util import HELLO, LONG
+from v2_oracle import round_frames
 
 import codecspec as cs
 from codecspec.families.v2.model import V2TTS, default_v2_dir, default_v3_dir
@@ -36,7 +37,8 @@ def old_loop(tts, text, phonemes, seed, mode, temporal, max_frames=None, **kw):
     expected = tts.expected_frames(len(ids) - 2, "en") if track is None else track
     guard = tts.max_frames_for(expected) if max_frames is None else max_frames
     loop = tts.temporal_loop(enc, spk, expected, temporal=temporal, depth_mode=mode, **kw)
-    frames = list(loop.frames(cs.Generator(seed), guard))
+    batch_depth = tts.round_depth(loop.draft_len + 1)  # the old loop's, for rounds of 2+
+    frames = list(round_frames(loop, cs.Generator(seed), guard, batch_depth))
     return np.stack([c for c, _, _ in frames]), bool(frames[-1][1]), loop.stats
 
 

@@ -4,7 +4,8 @@ The bench synthesises the held-out phoneme strings shipped in the model folder (
 so no espeak-ng is needed) through the whole pipeline, each utterance ended by the stop head:
 graph calls per frame (1 by construction, counted), ms per frame of the step graph and of the
 frame decoder, the vocoder's time and the real-time factor; with `batch` > 1 it also runs the
-first `batch` utterances as one batch (one step call per frame for all streams).
+first `batch` utterances together through the engine's loop (`run_together`: one step call
+per frame for every stream still running).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 import codecspec as cs
-from codecspec.decode.frames import run_frame_loop
 from codecspec.families.fsq.model import FSQTTS
+from codecspec.pipeline.loop import run_together
 
 __all__ = ["load_bench_texts", "bench_fsq", "record_fsq", "synth_lines"]
 
@@ -40,22 +41,28 @@ def _one(tts: FSQTTS, u: dict, seed: int, vocoder: bool):
 
 
 def _batched(tts: FSQTTS, utts: list, seed: int) -> dict:
-    """One batch of len(utts) streams: step calls, ms per batched frame, frames per second."""
+    """len(utts) streams together, one slot each, through the engine's loop: step calls, ms
+    per step, frames per second (the encoder calls included)."""
+    from codecspec.families.fsq.engine import FSQFamily  # that module imports the model
+
     ids = [tts.tokens("", u["phonemes"], u["language"])[1] for u in utts]
-    langs = [tts.frontend.languages.id(u["language"]) for u in utts]
-    spks = [tts.frontend.speakers.id(u["speaker"]) for u in utts]
+    guards = [tts.max_frames_for(len(i)) for i in ids]
     t0 = time.perf_counter()
-    stepper = tts.stepper(ids, langs, spks)
+    family = FSQFamily.over(tts, len(utts), max(guards), max(len(i) for i in ids))
     gens = [cs.Generator(seed).fork(b) for b in range(len(utts))]
-    guard = max(tts.max_frames_for(len(i)) for i in ids)
-    loop = run_frame_loop(stepper, tts.frame_decoder, gens, guard)
-    wall = time.perf_counter() - t0
-    frames = sum(len(c) for c in loop.codes)
+    states = [
+        family.state(i, *tts.ids(u["language"], u["speaker"]), tts.params, g, guard)
+        for i, u, g, guard in zip(ids, utts, gens, guards)
+    ]
+    calls0, t1 = family.slots.calls, time.perf_counter()
+    codes = run_together(family, states)
+    t2 = time.perf_counter()
+    steps = family.slots.calls - calls0
     return {
         "batch": len(utts),
-        "batch_step_calls": loop.steps,
-        "batch_ms_per_step": 1e3 * (loop.step_seconds + loop.decode_seconds) / loop.steps,
-        "batch_frames_per_second": frames / wall,
+        "batch_step_calls": steps,
+        "batch_ms_per_step": 1e3 * (t2 - t1) / steps,
+        "batch_frames_per_second": sum(len(c) for c in codes) / (t2 - t0),
     }
 
 

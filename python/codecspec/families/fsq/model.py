@@ -8,7 +8,7 @@ heads' logits and the stop logit ->
 back -> `FSQCodec.decode` (the v1 vocoder). `generate` and `stream` run the serving engine's
 loop with one slot in the caller's thread (`codecspec.pipeline.loop.run_inline` over
 `codecspec.families.fsq.engine.FSQFamily`); the step graph has a batch axis, so B streams
-share each call (the engine, and `stepper` for the batched bench).
+share each call (the engine, and the batched bench: `codecspec.pipeline.loop.run_together`).
 
 No PyTorch: every network is an ONNX graph, every sampling step codecspec's own.
 """
@@ -77,11 +77,6 @@ class FSQFrameDecoder:
         self.params = params
         self.stop_base = float(stop_temperature)  # the stop head's temperature when sampling
         self.stop_temperature = 0.0 if params.temperature == 0 else self.stop_base
-
-    def decode(self, step_output, generator: Generators) -> tuple[np.ndarray, np.ndarray]:
-        """`step_output` = (hidden, channel_logits [B, Σ L], stop_logits [B])."""
-        _, channel_logits, stop_logits = step_output
-        return self.sample(channel_logits, stop_logits, generator)
 
     def check(self, channel_logits, stop_logits) -> tuple[np.ndarray, np.ndarray]:
         cl = np.asarray(channel_logits, dtype=np.float32)
@@ -155,11 +150,13 @@ class FSQSlots(SlotCache):
 
 
 class FSQStepper:
-    """B streams of step.onnx advanced together, one frame per call: slots 0..B-1 of an
-    `FSQSlots` (the serving engine's stepper, where streams join and leave). `phoneme_lengths`:
-    tokens per stream with bos/eos (the pace unit's denominator); cross K/V [L, B, heads, P,
-    hd] padded to the longest; `max_frames`: the most frames a stream may run (its K/V block
-    is mapped lazily: unused room costs no memory)."""
+    """B streams of step.onnx advanced together, one frame per call, each fed the frames it
+    is given (teacher forcing: the ship recipe's ONNX parity check, the export tests); the
+    synthesis loop is the engine's (`FSQFamily`), not this. Slots 0..B-1 of an `FSQSlots`
+    (the serving engine's stepper, where streams join and leave). `phoneme_lengths`: tokens
+    per stream with bos/eos (the pace unit's denominator); cross K/V [L, B, heads, P, hd]
+    padded to the longest; `max_frames`: the most frames a stream may run (its K/V block is
+    mapped lazily: unused room costs no memory)."""
 
     def __init__(
         self,
@@ -365,9 +362,9 @@ class FSQTTS(PhonemeModel):
         t0 = time.perf_counter()  # the encoder graph (FSQSynthesis counts it as temporal)
         family = FSQFamily.over(self, 1, guard, len(ids))
         state = family.state(ids, lang_id, spk_id, self.params, cs.Generator(seed), guard)
-        plan = FramePlan(None, None, state.generator, guard, phonemes, mode="fsq")
-        plan.frontend_seconds = time.perf_counter() - t0
-        plan.frames = ((codes, state.stopped) for codes in run_inline(family, state))
+        frontend = time.perf_counter() - t0
+        frames = ((codes, state.stopped) for codes in run_inline(family, state))
+        plan = FramePlan(frames, guard, phonemes, frontend, mode="fsq")
         plan.family, plan.state = family, state  # generate's statistics
         return plan
 

@@ -135,7 +135,8 @@ class ReferenceFamily(Family):
         return [self._frame(s, ln) for s, ln in zip(streams, lanes)]
 
     def _solo(self, hidden, logits, ln: DepthLane) -> None:
-        """One stream's frame: the draws of `RVQFrameDecoder` (the single-stream decoder)."""
+        """One stream's frame by the depth decoder's own loop: c0 drawn on the host, then
+        c1.. (the same draws as the batched depth loop)."""
         c0 = cs.sample(logits, ln.params, ln.generator)
         dec, t0 = self.tts.depth, time.perf_counter()
         calls, codes = dec.stats.calls, dec.stats.codes

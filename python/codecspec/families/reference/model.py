@@ -37,8 +37,6 @@ __all__ = [
     "ReferenceTTS",
     "Synthesis",
     "TemporalStepper",
-    "RVQStepper",
-    "RVQFrameDecoder",
     "MODEL_FILES",
 ]
 
@@ -66,7 +64,7 @@ class TemporalStepper:
     """Runs a temporal step graph (temporal.onnx or draft_temporal.onnx) as shipped, one frame
     at a time over an utterance of `frames` frames, keeping its self-attention KV cache on the
     host: the training recipe's and the export checks' stepper. Synthesis runs the batch-axis
-    variant (`temporal_batch.SlotStepper` in this package), the serving engine's stepper."""
+    variant (`temporal_batch.BatchedTemporal` in this package), the serving engine's."""
 
     def __init__(self, session, cross_keys, cross_values, speaker: int, frames: int):
         L, _, heads, _, hd = cross_keys.shape
@@ -183,16 +181,9 @@ class ReferenceTTS(PhonemeModel):
         one loop (`codecspec.pipeline.loop.run_inline` over `ReferenceFamily.over`, the
         serving engine's adapter with one slot): `plan.frames` yields (codes int64 [G],
         last frame, None) per frame, `cs.Generator(seed)` drawing, `mode` resolved as in
-        `generate`; the guard is the planned frame count. A subclass with its own
-        `generate` (another family) must provide its own `plan`."""
+        `generate`; the guard is the planned frame count."""
         from codecspec.families.reference.engine import ReferenceFamily, RVQState  # imports us
 
-        cls = type(self)
-        if cls.generate is not ReferenceTTS.generate and cls.plan is ReferenceTTS.plan:
-            raise NotImplementedError(
-                f"plan: {cls.__name__} overrides generate but not plan; streaming needs the "
-                "family's own plan (its stepper, frame decoder and guard as a FramePlan)"
-            )
         mode = self._mode(mode)
         speaker = speaker or self.meta["default_speaker"]
         lang_id, spk_id = self.ids(language, speaker)
@@ -217,11 +208,10 @@ class ReferenceTTS(PhonemeModel):
         state = RVQState(
             g, self.params, spk_id, frames, frames, frames, n, mode == "spec", (ck, cv)
         )
-        plan = FramePlan(None, None, g, frames, phonemes, mode=mode)
         # the length is planned: the last frame is the stream's own end, as a stop would be
         run = enumerate(run_inline(family, state), 1)
-        plan.frames = ((codes, t >= frames, None) for t, codes in run)
-        plan.frontend_seconds = time.perf_counter() - t0
+        frames_out = ((codes, t >= frames, None) for t, codes in run)
+        plan = FramePlan(frames_out, frames, phonemes, time.perf_counter() - t0, mode)
         plan.family = family  # generate's statistics
         return plan
 
@@ -317,34 +307,3 @@ class ReferenceTTS(PhonemeModel):
 
     def _latent(self, frame_codes: np.ndarray) -> np.ndarray:
         return self._books[self._levels, frame_codes].sum(axis=0)
-
-
-class RVQStepper:
-    """The reference family's stepper for the shared frame loop: feeds a frame's codes back
-    as the codec latent the step graph reads. step(prev_codes [1, G] or None) -> (h_t, c0
-    logits)."""
-
-    def __init__(self, tts: ReferenceTTS, stepper):
-        self.tts, self.stepper = tts, stepper
-
-    def step(self, prev_codes=None):
-        latent = None if prev_codes is None else self.tts._latent(np.asarray(prev_codes)[0])
-        return self.stepper.step(latent)
-
-
-class RVQFrameDecoder:
-    """c0 by `cs.sample`, c1.. by the depth loop (`DepthDecoder`, AR or speculative); stops
-    after `frames` frames (this family's length rule: frames per phoneme, no stop head)."""
-
-    def __init__(self, tts: ReferenceTTS, frames: int, mode: str = "ar"):
-        self.tts, self.frames, self.mode, self.t = tts, int(frames), mode, 0
-        self.depth_seconds = 0.0  # the depth loop alone, for Synthesis.depth_seconds
-
-    def decode(self, step_output, generator: cs.Generator):
-        h, logits = step_output
-        c0 = cs.sample(logits, self.tts.params, generator)
-        t0 = time.perf_counter()
-        codes = self.tts.depth.decode_frame(h, c0, generator, self.mode)
-        self.depth_seconds += time.perf_counter() - t0
-        self.t += 1
-        return codes[None].astype(np.int64), np.array([self.t >= self.frames])

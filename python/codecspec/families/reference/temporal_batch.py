@@ -7,8 +7,8 @@ cross-attention softmaxes so that streams with different frame counts and phonem
 share one padded call. Attention in this model has no positional term (position enters
 through `progress`), so a padded, masked key set gives the same result as the stream's own
 keys. `BatchedTemporal` keeps each utterance in a slot of preallocated caches; the serving
-engine runs every active stream through it, and `ReferenceTTS.generate` runs its one
-utterance as slot 0 of one (`SlotStepper`): one stepper for both.
+engine runs every active stream through it, and `ReferenceTTS.generate` is that engine with
+one slot (`ReferenceFamily.over`): one stepper for both.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from codecspec.graphs.rewrite import feeds_from
 from codecspec.runtime.session import open_session
 from codecspec.runtime.slots import SlotCache
 
-__all__ = ["BatchedTemporal", "SlotStepper", "batch_temporal_graph", "batched_temporal_session"]
+__all__ = ["BatchedTemporal", "batch_temporal_graph", "batched_temporal_session"]
 
 
 def batch_temporal_graph(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -104,22 +104,3 @@ def batched_temporal_session(path, provider="auto", threads=None):
     """A session of the batch-axis variant of the temporal step graph at `path`."""
     model = batch_temporal_graph(onnx.load(str(path)))
     return open_session(model.SerializeToString(), provider=provider, threads=threads)
-
-
-class SlotStepper:
-    """One utterance as slot 0 of a `BatchedTemporal`, stepped a frame at a time (the
-    single-stream form of the engine's stepper). step(prev_latent or None) -> (h_t, c0
-    logits) of the next frame; `frames`: the utterance's planned length (its progress)."""
-
-    def __init__(self, session, cross_keys, cross_values, speaker: int, frames: int):
-        self.batch = BatchedTemporal(session, 1, frames, cross_keys.shape[3])
-        self.batch.load(0, cross_keys, cross_values)
-        self.speaker, self.frames, self.t = int(speaker), int(frames), 0
-        self._zero = np.zeros(self.batch.latent_dim, np.float32)
-
-    def step(self, prev_latent=None) -> tuple[np.ndarray, np.ndarray]:
-        latent = self._zero if prev_latent is None else np.asarray(prev_latent, np.float32)
-        progress = (self.t + 0.5) / self.frames
-        h, logits = self.batch.step([0], latent[None], [progress], [self.speaker])
-        self.t += 1
-        return h[0], logits[0]

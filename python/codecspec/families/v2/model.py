@@ -558,7 +558,6 @@ class V2TTS(PhonemeModel):
             accept=accept,
             c0_groups=groups,
             depth_mode=depth_mode,
-            batch_depth=self.round_depth(draft_len + 1 if spec else 1),
         )
 
     def plan(
@@ -610,10 +609,11 @@ class V2TTS(PhonemeModel):
             raise ValueError(f"max_frames: expected a positive int, got {guard!r}")
         g = cs.Generator(seed)
         label = mode if loop.draft_len == 0 else f"spec-{loop.accept.label}/{mode}"
-        plan = FramePlan(None, None, g, guard, phonemes, time.perf_counter() - t0, label)
+        frontend = time.perf_counter() - t0
         state = V2State(g, self.params, spk_id, None, guard, guard, len(ids), loop=loop)
         family = V2Family.over(self, 1, loop.draft_len, guard)
-        plan.frames = ((c, state.stopped, None) for c in run_inline(family, state))
+        frames = ((c, state.stopped, None) for c in run_inline(family, state))
+        plan = FramePlan(frames, guard, phonemes, frontend, label)
         plan.loop, plan.state = loop, state
         return plan
 

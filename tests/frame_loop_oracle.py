@@ -1,4 +1,8 @@
-"""The frame loop shared by model families: temporal stepper -> frame decoder, B streams at once.
+"""The frame loop the families ran before `generate` / `stream` became the serving engine's
+loop with one slot (`codecspec.pipeline.loop.run_inline`): the oracle of the one-loop tests
+(tests/families/{reference,fsq}/test_*_one_loop.py) and the driver of tests that step a
+model's graphs by hand (tests/families/fsq/test_fsq_model.py). Moved here, as it was, from
+`codecspec.decode.frames` (a helper at tests/, so every folder imports it alike).
 
 A *stepper* runs the temporal model one frame ahead for every stream and returns whatever its
 frame decoder needs (`step(prev_frames) -> step_output`); a *frame decoder* turns that output
@@ -6,13 +10,7 @@ into the frame's codes and a stop decision per stream (`decode(step_output, gene
 (codes [B, C], stop [B])`). The loop feeds each frame back, stops every stream at its first
 stop (its frames after that are discarded, the batch keeps stepping until all streams have
 stopped) and guards with `max_frames`, recording whether the guard ended a stream.
-
-The FSQ family's decoder samples 32 channel heads and a stop head from one step's logits
-(`codecspec.families.fsq.model.FSQFrameDecoder`); the RVQ family's runs its depth loop and
-stops at the planned frame count (`codecspec.families.reference.model.RVQFrameDecoder`).
-`iter_frame_loop` is the loop itself, a generator yielding each frame as it is produced
-(streaming consumes it frame by frame: `codecspec.tts.stream`); `run_frame_loop` collects it,
-so there is one code path. Batching is a loop around this one.
+`iter_frame_loop` is the loop as a generator; `run_frame_loop` collects it.
 """
 
 from __future__ import annotations
@@ -20,28 +18,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
-
-import codecspec as cs
-
-__all__ = [
-    "Stepper",
-    "FrameDecoder",
-    "FrameLoop",
-    "FrameStep",
-    "iter_frame_loop",
-    "run_frame_loop",
-]
-
-
-class Stepper(Protocol):
-    def step(self, prev_frames): ...
-
-
-class FrameDecoder(Protocol):
-    def decode(self, step_output, generator: cs.Generator) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @dataclass
@@ -135,3 +113,16 @@ def run_frame_loop(stepper, decoder, generator, max_frames: int, progress=None) 
         step_seconds=step.step_seconds,
         decode_seconds=step.decode_seconds,
     )
+
+
+class FSQDecoder:
+    """`FSQFrameDecoder` as the old loop's frame decoder: `decode(step_output, generators)`
+    with `step_output` = (hidden, channel_logits [B, sum L], stop_logits [B]) (the decode
+    interface left the package with the loop; `sample` is the family's)."""
+
+    def __init__(self, decoder):
+        self.decoder = decoder
+
+    def decode(self, step_output, generator):
+        _, channel_logits, stop_logits = step_output
+        return self.decoder.sample(channel_logits, stop_logits, generator)
