@@ -8,11 +8,14 @@ serving engine and server, the text front end in tts/) name no family either: th
 nothing from `codecspec.families` or `codecspec.train` (the registry names families by module
 path strings, which are not imports). The CLI and train/'s shared training code name no
 family (the CLI reaches a family's own commands through the registry's hooks; it may run
-train/'s ablation). No family imports another family's package: what two share is shared
-code (`codecspec.tts.text.PhonemeModel`, `codecspec.train.networks`, ...). And the top-level
-subpackages import each other in no cycle (lazy imports included): a helper two packages
-share lives in the lower one. Every check is shown a broken tree it must flag."""
+train/'s ablation), and no CLI module defines a flag that a family's `cli_options` adds: a
+family's flags come from the family. No family imports another family's package: what two
+share is shared code (`codecspec.tts.text.PhonemeModel`, `codecspec.train.networks`, ...).
+And the top-level subpackages import each other in no cycle (lazy imports included): a
+helper two packages share lives in the lower one. Every check is shown a broken tree it
+must flag."""
 
+import argparse
 import ast
 import subprocess
 import sys
@@ -145,6 +148,78 @@ def test_shared_packages_import_no_family_and_no_training_code():
 
 def test_cli_and_shared_training_code_import_no_family():
     assert violations(PACKAGE, NO_FAMILY, FAMILIES) == []
+
+
+def family_flags(commands) -> dict:
+    """Flag -> family, of every flag some registered family's `cli_options` adds to one of
+    `commands` (each family asked about each command on a parser of its own)."""
+    from codecspec.pipeline import registry
+
+    found = {}
+    for entry in registry.families():
+        if entry.cli_options is None:
+            continue
+        add = registry.import_path(entry.cli_options)
+        for command in commands:
+            p = argparse.ArgumentParser(add_help=False)
+            add(command, p)
+            found.update(
+                dict.fromkeys((s for a in p._actions for s in a.option_strings), entry.name)
+            )
+    return found
+
+
+def cli_defined_flags(package_dir: Path) -> list:
+    """(module path, line, flag) of every string flag an `add_argument` call under cli/
+    names."""
+    found = []
+    for path, _ in _modules(package_dir, "cli"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            if not (call and node.func.attr == "add_argument"):
+                continue
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and str(arg.value).startswith("-"):
+                    found.append((path.relative_to(package_dir), node.lineno, arg.value))
+    return found
+
+
+def cli_family_flags(package_dir: Path, flags: dict) -> list:
+    """One line per flag a CLI module defines that `flags` (`family_flags`) gives a family."""
+    return [
+        f"{path}:{line} defines {flag}, a flag of the {flags[flag]} family"
+        for path, line, flag in cli_defined_flags(package_dir)
+        if flag in flags
+    ]
+
+
+def _subcommands() -> list:
+    from codecspec.cli import build_parser
+
+    ap = build_parser()
+    sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(sub.choices)
+
+
+def test_no_cli_module_defines_a_family_flag():
+    flags = family_flags(_subcommands())
+    assert "--ref-audio" in flags and "--loops" in flags  # the check sees the families' flags
+    assert cli_family_flags(PACKAGE, flags) == []
+
+
+def test_the_cli_flag_check_sees_a_family_flag_defined_in_the_cli(tmp_path):
+    pkg = tmp_path / "codecspec"
+    (pkg / "cli").mkdir(parents=True)
+    (pkg / "cli" / "bad.py").write_text(
+        "def register(p):\n"
+        "    p.add_argument('--seed', type=int, default=0)\n"
+        "    p.add_argument('--ref-audio', default=None)\n"
+        "    p.add_argument(f'--{prefix}loops')\n"  # not a literal: not read
+    )
+    flags = family_flags(["synth", "bench"])
+    assert cli_family_flags(pkg, flags) == [
+        "cli/bad.py:3 defines --ref-audio, a flag of the qwen3-tts family"
+    ]
 
 
 def test_no_family_imports_another_family():

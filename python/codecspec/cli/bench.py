@@ -1,6 +1,7 @@
-"""`codecspec bench`: its options, and the choice between the family's own bench
-(`codecspec.tts.commands.cmd_bench`, the registry's "bench" hook) and, with --streams, the
-serving engine's scaling bench (`codecspec.serve.commands.cmd_bench_streams`)."""
+"""`codecspec bench`: its options (a family's own: the registry's `cli_options`), and the
+choice between the family's own bench (`codecspec.tts.commands.cmd_bench`, the registry's
+"bench" hook) and, with --streams, the serving engine's scaling bench
+(`codecspec.serve.commands.cmd_bench_streams`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 
 from codecspec.cli import options
 from codecspec.cli.quality import quality_options
-from codecspec.cli.synth import depth, speculation
 
 
 def run(args) -> int:
@@ -21,25 +21,6 @@ def run(args) -> int:
     from codecspec.tts.commands import cmd_bench
 
     return cmd_bench(args)
-
-
-def _qwen3(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: a clip of the voice")
-    options.cache_dir(p, help="Qwen3-TTS: graph cache (see synth)")
-    options.weights(p)
-    p.add_argument(
-        "--acceptance",
-        type=float,
-        default=None,
-        help="Qwen3-TTS: run the speculative depth loop at this top-1 draft acceptance "
-        "(controlled drafts: timing of the real graphs without the real weights' drafts)",
-    )
-    p.add_argument(
-        "--draft-depth",
-        type=int,
-        default=None,
-        help="Qwen3-TTS with --acceptance: drafts per round (a chain; default: the graph's K)",
-    )
 
 
 def _scaling(p: argparse.ArgumentParser) -> None:
@@ -61,14 +42,13 @@ def _scaling(p: argparse.ArgumentParser) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="AR vs speculative depth loop of the reference model")
-    _qwen3(p)
+    options.cache_dir(p, help="Qwen3-TTS: graph cache (see synth)")
+    options.weights(p)
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     options.provider(p)
     options.threads(p, help=options.CORES)
     p.add_argument("--model", default=None, help=options.MODEL_HELP)
-    p.add_argument("--utterances", type=int, default=8, help="fsq: bench.json utterances")
-    p.add_argument("--batch", type=int, default=1, help="fsq: also run this many as a batch")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--texts", type=int, default=None, help="held-out sentences for the pipeline (default 8)"
@@ -84,7 +64,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     quality_options(p, prefix="quality-")
     options.sampling(p)
-    speculation(p)
-    depth(p)
     _scaling(p)
+    options.family_options("bench", p)
     p.set_defaults(func=run)

@@ -56,7 +56,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the result beside its built graphs",
     )
     options.cache_dir(p, help="Qwen3-TTS: graph cache (see synth)")
-    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
     options.weights(p)
     p.add_argument("-o", "--output", default=None, help="output directory (depth graphs)")
     p.add_argument("--frames", type=int, default=300)
@@ -72,4 +71,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     options.provider(p, default="cpu")
     p.add_argument("--seed", type=int, default=0)
     options.sampling(p, model_defaults=False)
+    options.family_options("calibrate", p)
     p.set_defaults(func=cmd_calibrate)

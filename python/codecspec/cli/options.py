@@ -2,7 +2,9 @@
 
 A subcommand's module adds the ones it takes (`sampling(p)`, `threads(p)`, ...); where
 subcommands differ in a default or a help line, the helper takes it as an argument, so the
-flag, its type and its choices stay one definition.
+flag, its type and its choices stay one definition. The flags only one family reads come
+from that family (`family_options(command, p)`: the registry's `cli_options`), so no
+module here defines a family's flag (tests/repository/test_layering.py).
 """
 
 from __future__ import annotations
@@ -99,3 +101,47 @@ def fixed_params(args):
     import codecspec as cs
 
     return cs.SamplingParams(args.temperature, args.top_k, args.top_p)
+
+
+def family_options(command: str, p: argparse.ArgumentParser) -> None:
+    """Every registered family's own flags for `codecspec COMMAND` (the registry's
+    `cli_options`, in table order), added after the shared ones. A flag already on `p` (a
+    shared one, or another family's) is not added again where both define it alike: two
+    families may read one flag. Defined differently, it is a ValueError naming both."""
+    from codecspec.pipeline import registry
+
+    owners = {s: "the shared options" for s in p._option_string_actions}
+    for entry in registry.families():
+        if entry.cli_options is not None:
+            add = registry.import_path(entry.cli_options)
+            add(command, _FamilyParser(p, f"the {entry.name} family", owners))
+
+
+# What two definitions of one flag must agree on to be one flag (help text aside).
+_SAME = ("dest", "default", "type", "choices", "nargs", "const", "required")
+
+
+class _FamilyParser:
+    """The parser as a family's `cli_options` sees it: `add_argument` only, which adds a
+    flag once (argparse itself would stop at the second with an error that names neither
+    family)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, owner: str, owners: dict):
+        self._parser, self._owner, self._owners = parser, owner, owners
+
+    def add_argument(self, *flags, **kwargs):
+        taken = [f for f in flags if f in self._parser._option_string_actions]
+        if not taken:
+            action = self._parser.add_argument(*flags, **kwargs)
+            self._owners.update(dict.fromkeys(action.option_strings, self._owner))
+            return action
+        have = self._parser._option_string_actions[taken[0]]
+        # The second definition, built on a scratch parser, compared with the first.
+        want = argparse.ArgumentParser(add_help=False).add_argument(*flags, **kwargs)
+        alike = type(have) is type(want) and set(have.option_strings) == set(want.option_strings)
+        if alike and all(getattr(have, k) == getattr(want, k) for k in _SAME):
+            return have
+        raise ValueError(
+            f"{taken[0]}: {self._owner} defines it unlike {self._owners[taken[0]]} "
+            f"(one flag, one definition: give it another name or the same type and default)"
+        )

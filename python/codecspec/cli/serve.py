@@ -30,18 +30,6 @@ def _model(p: argparse.ArgumentParser) -> None:
         "--voices-dir)",
     )
     options.cache_dir(p)
-    p.add_argument(
-        "--ref-audio",
-        default=None,
-        help="Qwen3-TTS Base checkpoint: the voice to clone (WAV, FLAC, MP3, ...; any rate) "
-        "for every stream",
-    )
-    p.add_argument(
-        "--voices-dir",
-        default=None,
-        help="Qwen3-TTS Base checkpoint: a folder of voices, NAME.wav + NAME.txt (what the clip "
-        "says) each, cloned in context; a request's `voice` picks one by NAME",
-    )
     options.weights(p)
 
 
@@ -83,4 +71,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _access(p)
     _engine(p)
+    options.family_options("serve", p)
     p.set_defaults(func=cmd_serve)

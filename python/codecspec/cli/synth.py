@@ -1,5 +1,6 @@
-"""`codecspec synth`: its options; the command itself is `codecspec.tts.commands.cmd_synth`
-(a Qwen3-TTS folder's: the family's "synth" hook)."""
+"""`codecspec synth`: its options (a family's own: the registry's `cli_options`); the
+command itself is `codecspec.tts.commands.cmd_synth` (a Qwen3-TTS folder's: the family's
+"synth" hook)."""
 
 from __future__ import annotations
 
@@ -12,36 +13,6 @@ from codecspec.cli import options
 def chunk_frames_arg(value: str) -> int:
     """argparse type of --chunk-frames: an integer >= 1 (frames per streamed chunk)."""
     return options.threads_arg(value)
-
-
-def speculation(p: argparse.ArgumentParser) -> None:
-    """The v2 family's speculation options (synth and bench)."""
-    p.add_argument(
-        "--loops",
-        choices=["depth", "temporal", "both"],
-        default=None,
-        help="v2: which loops speculate (default: the depth loop by calibration, temporal AR)",
-    )
-    p.add_argument(
-        "--accept",
-        choices=["exact", "ssd", "pcg"],
-        default="exact",
-        help="v2: acceptance rule (exact = the AR law; ssd = lossy tolerance; pcg = group law)",
-    )
-    p.add_argument("--beta", type=float, default=0.3, help="ssd tolerance in [0, 1]")
-    p.add_argument("--theta", type=float, default=None, help="pcg group cosine in (-1, 1]")
-    p.add_argument("--draft-len", type=int, default=3, help="v2: c0 drafts per temporal round")
-
-
-def depth(p: argparse.ArgumentParser) -> None:
-    """--depth: which of a v2 folder's depth decoders runs (synth and bench)."""
-    p.add_argument(
-        "--depth",
-        choices=["positional", "shared"],
-        default=None,
-        help="v2: which depth decoder of the folder runs (default positional; shared = "
-        "depth_shared.npz, one set of weights for every level)",
-    )
 
 
 def _input_and_output(p: argparse.ArgumentParser) -> None:
@@ -76,30 +47,6 @@ def _input_and_output(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _qwen3_voice(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--instruct", default=None, help="Qwen3-TTS: voice/style instruction (VoiceDesign, 1.7B)"
-    )
-    p.add_argument(
-        "--ref-audio",
-        default=None,
-        help="Qwen3-TTS Base: a clip of the voice to clone (WAV, FLAC, MP3, ...; any rate and "
-        "channel count); x-vector-only mode unless --ref-text is given",
-    )
-    p.add_argument(
-        "--ref-text",
-        default=None,
-        help="Qwen3-TTS Base: what --ref-audio says; clones in context (the clip's speech codes "
-        "and transcript in the prompt), as the official generate_voice_clone does by default",
-    )
-    p.add_argument(
-        "--streaming-text",
-        action="store_true",
-        help="Qwen3-TTS: the official streaming-text prompt (text fed one token per frame)",
-    )
-    options.cache_dir(p)
-
-
 def _voice_and_decoding(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mode",
@@ -130,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "synth", help="text to speech with a shipped model or a Qwen3-TTS checkpoint folder"
     )
     _input_and_output(p)
-    _qwen3_voice(p)
+    options.cache_dir(p)
     _voice_and_decoding(p)
     options.weights(p)
     options.provider(p)
@@ -138,6 +85,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help=options.MODEL_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     options.sampling(p)
-    speculation(p)
-    depth(p)
+    options.family_options("synth", p)
     p.set_defaults(func=cmd_synth)

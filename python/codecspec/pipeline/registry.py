@@ -76,7 +76,11 @@ class Entry:
     "import_checkpoint" (folder) -> (DepthDecoderConfig, DepthDecoderWeights), the depth
     decoder of a checkpoint as published (`codecspec import-qwen3`), and "quality_mode"
     (mode, tts, beta, theta) -> generate() keywords / "quality_modes" (loops, accept) ->
-    [modes] for a family whose quality modes are more than ar/spec."""
+    [modes] for a family whose quality modes are more than ar/spec. `cli_options`:
+    "module:function(command, parser)" adding the family's own flags to the `codecspec`
+    subcommand `command` (a name such as "synth"; nothing for the others), the shared options
+    being the CLI's (`codecspec.cli.options.family_options`); its module imports argparse at
+    most, as `codecspec --help` imports it."""
 
     name: str
     formats: tuple = ()
@@ -87,6 +91,7 @@ class Entry:
     model_options: tuple = ()
     title: str = ""
     hooks: tuple = ()
+    cli_options: Optional[str] = None
 
     def load(self, what: str):
         """The class `model` or `engine` names, imported now."""
@@ -120,6 +125,7 @@ FAMILIES = (
         engine=f"{_QWEN3}.engine:Qwen3Family",
         options=("cache_dir", "ref_audio", "weights", "voices_dir"),
         title="Qwen3-TTS checkpoint",
+        cli_options=f"{_QWEN3}.options:add_options",
         hooks=(
             ("synth", f"{_QWEN3}.cli:synth"),
             ("bench", f"{_QWEN3}.cli:bench_command"),
@@ -135,6 +141,7 @@ FAMILIES = (
         model="codecspec.families.v2.model:V2TTS",
         engine="codecspec.families.v2.engine:V2Family",
         model_options=("depth",),  # --depth: the positional or the shared depth decoder
+        cli_options="codecspec.families.v2.options:add_options",
         hooks=(
             ("bench", "codecspec.families.v2.cli:bench_command"),
             ("quality_mode", "codecspec.families.v2.quality:mode_kwargs"),
@@ -146,6 +153,7 @@ FAMILIES = (
         formats=("codecspec-fsq-tts/1",),
         model="codecspec.families.fsq.model:FSQTTS",
         engine="codecspec.families.fsq.engine:FSQFamily",
+        cli_options="codecspec.families.fsq.options:add_options",
         hooks=(
             ("bench", "codecspec.families.fsq.cli:bench_command"),
             ("synth_lines", "codecspec.families.fsq.bench:synth_lines"),

@@ -1,0 +1,78 @@
+"""The Qwen3-TTS family's own `codecspec` flags (the registry's `cli_options`).
+
+The shared ones a Qwen3-TTS folder also reads (--weights, --cache-dir, --model, ...) are the
+CLI's (`codecspec.cli.options`). `codecspec --help` imports this module: argparse only.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _synth(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--instruct", default=None, help="Qwen3-TTS: voice/style instruction (VoiceDesign, 1.7B)"
+    )
+    p.add_argument(
+        "--ref-audio",
+        default=None,
+        help="Qwen3-TTS Base: a clip of the voice to clone (WAV, FLAC, MP3, ...; any rate and "
+        "channel count); x-vector-only mode unless --ref-text is given",
+    )
+    p.add_argument(
+        "--ref-text",
+        default=None,
+        help="Qwen3-TTS Base: what --ref-audio says; clones in context (the clip's speech codes "
+        "and transcript in the prompt), as the official generate_voice_clone does by default",
+    )
+    p.add_argument(
+        "--streaming-text",
+        action="store_true",
+        help="Qwen3-TTS: the official streaming-text prompt (text fed one token per frame)",
+    )
+
+
+def _bench(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: a clip of the voice")
+    p.add_argument(
+        "--acceptance",
+        type=float,
+        default=None,
+        help="Qwen3-TTS: run the speculative depth loop at this top-1 draft acceptance "
+        "(controlled drafts: timing of the real graphs without the real weights' drafts)",
+    )
+    p.add_argument(
+        "--draft-depth",
+        type=int,
+        default=None,
+        help="Qwen3-TTS with --acceptance: drafts per round (a chain; default: the graph's K)",
+    )
+
+
+def _calibrate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: the voice (24 kHz WAV)")
+
+
+def _serve(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ref-audio",
+        default=None,
+        help="Qwen3-TTS Base checkpoint: the voice to clone (WAV, FLAC, MP3, ...; any rate) "
+        "for every stream",
+    )
+    p.add_argument(
+        "--voices-dir",
+        default=None,
+        help="Qwen3-TTS Base checkpoint: a folder of voices, NAME.wav + NAME.txt (what the clip "
+        "says) each, cloned in context; a request's `voice` picks one by NAME",
+    )
+
+
+_COMMANDS = {"synth": _synth, "bench": _bench, "calibrate": _calibrate, "serve": _serve}
+
+
+def add_options(command: str, p: argparse.ArgumentParser) -> None:
+    """This family's flags for `codecspec COMMAND` (none for the other subcommands)."""
+    add = _COMMANDS.get(command)
+    if add is not None:
+        add(p)
