@@ -123,9 +123,22 @@ def cmd_train(args) -> int:
         rate_jitter=args.rate_jitter,
         seed=args.seed,
         depth_frames=args.depth_frames,
+        warmup=args.warmup,
+        init_from=Path(args.init_from).expanduser() if args.init_from else None,
+        reexport=_ship_export,
     )
     log(f"done: step {curves.steps[-1]}; held-out {curves.val[-1]}")
     return 0
+
+
+def _ship_export(model, out: Path) -> None:
+    """The ship step's export of a V2Model's graphs (what `train --init-from` must reproduce
+    from the weights it read out of a shipped folder)."""
+    from ship import export_graphs
+
+    from codecspec.families.v2.torch_model import export_onnx
+
+    export_graphs(model, out, export_temporal=export_onnx)
 
 
 # ---------------------------------------------------------------------- ship
@@ -877,7 +890,16 @@ def add_train_args(t) -> None:
     t.add_argument("--distill", type=float, default=0.5, help="draft loss: KL weight vs CE")
     t.add_argument("--rate-jitter", type=float, default=0.15, help="log-normal sigma of r")
     t.add_argument("--depth-frames", type=int, default=384)
-    t.add_argument("--lr", type=float, default=1.5e-3)
+    t.add_argument("--lr", type=float, default=1.5e-3, help="peak learning rate")
+    t.add_argument("--warmup", type=float, default=0.04, help="warm-up share of the schedule")
+    t.add_argument(
+        "--init-from",
+        default=None,
+        metavar="DIR",
+        help="a fresh run starts from this shipped model folder's weights (checked: its "
+        "re-export must reproduce the folder, its held-out losses the folder's run's); "
+        "a run with a checkpoint resumes that instead",
+    )
 
 
 def add_ship_args(s, ship_dir) -> None:

@@ -4,13 +4,13 @@
 budget, and writes a checkpoint (model, optimiser, step, curves, clock, data position) to
 `ckpt_dir` every `save_every` seconds and at the end. Called again with the same `ckpt_dir`
 it continues where the checkpoint left off, on the same schedule — on this machine or a fresh
-one that has the corpus and the checkpoint file.
+one that has the corpus and the checkpoint file. A fresh run may instead start from a shipped
+model folder's weights (`init_from`, `train_init`), the copy that survives a fresh machine.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -23,7 +23,7 @@ import torch
 
 from codecspec.families.v2.torch_model import V2Model, V2TemporalConfig, jittered_rate
 from codecspec.graphs.config import DepthDecoderConfig
-from codecspec.train.common import TrainLog, adamw
+from codecspec.train.common import TrainLog, adamw, lr_schedule
 from codecspec.tts.dataset import Batch, TTSDataset
 
 __all__ = ["to_tensors", "train_v2", "evaluate", "CKPT_NAME"]
@@ -31,6 +31,9 @@ __all__ = ["to_tensors", "train_v2", "evaluate", "CKPT_NAME"]
 CKPT_NAME = "ckpt.pt"
 LOSS_KEYS = ("c0", "draft_c0", "draft_kl", "stop", "depth", "accept")
 CE_DRAFT_KEYS = ("ce_draft_c0", "ce_accept")  # with V2TemporalConfig.ce_draft
+# a warm start's held-out losses against its folder's run (nats): float16 storage of the
+# weights moves them by a few thousandths; a weight read into the wrong place, by far more
+INIT_TOL = 0.03
 
 
 def to_tensors(b: Batch, rate_jitter: float = 0.0, rng=None) -> dict:
@@ -50,13 +53,6 @@ def to_tensors(b: Batch, rate_jitter: float = 0.0, rng=None) -> dict:
         "is_last": torch.from_numpy(idx == (b.frame_lengths[:, None] - 1)),
         "codes": torch.from_numpy(codes),
     }
-
-
-def _lr(frac: float, warm: float, peak: float) -> float:
-    if frac < warm:
-        return peak * frac / warm
-    t = (frac - warm) / max(1e-9, 1.0 - warm)
-    return peak * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * min(t, 1.0))))
 
 
 def _keys(out: dict) -> tuple:
@@ -121,14 +117,55 @@ def _record_eval(pr: _Progress, model: V2Model, val: list) -> None:
     pr.log.val_levels.append(lv)
 
 
+def _held_out(val_set: TTSDataset, n: int, rate_jitter: float, max_frames: int) -> list:
+    """The held-out batches every evaluation reads: the same ones in every run and resume."""
+    batches = val_set.batches(16, seed=1, max_frames=max_frames)
+    return [to_tensors(b, rate_jitter, np.random.default_rng(1)) for _, b in zip(range(n), batches)]
+
+
+def _warm_start(model, folder, val: list, reexport, tol: float) -> _Progress:
+    """A fresh run started from the weights of shipped model folder `folder` (fresh optimiser,
+    step 0), checked before its first step, so that a warm start never silently trains
+    something else: re-exported with `reexport` (the ship step's export), the model must give
+    the folder's tensors bit for bit, and its held-out losses must be the folder's run's
+    final ones within `tol` nats (the folder stores float16 weights; its report.json)."""
+    from codecspec.families.v2.train_init import (
+        heldout_mismatches,
+        load_folder_weights,
+        reexport_mismatches,
+        shipped_heldout,
+    )
+
+    rep = load_folder_weights(model, folder)
+    if reexport is not None:
+        bad = reexport_mismatches(model, folder, reexport)
+        if bad:
+            raise ValueError(f"init_from: re-export differs from {folder}: {bad[:5]}")
+    pr = _Progress()
+    _record_eval(pr, model, val)  # step 0: where the folder's model stands
+    ref = shipped_heldout(folder)
+    bad = heldout_mismatches(pr.log.val[-1], ref, tol)
+    now = {k: pr.log.val[-1][k] for k in ("c0", "depth")}
+    was = {k: ref.get(k) for k in now} if ref else "not in the folder (no report.json)"
+    sys.stderr.write(
+        f"train v2: warm start from {folder}: {len(rep['loaded'])} tensors "
+        f"(not in the folder: {len(rep['absent'])}), re-export "
+        f"{'identical' if reexport is not None else 'not checked'}; held-out {now}, "
+        f"the folder's run {was}\n"
+    )
+    if bad:
+        raise ValueError(f"init_from: held-out losses differ from the folder's run: {bad}")
+    return pr
+
+
 def _train_step(
-    model, opt, pr: _Progress, b, frac, *, lr, rate_jitter, rng, depth_frames, gen, distill
+    model, opt, pr: _Progress, b, frac, *, lr, warmup, rate_jitter, rng, depth_frames, gen, distill
 ):
     """One optimiser step on batch `b` at schedule position `frac`; its time counts towards the
     budget and its losses join the log. Returns the model's losses."""
     t_step = time.monotonic()
     for g in opt.param_groups:
-        g["lr"] = _lr(frac, 0.04, lr)
+        g["lr"] = lr_schedule(frac, warmup, lr)
     out = model.losses(to_tensors(b, rate_jitter, rng), depth_frames, gen, distill)
     loss = out["c0"] + out["draft"] + out["stop"] + out["draft_stop"] + out["depth"]
     loss = loss + out.get("ce_draft_c0", 0.0)
@@ -173,23 +210,27 @@ def train_v2(
     val_batches: int = 6,
     save_every: float = 120.0,
     progress: bool = True,
+    warmup: float = 0.04,
+    init_from=None,
+    reexport=None,
 ) -> tuple[V2Model, TrainLog]:
-    """Train (or resume) until `minutes` of training time in total, or `max_steps`."""
+    """Train (or resume) until `minutes` of training time in total, or `max_steps`; a run
+    with no checkpoint yet starts from model folder `init_from` if given (`_warm_start`)."""
     ckpt_dir = Path(ckpt_dir).expanduser()
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / CKPT_NAME
     torch.manual_seed(seed)
     model = V2Model(tcfg, dcfg)
     opt = adamw(model, lr)
-    pr = _resume(path, model, opt, tcfg, dcfg)
-    gen = torch.Generator().manual_seed(seed + pr.step)
-    rng = np.random.default_rng(seed + pr.step)
-    val = [
-        to_tensors(b, rate_jitter, np.random.default_rng(1))
-        for _, b in zip(range(val_batches), val_set.batches(16, seed=1, max_frames=max_frames))
-    ]
+    val = _held_out(val_set, val_batches, rate_jitter, max_frames)
+    if init_from is not None and not path.is_file():
+        pr = _warm_start(model, Path(init_from), val, reexport, INIT_TOL)
+    else:
+        pr = _resume(path, model, opt, tcfg, dcfg)
+    gen, rng = torch.Generator().manual_seed(seed + pr.step), np.random.default_rng(seed + pr.step)
     budget = minutes * 60.0
     train_args = dict(lr=lr, distill=distill, rate_jitter=rate_jitter, minutes=minutes)
+    train_args |= dict(warmup=warmup, init_from=init_from and str(init_from))
 
     def state(batch_in_epoch: int) -> dict:
         return _checkpoint(model, opt, pr, tcfg, dcfg, batch_in_epoch, seed, train_set, train_args)
@@ -209,7 +250,7 @@ def train_v2(
                 pr.skip = i
                 break
             out = _train_step(
-                model, opt, pr, b, frac, lr=lr, rate_jitter=rate_jitter, rng=rng,
+                model, opt, pr, b, frac, lr=lr, warmup=warmup, rate_jitter=rate_jitter, rng=rng,
                 depth_frames=depth_frames, gen=gen, distill=distill,
             )  # fmt: skip
             if pr.step % eval_every == 0:
