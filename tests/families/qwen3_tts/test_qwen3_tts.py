@@ -556,6 +556,8 @@ def test_calibrate_stores_offsets_and_tree_and_spec_stays_exact(tmp_path):
     decision = read_decision(entry / "decision.json")  # the one format, measured end to end
     assert json.loads((entry / "decision.json").read_text())["format"] == DECISION_FORMAT
     speedup = result.end_to_end["speedup"]
+    rows = decision.measured["tree_rows"]  # verify rows scored against AR on this device
+    assert rows["exact"] and rows["frames"] > 0 and rows["max_rel_diff"] <= 1e-5
     assert decision.speculate is (speedup > 1.0)
     assert decision.measured["measured_speedup"] == speedup
     assert decision.measured["weights"] == "fp32" and "cpu_model" in decision.device

@@ -20,9 +20,18 @@ from typing import Optional
 
 import numpy as np
 
-from .pipeline import Qwen3TTS
+import codecspec as cs
 
-__all__ = ["CALIBRATION_TEXTS", "collect_corpus", "calibrate_checkpoint", "calibrate_command"]
+from .pipeline import Qwen3TTS
+from .row_exact import probe_tree_rows
+
+__all__ = [
+    "CALIBRATION_TEXTS",
+    "collect_corpus",
+    "calibrate_checkpoint",
+    "calibrate_command",
+    "speculate_here",
+]
 
 CALIBRATION_TEXTS = (
     ("The quick brown fox jumps over the lazy dog.", "english"),
@@ -129,38 +138,53 @@ def calibrate_checkpoint(
         dst = tts.calibration_file(name)
         shutil.copyfile(out / name, dst.with_name(f".{dst.name}.tmp"))
         dst.with_name(f".{dst.name}.tmp").replace(dst)
-    _write_decision(tts, result)
+    # the calibrated tree's verify calls, scored against AR on frames of the corpus
+    tts.depth.set_tree(cs.DraftTree.from_json(tts.calibration_file("tree.json").read_text()))
+    rows = probe_tree_rows(tts.depth, hiddens, c0s)
+    _write_decision(tts, result, rows)
     return result, entry
 
 
-def _write_decision(tts: Qwen3TTS, result):
-    """The decision beside the graphs, for this precision: speculate where the real depth
-    loop, timed end to end against AR on this device, was faster (a simulation leaves out
-    this decoder's host work, which the end-to-end run includes)."""
+def speculate_here(speedup, rows: dict) -> tuple:
+    """(speculate, why): speculate where the end-to-end depth loop beat AR on this device
+    (`speedup` > 1) and a verify call scores positions as the AR call does to float
+    rounding (`rows`: `row_exact.probe_tree_rows`); otherwise the AR law would move."""
+    pays = bool((speedup or 0.0) > 1.0)
+    shown = "not measured" if speedup is None else f"{speedup:.3f}x AR"
+    if not rows["exact"]:
+        return False, (
+            f"a verify call's logits differ from the AR call's by up to "
+            f"{rows['max_rel_diff']:.2g} of the row (more than float rounding) on this device: "
+            f"speculation would move the law, decode AR (the depth loop ran at {shown})"
+        )
+    verdict = "speculate" if pays else "decode AR"
+    return pays, f"the depth loop with the calibrated tree ran at {shown} end to end: {verdict}"
+
+
+def _write_decision(tts: Qwen3TTS, result, rows: dict):
+    """The decision beside the graphs, for this precision (`speculate_here`): the real depth
+    loop timed end to end against AR on this device (a simulation leaves out this decoder's
+    host work, which the end-to-end run includes), and the verify rows' agreement with AR."""
     from codecspec.calibrate.decision import DECISION_FILE, write_decision
     from codecspec.calibrate.device import decision_device
 
     e2e = result.end_to_end or {}
     speedup = e2e.get("speedup")
-    speculate = bool((speedup or 0.0) > 1.0)
-    shown = "not measured" if speedup is None else f"{speedup:.3f}x AR"
-    why = (
-        f"the depth loop with the calibrated tree ran at {shown} end to end on this device "
-        f"({tts.weights}): {'speculate' if speculate else 'decode AR'}"
-    )
+    speculate, why = speculate_here(speedup, rows)
     measured = {
-        "rule": "measured_speedup > 1",
+        "rule": "measured_speedup > 1 and tree_rows.exact",
         "weights": tts.weights,
         "measured_speedup": speedup,
         "ar_ms_per_frame": e2e.get("ar_ms_per_frame"),
         "spec_ms_per_frame": e2e.get("spec_ms_per_frame"),
         "tokens_per_call": result.best.simulated_tokens_per_call,
         "simulated_speedup": result.best.speedup_simulated,
+        "tree_rows": rows,
     }
     return write_decision(
         tts.calibration_file(DECISION_FILE),
         speculate=speculate,
-        why=why,
+        why=f"{why} ({tts.weights})",
         measured=measured,
         device=decision_device(result.profile),
     )

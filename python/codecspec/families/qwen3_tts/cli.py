@@ -82,6 +82,20 @@ def _precision_note(args, tts) -> None:
     )
 
 
+def _speculation_note(args, tts, mode: str) -> None:
+    """Asked-for speculation over quantised weights: a verify call can score positions
+    unlike the AR call there (row_exact.py), which calibration checks and `auto` respects;
+    `--mode spec` by name does not ask, so say so."""
+    if args.quiet or mode != "spec" or tts.weights == "fp32" or args.mode != "spec":
+        return
+    print(
+        f"note: speculation over {tts.weights} weights keeps the AR law only where verify "
+        "calls score positions as AR calls do on this device; `codecspec calibrate --model "
+        "DIR` checks it and `--mode auto` speculates only there",
+        file=sys.stderr,
+    )
+
+
 def synth(args) -> int:
     """Text -> codes (-> 16-bit 24 kHz WAV) with a Qwen3-TTS checkpoint folder."""
     from codecspec.tts.commands import check_output, synth_text
@@ -116,6 +130,7 @@ def synth(args) -> int:
     load_s = time.perf_counter() - t0
     _precision_note(args, tts)
     mode = _mode(args, tts)
+    _speculation_note(args, tts, mode)
     if args.stream:
         return _stream(args, tts, text, mode, load_s)
     kw = _request_kwargs(args, mode)

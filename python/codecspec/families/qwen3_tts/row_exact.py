@@ -1,0 +1,97 @@
+"""Does a verify call score a position as the AR call does, on this device, at these weights?
+
+Speculation keeps the AR law only if a tree node's logits are the AR step's logits for the
+same position. onnxruntime's GroupQueryAttention computes a one-row call and a several-row
+call in a different order (their float sums round differently, ~1e-7), and quantised weights
+(MatMulNBits quantises each activation row to int8) turn that rounding into whole
+quantisation steps: on the 0.6B code predictor a verified row differs from its AR row by
+~3e-6 in float32 but ~0.05 in int8/int4, enough to change greedy codes within a few frames
+(measured on an AVX-512 EPYC, 2026-12-03). `probe_tree_rows` measures it on frames of the
+checkpoint's own corpus: each frame decoded AR, then speculatively with drafts set to the AR
+codes (every draft accepted, so every level is scored by a verify call), the two logits of
+every level compared. `codecspec calibrate --model DIR` lets `auto` speculate only where the
+difference stays at float rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import codecspec as cs
+
+__all__ = ["ROUNDING", "probe_tree_rows"]
+
+# A verified row agrees with its AR row "to float rounding" when they differ by at most this
+# fraction of the row's largest logit (float32 rounding through the code predictor's layers
+# measured ~1e-6 of it at 0.6B; int8 activation steps are ~1e-2 of it).
+ROUNDING = 1e-5
+
+
+def _ar_rows(dec, hidden, c0) -> tuple:
+    """(codes, {level: logits}) of the AR decode of one frame (greedy)."""
+    rows: dict = {}
+    target = dec._target_row
+
+    def keep(call, node, level):
+        r = target(call, node, level)
+        rows.setdefault(level, np.array(r, np.float32, copy=True))
+        return r
+
+    dec._target_row = keep
+    try:
+        codes = dec.decode_frame(hidden, c0, cs.Generator(0), "ar")
+    finally:
+        dec._target_row = target
+    return codes, rows
+
+
+def _verified_rows(dec, hidden, c0, codes) -> dict:
+    """{level: logits} of the verify calls of one frame decoded speculatively with every
+    draft right (ControlledDrafts at acceptance 1 about the AR codes)."""
+    from codecspec.decode.depth import ControlledDrafts
+
+    rows: dict = {}
+    verify, control = dec._verify, dec.draft_control
+
+    def keep(call, tree, n, tokens, heads, g):
+        for i in range(n):
+            rows.setdefault(int(heads[i]), np.array(call.logits[i], np.float32, copy=True))
+        return verify(call, tree, n, tokens, heads, g)
+
+    drafts = ControlledDrafts(1.0, dec.V)
+    drafts.truth = codes
+    dec._verify, dec.draft_control = keep, drafts
+    try:
+        dec.decode_frame(hidden, c0, cs.Generator(0), "spec")
+    finally:
+        dec._verify, dec.draft_control = verify, control
+    return rows
+
+
+def probe_tree_rows(dec, hiddens, c0s, frames: int = 6) -> dict:
+    """{"exact": verified rows equal the AR rows to float rounding (ROUNDING) on every level
+    of the first `frames` frames; "bitwise": bit for bit; "max_abs_diff", "max_rel_diff";
+    "frames"}. `dec`: a `DepthDecoder` over a heads-in-graph code predictor."""
+    if not dec.graph.heads_in_graph:
+        raise ValueError("dec: the probe reads the graph's own logits (a heads-in-graph decoder)")
+    params = dec.params
+    dec.params = cs.SamplingParams(0.0, 0, 1.0)  # greedy: the drafts know the frame's codes
+    worst_abs = worst_rel = 0.0
+    n = min(int(frames), len(c0s))
+    try:
+        for h, c0 in zip(hiddens[:n], c0s[:n]):
+            codes, ar = _ar_rows(dec, h, int(c0))
+            spec = _verified_rows(dec, h, int(c0), codes)
+            for level, row in spec.items():
+                d = float(np.abs(row - ar[level]).max())
+                worst_abs = max(worst_abs, d)
+                worst_rel = max(worst_rel, d / max(float(np.abs(ar[level]).max()), 1e-30))
+    finally:
+        dec.params = params
+    return {
+        "exact": worst_rel <= ROUNDING,
+        "bitwise": worst_abs == 0.0,
+        "max_abs_diff": worst_abs,
+        "max_rel_diff": worst_rel,
+        "frames": n,
+    }
