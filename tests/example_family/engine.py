@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 
 import codecspec as cs
-from codecspec.pipeline.family import Check, Family, Frame, StreamState, guard, sampling_params
+from codecspec.pipeline.family import (
+    Check,
+    Family,
+    Frame,
+    Stage,
+    StreamState,
+    guard,
+    sampling_params,
+)
 
 from . import FORMAT
 from .model import G, H, ToyTTS, V
@@ -86,6 +94,12 @@ class ToyFamily(Family):
         self.prev[s.slot] = out["codes"]
         self.codes_out += G
         return Frame(codes=out["codes"], ended=s.t + 1 >= s.state.frames)
+
+    def stages(self) -> list:
+        """One stage: a frame reads the output matrix whole and G rows of the code table
+        (what `codecspec bench` bounds it by)."""
+        w = self.tts.w
+        return [Stage("logits", int(w["out"].nbytes + G * w["codes"].itemsize * H))]
 
     def counters(self) -> dict:
         return {"calls": self.calls, "lane_calls": self.lane_calls, "codes": self.codes_out}

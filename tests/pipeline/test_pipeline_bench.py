@@ -82,8 +82,13 @@ def test_the_record_bounds_the_stages_by_bytes_over_bandwidth(folder):
     assert rec["pipeline_rtf"]["ar"] == pytest.approx(rec["ms_per_frame"]["ar"] / audio_ms)
 
 
+class Unweighed(ToyFamily):
+    def stages(self):
+        return []
+
+
 def test_a_family_that_states_no_stages_gets_no_bound(folder):
-    rec = family_record(_open(ToyFamily, folder), {"ar": {"frames": 3, "ms_per_frame": 1.0}}, 1e9)
+    rec = family_record(_open(Unweighed, folder), {"ar": {"frames": 3, "ms_per_frame": 1.0}}, 1e9)
     assert rec["stages"] == [] and rec["bound_ms_per_frame"]["ar"] is None
 
 
@@ -104,3 +109,19 @@ def test_the_command_prints_the_table(folder, capsys):
     assert bench_command(args) == 0
     out = capsys.readouterr().out
     assert "example-toy" in out and "total" in out and "verdict:" in out
+
+
+def test_codecspec_bench_runs_a_family_without_a_bench_of_its_own(folder, capsys):
+    """The example family has no "bench" hook: `codecspec bench --model DIR` measures it
+    through the protocol, its `stages()` bounding the frame."""
+    import json
+
+    from codecspec.cli import main
+
+    argv = ["bench", "--model", str(folder), "--json", "--texts", "1", "--provider", "cpu"]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["family"] == "example-toy" and rec["frames"]["ar"] > 0
+    assert [s["name"] for s in rec["stages"]] == ["logits"]
+    assert rec["stages"][0]["bytes_ar"] > 0 and rec["bound_ms_per_frame"]["ar"] > 0
+    assert rec["ms_per_frame"]["ar"] > 0 and rec["cpu_simd"]

@@ -312,13 +312,16 @@ def _synth_stream(args, tts, text) -> int:
 
 def cmd_bench(args) -> int:
     """`codecspec bench`: the family's own bench (the registry's "bench" hook); a family
-    without one is a ValueError naming it (main prints it as one line)."""
+    without one gets the protocol's (`codecspec.pipeline.bench`: every decode mode it takes
+    through the one loop, beside the bound its `Family.stages()` give)."""
     from codecspec.pipeline import registry
 
     entry = registry.family_of(args.model)
     hook = entry.hook("bench")
-    if hook is None:
-        raise ValueError(f'model: the {entry.name} family has no bench (no "bench" hook)')
+    if hook is None:  # the protocol's bench: prepare + the one loop, timed whole
+        from codecspec.pipeline.bench import bench_command
+
+        return bench_command(args)
     return hook(args)
 
 
