@@ -15,10 +15,8 @@ from codecspec.cli import (
     build_graph,
     calibrate,
     demo,
-    import_qwen3,
     loadtest,
     quality,
-    random_checkpoint,
     serve,
     speedup_map,
     synth,
@@ -36,11 +34,9 @@ __all__ = [
 SUBCOMMANDS = (
     demo,
     build_graph,
-    import_qwen3,
     calibrate,
     ablate,
     speedup_map,
-    random_checkpoint,
     synth,
     bench,
     quality,
@@ -55,7 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS:
         module.register(sub)
+    _family_commands(sub)
     return ap
+
+
+def _family_commands(sub: argparse._SubParsersAction) -> None:
+    """The subcommands a family brings (the registry's `cli_commands`), after the shared ones."""
+    from codecspec.pipeline import registry
+
+    for entry in registry.families():
+        if entry.cli_commands is not None:
+            registry.import_path(entry.cli_commands)(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from codecspec.cli.demo import small_config
 
 
 def save_heads(args, weights) -> None:
     """heads='hidden' graphs leave the LM heads to the host: store them beside the graph."""
     if args.heads == "hidden":
-        from codecspec.runtime.depth_graph import heads_sidecar
+        from codecspec.runtime.depth_graph import write_heads_sidecar
 
-        side = heads_sidecar(args.output)
-        np.save(side, np.asarray(weights["heads"], np.float32))
+        side = write_heads_sidecar(args.output, weights["heads"])
         print(f"wrote {side} (LM heads for host-side evaluation)")
 
 

@@ -72,15 +72,15 @@ class Entry:
     `model_options`: its single-stream model's options that only it takes (CLI flags);
     `title`: how messages name its folders; `hooks`: (command, "module:function") pairs,
     the family's own CLI subcommands (see `hook`), and "synth_lines" (s, output) -> {label:
-    value}, synth's summary for a family that has no depth loop to report, and
-    "import_checkpoint" (folder) -> (DepthDecoderConfig, DepthDecoderWeights), the depth
-    decoder of a checkpoint as published (`codecspec import-qwen3`), and "quality_mode"
+    value}, synth's summary for a family that has no depth loop to report, and "quality_mode"
     (mode, tts, beta, theta) -> generate() keywords / "quality_modes" (loops, accept) ->
     [modes] for a family whose quality modes are more than ar/spec. `cli_options`:
     "module:function(command, parser)" adding the family's own flags to the `codecspec`
     subcommand `command` (a name such as "synth"; nothing for the others), the shared options
     being the CLI's (`codecspec.cli.options.family_options`); its module imports argparse at
-    most, as `codecspec --help` imports it."""
+    most, as `codecspec --help` imports it. `cli_commands`: "module:function(subparsers)"
+    adding the family's own subcommands (Qwen3-TTS's import-qwen3 and random-checkpoint),
+    light to import as well."""
 
     name: str
     formats: tuple = ()
@@ -92,6 +92,7 @@ class Entry:
     title: str = ""
     hooks: tuple = ()
     cli_options: Optional[str] = None
+    cli_commands: Optional[str] = None
 
     def load(self, what: str):
         """The class `model` or `engine` names, imported now."""
@@ -126,12 +127,11 @@ FAMILIES = (
         options=("cache_dir", "ref_audio", "weights", "voices_dir"),
         title="Qwen3-TTS checkpoint",
         cli_options=f"{_QWEN3}.options:add_options",
+        cli_commands=f"{_QWEN3}.commands:add_commands",
         hooks=(
             ("synth", f"{_QWEN3}.cli:synth"),
             ("bench", f"{_QWEN3}.cli:bench_command"),
             ("calibrate", f"{_QWEN3}.calibrate:calibrate_command"),
-            ("random_checkpoint", f"{_QWEN3}.cli:random_checkpoint_command"),
-            ("import_checkpoint", f"{_QWEN3}.predictor_import:load_qwen3_tts_checkpoint"),
             ("serve_check", f"{_QWEN3}.engine:check_serve_args"),
         ),
     ),

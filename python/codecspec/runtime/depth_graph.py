@@ -28,6 +28,13 @@ def heads_sidecar(model_path: Union[str, Path]) -> Path:
     return p.with_name(p.stem + ".heads.npy")
 
 
+def write_heads_sidecar(model_path: Union[str, Path], heads) -> Path:
+    """Stores a heads="hidden" graph's LM heads (float32) beside it; returns the path."""
+    side = heads_sidecar(model_path)
+    np.save(side, np.asarray(heads, np.float32))
+    return side
+
+
 def _config_of(meta: dict) -> DepthDecoderConfig:
     if meta["graph_version"] != GRAPH_VERSION:
         raise ValueError(
