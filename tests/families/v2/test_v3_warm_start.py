@@ -101,3 +101,16 @@ def test_torch_step_computes_what_the_shipped_graph_computes(loaded):
     with torch.no_grad():
         other = _StepExport(wrong, wrong.decoder)(*feeds.values())[1].numpy()
     assert np.abs(got - other).max() > 0.1
+
+
+def test_training_data_with_other_speaker_ids_is_refused():
+    """The embedding rows stand for the folder's symbols: data whose tables name other voices
+    must not be trained from these weights."""
+    from codecspec.families.v2.train_init import load_folder_weights
+    from codecspec.tts.text import Frontend
+
+    d = json.loads((MODEL / "model.json").read_text())["frontend"]
+    load_folder_weights(_fresh_model(), MODEL, Frontend.from_dict(d))  # the same tables: fine
+    d["speakers"]["names"][-1] = "m7"  # a voice the folder never heard, in m3's row
+    with pytest.raises(ValueError, match="frontend"):
+        load_folder_weights(_fresh_model(), MODEL, Frontend.from_dict(d))

@@ -123,12 +123,12 @@ def _held_out(val_set: TTSDataset, n: int, rate_jitter: float, max_frames: int) 
     return [to_tensors(b, rate_jitter, np.random.default_rng(1)) for _, b in zip(range(n), batches)]
 
 
-def _warm_start(model, folder, val: list, reexport, tol: float) -> _Progress:
+def _warm_start(model, folder, val: list, reexport, frontend) -> _Progress:
     """A fresh run started from the weights of shipped model folder `folder` (fresh optimiser,
     step 0), checked before its first step, so that a warm start never silently trains
     something else: re-exported with `reexport` (the ship step's export), the model must give
     the folder's tensors bit for bit, and its held-out losses must be the folder's run's
-    final ones within `tol` nats (the folder stores float16 weights; its report.json)."""
+    final ones within INIT_TOL nats (its report.json); `frontend` must be the folder's."""
     from codecspec.families.v2.train_init import (
         heldout_mismatches,
         load_folder_weights,
@@ -136,7 +136,7 @@ def _warm_start(model, folder, val: list, reexport, tol: float) -> _Progress:
         shipped_heldout,
     )
 
-    rep = load_folder_weights(model, folder)
+    rep = load_folder_weights(model, folder, frontend)
     if reexport is not None:
         bad = reexport_mismatches(model, folder, reexport)
         if bad:
@@ -144,7 +144,7 @@ def _warm_start(model, folder, val: list, reexport, tol: float) -> _Progress:
     pr = _Progress()
     _record_eval(pr, model, val)  # step 0: where the folder's model stands
     ref = shipped_heldout(folder)
-    bad = heldout_mismatches(pr.log.val[-1], ref, tol)
+    bad = heldout_mismatches(pr.log.val[-1], ref, INIT_TOL)
     now = {k: pr.log.val[-1][k] for k in ("c0", "depth")}
     was = {k: ref.get(k) for k in now} if ref else "not in the folder (no report.json)"
     sys.stderr.write(
@@ -224,7 +224,7 @@ def train_v2(
     opt = adamw(model, lr)
     val = _held_out(val_set, val_batches, rate_jitter, max_frames)
     if init_from is not None and not path.is_file():
-        pr = _warm_start(model, Path(init_from), val, reexport, INIT_TOL)
+        pr = _warm_start(model, Path(init_from), val, reexport, train_set.frontend)
     else:
         pr = _resume(path, model, opt, tcfg, dcfg)
     gen, rng = torch.Generator().manual_seed(seed + pr.step), np.random.default_rng(seed + pr.step)

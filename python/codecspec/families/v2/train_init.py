@@ -142,14 +142,19 @@ def _check_configs(model: V2Model, meta: dict) -> None:
         raise ValueError("the folder holds a model of another configuration")
 
 
-def load_folder_weights(model: V2Model, folder) -> dict:
+def load_folder_weights(model: V2Model, folder, frontend=None) -> dict:
     """Load the weights of model folder `folder` (v2/v3 layout) into `model`.
 
     Returns {"loaded": [parameter names], "absent": [names the folder cannot hold]}: only
     the cross-entropy-only draft (`temporal.draft_ce`, never exported) may be absent;
-    ValueError for any other parameter the folder does not give completely."""
+    ValueError for any other parameter the folder does not give completely, and when
+    `frontend` (the training data's phoneme, language and speaker tables) is not the
+    folder's: the embedding rows would then stand for other symbols."""
     folder = Path(folder)
-    _check_configs(model, json.loads((folder / "model.json").read_text()))
+    meta = json.loads((folder / "model.json").read_text())
+    _check_configs(model, meta)
+    if frontend is not None and frontend.to_dict() != meta.get("frontend"):
+        raise ValueError("the training data's frontend (phonemes, speakers) is not the folder's")
     work = V2Model(model.temporal.cfg, model.depth.c)
     spans = _fingerprint(work)
     total = sum(n for _, n in spans.values())
