@@ -268,11 +268,24 @@ class _Recorder:
         return h, lt, st
 
 
+def _generate(steps, decoder, generator, guard: int) -> tuple:
+    """(codes int64 [n, G], stopped) of one utterance: the frame decoder over the recorded
+    steps, each frame fed back, until the stop head fires (its frame included) or `guard`
+    frames (the recorder needs each step's outputs, so not the engine's loop)."""
+    prev, codes = None, []
+    for _ in range(guard):
+        frame, stop = decoder.decode(steps.step(prev), generator)
+        codes.append(np.asarray(frame[0], np.int64))
+        prev = frame
+        if stop[0]:
+            return np.stack(codes), True
+    return np.stack(codes), False
+
+
 def free_generation(tts, rows, seed: int) -> dict:
     """AR synthesis of held-out texts (their IPA, language and voice): per frame h_t, the codes
     and both LMs' c0 logits; per text frames, stop/guard and espeak-ng's frame count."""
     import codecspec as cs
-    from codecspec.decode.frames import run_frame_loop
     from codecspec.families.v2.model import V2FrameDecoder
     from codecspec.progress import bar
 
@@ -281,17 +294,16 @@ def free_generation(tts, rows, seed: int) -> dict:
         _, ids, _, spk, enc = tts.encode_text(None, r["phonemes"], r["language"], r["variant"])
         expected = row_pace(tts, r, len(ids) - 2)
         steps = _Recorder(tts.stepper(enc, spk, expected), tts.stepper(enc, spk, expected, True))
-        loop = run_frame_loop(
-            steps, V2FrameDecoder(tts, "ar"), cs.Generator(seed + i), tts.max_frames_for(expected)
-        )
-        n = len(loop.codes[0])
+        dec, guard = V2FrameDecoder(tts, "ar"), tts.max_frames_for(expected)
+        codes, stopped = _generate(steps, dec, cs.Generator(seed + i), guard)
+        n = len(codes)
         rec["h"].append(np.stack(steps.h[:n]))
         rec["lt"].append(np.stack(steps.lt[:n]))
         rec["ld"].append(np.stack(steps.ld[:n]))
-        rec["codes"].append(loop.codes[0])
+        rec["codes"].append(codes)
         rec["frames"].append(n)
         rec["ref_frames"].append(int(np.ceil(r["num_samples"] / tts.codec.spectral.frame_hop)))
-        rec["stopped"].append(bool(loop.stopped[0]))
+        rec["stopped"].append(stopped)
     return rec
 
 
