@@ -28,7 +28,6 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
