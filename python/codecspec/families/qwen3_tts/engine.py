@@ -43,7 +43,7 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
-from codecspec.calibrate.decision import auto_mode, speculation_pays
+from codecspec.calibrate.decision import DECISION_FILE, auto_mode, speculation_pays
 from codecspec.pipeline.family import (
     Check,
     Family,
@@ -179,7 +179,7 @@ class Qwen3Family(Family):
 
     def _speculation_pays(self) -> bool:
         """Mode "auto": what `codecspec calibrate --model DIR` measured (as `synth`)."""
-        return speculation_pays(self.tts.calibration_file("speculation.json"))  # as `synth`
+        return speculation_pays(self.tts.calibration_file(DECISION_FILE))  # as `synth`
 
     # ------------------------------------------------------------------ requests
     @property

@@ -115,7 +115,7 @@ def load_reference(ref_audio) -> np.ndarray:
 
 def calibration_file(entry: Path, name: str, weights: str) -> Path:
     """Where `codecspec calibrate --model DIR --weights W` keeps `name` (offsets.npy,
-    tree.json, speculation.json): the tree and the decision depend on the graphs' speed,
+    tree.json, decision.json): the tree and the decision depend on the graphs' speed,
     so each precision has its own."""
     if weights == "fp32":
         return entry / name
