@@ -31,6 +31,18 @@ an additive bias, RotaryEmbedding, BranchwiseRMSNorm, SkipSimplifiedLayerNormali
 QuickGelu), developed against onnxruntime 1.32; `cpu_variant_supported()` checks the installed
 one.
 Both need Q >= 1; variant="cpu" also Q <= 4096 (RotaryEmbedding cache rows).
+
+attention="placed" (either variant) makes every query row's arithmetic independent of the call
+it is in: each row gathers the keys it sees into one slot per position (one frame's positions,
+< min(max_positions, num_codebooks + 1); empty slots masked) and attends over those, so a tree
+node in a verify call is computed by the same operations, in the same order, as the
+autoregressive call at its position. It reads attention_bias as a mask (0 visible, anything
+else hidden) and takes a row's visible keys, in column order, as its positions 0, 1, 2, ...
+(keys laid out in the order they were made, as the runtime's depth cache and trees keep
+them); a row sees at most that many keys. The default, attention="call",
+attends over the call's columns as they come (GroupQueryAttention on variant="cpu"): a
+one-row call and a several-row call round differently (~1e-7), which quantised weights
+amplify (docs/qwen3_tts.md).
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from codecspec.runtime.graph_format import (  # the format's names, re-exported here
+    _META_ATTENTION,
     _META_CONFIG,
     _META_HEADS,
     _META_IO,
@@ -59,6 +72,7 @@ from codecspec.runtime.graph_format import (  # the format's names, re-exported 
 )
 
 from .config import DepthDecoderConfig, table_layout
+from .placed_attention import placed_attention, placed_slots
 from .weights import DepthDecoderWeights
 
 __all__ = [
@@ -88,6 +102,7 @@ INPUT_NAMES = (
 )
 OUTPUT_NAMES = ("logits", "draft_logits", "hidden", "new_keys", "new_values")
 HEADS_MODES = ("graph", "hidden", "grouped")
+ATTENTION_MODES = ("call", "placed")
 
 # Above this a serialized ModelProto risks protobuf's 2 GiB limit.
 _INLINE_LIMIT = 1_800_000_000
@@ -416,6 +431,15 @@ def _plain_attention(g: GraphBuilder, c, w, i: int, x: str, rope, bias: str, pas
     b = g.op("Mul", [sw, sin_l[i]], hint=p + "rope_b")
     qk = g.op("Add", [a, b], hint=p + "qk_rope")
     q, k = g.op("Split", [qk, g.i64([nh, kvh])], hint=p + "q_k", n_out=2, axis=1)
+    if isinstance(bias, dict):  # attention="placed": bias holds each row's key slots
+        q = g.op("Transpose", [q], hint=p + "q_t", perm=[0, 2, 1, 3])  # [1, Q, nh, hd]
+        q = g.op("Reshape", [q, g.i64([-1, kvh, nh // kvh, hd])], hint=p + "q_rows")
+        kv = g.op("Concat", [k, v], hint=p + "kv_new", axis=1)  # [1, 2kvh, Q, hd]
+        kv = g.op("Transpose", [kv], hint=p + "kv_new_t", perm=[0, 2, 1, 3])
+        kv = g.op("Reshape", [kv, g.i64([1, -1, 2 * kvh * hd])], hint=p + "kv_new_rows")
+        o = placed_attention(g, c, i, q, kv, bias, p)
+        o = g.op("MatMul", [o, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
+        return g.op("Add", [x, o], hint=p + "x_attn"), k, v
     q = g.op("Reshape", [q, g.i64([1, kvh, -1, hd])], hint=p + "q_grouped")
     kall = g.op("Concat", [past_k[i], k], hint=p + "k_all", axis=2)
     vall = g.op("Concat", [past_v[i], v], hint=p + "v_all", axis=2)
@@ -448,17 +472,23 @@ def _plain_mlp(
     return g.op("Add", [x, d], hint=p + "x_out")
 
 
-def _build_plain(g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
+def _build_plain(
+    g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights, attention: str
+) -> str:
     """The decoder in standard ONNX ops only (any runtime); returns the hidden-state name."""
     L, H, grp = c.num_layers, c.hidden_size, c.kv_groups
     x = _embed_inputs(g, c, w, "input_ids")
     rope = _plain_rope(g, c, w)
     # Query rows are grouped [kv head, group member, token]: tile the bias over the group.
     bias = "attention_bias"
-    if grp > 1:
-        bias = g.op("Tile", [bias, g.i64([grp, 1])], hint="bias_tiled")
-    past_k = _split_layers(g, "past_keys", L, "past_k")
-    past_v = _split_layers(g, "past_values", L, "past_v")
+    past_k = past_v = None
+    if attention == "placed":
+        bias = placed_slots(g, c)
+    else:
+        if grp > 1:
+            bias = g.op("Tile", [bias, g.i64([grp, 1])], hint="bias_tiled")
+        past_k = _split_layers(g, "past_keys", L, "past_k")
+        past_v = _split_layers(g, "past_values", L, "past_v")
     new_k, new_v = [], []
     for i in range(L):
         x, k, v = _plain_attention(g, c, w, i, x, rope, bias, past_k, past_v)
@@ -482,9 +512,10 @@ _MS = "com.microsoft"
 _CPU_ROPE_ROWS = 4096  # longest query a variant="cpu" graph accepts
 
 
-def _cpu_attention_inputs(g: GraphBuilder, c: DepthDecoderConfig) -> dict:
+def _cpu_attention_inputs(g: GraphBuilder, c: DepthDecoderConfig, attention: str) -> dict:
     """What every layer's contrib attention shares: batched positions, the RoPE cache, the
-    4-d bias, and GroupQueryAttention's seqlens_k / total length (from the bias's width)."""
+    4-d bias, and GroupQueryAttention's seqlens_k / total length (from the bias's width); or
+    with attention="placed", each row's key slots (placed_attention.placed_slots)."""
     pos = g.op("Unsqueeze", ["position_ids", g.i64([0])], hint="pos_b")
     # The contrib RotaryEmbedding kernel refuses a query longer than its cache has rows, even
     # when every position is in range, so the cache gets at least _CPU_ROPE_ROWS rows.
@@ -492,6 +523,8 @@ def _cpu_attention_inputs(g: GraphBuilder, c: DepthDecoderConfig) -> dict:
     ang = np.arange(rows, dtype=np.float64)[:, None] * _inv_freq(c)[None, :]
     cos = g.init("rope_cos", np.cos(ang).astype(np.float32))
     sin = g.init("rope_sin", np.sin(ang).astype(np.float32))
+    if attention == "placed":
+        return dict(pos=pos, cos=cos, sin=sin, slots=placed_slots(g, c))
     bias = g.op("Unsqueeze", ["attention_bias", g.i64([0, 1])], hint="bias4")
     total = g.op("Shape", ["attention_bias"], hint="bias_shape")
     total = g.op("Gather", [total, g.i64([1])], hint="total_len64", axis=0)
@@ -510,9 +543,12 @@ def _cpu_attention(g: GraphBuilder, c, w, i: int, n: str, att: dict, past_k, pas
     qk, v = g.op(
         "Split", [qkv, g.i64([(nh + kvh) * hd, kvh * hd])], hint=p + "qk_v", n_out=2, axis=-1
     )
+    # attention="placed" attends with plain ops: the 1/sqrt(hd) score scale that
+    # GroupQueryAttention applies itself rides on the q norm's weights (RoPE is linear).
+    q_scale = hd**-0.5 if "slots" in att else 1.0
     qk_scale = np.concatenate(
         [
-            np.broadcast_to(w[f"layers.{i}.q_norm"], (nh, hd)),
+            np.broadcast_to(w[f"layers.{i}.q_norm"] * q_scale, (nh, hd)),
             np.broadcast_to(w[f"layers.{i}.k_norm"], (kvh, hd)),
         ]
     )
@@ -532,6 +568,10 @@ def _cpu_attention(g: GraphBuilder, c, w, i: int, n: str, att: dict, past_k, pas
         interleaved=0,
     )
     q, k = g.op("Split", [qk, g.i64([nh * hd, kvh * hd])], hint=p + "q_k", n_out=2, axis=-1)
+    if "slots" in att:
+        attn = _cpu_placed(g, c, i, q, k, v, att["slots"], p)
+        o = g.op("MatMul", [attn, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
+        return o, k, v
     attn = g.op(
         "GroupQueryAttention",
         [q, k, v, past_k[i], past_v[i], att["seqlens"], att["total"], "", "", "", att["bias"]],
@@ -544,6 +584,16 @@ def _cpu_attention(g: GraphBuilder, c, w, i: int, n: str, att: dict, past_k, pas
     )[0]
     o = g.op("MatMul", [attn, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
     return o, k, v
+
+
+def _cpu_placed(g: GraphBuilder, c, i: int, q, k, v, slots, p: str) -> str:
+    """attention="placed" on the cpu variant's [1, Q, heads * hd] rows (q scaled by its norm
+    weights): [1, Q, heads * hd]."""
+    kvh, hd = c.num_kv_heads, c.head_dim
+    q = g.op("Reshape", [q, g.i64([-1, kvh, c.num_heads // kvh, hd])], hint=p + "q_rows")
+    kv = g.op("Concat", [k, v], hint=p + "kv_new", axis=-1)  # [1, Q, 2 * kvh * hd]
+    o = placed_attention(g, c, i, q, kv, slots, p)
+    return g.op("Unsqueeze", [o, g.i64([0])], hint=p + "attn")
 
 
 def _cpu_mlp(g: GraphBuilder, c, w, i: int, o: str, x: str):
@@ -587,15 +637,19 @@ def _cpu_stack_kv(g: GraphBuilder, c: DepthDecoderConfig, rows: list, name: str)
     return g.op("Transpose", [t], outputs=[name], perm=[0, 2, 1, 3])
 
 
-def _build_cpu(g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights) -> str:
+def _build_cpu(
+    g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights, attention: str
+) -> str:
     """The decoder with onnxruntime's fused CPU contrib ops (batch dim of 1 added for them);
     returns the hidden-state name."""
     L = c.num_layers
     ids = g.op("Unsqueeze", ["input_ids", g.i64([0])], hint="ids_b")
     x = _embed_inputs(g, c, w, ids)  # [1, Q, H]
-    att = _cpu_attention_inputs(g, c)
-    past_k = _split_layers(g, "past_keys", L, "past_k")
-    past_v = _split_layers(g, "past_values", L, "past_v")
+    att = _cpu_attention_inputs(g, c, attention)
+    past_k = past_v = None
+    if attention != "placed":
+        past_k = _split_layers(g, "past_keys", L, "past_k")
+        past_v = _split_layers(g, "past_values", L, "past_v")
     n = g.op(
         "SimplifiedLayerNormalization",
         [x, g.init("l0_input_norm", w["layers.0.input_norm"])],
@@ -623,10 +677,13 @@ def build_depth_graph(
     variant: str = "cpu",
     heads: str = "graph",
     opset: int = 17,
+    attention: str = "call",
 ) -> onnx.ModelProto:
-    """Build the depth-decoder graph for `config` with `weights` baked in as initializers."""
+    """Build the depth-decoder graph for `config` with `weights` baked in as initializers.
+    attention: "call" or "placed" (every row computed as it would be alone; module doc)."""
     _check_choice("variant", variant, ("cpu", "plain"))
     _check_choice("heads", heads, HEADS_MODES)
+    _check_choice("attention", attention, ATTENTION_MODES)
     if isinstance(opset, bool) or not isinstance(opset, int) or not 13 <= opset <= 17:
         raise ValueError(f"opset must be an int in [13, 17], got {opset!r}")
     if not isinstance(config, DepthDecoderConfig):
@@ -640,7 +697,7 @@ def build_depth_graph(
     g = GraphBuilder()
     for name in INPUT_NAMES + OUTPUT_NAMES:
         g._used.add(name)
-    z = (_build_plain if variant == "plain" else _build_cpu)(g, c, weights)
+    z = (_build_plain if variant == "plain" else _build_cpu)(g, c, weights, attention)
     if heads == "graph":
         _heads_part(g, c, weights, z)
     elif heads == "grouped":
@@ -691,6 +748,8 @@ def build_depth_graph(
         _META_HEADS: heads,
         _META_IO: json.dumps({"inputs": list(in_names), "outputs": list(out_names)}),
     }
+    if attention != "call":  # graphs of the default mode stay byte-identical to older builds
+        meta[_META_ATTENTION] = attention
     helper.set_model_props(model, meta)
     return model
 

@@ -34,6 +34,7 @@ _META_LAYOUT = "codecspec.table_layout"
 _META_VARIANT = "codecspec.variant"
 _META_HEADS = "codecspec.heads"
 _META_IO = "codecspec.io"
+_META_ATTENTION = "codecspec.attention"
 
 _INT_FIELDS = (
     "num_layers",
@@ -203,6 +204,8 @@ def read_graph_metadata(path_or_model) -> dict:
         "variant": props.get(_META_VARIANT),
         "heads": props.get(_META_HEADS),
         "io": json.loads(props.get(_META_IO, "null")),
+        # Graphs built before the option existed attend over the call's columns.
+        "attention": props.get(_META_ATTENTION, "call"),
     }
 
 

@@ -12,7 +12,8 @@ into place only when complete, so an error or an interrupt leaves nothing half-b
                       three position streams are equal (get_rope_index on an all-ones mask)
   text_proj.onnx      text projection: fc2(silu(fc1(x) + b1)) + b2 over text-embedding rows
   depth.onnx          the code predictor (predictor_import's importer) with its 15 LM heads in
-                      the graph (heads="grouped": a call reads only the heads it uses)
+                      the graph (heads="grouped": a call reads only the heads it uses) and
+                      attention="placed" (a tree node computed as its AR step, bit for bit)
   depth.heads.npy     the heads again, float32, for offset training (calibrate)
   codec_embedding.npy the talker's codec table [V, H] (c0, tags, speakers)
   code_embedding.npy  the predictor's 15 tables [G-1, V_code, H] (the next talker input sums
@@ -199,7 +200,11 @@ def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
         raise ValueError(f"model: {e}") from None
     if dcfg.num_codebooks != spec.num_code_groups:
         raise ValueError("model: config.json: talker and code predictor num_code_groups differ")
-    depth = build_depth_graph(dcfg, dw, variant=graph_variant(dcfg.head_dim), heads="grouped")
+    # attention="placed": a verify call scores each tree node with the AR call's arithmetic,
+    # so speculation keeps the AR law bit for bit, over quantised weights too.
+    depth = build_depth_graph(
+        dcfg, dw, variant=graph_variant(dcfg.head_dim), heads="grouped", attention="placed"
+    )
     save_model(depth, out / "depth.onnx")
     np.save(out / "depth.heads.npy", np.asarray(dw["heads"], np.float32))
     np.save(out / "code_embedding.npy", np.asarray(dw["code_embeddings"], np.float32))
