@@ -8,6 +8,7 @@ and a fast but inexact tree must not be chosen however much it pays."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from paths import DATA
 
@@ -15,6 +16,8 @@ import codecspec as cs
 from codecspec.families.qwen3_tts.calibrate import collect_corpus, speculate_here
 from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
 from codecspec.families.qwen3_tts.row_exact import ROUNDING, probe_tree_rows
+from codecspec.graphs import read_graph_metadata
+from codecspec.graphs.row_probe import probe_rows
 
 pytest.importorskip("tokenizers")
 
@@ -39,6 +42,15 @@ def test_verify_rows_agree_with_ar_to_rounding_on_the_tiny_checkpoint(cache, wei
     rows = probe_tree_rows(tts.depth, hiddens, c0s)
     assert rows["exact"] and rows["frames"] == len(c0s) > 0
     assert rows["max_rel_diff"] <= ROUNDING
+    # The code predictor's attention places each row's keys by position (bit for bit where
+    # the quantised MatMul kernel computes a row alike in any call: tests/graphs/
+    # test_placed_attention.py checks every precision against this CPU's kernels).
+    assert read_graph_metadata(tts.depth.graph.path)["attention"] == "placed"
+    if (
+        weights != "fp32"
+        and probe_rows(onnx.load(str(tts.depth.graph.path)), weights).row_independent
+    ):
+        assert rows["bitwise"], rows
 
 
 class OneStepOff:
@@ -80,3 +92,24 @@ def test_an_inexact_tree_is_not_chosen_however_much_it_pays():
     speculate, why = speculate_here(3.0, moved)
     assert speculate is False and "move the law" in why
     assert speculate_here(None, exact)[0] is False
+
+
+def test_spec_by_name_says_so_only_where_calibration_measured_rows_apart(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from codecspec.calibrate.decision import DECISION_FILE, write_decision
+    from codecspec.families.qwen3_tts.cli import _speculation_note
+
+    tts = SimpleNamespace(weights="int4", calibration_file=lambda name: tmp_path / name)
+    args = SimpleNamespace(quiet=False, mode="spec")
+    _speculation_note(args, tts, "spec")  # no calibration: nothing measured, nothing said
+    assert capsys.readouterr().err == ""
+    for exact, said in ((True, False), (False, True)):
+        rows = {"exact": exact, "max_rel_diff": 1e-8 if exact else 0.05}
+        write_decision(
+            tmp_path / DECISION_FILE, speculate=False, why="t", measured={"tree_rows": rows}
+        )
+        _speculation_note(args, tts, "spec")
+        assert ("does not keep the AR law" in capsys.readouterr().err) is said
+    _speculation_note(SimpleNamespace(quiet=False, mode="auto"), tts, "ar")
+    assert capsys.readouterr().err == ""

@@ -83,15 +83,20 @@ def _precision_note(args, tts) -> None:
 
 
 def _speculation_note(args, tts, mode: str) -> None:
-    """Asked-for speculation over quantised weights: a verify call can score positions
-    unlike the AR call there (row_exact.py), which calibration checks and `auto` respects;
-    `--mode spec` by name does not ask, so say so."""
-    if args.quiet or mode != "spec" or tts.weights == "fp32" or args.mode != "spec":
+    """Asked-for speculation where calibration measured verify rows that differ from AR's on
+    this device (row_exact.py; e.g. int4 on AVX2, whose quantised MatMul computes one row
+    unlike several): `auto` would not speculate there, `--mode spec` by name does, so say so."""
+    from codecspec.calibrate.decision import DECISION_FILE, read_decision
+
+    if args.quiet or mode != "spec" or args.mode != "spec":
+        return
+    rows = read_decision(tts.calibration_file(DECISION_FILE)).measured.get("tree_rows") or {}
+    if rows.get("exact", True):
         return
     print(
-        f"note: speculation over {tts.weights} weights keeps the AR law only where verify "
-        "calls score positions as AR calls do on this device; `codecspec calibrate --model "
-        "DIR` checks it and `--mode auto` speculates only there",
+        f"note: on this device `codecspec calibrate` measured verify rows at {tts.weights} that "
+        f"differ from the AR rows by up to {rows.get('max_rel_diff', float('nan')):.2g} of the "
+        "row: speculation here does not keep the AR law exactly (`--mode auto` decodes AR)",
         file=sys.stderr,
     )
 

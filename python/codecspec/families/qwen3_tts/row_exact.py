@@ -1,16 +1,19 @@
 """Does a verify call score a position as the AR call does, on this device, at these weights?
 
 Speculation keeps the AR law only if a tree node's logits are the AR step's logits for the
-same position. onnxruntime's GroupQueryAttention computes a one-row call and a several-row
-call in a different order (their float sums round differently, ~1e-7), and quantised weights
-(MatMulNBits quantises each activation row to int8) turn that rounding into whole
-quantisation steps: on the 0.6B code predictor a verified row differs from its AR row by
-~3e-6 in float32 but ~0.05 in int8/int4, enough to change greedy codes within a few frames
-(measured on an AVX-512 EPYC, 2026-12-03). `probe_tree_rows` measures it on frames of the
-checkpoint's own corpus: each frame decoded AR, then speculatively with drafts set to the AR
-codes (every draft accepted, so every level is scored by a verify call), the two logits of
-every level compared. `codecspec calibrate --model DIR` lets `auto` speculate only where the
-difference stays at float rounding.
+same position. Quantised weights make "almost" not enough: MatMulNBits quantises each
+activation row to int8, so a 1e-7 difference in a row's input can become whole quantisation
+steps. With onnxruntime's fused GroupQueryAttention (a one-row and a several-row call summed
+in other orders) a verified row of the 0.6B code predictor differed from its AR row by ~0.05
+in int8/int4 and greedy codes parted within a frame (AVX-512 EPYC, 2026-12-03); the code
+predictor is therefore built with attention="placed" (graphs/placed_attention.py), whose rows
+equal the AR rows bit for bit where the CPU's MatMul kernels compute a row alike in any call.
+Where they do not (int4 on AVX2: a one-row kernel and a tiled one) rows agree to float
+rounding only. `probe_tree_rows` measures it on frames of the checkpoint's own corpus: each
+frame decoded AR, then speculatively with drafts set to the AR codes (every draft accepted,
+so every level is scored by a verify call), the two logits of every level compared.
+`codecspec calibrate --model DIR` lets `auto` speculate only where the difference stays at
+float rounding.
 """
 
 from __future__ import annotations
