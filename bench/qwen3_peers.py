@@ -33,11 +33,13 @@ stage times come from:
                   would give (the paper: 0.61, 2.47 codes per call for the 0.6B). The drafts
                   are drawn against the frames of one greedy AR run of the same request, made
                   at load; verification is the real one, so the acceptance the run got is
-                  measured and shown. A quantised graph verifying several positions rounds
-                  differently from one position at a time: where the speculative run leaves
-                  the known frames, the drafts are iterated to its own frames (same draws
-                  each request; `truth_reproduced` in the JSON says whether that settled), and
-                  the depth loop alone is also timed once at exactly A through the bench API
+                  measured and shown. Verification is exact (the code predictor's placed
+                  attention), so the speculative run makes the AR frames the drafts know;
+                  where this CPU's quantised kernel computes one row unlike several (int4 on
+                  AVX2) it can leave them, and the drafts are then iterated to its own frames
+                  (same draws each request; `truth_reproduced` in the JSON says whether that
+                  settled). The depth loop alone is also timed once at exactly A through the
+                  bench API
                   (`controlled_depth_run`: each frame's drafts right about its own greedy
                   codes, AR and speculative interleaved frame by frame).
   qwentts.cpp     ggml, through the PyPI wheel `realtimetts-qwen-native-cpu` (0.4.2; import
@@ -218,11 +220,11 @@ class CodecspecWorker:
     def _controlled(self, acceptance: float, tries: int = 3) -> None:
         """The depth loop speculative with drafts of a set acceptance (module doc).
 
-        The drafts are right about a known run of frames. A quantised graph verifying
-        several positions rounds differently from one position at a time, so the speculative
-        run can leave the AR run's frames (then the talker follows it, and nothing after is
-        accepted): the truth is iterated to the speculative run's own frames, with the same
-        draws every run, until a run reproduces it."""
+        The drafts are right about a known run of frames, the AR run's. Exact verification
+        reproduces them; where this CPU's quantised kernel rounds a verified row unlike an
+        AR row, the speculative run can leave them (then the talker follows it, and nothing
+        after is accepted): the truth is then iterated to the speculative run's own frames,
+        with the same draws every run, until a run reproduces it."""
         import numpy as np
 
         import codecspec as cs
@@ -767,8 +769,8 @@ def spec_note(r: dict) -> str:
     )
     if x.get("truth_reproduced") is False:
         text += (
-            " — below the asked acceptance: the quantised graph verifying several positions "
-            "rounds differently from the AR run, the speculative run leaves the frames the "
+            " — below the asked acceptance: on this CPU the verify rows round unlike the AR "
+            "rows (`codecspec calibrate` measures it), the speculative run leaves the frames the "
             "drafts know (random weights' flat logits tie often), and after that nothing is "
             f"accepted ({x.get('truth_tries')} tries to follow its own frames did not settle)"
         )
