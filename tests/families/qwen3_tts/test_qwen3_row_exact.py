@@ -53,6 +53,18 @@ def test_verify_rows_agree_with_ar_to_rounding_on_the_tiny_checkpoint(cache, wei
         assert rows["bitwise"], rows
 
 
+@pytest.mark.parametrize("paths", [[(2,)], [(1,), (1, 0)], [(0,), (2,), (0, 1)]])
+def test_a_tree_without_the_truths_rank_is_probed_on_its_truth_path_only(cache, paths):
+    """Calibration may choose a tree whose drafts sit at ranks the truth is not at (here: the
+    truth is drafted at rank 0): those nodes hold other codes, their rows are no AR row's
+    counterpart, and the probe must not compare them (it did, and called exact rows 1.7
+    of the row apart on the 0.6B code predictor's calibrated tree [[2]])."""
+    tts, hiddens, c0s = _model(cache, "int8")
+    tts.depth.set_tree(cs.DraftTree.from_paths(paths))
+    rows = probe_tree_rows(tts.depth, hiddens, c0s)
+    assert rows["exact"] and rows["max_rel_diff"] <= ROUNDING, rows
+
+
 class OneStepOff:
     """A verify call whose logits come out one int8 activation step (1/127 of the row) off:
     what quantised weights did to the 0.6B code predictor's verify rows."""

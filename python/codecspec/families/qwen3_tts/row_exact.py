@@ -48,16 +48,30 @@ def _ar_rows(dec, hidden, c0) -> tuple:
     return codes, rows
 
 
+def _on_truth(tree, n: int, tokens, heads, codes) -> np.ndarray:
+    """Which of a call's n nodes hold the AR codes, themselves and every ancestor: only their
+    rows score a position the AR run scored (a node off that path, a draft the tree holds at
+    a rank the truth is not at, has another input)."""
+    parents = np.asarray(tree.parents)
+    on = np.zeros(n, bool)
+    for i in range(n):  # canonical order: a parent comes before its children
+        here = int(tokens[i]) == int(codes[int(heads[i])])
+        on[i] = here and (parents[i] < 0 or on[parents[i]])
+    return on
+
+
 def _verified_rows(dec, hidden, c0, codes) -> dict:
     """{level: logits} of the verify calls of one frame decoded speculatively with every
-    draft right (ControlledDrafts at acceptance 1 about the AR codes)."""
+    draft right (ControlledDrafts at acceptance 1 about the AR codes): each level's first row
+    from a node on the AR codes' path (a call's root always is)."""
     from codecspec.decode.depth import ControlledDrafts
 
     rows: dict = {}
     verify, control = dec._verify, dec.draft_control
 
     def keep(call, tree, n, tokens, heads, g):
-        for i in range(n):
+        on = _on_truth(tree, n, tokens, heads, codes)
+        for i in np.flatnonzero(on):
             rows.setdefault(int(heads[i]), np.array(call.logits[i], np.float32, copy=True))
         return verify(call, tree, n, tokens, heads, g)
 
