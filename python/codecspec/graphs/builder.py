@@ -740,6 +740,12 @@ def build_depth_graph(
     )
     # IR 8 keeps the file loadable by onnxruntime releases older than onnx's default IR.
     model.ir_version = 8
+    helper.set_model_props(model, _metadata(c, variant, heads, attention, in_names, out_names))
+    return model
+
+
+def _metadata(c: DepthDecoderConfig, variant, heads, attention, in_names, out_names) -> dict:
+    """The codecspec metadata a built graph carries (runtime.graph_format reads it)."""
     meta = {
         _META_VERSION: GRAPH_VERSION,
         _META_CONFIG: c.to_json(),
@@ -750,8 +756,7 @@ def build_depth_graph(
     }
     if attention != "call":  # graphs of the default mode stay byte-identical to older builds
         meta[_META_ATTENTION] = attention
-    helper.set_model_props(model, meta)
-    return model
+    return meta
 
 
 def count_nodes(model: onnx.ModelProto) -> int:
