@@ -12,31 +12,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tiny_models import TINY
 
 import codecspec as cs
 from codecspec.calibrate.data import drift_weights
 from codecspec.decode import DepthDecoder
 from codecspec.families.qwen3_tts.row_exact import probe_tree_rows
-from codecspec.graphs import DepthDecoderConfig, build_depth_graph, read_graph_metadata
+from codecspec.graphs import build_depth_graph, read_graph_metadata
 from codecspec.graphs.quantize import quantize_weights
 from codecspec.graphs.row_probe import matmul_model, probe_rows, together_and_alone
 from codecspec.runtime.session import open_session
 
 pytest.importorskip("onnx_ir", reason="onnxruntime's MatMulNBits quantiser needs onnx_ir")
 
-CFG = DepthDecoderConfig(
-    num_layers=2,
-    hidden_size=64,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
-    intermediate_size=128,
-    num_codebooks=6,
-    codebook_size=32,
-    c0_vocab_size=40,
-    num_draft_offsets=3,
-    max_positions=16,
-)
+CFG = TINY
 BRANCHING = cs.DraftTree.from_paths([(0,), (1,), (0, 0), (0, 1), (0, 0, 0)])
 
 
