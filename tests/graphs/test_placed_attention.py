@@ -61,9 +61,14 @@ def test_verified_rows_are_the_ar_rows_bit_for_bit(weights, variant, precision):
     model = _graph(weights, variant, "placed", precision)
     dec = DepthDecoder(model.SerializeToString(), tree=BRANCHING, provider="cpu", threads=1)
     rows = probe_tree_rows(dec, *_frames())
-    assert rows["exact"] and rows["frames"] == 6
+    assert rows["frames"] == 6
     if _kernels_row_independent(model, precision):
-        assert rows["bitwise"], rows
+        assert rows["bitwise"] and rows["exact"], rows
+    else:
+        # This CPU's quantised kernel computes one row unlike several (int4 on AVX2): no
+        # attention can make the rows equal, and the probe must say so (calibration reads it
+        # and keeps `auto` on AR there).
+        assert not rows["bitwise"], rows
 
 
 @pytest.mark.parametrize("precision", ["int8", "int4"])
