@@ -21,6 +21,7 @@ import numpy as np
 import codecspec as cs
 from codecspec.decode.batched_depth import FrameJob
 from codecspec.pipeline.result import Result
+from codecspec.runtime.npy_rows import open_rows
 
 from .checkpoint import Qwen3Checkpoint
 from .graphs import build_or_load, text_embedding_rows
@@ -180,9 +181,10 @@ class Qwen3TTS:
         self.text_proj = open_session(
             str(entry / "text_proj.onnx"), provider=provider, threads=threads
         )
-        # Row lookups only (a frame reads 16 rows): mapped, not resident (126 MB at 0.6B).
+        # Row lookups only (a frame reads 16 rows): mapped, or for the predictor's tables (126
+        # MB at 0.6B) read per row, which keeps them out of resident memory (runtime.npy_rows).
         self.codec_table = np.load(entry / "codec_embedding.npy", mmap_mode="r")
-        self.code_tables = np.load(entry / "code_embedding.npy", mmap_mode="r")
+        self.code_tables = open_rows(entry / "code_embedding.npy")
         calib = self._calibration()
         self.depth = DepthDecoder(
             weights_graph(entry, "depth", self.weights, log),
