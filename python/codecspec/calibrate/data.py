@@ -161,9 +161,10 @@ def _raw_session(graph_session):
 
 
 def teacher_forced_feeds(
-    config: DepthDecoderConfig, hidden: np.ndarray, codes: np.ndarray
+    config: DepthDecoderConfig, hidden: np.ndarray, codes: np.ndarray, joined: bool = False
 ) -> dict[str, np.ndarray]:
     """Graph inputs scoring one whole frame at once: Q = G positions (hidden, c0..c_{G-2}).
+    joined: the empty past in the joined K/V layout (runtime.kv; attention="placed" graphs).
 
     The causal mask over a fresh cache makes position p's hidden state identical (up to
     float rounding) to the one the AR loop and the tree verify call compute for that node.
@@ -176,17 +177,22 @@ def teacher_forced_feeds(
     embeds = np.zeros((G, c.input_width), np.float32)
     embeds[0] = hidden
     bias = np.triu(np.full((G, G), -np.inf, np.float32), k=1)
-    empty = np.zeros((c.num_layers, c.num_kv_heads, 0, c.head_dim), np.float32)
     return {
         "input_ids": ids,
         "input_embeds": embeds,
         "position_ids": np.arange(G, dtype=np.int64),
         "attention_bias": bias,
-        "past_keys": empty,
-        "past_values": empty,
+        **_empty_past(c, joined),
         "head_ids": np.clip(np.arange(G) - 1, 0, G - 2).astype(np.int64),
         "draft_offsets": np.zeros((c.num_draft_offsets, c.hidden_size), np.float32),
     }
+
+
+def _empty_past(c: DepthDecoderConfig, joined: bool) -> dict[str, np.ndarray]:
+    if joined:
+        return {"past_kv": np.zeros((c.num_layers, 0, 2 * c.num_kv_heads * c.head_dim), np.float32)}
+    empty = np.zeros((c.num_layers, c.num_kv_heads, 0, c.head_dim), np.float32)
+    return {"past_keys": empty, "past_values": empty}
 
 
 def teacher_forced_hidden(
@@ -229,7 +235,7 @@ def teacher_forced_hidden(
 
         it = bar(it, desc="teacher-forced hidden", total=N)
     for n in it:
-        feeds = teacher_forced_feeds(c, hiddens[n], codes[n])
+        feeds = teacher_forced_feeds(c, hiddens[n], codes[n], joined="past_kv" in names)
         z[n] = sess.run(["hidden"], {k: v for k, v in feeds.items() if k in names})[0]
     return z
 

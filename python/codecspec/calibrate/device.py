@@ -53,6 +53,7 @@ from codecspec.calibrate.offsets import (
     split_frames,
     train_offsets,
 )
+from codecspec.runtime.kv import split_kv
 from codecspec.runtime.session import session_threads
 
 log = logging.getLogger("codecspec.train")
@@ -380,13 +381,17 @@ def _latency_feeds(c, q: int, past_len: int, rng) -> dict:
     level = np.clip(pos - 1, 1, c.num_codebooks - 1)
     ids = c.c0_vocab_size + (level - 1) * c.codebook_size + rng.integers(0, c.codebook_size, q)
     L, kvh, hd = c.num_layers, c.num_kv_heads, c.head_dim
+    past = rng.standard_normal((L, past_len, 2 * kvh * hd)).astype(np.float32)
+    keys, values = (np.ascontiguousarray(a) for a in split_kv(past, kvh))
     return {
         "input_ids": ids.astype(np.int64),
         "input_embeds": np.zeros((q, c.input_width), np.float32),
         "position_ids": pos,
         "attention_bias": np.zeros((q, past_len + q), np.float32),
-        "past_keys": rng.standard_normal((L, kvh, past_len, hd)).astype(np.float32),
-        "past_values": rng.standard_normal((L, kvh, past_len, hd)).astype(np.float32),
+        # the graph takes one of the two layouts (runtime.kv); _sweep_feeds keeps its own
+        "past_keys": keys,
+        "past_values": values,
+        "past_kv": past,
         "head_ids": np.clip(pos - 1, 0, c.num_codebooks - 2).astype(np.int64),
         "draft_offsets": np.zeros((c.num_draft_offsets, c.hidden_size), np.float32),
     }

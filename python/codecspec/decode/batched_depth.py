@@ -25,6 +25,7 @@ from onnx import helper, numpy_helper
 import codecspec as cs
 from codecspec.decode.depth import DepthDecoder
 from codecspec.graphs.config import embedding_row, zero_row
+from codecspec.runtime.kv import split_kv
 from codecspec.runtime.session import open_session
 
 ROOT_ONLY = cs.DraftTree.from_paths([])
@@ -157,10 +158,27 @@ class _Layout:
         self.qoff = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
         self.q = int(self.sizes.sum())
         self.cols = n * cap
-        k = depth.kflat[: depth.row_floats * self.cols].reshape(depth.kv_shape(self.cols))
-        v = depth.vflat[: depth.row_floats * self.cols].reshape(depth.kv_shape(self.cols))
-        self.keys, self.values = k, v
-        self.call = depth.graph.bind(self.q, k, v, 0 if depth.grouped else None)
+        used = depth.row_floats * self.cols
+        if depth.graph.kv_joined:  # one array, both halves: [L, cols, 2 kvh hd]
+            c = depth.config
+            self.kv = depth.kflat[: 2 * used].reshape(c.num_layers, self.cols, -1)
+            self.keys, self.values = split_kv(self.kv, c.num_kv_heads)
+            past = (self.kv, None)
+        else:
+            self.kv = None
+            self.keys = depth.kflat[:used].reshape(depth.kv_shape(self.cols))
+            self.values = depth.vflat[:used].reshape(depth.kv_shape(self.cols))
+            past = (self.keys, self.values)
+        self.call = depth.graph.bind(self.q, *past, 0 if depth.grouped else None)
+
+    def put(self, dst, src=slice(None)) -> None:
+        """Copies rows `src` of this layout's call's new K/V into its past columns `dst`."""
+        call = self.call
+        if self.kv is not None:
+            self.kv[:, dst] = call.new_kv[:, src]
+        else:
+            self.keys[:, :, dst] = call.new_keys[:, :, src]
+            self.values[:, :, dst] = call.new_values[:, :, src]
 
 
 class BatchedDepth:
@@ -194,8 +212,11 @@ class BatchedDepth:
         self.G, self.V, self.cap = decoder.G, decoder.V, decoder.cap
         self.row_floats = c.num_layers * c.num_kv_heads * c.head_dim
         self.slots = int(slots)
-        self.kflat = np.zeros(self.row_floats * self.cap * self.slots, np.float32)
-        self.vflat = np.zeros_like(self.kflat)
+        # a joined graph's past is one array of both halves (runtime.kv): kflat holds it
+        joined = decoder.graph.kv_joined
+        size = self.row_floats * self.cap * self.slots
+        self.kflat = np.zeros(2 * size if joined else size, np.float32)
+        self.vflat = None if joined else np.zeros_like(self.kflat)
         self.tree = decoder.tree
         self.depth = min(self.tree.max_depth, self.G - 2)
         self._layouts: OrderedDict = OrderedDict()
@@ -234,7 +255,7 @@ class BatchedDepth:
     # ------------------------------------------------------------------ one frame
     def decode(self, hiddens: np.ndarray, lanes: list[DepthLane]) -> None:
         """Fills `lane.codes[1:]` of every lane (codes[0] = c0 is set by the caller)."""
-        if len(lanes) * self.cap > len(self.kflat) // self.row_floats:
+        if len(lanes) > self.slots:
             raise ValueError(f"lanes: {len(lanes)} frames, more than the {self.slots} slots")
         self._follow_tree()
         if self.grouped and any(ln.spec for ln in lanes):
@@ -266,8 +287,7 @@ class BatchedDepth:
         # The prefill's K/V rows go to each stream's own columns of the shared block, which
         # the round layout reads through its own view of the same memory.
         dst = (np.arange(n)[:, None] * cap + np.arange(2)).reshape(-1)
-        pre.keys[:, :, dst] = call.new_keys
-        pre.values[:, :, dst] = call.new_values
+        pre.put(dst)
         self._past = np.full(n, 2, np.int64)
         if self.grouped:
             rows = None
@@ -446,8 +466,7 @@ class BatchedDepth:
                 ln.cand = self._candidates(call.hidden[q0 + last], int(levels[last]), d)
         if src:
             s, d = np.concatenate(src), np.concatenate(dst)
-            lay.keys[:, :, d] = call.new_keys[:, :, s]
-            lay.values[:, :, d] = call.new_values[:, :, s]
+            lay.put(d, s)
 
     def _run(self, call) -> None:
         call.run()

@@ -125,7 +125,7 @@ class DepthDecoder:
         self.zero_offsets = np.zeros_like(self.offsets)
         # Positions 0..G-1 of a frame plus one accepted leaf at c_{G-1}.
         self.cap = self.G + 1
-        self.cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, self.cap)
+        self.cache = KVCache.for_graph(self.graph, self.cap)
         self.stats = DecodeStats()
         # Row of (level l >= 1, code x) in the graph's input table = base + l * V + x.
         self._level_base = c.c0_vocab_size - c.codebook_size
@@ -175,7 +175,7 @@ class DepthDecoder:
         self.tree = tree
         self.num_ranks = int(tree.ranks.max()) + 1
         t_full = tree.num_nodes
-        self._tree_call = self.graph.bind(t_full, self.cache.keys, self.cache.values)
+        self._tree_call = self.graph.bind(t_full, *self.cache.past)
         self._tree_call.offsets[...] = self.offsets
         # Near the end of a frame fewer levels remain: the tree pruned to each possible depth.
         # Canonical node order is depth-first-sorted, so a pruned tree is a prefix of the full
@@ -217,13 +217,13 @@ class DepthDecoder:
         no_drafts = 0 if self.graph.grouped_heads else None
         self._prefill_calls = {}
         for spec in (False, True):
-            pc = self.graph.bind(2, self.cache.keys, self.cache.values, None if spec else no_drafts)
+            pc = self.graph.bind(2, *self.cache.past, None if spec else no_drafts)
             pc.ids[0] = zero_row(c)
             pc.pos[:] = (0, 1)
             pc.bias[:] = -np.inf
             pc.bias[0, self.cap] = pc.bias[1, self.cap] = pc.bias[1, self.cap + 1] = 0.0
             self._prefill_calls[spec] = pc
-        self._step_call = self.graph.bind(1, self.cache.keys, self.cache.values, no_drafts)
+        self._step_call = self.graph.bind(1, *self.cache.past, no_drafts)
         # Rows of the AR step's bias per past length: past columns visible, then itself.
         self._step_bias = {}
         for past in range(2, self.G):
@@ -301,7 +301,7 @@ class DepthDecoder:
         pc.offsets[...] = self.offsets if spec else 0.0
         self.cache.reset()
         self._run(pc)
-        self.cache.commit(pc.new_keys, pc.new_values, self._prefill_rows)
+        self.cache.commit_call(pc, self._prefill_rows)
         return pc
 
     # ------------------------------------------------------------------ autoregressive
@@ -318,7 +318,7 @@ class DepthDecoder:
             sc.bias[...] = self._step_bias[past]
             sc.heads[0] = m
             self._run(sc)
-            self.cache.commit(sc.new_keys, sc.new_values, self._first_row)
+            self.cache.commit_call(sc, self._first_row)
             codes[m + 1] = cs.sample(self._target_row(sc, 0, m), self.params, g)
         self._count(self.G - 1, self.G - 1)
         return codes
@@ -350,7 +350,7 @@ class DepthDecoder:
             nodes = r.nodes
             rows = self._rows[: len(nodes) + 1]
             rows[1:] = nodes  # rows[0] = 0: the root
-            self.cache.commit(tc.new_keys, tc.new_values, rows)
+            self.cache.commit_call(tc, rows)
             emitted = r.tokens[: G - 1 - m]  # a bonus past c_{G-1} does not exist: drop it
             codes[m + 1 : m + 1 + len(emitted)] = emitted
             self.stats.accepted += len(nodes)

@@ -101,6 +101,8 @@ INPUT_NAMES = (
     "draft_offsets",
 )
 OUTPUT_NAMES = ("logits", "draft_logits", "hidden", "new_keys", "new_values")
+# attention="placed" graphs read and write K/V joined and position-major (docs/graphs.md)
+JOINED_KV = {"past_keys": "past_kv", "past_values": None, "new_keys": "new_kv", "new_values": None}
 HEADS_MODES = ("graph", "hidden", "grouped")
 ATTENTION_MODES = ("call", "placed")
 
@@ -108,12 +110,24 @@ ATTENTION_MODES = ("call", "placed")
 _INLINE_LIMIT = 1_800_000_000
 
 
-def graph_io_names(heads: str = "graph") -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(input names, output names) of a graph built with this heads mode, in graph order."""
+def graph_io_names(
+    heads: str = "graph", attention: str = "call"
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(input names, output names) of a graph built with this heads and attention mode, in
+    graph order. attention="placed": one joined past_kv input and new_kv output in place of
+    the keys' and values' pairs."""
     _check_choice("heads", heads, HEADS_MODES)
+    _check_choice("attention", attention, ATTENTION_MODES)
     if heads in ("graph", "grouped"):
-        return INPUT_NAMES, OUTPUT_NAMES
-    return INPUT_NAMES[:6], ("hidden", "new_keys", "new_values")
+        names = INPUT_NAMES, OUTPUT_NAMES
+    else:
+        names = INPUT_NAMES[:6], ("hidden", "new_keys", "new_values")
+    if attention == "call":
+        return names
+    return tuple(
+        tuple(JOINED_KV.get(n, n) for n in part if JOINED_KV.get(n, n) is not None)
+        for part in names
+    )
 
 
 # ---------------------------------------------------------------------- graph assembly helper
@@ -387,11 +401,27 @@ def _embed_inputs(g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights
     """x0 = the input table's rows for `ids` + input_embeds (projected first when the backbone's
     hidden size differs from the depth decoder's)."""
     table, embeds_w = _input_table(c, w)
-    e = g.op("Gather", [g.init("input_table", table), ids], hint="row_embeds", axis=0)
+    bits = table.view(np.uint32)
+    if not np.any(bits & 0xFFFF):  # bfloat16 values (a bf16 checkpoint's): stored as such
+        # Half the bytes, the same floats: a lookup table whose rows a long decode touches
+        # all over (126 MB at Qwen3-TTS 0.6B) stays half as large in resident memory.
+        name = g.fresh("input_table")
+        g.inits.append(_bf16_tensor(name, (bits >> 16).astype(np.uint16)))
+        e = g.op("Gather", [name, ids], hint="row_embeds_bf16", axis=0)
+        e = g.op("Cast", [e], hint="row_embeds", to=TensorProto.FLOAT)
+    else:
+        e = g.op("Gather", [g.init("input_table", table), ids], hint="row_embeds", axis=0)
     if embeds_w is None:
         return g.op("Add", [e, "input_embeds"], hint="x0")
     pe = g.op("MatMul", ["input_embeds", g.init("input_proj_t", embeds_w)], hint="embeds_proj")
     return g.op("Add", [e, pe], hint="x0")
+
+
+def _bf16_tensor(name: str, bits: np.ndarray) -> onnx.TensorProto:
+    """A bfloat16 initializer from its uint16 bit patterns."""
+    t = onnx.TensorProto(name=name, data_type=TensorProto.BFLOAT16, dims=bits.shape)
+    t.raw_data = np.ascontiguousarray(bits, "<u2").tobytes()
+    return t
 
 
 def _plain_rope(g: GraphBuilder, c: DepthDecoderConfig, w: DepthDecoderWeights):
@@ -439,7 +469,7 @@ def _plain_attention(g: GraphBuilder, c, w, i: int, x: str, rope, bias: str, pas
         kv = g.op("Reshape", [kv, g.i64([1, -1, 2 * kvh * hd])], hint=p + "kv_new_rows")
         o = placed_attention(g, c, i, q, kv, bias, p)
         o = g.op("MatMul", [o, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
-        return g.op("Add", [x, o], hint=p + "x_attn"), k, v
+        return g.op("Add", [x, o], hint=p + "x_attn"), (kv,)
     q = g.op("Reshape", [q, g.i64([1, kvh, -1, hd])], hint=p + "q_grouped")
     kall = g.op("Concat", [past_k[i], k], hint=p + "k_all", axis=2)
     vall = g.op("Concat", [past_v[i], v], hint=p + "v_all", axis=2)
@@ -452,7 +482,7 @@ def _plain_attention(g: GraphBuilder, c, w, i: int, x: str, rope, bias: str, pas
     o = g.op("Transpose", [o], hint=p + "attn_t", perm=[1, 0, 2])
     o = g.op("Reshape", [o, g.i64([-1, nh * hd])], hint=p + "attn_flat")
     o = g.op("MatMul", [o, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
-    return g.op("Add", [x, o], hint=p + "x_attn"), k, v
+    return g.op("Add", [x, o], hint=p + "x_attn"), (k, v)
 
 
 def _plain_mlp(
@@ -489,22 +519,27 @@ def _build_plain(
             bias = g.op("Tile", [bias, g.i64([grp, 1])], hint="bias_tiled")
         past_k = _split_layers(g, "past_keys", L, "past_k")
         past_v = _split_layers(g, "past_values", L, "past_v")
-    new_k, new_v = [], []
+    new = []
     for i in range(L):
-        x, k, v = _plain_attention(g, c, w, i, x, rope, bias, past_k, past_v)
-        new_k.append(k)
-        new_v.append(v)
+        x, rows = _plain_attention(g, c, w, i, x, rope, bias, past_k, past_v)
+        new.append(rows)
         x = _plain_mlp(g, c, w, i, x)
     z = _rms_plain(g, x, H, c.rms_norm_eps, "final_norm")
     final_w = (_f64(w, "final_norm") * np.sqrt(float(H))).astype(np.float32)
     z = g.op("Mul", [z, g.init("final_norm_w", final_w)], outputs=["hidden"])
-    for rows, name in ((new_k, "new_keys"), (new_v, "new_values")):
-        # L x [1, kvh, Q, hd] -> [L, kvh, Q, hd]
-        if L == 1:
-            g.op("Identity", rows, outputs=[name])
-        else:
-            g.op("Concat", rows, outputs=[name], axis=0)
+    # L x [1, kvh, Q, hd] -> [L, kvh, Q, hd] (placed: L x [1, Q, 2 kvh hd] -> [L, Q, ...])
+    names = ("new_kv",) if attention == "placed" else ("new_keys", "new_values")
+    for part, name in enumerate(names):
+        _stack_layers(g, [rows[part] for rows in new], name)
     return z
+
+
+def _stack_layers(g: GraphBuilder, rows: list, name: str) -> None:
+    """L per-layer tensors with a leading axis of 1 -> output `name` with L there."""
+    if len(rows) == 1:
+        g.op("Identity", rows, outputs=[name])
+    else:
+        g.op("Concat", rows, outputs=[name], axis=0)
 
 
 # ---------------------------------------------------------------------- cpu variant
@@ -569,9 +604,10 @@ def _cpu_attention(g: GraphBuilder, c, w, i: int, n: str, att: dict, past_k, pas
     )
     q, k = g.op("Split", [qk, g.i64([nh * hd, kvh * hd])], hint=p + "q_k", n_out=2, axis=-1)
     if "slots" in att:
-        attn = _cpu_placed(g, c, i, q, k, v, att["slots"], p)
+        kv = g.op("Concat", [k, v], hint=p + "kv_new", axis=-1)  # [1, Q, 2 * kvh * hd]
+        attn = _cpu_placed(g, c, i, q, kv, att["slots"], p)
         o = g.op("MatMul", [attn, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
-        return o, k, v
+        return o, (kv,)
     attn = g.op(
         "GroupQueryAttention",
         [q, k, v, past_k[i], past_v[i], att["seqlens"], att["total"], "", "", "", att["bias"]],
@@ -583,15 +619,15 @@ def _cpu_attention(g: GraphBuilder, c, w, i: int, n: str, att: dict, past_k, pas
         causal=0,
     )[0]
     o = g.op("MatMul", [attn, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
-    return o, k, v
+    return o, (k, v)
 
 
-def _cpu_placed(g: GraphBuilder, c, i: int, q, k, v, slots, p: str) -> str:
+def _cpu_placed(g: GraphBuilder, c, i: int, q, kv, slots, p: str) -> str:
     """attention="placed" on the cpu variant's [1, Q, heads * hd] rows (q scaled by its norm
-    weights): [1, Q, heads * hd]."""
+    weights) over this call's joined keys and values kv [1, Q, 2 * kvh * hd]:
+    [1, Q, heads * hd]."""
     kvh, hd = c.num_kv_heads, c.head_dim
     q = g.op("Reshape", [q, g.i64([-1, kvh, c.num_heads // kvh, hd])], hint=p + "q_rows")
-    kv = g.op("Concat", [k, v], hint=p + "kv_new", axis=-1)  # [1, Q, 2 * kvh * hd]
     o = placed_attention(g, c, i, q, kv, slots, p)
     return g.op("Unsqueeze", [o, g.i64([0])], hint=p + "attn")
 
@@ -657,15 +693,17 @@ def _build_cpu(
         axis=-1,
         epsilon=float(c.rms_norm_eps),
     )
-    new_k, new_v = [], []
+    new = []
     for i in range(L):
-        o, k, v = _cpu_attention(g, c, w, i, n, att, past_k, past_v)
-        new_k.append(k)
-        new_v.append(v)
+        o, rows = _cpu_attention(g, c, w, i, n, att, past_k, past_v)
+        new.append(rows)
         n, x = _cpu_mlp(g, c, w, i, o, x)
     z = g.op("Squeeze", [n, g.i64([0])], outputs=["hidden"])
-    _cpu_stack_kv(g, c, new_k, "new_keys")
-    _cpu_stack_kv(g, c, new_v, "new_values")
+    if attention == "placed":  # already position-major: L x [1, Q, 2 kvh hd] -> [L, Q, ...]
+        _stack_layers(g, [rows[0] for rows in new], "new_kv")
+    else:
+        _cpu_stack_kv(g, c, [rows[0] for rows in new], "new_keys")
+        _cpu_stack_kv(g, c, [rows[1] for rows in new], "new_values")
     return z
 
 
@@ -695,7 +733,7 @@ def build_depth_graph(
     c = config
 
     g = GraphBuilder()
-    for name in INPUT_NAMES + OUTPUT_NAMES:
+    for name in INPUT_NAMES + OUTPUT_NAMES + ("past_kv", "new_kv"):
         g._used.add(name)
     z = (_build_plain if variant == "plain" else _build_cpu)(g, c, weights, attention)
     if heads == "graph":
@@ -714,6 +752,7 @@ def build_depth_graph(
         "attention_bias": (f32, [Q, T]),
         "past_keys": (f32, [L, KVH, P, hd]),
         "past_values": (f32, [L, KVH, P, hd]),
+        "past_kv": (f32, [L, P, 2 * KVH * hd]),
         "head_ids": (i64, [Q]),
         "draft_offsets": (f32, ["num_drafts" if heads == "grouped" else K, H]),
     }
@@ -723,8 +762,9 @@ def build_depth_graph(
         "hidden": (f32, [Q, H]),
         "new_keys": (f32, [L, KVH, Q, hd]),
         "new_values": (f32, [L, KVH, Q, hd]),
+        "new_kv": (f32, [L, Q, 2 * KVH * hd]),
     }
-    in_names, out_names = graph_io_names(heads)
+    in_names, out_names = graph_io_names(heads, attention)
     graph = helper.make_graph(
         g.nodes,
         f"codecspec_depth_{variant}_{heads}",

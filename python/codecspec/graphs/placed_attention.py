@@ -35,7 +35,7 @@ def placed_slots(g, c) -> dict:
     """What every layer shares: {"src": [Q, W] column of the call's keys ([past | new]) in
     each row's slot w (0 where the slot is empty), "bias": [Q, 1, 1, W] 0 for a filled slot,
     -inf for an empty one, "past": per layer the past keys and values position-major
-    [1, P, 2 * kvh * hd] (keys' heads, then values')}."""
+    [1, P, 2 * kvh * hd] (keys' heads, then values'), split from the graph's past_kv}."""
     W = slot_count(c)
     seen = g.op("Equal", ["attention_bias", g.f32(0.0)], hint="key_seen")  # [Q, T]
     # A row's visible keys, in column order, are its positions 0, 1, 2, ...: keys are laid
@@ -55,15 +55,11 @@ def placed_slots(g, c) -> dict:
     filled = g.op("Cast", [filled], hint="slot_filled_b", to=TensorProto.BOOL)
     bias = g.op("Where", [filled, g.f32(0.0), g.f32(-np.inf)], hint="slot_bias2")
     bias = g.op("Unsqueeze", [bias, g.i64([1, 2])], hint="slot_bias")  # [Q, 1, 1, W]
-    # Past keys and values of every layer, position-major, once per call: a layer then
-    # gathers a row's slots of both with one Gather.
-    kv = g.op("Concat", ["past_keys", "past_values"], hint="past_kv", axis=1)  # [L,2kvh,P,hd]
-    kv = g.op("Transpose", [kv], hint="past_kv_t", perm=[0, 2, 1, 3])
-    # (0 copies the past's length, which may be 0: a -1 there could not be inferred)
-    width = 2 * c.num_kv_heads * c.head_dim
-    kv = g.op("Reshape", [kv, g.i64([c.num_layers, 0, width])], hint="past_kv_rows")
+    # The past arrives joined and position-major ([L, P, 2 * kvh * hd], the host cache's
+    # layout), so a layer gathers a row's slots of keys and values with one Gather and no
+    # per-call copy of the past (which cost 0.33 ms per int4 0.6B call as a transpose).
     L = c.num_layers
-    layers = [kv] if L == 1 else g.op("Split", [kv, g.i64([1] * L)], n_out=L, axis=0)
+    layers = ["past_kv"] if L == 1 else g.op("Split", ["past_kv", g.i64([1] * L)], n_out=L, axis=0)
     return {"src": src, "bias": bias, "past": layers}
 
 

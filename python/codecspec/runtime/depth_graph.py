@@ -15,11 +15,13 @@ import numpy as np
 import onnx
 
 from codecspec.runtime.graph_format import GRAPH_VERSION, DepthDecoderConfig, read_graph_metadata
+from codecspec.runtime.kv import join_kv, split_kv
 from codecspec.runtime.session import ModelSource, open_session
 
 _GRAPH_OUT = ("logits", "draft_logits", "new_keys", "new_values")
 _ORT_TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.int64): np.int64}
 _HIDDEN_OUT = ("hidden", "new_keys", "new_values")
+_JOINED = {"new_keys": "new_kv", "new_values": None}  # attention="placed" graphs (runtime.kv)
 
 
 def heads_sidecar(model_path: Union[str, Path]) -> Path:
@@ -77,7 +79,11 @@ class DepthGraph:
         self.session = open_session(source, provider=provider, threads=threads)
         outputs = {o.name for o in self.session.get_outputs()}
         self.heads_in_graph = "logits" in outputs
+        # K/V joined and position-major (runtime.kv): attention="placed" graphs
+        self.kv_joined = "past_kv" in {i.name for i in self.session.get_inputs()}
         want = _GRAPH_OUT if self.heads_in_graph else _HIDDEN_OUT
+        if self.kv_joined:
+            want = tuple(_JOINED.get(n, n) for n in want if _JOINED.get(n, n) is not None)
         missing = [n for n in want if n not in outputs]
         if missing:
             raise ValueError(f"model: graph lacks outputs {missing}")
@@ -106,27 +112,37 @@ class DepthGraph:
         draft_offsets: np.ndarray | None = None,
     ) -> list[np.ndarray]:
         """heads="graph": [logits, draft_logits, new_keys, new_values];
-        heads="hidden": [hidden, new_keys, new_values]."""
+        heads="hidden": [hidden, new_keys, new_values]. K/V in and out are [L, kvh, P, hd]
+        whatever the graph's own layout (a joined graph's are converted: a convenience for
+        probes and tests; decoding binds the cache in the graph's layout, see bind)."""
         self.calls += 1
         feeds = {
             "input_ids": input_ids,
             "input_embeds": input_embeds,
             "position_ids": position_ids,
             "attention_bias": attention_bias,
-            "past_keys": past_keys,
-            "past_values": past_values,
         }
+        if self.kv_joined:
+            feeds["past_kv"] = join_kv(past_keys, past_values)
+        else:
+            feeds.update(past_keys=past_keys, past_values=past_values)
         if self.heads_in_graph:
             feeds["head_ids"] = head_ids
             feeds["draft_offsets"] = draft_offsets
-        return self.session.run(self.outputs, feeds)
+        out = self.session.run(self.outputs, feeds)
+        if self.kv_joined:
+            kv = split_kv(out.pop(), self.config.num_kv_heads)
+            out += [np.ascontiguousarray(a) for a in kv]
+        return out
 
     def bind(
         self, q: int, past_keys: np.ndarray, past_values: np.ndarray, drafts: int | None = None
     ) -> BoundCall:
         """A call of fixed query length `q` whose inputs and outputs live in preallocated
-        numpy buffers, bound by pointer (see BoundCall). `drafts`: draft offsets the call
-        scores (heads="grouped" graphs: 0..K, 0 for an AR call; otherwise always K)."""
+        numpy buffers, bound by pointer (see BoundCall). The past in the graph's layout
+        (`KVCache.past`): keys and values, or for a joined graph (`kv_joined`) the joined
+        array as past_keys and None. `drafts`: draft offsets the call scores
+        (heads="grouped" graphs: 0..K, 0 for an AR call; otherwise always K)."""
         return BoundCall(self, q, past_keys, past_values, drafts)
 
 
@@ -134,7 +150,8 @@ class BoundCall:
     """One graph call shape with every input and output bound by pointer (IOBinding).
 
     The host writes inputs in place (`ids`, `embeds`, `pos`, `bias`, `heads`, `offsets`) and
-    reads outputs in place (`hidden` or `logits` / `draft_logits`, `new_keys`, `new_values`).
+    reads outputs in place (`hidden` or `logits` / `draft_logits`, `new_keys`, `new_values`;
+    for a joined graph `new_kv`, of which `new_keys` / `new_values` are views).
     The past K/V inputs are the host cache itself at full capacity; `bias` masks the columns
     past the valid length. Nothing is allocated or copied per call, and a call costs a few
     microseconds of Python instead of tens.
@@ -154,9 +171,7 @@ class BoundCall:
             K != c.num_draft_offsets and not graph.grouped_heads
         ):
             raise ValueError(f"drafts: this graph scores exactly {c.num_draft_offsets}, got {K}")
-        if past_keys.shape != past_values.shape or not past_keys.flags.c_contiguous:
-            raise ValueError("past_keys: expected C-contiguous keys/values of equal shape")
-        cap = past_keys.shape[2]
+        cap = _past_capacity(graph, past_keys, past_values)
         self.graph, self.q = graph, q
         self.ids = np.zeros(q, np.int64)
         self.embeds = np.zeros((q, c.input_width), np.float32)
@@ -164,9 +179,15 @@ class BoundCall:
         self.bias = np.zeros((q, cap + q), np.float32)
         self.heads = np.zeros(q, np.int64)
         self.offsets = np.zeros((K, c.hidden_size), np.float32)
-        kv = (c.num_layers, c.num_kv_heads, q, c.head_dim)
-        self.new_keys = np.zeros(kv, np.float32)
-        self.new_values = np.zeros(kv, np.float32)
+        if graph.kv_joined:
+            self.new_kv = np.zeros((c.num_layers, q, 2 * c.num_kv_heads * c.head_dim), np.float32)
+            self.new_keys, self.new_values = split_kv(self.new_kv, c.num_kv_heads)
+            past = {"past_kv": past_keys}
+        else:
+            kv = (c.num_layers, c.num_kv_heads, q, c.head_dim)
+            self.new_keys = np.zeros(kv, np.float32)
+            self.new_values = np.zeros(kv, np.float32)
+            past = {"past_keys": past_keys, "past_values": past_values}
         if graph.heads_in_graph:
             self.logits = np.zeros((q, c.codebook_size), np.float32)
             self.draft_logits = np.zeros((q, K, c.codebook_size), np.float32)
@@ -181,18 +202,49 @@ class BoundCall:
             "input_embeds": self.embeds,
             "position_ids": self.pos,
             "attention_bias": self.bias,
-            "past_keys": past_keys,
-            "past_values": past_values,
+            **past,
         }
         if graph.heads_in_graph:
             inputs.update(head_ids=self.heads, draft_offsets=self.offsets)
         for name, arr in inputs.items():
             io.bind_input(name, "cpu", 0, _ORT_TYPES[arr.dtype], arr.shape, arr.ctypes.data)
         for name in graph.outputs:
-            arr = getattr(self, name)
+            arr = getattr(self, name)  # new_kv included
             io.bind_output(name, "cpu", 0, np.float32, arr.shape, arr.ctypes.data)
         self.io = io
 
     def run(self) -> None:
         self.graph.calls += 1
         self.graph.session.run_with_iobinding(self.io)
+
+
+def _past_capacity(graph: DepthGraph, past_keys, past_values) -> int:
+    """The past's rows, after checking it is in the graph's layout."""
+    c = graph.config
+    if graph.kv_joined:
+        want = (c.num_layers, 2 * c.num_kv_heads * c.head_dim)
+        shape = getattr(past_keys, "shape", None)
+        if past_values is not None or shape is None or len(shape) != 3:
+            raise ValueError(
+                "past_keys: this graph reads K/V joined: pass KVCache.past (kv [L, P, "
+                f"{want[1]}], None), got {shape} and {type(past_values).__name__}"
+            )
+        if (shape[0], shape[2]) != want or not past_keys.flags.c_contiguous:
+            raise ValueError(
+                f"past_keys: expected C-contiguous [{want[0]}, P, {want[1]}], got {shape}"
+            )
+        return shape[1]
+    shape = getattr(past_keys, "shape", None)
+    if (
+        shape is None
+        or len(shape) != 4
+        or (shape[0], shape[1], shape[3]) != (c.num_layers, c.num_kv_heads, c.head_dim)
+        or getattr(past_values, "shape", None) != shape
+        or not past_keys.flags.c_contiguous
+        or not past_values.flags.c_contiguous
+    ):
+        raise ValueError(
+            f"past_keys: expected C-contiguous keys and values [{c.num_layers}, "
+            f"{c.num_kv_heads}, P, {c.head_dim}] each, got {shape}"
+        )
+    return shape[2]

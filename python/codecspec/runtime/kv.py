@@ -2,8 +2,14 @@
 
 The verify graph returns only this call's K/V rows; the accepted path's rows are copied into
 place by the Rust commit helper, so the cache never grows or reallocates during decoding.
-The graph reads `keys` / `values` directly at full capacity (bound by pointer, see
+The graph reads the cache directly at full capacity (bound by pointer, see
 `runtime.depth_graph.BoundCall`); the attention bias hides rows past `length`.
+
+Two layouts, the graph's choice: keys and values apart, head-major [L, kv_heads, P, hd] each
+(attention="call" graphs), or joined and position-major [L, P, 2 * kv_heads * hd], a
+position's keys then its values (attention="placed" graphs read a row's slots of both with
+one gather and need no per-call copy of the past). `keys` / `values` are views in the first
+layout either way.
 """
 
 from __future__ import annotations
@@ -13,10 +19,34 @@ import numpy as np
 import codecspec as cs
 
 
-class KVCache:
-    """keys/values float32 [layers, kv_heads, capacity, head_dim]; `length` rows are valid."""
+def join_kv(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """[L, kvh, P, hd] keys and values -> the joined layout [L, P, 2 * kvh * hd] (a copy)."""
+    L, _, P, _ = np.shape(keys)
+    kv = np.concatenate([keys, values], axis=1).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(kv, np.float32).reshape(L, P, -1)
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int):
+
+def split_kv(kv: np.ndarray, kv_heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """The joined layout [L, P, 2 * kvh * hd] -> views (keys, values), [L, kvh, P, hd] each."""
+    L, P, width = kv.shape
+    heads = kv.reshape(L, P, 2 * kv_heads, width // (2 * kv_heads)).transpose(0, 2, 1, 3)
+    return heads[:, :kv_heads], heads[:, kv_heads:]
+
+
+class KVCache:
+    """keys/values float32 [layers, kv_heads, capacity, head_dim]; `length` rows are valid.
+    joined=True: one array `kv` [layers, capacity, 2 * kv_heads * head_dim] holds both, and
+    `keys` / `values` are views of it."""
+
+    @classmethod
+    def for_graph(cls, graph, capacity: int) -> KVCache:
+        """A cache of `capacity` rows in the layout `graph` (a DepthGraph) reads."""
+        c = graph.config
+        return cls(c.num_layers, c.num_kv_heads, c.head_dim, capacity, joined=graph.kv_joined)
+
+    def __init__(
+        self, layers: int, kv_heads: int, head_dim: int, capacity: int, joined: bool = False
+    ):
         for name, v in (
             ("layers", layers),
             ("kv_heads", kv_heads),
@@ -25,19 +55,41 @@ class KVCache:
         ):
             if int(v) <= 0:
                 raise ValueError(f"{name}: must be > 0, got {v}")
-        shape = (layers, kv_heads, capacity, head_dim)
-        self.keys = np.zeros(shape, np.float32)
-        self.values = np.zeros(shape, np.float32)
+        self.joined = bool(joined)
+        if self.joined:
+            self.kv = np.zeros((layers, capacity, 2 * kv_heads * head_dim), np.float32)
+            self.keys, self.values = split_kv(self.kv, kv_heads)
+        else:
+            shape = (layers, kv_heads, capacity, head_dim)
+            self.kv = None
+            self.keys = np.zeros(shape, np.float32)
+            self.values = np.zeros(shape, np.float32)
         self.capacity = capacity
         self.length = 0
+
+    @property
+    def past(self) -> tuple:
+        """The arrays a graph call binds as its past (`DepthGraph.bind`'s past_keys and
+        past_values): (keys, values), or (kv, None) when joined."""
+        return (self.kv, None) if self.joined else (self.keys, self.values)
 
     def reset(self) -> None:
         self.length = 0
 
     def commit(self, new_keys: np.ndarray, new_values: np.ndarray, nodes) -> None:
-        """Append rows `nodes` (query indices, increasing) of this call's new K/V."""
+        """Append rows `nodes` (query indices, increasing) of this call's new K/V
+        (split layout; a joined cache takes `commit_call`)."""
+        if self.joined:
+            raise ValueError("new_keys: a joined cache commits a call's new_kv (commit_call)")
         cs.kv_commit(self.keys, self.length, nodes, new_keys)
         self.length = cs.kv_commit(self.values, self.length, nodes, new_values)
+
+    def commit_call(self, call, nodes) -> None:
+        """Append rows `nodes` of a bound call's new K/V, in this cache's layout."""
+        if self.joined:
+            self.length = cs.kv_commit(self.kv, self.length, nodes, call.new_kv)
+        else:
+            self.commit(call.new_keys, call.new_values, nodes)
 
 
 class RingKVCache:

@@ -124,7 +124,7 @@ def predictor_logits(tts, name: str) -> tuple[np.ndarray, np.ndarray]:
     inputs = {i.name for i in graph.session.get_inputs()}
     got = []
     for h, frame in zip(z["case_0_depth_hidden"], z["case_0_codes"]):
-        feeds = teacher_forced_feeds(graph.config, h, frame)
+        feeds = teacher_forced_feeds(graph.config, h, frame, joined=graph.kv_joined)
         logits = graph.session.run(["logits"], {k: v for k, v in feeds.items() if k in inputs})
         got.append(logits[0][1:])  # row j + 1 is head j on the position holding c_j
     return np.stack(got), z["case_0_depth_logits"]

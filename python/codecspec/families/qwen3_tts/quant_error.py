@@ -32,8 +32,8 @@ def depth_logits(dec, hidden: np.ndarray, codes: np.ndarray) -> np.ndarray:
     from codecspec.runtime.kv import KVCache
 
     c, G = dec.config, dec.G
-    cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, 1)
-    call = dec.graph.bind(G, cache.keys, cache.values, 0 if dec.graph.grouped_heads else None)
+    cache = KVCache.for_graph(dec.graph, 1)
+    call = dec.graph.bind(G, *cache.past, 0 if dec.graph.grouped_heads else None)
     call.ids[0] = zero_row(c)
     call.ids[1:] = [embedding_row(c, lv, int(codes[lv])) for lv in range(G - 1)]
     call.embeds[0] = hidden
