@@ -16,7 +16,7 @@ from codecspec.calibrate.data import drift_weights
 from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import DepthDecoderConfig, build_depth_graph
-from codecspec.graphs.quantize import default_weights, quantize_weights
+from codecspec.graphs.quantize import BLOCK_SIZES, default_weights, quantize_weights
 from codecspec.graphs.row_probe import (
     activation_half_steps,
     matmul_model,
@@ -193,6 +193,24 @@ def test_bad_weights_name_the_argument(grouped):
     # exact by default: the official model's numbers on every provider (issue 26)
     assert default_weights("CPUExecutionProvider") == "fp32"
     assert default_weights("CUDAExecutionProvider") == "fp32"
+
+
+def test_each_precision_quantises_with_its_own_block_size(grouped):
+    def block_sizes(model):
+        return {
+            a.i
+            for n in model.graph.node
+            if n.op_type == "MatMulNBits"
+            for a in n.attribute
+            if a.name == "block_size"
+        }
+
+    assert block_sizes(quantize_weights(grouped, "int8")) == {BLOCK_SIZES["int8"]} == {128}
+    assert block_sizes(quantize_weights(grouped, "int4")) == {BLOCK_SIZES["int4"]} == {32}
+    assert block_sizes(quantize_weights(grouped, "int8", block_size=32)) == {32}
+    for bad in (8, 48, 64.0, True):
+        with pytest.raises(ValueError, match="^block_size:"):
+            quantize_weights(grouped, "int8", block_size=bad)
 
 
 class DraftHeadVerifier(DepthDecoder):

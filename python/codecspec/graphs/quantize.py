@@ -2,8 +2,16 @@
 
 `quantize_weights(model, "int8" | "int4")` rewrites every MatMul whose weight is a constant
 initializer into onnxruntime's MatMulNBits (8 or 4 bits per weight, symmetric, one scale per
-block of 32 input rows) through `onnxruntime.quantization.matmul_nbits_quantizer`; everything
-else (embedding tables, norms, attention) stays float32.
+block of input rows: 128 at 8 bits, 32 at 4 bits) through
+`onnxruntime.quantization.matmul_nbits_quantizer`; everything else (embedding tables, norms,
+attention) stays float32.
+
+Why the block sizes differ: MLAS's int8-compute kernel pays per block (a scale multiply and a
+float accumulate per block of int dot products), so at 8 bits a block of 128 made the Qwen3-TTS
+0.6B code-predictor call 15% faster than 32 (3.9 -> 3.3 ms, AVX2 EPYC, interleaved) and the
+talker step 12% (27.0 -> 23.8 ms), while the logits moved little more (mean KL against fp32
+0.32 -> 0.39 on a random-weight folder; int4 at 32: 3.7). At 4 bits the larger block bought
+0-6% and costs more accuracy (a 4-bit step is 16x an 8-bit one), so int4 keeps 32.
 
 Why MatMulNBits with accuracy_level 4 and not `quantize_dynamic` (MatMulInteger): dynamic
 quantisation scales the activations of a whole call with one number, so in a verify call a
@@ -20,14 +28,14 @@ slower on this CPU for 8 bits.
 from __future__ import annotations
 
 import logging
-from typing import Union
+from typing import Optional, Union
 
 import onnx
 
-__all__ = ["WEIGHTS", "BLOCK_SIZE", "check_weights", "default_weights", "quantize_weights"]
+__all__ = ["WEIGHTS", "BLOCK_SIZES", "check_weights", "default_weights", "quantize_weights"]
 
 WEIGHTS = ("fp32", "int8", "int4")
-BLOCK_SIZE = 32
+BLOCK_SIZES = {"int8": 128, "int4": 32}  # input rows per scale (module doc)
 _BITS = {"int8": 8, "int4": 4}
 
 
@@ -48,9 +56,10 @@ def default_weights(provider: str) -> str:
 
 
 def quantize_weights(
-    model: Union[onnx.ModelProto, str], weights: str, block_size: int = BLOCK_SIZE
+    model: Union[onnx.ModelProto, str], weights: str, block_size: Optional[int] = None
 ) -> onnx.ModelProto:
-    """A copy of `model` with its constant-weight MatMuls as MatMulNBits (see module doc)."""
+    """A copy of `model` with its constant-weight MatMuls as MatMulNBits (see module doc);
+    `block_size` None: the precision's own (BLOCK_SIZES)."""
     check_weights(weights)
     if isinstance(model, str):
         model = onnx.load(model)
@@ -63,6 +72,12 @@ def quantize_weights(
             f"weights: {weights} needs onnxruntime's quantiser and its dependency onnx_ir "
             f"(pip install 'codecspec[qwen3]'): {e}"
         ) from None
+    if block_size is None:
+        block_size = BLOCK_SIZES[weights]
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 16:
+        raise ValueError(f"block_size: expected an int >= 16, got {block_size!r}")
+    if block_size & (block_size - 1):
+        raise ValueError(f"block_size: must be a power of two, got {block_size}")
     cfg = mq.DefaultWeightOnlyQuantConfig(
         block_size=block_size, is_symmetric=True, accuracy_level=4, bits=_BITS[weights]
     )
