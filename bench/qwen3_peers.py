@@ -1046,8 +1046,9 @@ def main(argv=None) -> int:
     }
     record = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        # the home folder as ~: the command lands in docs, which name no machine's paths
         "command": "python bench/qwen3_peers.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
+        + " ".join(sys.argv[1:] if argv is None else argv).replace(str(Path.home()), "~"),
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "simd": cpu_simd_flags()},
         "model": shared["model"],
         "model_note": "one random-weight 0.6B CustomVoice folder "

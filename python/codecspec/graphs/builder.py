@@ -80,6 +80,7 @@ __all__ = [
     "GRAPH_VERSION",
     "INPUT_NAMES",
     "OUTPUT_NAMES",
+    "IN_PLACE_KV",
     "build_depth_graph",
     "save_model",
     "load_model",
@@ -104,18 +105,25 @@ OUTPUT_NAMES = ("logits", "draft_logits", "hidden", "new_keys", "new_values")
 # attention="placed" graphs read and write K/V joined and position-major (docs/graphs.md)
 JOINED_KV = {"past_keys": "past_kv", "past_values": None, "new_keys": "new_kv", "new_values": None}
 HEADS_MODES = ("graph", "hidden", "grouped")
-ATTENTION_MODES = ("call", "placed")
+ATTENTION_MODES = ("call", "placed", "in_place")
+# attention="in_place" graphs (variant="cpu"): per layer i a past input and a present output
+# that the caller binds to the same buffer, the host cache's layer i [1, kvh, capacity, hd];
+# GroupQueryAttention writes the call's keys at their positions and attends over the filled
+# rows only, so no past is copied and nothing past the cache's length is read.
+IN_PLACE_KV = ("past_key.{}", "past_value.{}", "present_key.{}", "present_value.{}")
 
 # Above this a serialized ModelProto risks protobuf's 2 GiB limit.
 _INLINE_LIMIT = 1_800_000_000
 
 
 def graph_io_names(
-    heads: str = "graph", attention: str = "call"
+    heads: str = "graph", attention: str = "call", num_layers: Optional[int] = None
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(input names, output names) of a graph built with this heads and attention mode, in
     graph order. attention="placed": one joined past_kv input and new_kv output in place of
-    the keys' and values' pairs."""
+    the keys' and values' pairs; "in_place": no attention_bias, and per layer (num_layers
+    needed) a past_key.i / past_value.i input and present_key.i / present_value.i output
+    (IN_PLACE_KV) in place of the stacked ones."""
     _check_choice("heads", heads, HEADS_MODES)
     _check_choice("attention", attention, ATTENTION_MODES)
     if heads in ("graph", "grouped"):
@@ -124,6 +132,16 @@ def graph_io_names(
         names = INPUT_NAMES[:6], ("hidden", "new_keys", "new_values")
     if attention == "call":
         return names
+    if attention == "in_place":
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"num_layers: attention='in_place' needs it, got {num_layers!r}")
+        layers = range(num_layers)
+        pk, pv, nk, nv = IN_PLACE_KV
+        past = [pk.format(i) for i in layers] + [pv.format(i) for i in layers]
+        present = [nk.format(i) for i in layers] + [nv.format(i) for i in layers]
+        ins = [n for n in names[0] if n not in ("attention_bias", "past_keys", "past_values")]
+        outs = [n for n in names[1] if n not in ("new_keys", "new_values")]
+        return tuple(ins[:3] + past + ins[3:]), tuple(outs + present)
     return tuple(
         tuple(JOINED_KV.get(n, n) for n in part if JOINED_KV.get(n, n) is not None)
         for part in names
@@ -560,6 +578,15 @@ def _cpu_attention_inputs(g: GraphBuilder, c: DepthDecoderConfig, attention: str
     sin = g.init("rope_sin", np.sin(ang).astype(np.float32))
     if attention == "placed":
         return dict(pos=pos, cos=cos, sin=sin, slots=placed_slots(g, c))
+    if attention == "in_place":
+        # The cache's rows are its positions: the call's last position + 1 rows are filled
+        # after it (GroupQueryAttention's total length; seqlens_k = total - 1).
+        last = g.op("Gather", ["position_ids", g.i64([-1])], hint="last_pos", axis=0)
+        total = g.op("Cast", [last], hint="last_pos32", to=TensorProto.INT32)
+        seqlens = total  # [1]: the last position is total - 1
+        total = g.op("Add", [total, g.init("one_i32", np.array([1], np.int32))], hint="total1")
+        total = g.op("Squeeze", [total], hint="total_len")
+        return dict(pos=pos, cos=cos, sin=sin, bias="", seqlens=seqlens, total=total, causal=1)
     bias = g.op("Unsqueeze", ["attention_bias", g.i64([0, 1])], hint="bias4")
     total = g.op("Shape", ["attention_bias"], hint="bias_shape")
     total = g.op("Gather", [total, g.i64([1])], hint="total_len64", axis=0)
@@ -608,15 +635,22 @@ def _cpu_attention(g: GraphBuilder, c, w, i: int, n: str, att: dict, past_k, pas
         attn = _cpu_placed(g, c, i, q, kv, att["slots"], p)
         o = g.op("MatMul", [attn, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
         return o, (kv,)
+    in_place = att.get("causal") == 1
+    gqa_in = [q, k, v, past_k[i], past_v[i], att["seqlens"], att["total"]]
+    # in place: the present outputs are the caller's cache buffers (IN_PLACE_KV)
+    present = (
+        {"outputs": [g.fresh(p + "attn"), IN_PLACE_KV[2].format(i), IN_PLACE_KV[3].format(i)]}
+        if in_place
+        else {"hint": p + "attn", "n_out": 3}
+    )
     attn = g.op(
         "GroupQueryAttention",
-        [q, k, v, past_k[i], past_v[i], att["seqlens"], att["total"], "", "", "", att["bias"]],
-        hint=p + "attn",
-        n_out=3,
+        gqa_in if in_place else gqa_in + ["", "", "", att["bias"]],
         domain=_MS,
         num_heads=nh,
         kv_num_heads=kvh,
-        causal=0,
+        causal=att.get("causal", 0),
+        **present,
     )[0]
     o = g.op("MatMul", [attn, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
     return o, (k, v)
@@ -683,7 +717,10 @@ def _build_cpu(
     x = _embed_inputs(g, c, w, ids)  # [1, Q, H]
     att = _cpu_attention_inputs(g, c, attention)
     past_k = past_v = None
-    if attention != "placed":
+    if attention == "in_place":
+        past_k = [IN_PLACE_KV[0].format(i) for i in range(L)]
+        past_v = [IN_PLACE_KV[1].format(i) for i in range(L)]
+    elif attention != "placed":
         past_k = _split_layers(g, "past_keys", L, "past_k")
         past_v = _split_layers(g, "past_values", L, "past_v")
     n = g.op(
@@ -701,6 +738,8 @@ def _build_cpu(
     z = g.op("Squeeze", [n, g.i64([0])], outputs=["hidden"])
     if attention == "placed":  # already position-major: L x [1, Q, 2 kvh hd] -> [L, Q, ...]
         _stack_layers(g, [rows[0] for rows in new], "new_kv")
+    elif attention == "in_place":
+        pass  # GroupQueryAttention wrote them into the bound cache
     else:
         _cpu_stack_kv(g, c, [rows[0] for rows in new], "new_keys")
         _cpu_stack_kv(g, c, [rows[1] for rows in new], "new_values")
@@ -718,10 +757,13 @@ def build_depth_graph(
     attention: str = "call",
 ) -> onnx.ModelProto:
     """Build the depth-decoder graph for `config` with `weights` baked in as initializers.
-    attention: "call" or "placed" (every row computed as it would be alone; module doc)."""
+    attention: "call", "placed" (every row computed as it would be alone; module doc) or
+    "in_place" (variant="cpu": the cache written and read in place, IN_PLACE_KV)."""
     _check_choice("variant", variant, ("cpu", "plain"))
     _check_choice("heads", heads, HEADS_MODES)
     _check_choice("attention", attention, ATTENTION_MODES)
+    if attention == "in_place" and variant != "cpu":
+        raise ValueError("attention: 'in_place' needs variant='cpu' (GroupQueryAttention)")
     if isinstance(opset, bool) or not isinstance(opset, int) or not 13 <= opset <= 17:
         raise ValueError(f"opset must be an int in [13, 17], got {opset!r}")
     if not isinstance(config, DepthDecoderConfig):
@@ -733,7 +775,8 @@ def build_depth_graph(
     c = config
 
     g = GraphBuilder()
-    for name in INPUT_NAMES + OUTPUT_NAMES + ("past_kv", "new_kv"):
+    in_names, out_names = graph_io_names(heads, attention, config.num_layers)
+    for name in INPUT_NAMES + OUTPUT_NAMES + ("past_kv", "new_kv") + in_names + out_names:
         g._used.add(name)
     z = (_build_plain if variant == "plain" else _build_cpu)(g, c, weights, attention)
     if heads == "graph":
@@ -741,6 +784,28 @@ def build_depth_graph(
     elif heads == "grouped":
         _grouped_heads_part(g, c, weights, z)
 
+    in_specs, out_specs = _io_specs(c, heads)
+    graph = helper.make_graph(
+        g.nodes,
+        f"codecspec_depth_{variant}_{heads}",
+        [helper.make_tensor_value_info(n, *in_specs[n]) for n in in_names],
+        [helper.make_tensor_value_info(n, *out_specs[n]) for n in out_names],
+        g.inits,
+    )
+    imports = [helper.make_opsetid("", opset)]
+    if variant == "cpu":
+        imports.append(helper.make_opsetid(_MS, 1))
+    model = helper.make_model(
+        graph, opset_imports=imports, producer_name="codecspec", producer_version=GRAPH_VERSION
+    )
+    # IR 8 keeps the file loadable by onnxruntime releases older than onnx's default IR.
+    model.ir_version = 8
+    helper.set_model_props(model, _metadata(c, variant, heads, attention, in_names, out_names))
+    return model
+
+
+def _io_specs(c: DepthDecoderConfig, heads: str) -> tuple[dict, dict]:
+    """(type, shape) of every input and output name a graph of this config may have."""
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     L, KVH, hd = c.num_layers, c.num_kv_heads, c.head_dim
     V, H, K = c.codebook_size, c.hidden_size, c.num_draft_offsets
@@ -764,24 +829,11 @@ def build_depth_graph(
         "new_values": (f32, [L, KVH, Q, hd]),
         "new_kv": (f32, [L, Q, 2 * KVH * hd]),
     }
-    in_names, out_names = graph_io_names(heads, attention)
-    graph = helper.make_graph(
-        g.nodes,
-        f"codecspec_depth_{variant}_{heads}",
-        [helper.make_tensor_value_info(n, *in_specs[n]) for n in in_names],
-        [helper.make_tensor_value_info(n, *out_specs[n]) for n in out_names],
-        g.inits,
-    )
-    imports = [helper.make_opsetid("", opset)]
-    if variant == "cpu":
-        imports.append(helper.make_opsetid(_MS, 1))
-    model = helper.make_model(
-        graph, opset_imports=imports, producer_name="codecspec", producer_version=GRAPH_VERSION
-    )
-    # IR 8 keeps the file loadable by onnxruntime releases older than onnx's default IR.
-    model.ir_version = 8
-    helper.set_model_props(model, _metadata(c, variant, heads, attention, in_names, out_names))
-    return model
+    for i in range(L):  # attention="in_place": the caller's cache, layer by layer
+        layer = (f32, [1, KVH, "cache_len", hd])
+        for name in IN_PLACE_KV:
+            (in_specs if name.startswith("past") else out_specs)[name.format(i)] = layer
+    return in_specs, out_specs
 
 
 def _metadata(c: DepthDecoderConfig, variant, heads, attention, in_names, out_names) -> dict:

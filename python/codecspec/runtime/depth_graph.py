@@ -22,6 +22,8 @@ _GRAPH_OUT = ("logits", "draft_logits", "new_keys", "new_values")
 _ORT_TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.int64): np.int64}
 _HIDDEN_OUT = ("hidden", "new_keys", "new_values")
 _JOINED = {"new_keys": "new_kv", "new_values": None}  # attention="placed" graphs (runtime.kv)
+# attention="in_place" graphs: layer i's cache bound as past and present (graphs.builder)
+_IN_PLACE = ("past_key.{}", "past_value.{}", "present_key.{}", "present_value.{}")
 
 
 def heads_sidecar(model_path: Union[str, Path]) -> Path:
@@ -80,10 +82,20 @@ class DepthGraph:
         outputs = {o.name for o in self.session.get_outputs()}
         self.heads_in_graph = "logits" in outputs
         # K/V joined and position-major (runtime.kv): attention="placed" graphs
-        self.kv_joined = "past_kv" in {i.name for i in self.session.get_inputs()}
+        inputs = {i.name for i in self.session.get_inputs()}
+        self.kv_joined = "past_kv" in inputs
+        # the cache written in place: the caller's buffers are past and present at once
+        self.kv_in_place = _IN_PLACE[0].format(0) in inputs
         want = _GRAPH_OUT if self.heads_in_graph else _HIDDEN_OUT
         if self.kv_joined:
             want = tuple(_JOINED.get(n, n) for n in want if _JOINED.get(n, n) is not None)
+        if self.kv_in_place:
+            L = self.config.num_layers
+            want = tuple(n for n in want if n not in ("new_keys", "new_values"))
+            missing = [n.format(i) for n in _IN_PLACE[2:] for i in range(L)]
+            missing = [n for n in missing if n not in outputs]
+            if missing:
+                raise ValueError(f"model: graph lacks outputs {missing[:4]}")
         missing = [n for n in want if n not in outputs]
         if missing:
             raise ValueError(f"model: graph lacks outputs {missing}")
@@ -116,6 +128,16 @@ class DepthGraph:
         whatever the graph's own layout (a joined graph's are converted: a convenience for
         probes and tests; decoding binds the cache in the graph's layout, see bind)."""
         self.calls += 1
+        if self.kv_in_place:
+            return self._call_in_place(
+                input_ids,
+                input_embeds,
+                position_ids,
+                past_keys,
+                past_values,
+                head_ids,
+                draft_offsets,
+            )
         feeds = {
             "input_ids": input_ids,
             "input_embeds": input_embeds,
@@ -134,6 +156,30 @@ class DepthGraph:
             kv = split_kv(out.pop(), self.config.num_kv_heads)
             out += [np.ascontiguousarray(a) for a in kv]
         return out
+
+    def _call_in_place(self, ids, embeds, pos, past_keys, past_values, heads, offsets):
+        """__call__ for an in-place graph: the past's P rows then this call's Q rows at
+        positions P .. P+Q-1 (the only layout it computes; its causal mask replaces the
+        bias). The caller's arrays are not written."""
+        L, P, q = self.config.num_layers, np.shape(past_keys)[2], len(pos)
+        if not np.array_equal(np.asarray(pos), np.arange(P, P + q)):
+            raise ValueError(f"position_ids: an in-place graph computes positions {P}..{P + q - 1}")
+        grow = ((0, 0), (0, 0), (0, q), (0, 0))
+        cache = [
+            np.ascontiguousarray(np.pad(a, grow), np.float32) for a in (past_keys, past_values)
+        ]
+        feeds = {"input_ids": ids, "input_embeds": embeds, "position_ids": pos}
+        for i in range(L):
+            for name, kv in zip(_IN_PLACE[:2], cache):
+                feeds[name.format(i)] = kv[i][None]
+        if self.heads_in_graph:
+            feeds.update(head_ids=heads, draft_offsets=offsets)
+        names = list(self.outputs) + [n.format(i) for n in _IN_PLACE[2:] for i in range(L)]
+        out = self.session.run(names, feeds)
+        k = len(self.outputs)
+        keys = np.concatenate(out[k : k + L])[:, :, P:]
+        values = np.concatenate(out[k + L :])[:, :, P:]
+        return out[:k] + [np.ascontiguousarray(keys), np.ascontiguousarray(values)]
 
     def bind(
         self, q: int, past_keys: np.ndarray, past_values: np.ndarray, drafts: int | None = None
@@ -179,7 +225,15 @@ class BoundCall:
         self.bias = np.zeros((q, cap + q), np.float32)
         self.heads = np.zeros(q, np.int64)
         self.offsets = np.zeros((K, c.hidden_size), np.float32)
-        if graph.kv_joined:
+        if graph.kv_in_place:
+            # layer i of the host cache is both the past and the present: the graph writes
+            # this call's rows at their positions and nothing is committed afterwards
+            self.new_keys = self.new_values = None
+            past = {}
+            for i in range(c.num_layers):
+                for name, kv in zip(_IN_PLACE, (past_keys, past_values) * 2):
+                    past[name.format(i)] = kv[i][None]
+        elif graph.kv_joined:
             self.new_kv = np.zeros((c.num_layers, q, 2 * c.num_kv_heads * c.head_dim), np.float32)
             self.new_keys, self.new_values = split_kv(self.new_kv, c.num_kv_heads)
             past = {"past_kv": past_keys}
@@ -197,19 +251,17 @@ class BoundCall:
             self.logits = self.draft_logits = None
         self._past = (past_keys, past_values)  # keep the bound buffers alive
         io = graph.session.io_binding()
-        inputs = {
-            "input_ids": self.ids,
-            "input_embeds": self.embeds,
-            "position_ids": self.pos,
-            "attention_bias": self.bias,
-            **past,
-        }
+        inputs = {"input_ids": self.ids, "input_embeds": self.embeds, "position_ids": self.pos}
+        if not graph.kv_in_place:  # an in-place graph's mask is causal over the positions
+            inputs["attention_bias"] = self.bias
+        inputs.update({n: a for n, a in past.items() if not n.startswith("present")})
         if graph.heads_in_graph:
             inputs.update(head_ids=self.heads, draft_offsets=self.offsets)
         for name, arr in inputs.items():
             io.bind_input(name, "cpu", 0, _ORT_TYPES[arr.dtype], arr.shape, arr.ctypes.data)
-        for name in graph.outputs:
-            arr = getattr(self, name)  # new_kv included
+        outputs = {name: getattr(self, name) for name in graph.outputs}  # new_kv included
+        outputs.update({n: a for n, a in past.items() if n.startswith("present")})
+        for name, arr in outputs.items():
             io.bind_output(name, "cpu", 0, np.float32, arr.shape, arr.ctypes.data)
         self.io = io
 

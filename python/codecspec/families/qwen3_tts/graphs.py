@@ -174,11 +174,16 @@ def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
     tensors = ck.tensors()
     try:
         cfg = talker_depth_config(spec)
+        variant = graph_variant(cfg.head_dim)
+        # attention="in_place": a step writes its keys into the cache and attends over the
+        # filled rows only; a cache of capacity C otherwise cost two copies of all C rows and
+        # attention over them (masked) on every step.
         model = build_depth_graph(
             cfg,
             _talker_weights(tensors, spec, cfg),
-            variant=graph_variant(cfg.head_dim),
+            variant=variant,
             heads="hidden",
+            attention="in_place" if variant == "cpu" else "call",
         )
         save_model(model, out / "talker.onnx")
         del model

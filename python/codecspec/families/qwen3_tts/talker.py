@@ -207,8 +207,15 @@ class Talker:
         call.bias[:, :start] = 0.0
         call.bias[:, cap : cap + m] = np.triu(np.full((m, m), -np.inf, np.float32), k=1)
         call.run()
-        cache.commit(call.new_keys, call.new_values, np.arange(m, dtype=np.int32))
+        self._commit(cache, call, m)
         return call.hidden[-1].copy()
+
+    def _commit(self, cache: KVCache, call, m: int) -> None:
+        """The call's m rows into the cache: an in-place graph wrote them there already."""
+        if self.graph.kv_in_place:
+            cache.length += m
+        else:
+            cache.commit(call.new_keys, call.new_values, np.arange(m, dtype=np.int32))
 
     def step(self, embed: np.ndarray) -> np.ndarray:
         """One position after the cached ones; grows the cache when it is full."""
@@ -221,6 +228,6 @@ class Talker:
         s.embeds[0] = embed
         s.pos[0] = n
         s.run()
-        self.cache.commit(s.new_keys, s.new_values, np.zeros(1, np.int32))
+        self._commit(self.cache, s, 1)
         s.bias[0, n] = 0.0
         return s.hidden[0].copy()
