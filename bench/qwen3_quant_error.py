@@ -26,6 +26,7 @@ def main() -> int:
             ref = TINY / "ref.wav" if variant == "base_xvector" else None
             for w in ("int8", "int4"):
                 e = logit_error(TINY / variant, w, texts=4, cache_dir=cache, ref_audio=ref)
+                e["model"] = str((TINY / variant).relative_to(ROOT))  # no machine's path
                 res[f"{variant}/{w}"] = e
                 for stage in ("talker", "depth"):
                     s = e[stage]
