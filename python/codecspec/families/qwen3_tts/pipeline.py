@@ -36,10 +36,11 @@ SAMPLES_PER_FRAME = 1920
 # Streamed chunks grow from one frame to this many (the speech decoder's calls stay large
 # once the first audio has left).
 STREAM_CHUNK_FRAMES = 4
-# Frames the talker's cache holds at first; it doubles when full. Every talker step copies and
-# attends over the whole capacity (masked), not only the positions made: at the 0.6B int4 one
-# step took 40 ms at 80 positions and 93 ms at 560 (2 threads, interleaved, loaded machine),
-# so a cache sized for 512 frames made short utterances pay for long ones.
+# Frames the talker's cache holds at first; it doubles when full. A graph with the default
+# attention (the plain variant's talker) copies and attends over the whole capacity, masked:
+# at the 0.6B int4 one step took 40 ms at 80 positions and 93 ms at 560 (2 threads,
+# interleaved, loaded machine). The cpu variant's in-place graph reads only the filled rows,
+# but a cache sized for 512 frames still held ~120 MB per utterance for nothing.
 TALKER_FIRST_FRAMES = 64
 
 
