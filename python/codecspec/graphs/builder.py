@@ -66,6 +66,7 @@ from codecspec.runtime.graph_format import (  # the format's names, re-exported 
     _META_VARIANT,
     _META_VERSION,
     GRAPH_VERSION,
+    IN_PLACE_KV,
     load_model,
     read_graph_config,
     read_graph_metadata,
@@ -106,11 +107,6 @@ OUTPUT_NAMES = ("logits", "draft_logits", "hidden", "new_keys", "new_values")
 JOINED_KV = {"past_keys": "past_kv", "past_values": None, "new_keys": "new_kv", "new_values": None}
 HEADS_MODES = ("graph", "hidden", "grouped")
 ATTENTION_MODES = ("call", "placed", "in_place")
-# attention="in_place" graphs (variant="cpu"): per layer i a past input and a present output
-# that the caller binds to the same buffer, the host cache's layer i [1, kvh, capacity, hd];
-# GroupQueryAttention writes the call's keys at their positions and attends over the filled
-# rows only, so no past is copied and nothing past the cache's length is read.
-IN_PLACE_KV = ("past_key.{}", "past_value.{}", "present_key.{}", "present_value.{}")
 
 # Above this a serialized ModelProto risks protobuf's 2 GiB limit.
 _INLINE_LIMIT = 1_800_000_000

@@ -14,7 +14,12 @@ from typing import Union
 import numpy as np
 import onnx
 
-from codecspec.runtime.graph_format import GRAPH_VERSION, DepthDecoderConfig, read_graph_metadata
+from codecspec.runtime.graph_format import (
+    GRAPH_VERSION,
+    IN_PLACE_KV,
+    DepthDecoderConfig,
+    read_graph_metadata,
+)
 from codecspec.runtime.kv import join_kv, split_kv
 from codecspec.runtime.session import ModelSource, open_session
 
@@ -22,8 +27,6 @@ _GRAPH_OUT = ("logits", "draft_logits", "new_keys", "new_values")
 _ORT_TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.int64): np.int64}
 _HIDDEN_OUT = ("hidden", "new_keys", "new_values")
 _JOINED = {"new_keys": "new_kv", "new_values": None}  # attention="placed" graphs (runtime.kv)
-# attention="in_place" graphs: layer i's cache bound as past and present (graphs.builder)
-_IN_PLACE = ("past_key.{}", "past_value.{}", "present_key.{}", "present_value.{}")
 
 
 def heads_sidecar(model_path: Union[str, Path]) -> Path:
@@ -85,14 +88,14 @@ class DepthGraph:
         inputs = {i.name for i in self.session.get_inputs()}
         self.kv_joined = "past_kv" in inputs
         # the cache written in place: the caller's buffers are past and present at once
-        self.kv_in_place = _IN_PLACE[0].format(0) in inputs
+        self.kv_in_place = IN_PLACE_KV[0].format(0) in inputs
         want = _GRAPH_OUT if self.heads_in_graph else _HIDDEN_OUT
         if self.kv_joined:
             want = tuple(_JOINED.get(n, n) for n in want if _JOINED.get(n, n) is not None)
         if self.kv_in_place:
             L = self.config.num_layers
             want = tuple(n for n in want if n not in ("new_keys", "new_values"))
-            missing = [n.format(i) for n in _IN_PLACE[2:] for i in range(L)]
+            missing = [n.format(i) for n in IN_PLACE_KV[2:] for i in range(L)]
             missing = [n for n in missing if n not in outputs]
             if missing:
                 raise ValueError(f"model: graph lacks outputs {missing[:4]}")
@@ -170,11 +173,11 @@ class DepthGraph:
         ]
         feeds = {"input_ids": ids, "input_embeds": embeds, "position_ids": pos}
         for i in range(L):
-            for name, kv in zip(_IN_PLACE[:2], cache):
+            for name, kv in zip(IN_PLACE_KV[:2], cache):
                 feeds[name.format(i)] = kv[i][None]
         if self.heads_in_graph:
             feeds.update(head_ids=heads, draft_offsets=offsets)
-        names = list(self.outputs) + [n.format(i) for n in _IN_PLACE[2:] for i in range(L)]
+        names = list(self.outputs) + [n.format(i) for n in IN_PLACE_KV[2:] for i in range(L)]
         out = self.session.run(names, feeds)
         k = len(self.outputs)
         keys = np.concatenate(out[k : k + L])[:, :, P:]
@@ -231,7 +234,7 @@ class BoundCall:
             self.new_keys = self.new_values = None
             past = {}
             for i in range(c.num_layers):
-                for name, kv in zip(_IN_PLACE, (past_keys, past_values) * 2):
+                for name, kv in zip(IN_PLACE_KV, (past_keys, past_values) * 2):
                     past[name.format(i)] = kv[i][None]
         elif graph.kv_joined:
             self.new_kv = np.zeros((c.num_layers, q, 2 * c.num_kv_heads * c.head_dim), np.float32)

@@ -20,6 +20,7 @@ import onnx
 
 __all__ = [
     "GRAPH_VERSION",
+    "IN_PLACE_KV",
     "DepthDecoderConfig",
     "load_model",
     "read_graph_config",
@@ -35,6 +36,11 @@ _META_VARIANT = "codecspec.variant"
 _META_HEADS = "codecspec.heads"
 _META_IO = "codecspec.io"
 _META_ATTENTION = "codecspec.attention"
+# attention="in_place" graphs (variant="cpu"): per layer i a past input and a present output
+# that the caller binds to the same buffer, the host cache's layer i [1, kvh, capacity, hd];
+# GroupQueryAttention writes the call's keys at their positions and attends over the filled
+# rows only, so no past is copied and nothing past the cache's length is read.
+IN_PLACE_KV = ("past_key.{}", "past_value.{}", "present_key.{}", "present_value.{}")
 
 _INT_FIELDS = (
     "num_layers",
