@@ -69,6 +69,19 @@ def test_peak_rss_and_bound():
         perf.bound_ms(1, 0.0)
 
 
+def test_reset_peak_rss_forgets_a_freed_peak():
+    """A bench resets the count after its model's build: a peak that was freed before the
+    reset must not be reported after it (the broken variant: no reset keeps it)."""
+    spike = np.ones(256 * 2**20 // 8)  # 256 MiB, touched
+    spike[::512] += 1.0
+    with_spike = perf.peak_rss_mb()
+    del spike
+    assert perf.peak_rss_mb() >= with_spike  # freeing alone does not lower a peak
+    if not perf.reset_peak_rss():
+        pytest.skip("this OS cannot restart the peak-RSS count")
+    assert perf.peak_rss_mb() < with_spike - 128
+
+
 # ---------------------------------------------------------------------------- bytes read
 def test_graph_reads_of_a_small_graph_is_the_sum_of_its_initializers(tmp_path):
     m, inits = _mlp()

@@ -35,8 +35,10 @@ family is None, a stage it lacks is simply absent):
     depth_speedup     float  depth loop AR ms ÷ speculative ms (speculation forced on)
     tokens_per_call   float  depth codes per speculative depth-graph call
     audio_ms_per_frame float ms of audio one frame carries
-    peak_rss_mb       float  peak resident memory of the process (MiB), before the
-                             bandwidth probe (whose buffer would otherwise be the peak)
+    peak_rss_mb       float  peak resident memory of the process (MiB) while the model was
+                             loaded and run, before the bandwidth probe (whose buffer would
+                             otherwise be the peak); where the OS lets the count restart
+                             (Linux), a first run's graph build is not counted
     calibration       dict   optional: what the model's calibration chose per loop,
                              {"depth": "spec"|"ar", "temporal": "spec"|"ar"}
     ttfa_s            float  optional: seconds from a warm streamed request to its first audio
@@ -74,6 +76,7 @@ __all__ = [
     "graph_reads",
     "head_bank_bytes",
     "peak_rss_mb",
+    "reset_peak_rss",
     "per_frame_bytes",
     "render_table",
     "stage",
@@ -143,6 +146,20 @@ def peak_rss_mb() -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0
+
+
+def reset_peak_rss() -> bool:
+    """Restart this process's peak-resident-memory count at what it holds now, so that
+    `peak_rss_mb` covers what runs after (a one-off graph build before a bench, whose fp32
+    intermediates can be several times the running model, is not what a user's process holds
+    afterwards). Linux only (writing 5 to /proc/self/clear_refs resets the high-water mark,
+    which getrusage reads); False where the OS does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
 
 
 def bound_ms(nbytes, bandwidth) -> Optional[float]:

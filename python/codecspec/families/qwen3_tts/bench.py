@@ -186,7 +186,7 @@ def bench_qwen3(
 ) -> dict:
     """The bench record (codecspec.perf's schema, plus Qwen3 keys; see the module doc)."""
     from codecspec.graphs.row_probe import cpu_simd_flags
-    from codecspec.perf import graph_reads, peak_rss_mb, stage
+    from codecspec.perf import graph_reads, peak_rss_mb, reset_peak_rss, stage
 
     log = log or (lambda m: None)
     if acceptance is not None and not (0.0 <= float(acceptance) <= 1.0):
@@ -196,6 +196,7 @@ def bench_qwen3(
     tts = Qwen3TTS.load(
         model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights, log=log
     )
+    reset_peak_rss()  # the peak of the loaded model at work, not of a first run's build
     dec = tts.depth
     K = dec.config.num_draft_offsets
     draft_depth = min(K, dec.G - 2) if draft_depth is None else int(draft_depth)
