@@ -126,6 +126,7 @@ def cmd_train(args) -> int:
         warmup=args.warmup,
         init_from=Path(args.init_from).expanduser() if args.init_from else None,
         reexport=_ship_export,
+        init_other_corpus=args.init_other_corpus,
     )
     log(f"done: step {curves.steps[-1]}; held-out {curves.val[-1]}")
     return 0
@@ -911,6 +912,12 @@ def add_train_args(t) -> None:
         help="a fresh run starts from this shipped model folder's weights (checked: its "
         "re-export must reproduce the folder, its held-out losses the folder's run's); "
         "a run with a checkpoint resumes that instead",
+    )
+    t.add_argument(
+        "--init-other-corpus",
+        action="store_true",
+        help="with --init-from: the corpus is not the one the folder was trained on, so its "
+        "held-out losses are reported at step 0, not compared with the folder's run",
     )
 
 
