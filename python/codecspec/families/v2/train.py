@@ -195,6 +195,16 @@ def _report(pr: _Progress, out: dict, budget: float) -> None:
     sys.stderr.flush()
 
 
+def _start(model, opt, path, cfgs, val, train_set, init_from, reexport, other_corpus) -> _Progress:
+    """Where a run starts: its checkpoint at `path`, or with none yet the warm start from model
+    folder `init_from` (`_warm_start`; `other_corpus`: the folder was trained on another
+    corpus than `train_set`, so its held-out losses are not compared)."""
+    if init_from is not None and not path.is_file():
+        frontend = train_set.frontend
+        return _warm_start(model, Path(init_from), val, reexport, frontend, not other_corpus)
+    return _resume(path, model, opt, *cfgs)
+
+
 def train_v2(
     train_set: TTSDataset,
     val_set: TTSDataset,
@@ -221,8 +231,7 @@ def train_v2(
     init_other_corpus: bool = False,
 ) -> tuple[V2Model, TrainLog]:
     """Train (or resume) until `minutes` of training time in total, or `max_steps`; a run
-    with no checkpoint yet starts from model folder `init_from` if given (`_warm_start`;
-    `init_other_corpus`: the folder was trained on another corpus than `train_set`)."""
+    with no checkpoint yet starts from model folder `init_from` if given (`_start`)."""
     ckpt_dir = Path(ckpt_dir).expanduser()
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / CKPT_NAME
@@ -230,12 +239,9 @@ def train_v2(
     model = V2Model(tcfg, dcfg)
     opt = adamw(model, lr)
     val = _held_out(val_set, val_batches, rate_jitter, max_frames)
-    if init_from is not None and not path.is_file():
-        pr = _warm_start(
-            model, Path(init_from), val, reexport, train_set.frontend, not init_other_corpus
-        )
-    else:
-        pr = _resume(path, model, opt, tcfg, dcfg)
+    pr = _start(
+        model, opt, path, (tcfg, dcfg), val, train_set, init_from, reexport, init_other_corpus
+    )
     gen, rng = torch.Generator().manual_seed(seed + pr.step), np.random.default_rng(seed + pr.step)
     budget = minutes * 60.0
     train_args = dict(lr=lr, distill=distill, rate_jitter=rate_jitter, minutes=minutes)
