@@ -11,6 +11,7 @@ pub mod heads;
 pub mod kv;
 pub mod projection;
 pub mod rng;
+pub mod snake;
 pub mod tree;
 pub mod verify;
 pub mod warp;
@@ -23,6 +24,7 @@ pub use heads::HeadBank;
 pub use kv::{kv_commit_inplace, kv_commit_rows};
 pub use projection::Projection;
 pub use rng::Generator;
+pub use snake::{snake_beta, snake_beta_row};
 pub use tree::{GreedyOptions, RankCap, Tree};
 pub use verify::{
     verify_chain, verify_chain_tolerant, verify_tree, verify_tree_batch, verify_tree_hidden,
