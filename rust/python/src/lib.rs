@@ -8,6 +8,7 @@ mod fsq;
 mod groups;
 mod heads;
 mod kv;
+mod ortops;
 mod projection;
 mod sampling;
 mod tree;

@@ -1,0 +1,343 @@
+//! onnxruntime custom operators served from this same library. Python registers them with
+//! `SessionOptions.register_custom_ops_library(<path of _core>)`; onnxruntime then dlopens the
+//! library (already loaded: the same handle) and calls `RegisterCustomOps` below.
+//!
+//! Domain `ai.codecspec`, opset 1:
+//! - `SnakeBeta(x [N, C, T], alpha [.., C, ..], inv_beta [.., C, ..]) -> y [N, C, T]`,
+//!   `y = x + inv_beta · sin²(alpha · x)` per channel (`codecspec_core::snake`).
+//!
+//! onnxruntime's C API is a table of function pointers that only ever grows: an entry keeps
+//! its position in every later version. So the few entries used here are read at their fixed
+//! positions from the table `GetApi(API_VERSION)` returns (null from a runtime older than that
+//! version, and then nothing is registered). Only glue lives here; the arithmetic is the
+//! core's.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::ptr;
+
+/// onnxruntime 1.17: the oldest API with every entry below (KernelContext_ParallelFor).
+const API_VERSION: u32 = 17;
+/// OrtCustomOp layout version: the V2 kernel entry points, nothing newer.
+const CUSTOM_OP_VERSION: u32 = 16;
+const DOMAIN: &std::ffi::CStr = c"ai.codecspec";
+const ELEMENT_FLOAT: c_int = 1;
+const ORT_INVALID_ARGUMENT: c_int = 2;
+const ORT_FAIL: c_int = 1;
+
+// Positions in the OrtApi table.
+const CREATE_STATUS: usize = 0;
+const CREATE_CUSTOM_OP_DOMAIN: usize = 26;
+const CUSTOM_OP_DOMAIN_ADD: usize = 27;
+const ADD_CUSTOM_OP_DOMAIN: usize = 28;
+const GET_TENSOR_MUTABLE_DATA: usize = 51;
+const GET_DIMENSIONS_COUNT: usize = 61;
+const GET_DIMENSIONS: usize = 62;
+const GET_TENSOR_TYPE_AND_SHAPE: usize = 65;
+const KERNEL_CONTEXT_GET_INPUT: usize = 90;
+const KERNEL_CONTEXT_GET_OUTPUT: usize = 91;
+const RELEASE_TENSOR_TYPE_AND_SHAPE_INFO: usize = 99;
+const KERNEL_CONTEXT_PARALLEL_FOR: usize = 274;
+
+type Status = *mut c_void; // OrtStatus*, null = OK
+type Api = *const *const c_void; // the OrtApi table
+
+#[repr(C)]
+pub struct OrtApiBase {
+    get_api: unsafe extern "C" fn(version: u32) -> Api,
+    _get_version_string: unsafe extern "C" fn() -> *const c_char,
+}
+
+/// The OrtCustomOp struct, field for field (onnxruntime_c_api.h); version 16 reads up to
+/// KernelComputeV2.
+#[repr(C)]
+struct OrtCustomOp {
+    version: u32,
+    create_kernel:
+        Option<unsafe extern "C" fn(*const OrtCustomOp, Api, *const c_void) -> *mut c_void>,
+    get_name: unsafe extern "C" fn(*const OrtCustomOp) -> *const c_char,
+    get_execution_provider_type: unsafe extern "C" fn(*const OrtCustomOp) -> *const c_char,
+    get_input_type: unsafe extern "C" fn(*const OrtCustomOp, usize) -> c_int,
+    get_input_type_count: unsafe extern "C" fn(*const OrtCustomOp) -> usize,
+    get_output_type: unsafe extern "C" fn(*const OrtCustomOp, usize) -> c_int,
+    get_output_type_count: unsafe extern "C" fn(*const OrtCustomOp) -> usize,
+    kernel_compute: Option<unsafe extern "C" fn(*mut c_void, *mut c_void)>,
+    kernel_destroy: unsafe extern "C" fn(*mut c_void),
+    get_input_characteristic: unsafe extern "C" fn(*const OrtCustomOp, usize) -> c_int,
+    get_output_characteristic: unsafe extern "C" fn(*const OrtCustomOp, usize) -> c_int,
+    get_input_memory_type: unsafe extern "C" fn(*const OrtCustomOp, usize) -> c_int,
+    get_variadic_input_min_arity: unsafe extern "C" fn(*const OrtCustomOp) -> c_int,
+    get_variadic_input_homogeneity: unsafe extern "C" fn(*const OrtCustomOp) -> c_int,
+    get_variadic_output_min_arity: unsafe extern "C" fn(*const OrtCustomOp) -> c_int,
+    get_variadic_output_homogeneity: unsafe extern "C" fn(*const OrtCustomOp) -> c_int,
+    create_kernel_v2:
+        unsafe extern "C" fn(*const OrtCustomOp, Api, *const c_void, *mut *mut c_void) -> Status,
+    kernel_compute_v2: unsafe extern "C" fn(*mut c_void, *mut c_void) -> Status,
+}
+
+// SAFETY (both impls): the op is immutable after construction and only read by onnxruntime.
+unsafe impl Sync for OrtCustomOp {}
+unsafe impl Send for OrtCustomOp {}
+
+/// The table entry at `index`, as the function type `F` the header gives it.
+unsafe fn entry<F: Copy>(api: Api, index: usize) -> F {
+    let f: *const c_void = *api.add(index);
+    std::mem::transmute_copy(&f)
+}
+
+unsafe fn error(api: Api, code: c_int, msg: &str) -> Status {
+    let create: unsafe extern "C" fn(c_int, *const c_char) -> Status = entry(api, CREATE_STATUS);
+    let msg = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    create(code, msg.as_ptr())
+}
+
+macro_rules! ort_try {
+    ($e:expr) => {{
+        let s: Status = $e;
+        if !s.is_null() {
+            return Err(s);
+        }
+    }};
+}
+
+/// Shape and data of a kernel input or output.
+unsafe fn shape_of(api: Api, value: *const c_void) -> Result<Vec<i64>, Status> {
+    type Get = unsafe extern "C" fn(*const c_void, *mut *mut c_void) -> Status;
+    type Count = unsafe extern "C" fn(*const c_void, *mut usize) -> Status;
+    type Dims = unsafe extern "C" fn(*const c_void, *mut i64, usize) -> Status;
+    type Release = unsafe extern "C" fn(*mut c_void);
+    let mut info: *mut c_void = ptr::null_mut();
+    ort_try!(entry::<Get>(api, GET_TENSOR_TYPE_AND_SHAPE)(
+        value, &mut info
+    ));
+    let mut n = 0usize;
+    let mut dims = Vec::new();
+    let mut status = entry::<Count>(api, GET_DIMENSIONS_COUNT)(info, &mut n);
+    if status.is_null() {
+        dims = vec![0i64; n];
+        status = entry::<Dims>(api, GET_DIMENSIONS)(info, dims.as_mut_ptr(), n);
+    }
+    entry::<Release>(api, RELEASE_TENSOR_TYPE_AND_SHAPE_INFO)(info);
+    if status.is_null() {
+        Ok(dims)
+    } else {
+        Err(status)
+    }
+}
+
+unsafe fn element_count(api: Api, value: *const c_void) -> Result<usize, Status> {
+    Ok(shape_of(api, value)?
+        .iter()
+        .map(|&d| d.max(0) as usize)
+        .product())
+}
+
+unsafe fn data_of(api: Api, value: *mut c_void) -> Result<*mut f32, Status> {
+    type Data = unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> Status;
+    let mut p: *mut c_void = ptr::null_mut();
+    ort_try!(entry::<Data>(api, GET_TENSOR_MUTABLE_DATA)(value, &mut p));
+    Ok(p as *mut f32)
+}
+
+// ------------------------------------------------------------------------------ SnakeBeta
+struct Kernel {
+    api: Api,
+}
+
+/// One call's work, split into `chunks` runs of whole rows for onnxruntime's thread pool.
+struct SnakeJob {
+    x: *const f32,
+    y: *mut f32,
+    alpha: *const f32,
+    inv_beta: *const f32,
+    channels: usize,
+    len: usize,
+    rows: usize,
+    chunks: usize,
+}
+
+unsafe extern "C" fn snake_chunk(job: *mut c_void, chunk: usize) {
+    let j = &*(job as *const SnakeJob);
+    let (lo, hi) = (chunk * j.rows / j.chunks, (chunk + 1) * j.rows / j.chunks);
+    let alpha = std::slice::from_raw_parts(j.alpha, j.channels);
+    let inv_beta = std::slice::from_raw_parts(j.inv_beta, j.channels);
+    for r in lo..hi {
+        let x = std::slice::from_raw_parts(j.x.add(r * j.len), j.len);
+        let y = std::slice::from_raw_parts_mut(j.y.add(r * j.len), j.len);
+        let c = r % j.channels;
+        // lengths match by construction; the core only fails on mismatched lengths
+        let _ = codecspec_core::snake_beta_row(x, alpha[c], inv_beta[c], y);
+    }
+}
+
+unsafe fn snake_compute(api: Api, ctx: *mut c_void) -> Result<(), Status> {
+    type Input = unsafe extern "C" fn(*const c_void, usize, *mut *const c_void) -> Status;
+    type Output =
+        unsafe extern "C" fn(*mut c_void, usize, *const i64, usize, *mut *mut c_void) -> Status;
+    type ParallelFor = unsafe extern "C" fn(
+        *const c_void,
+        unsafe extern "C" fn(*mut c_void, usize),
+        usize,
+        usize,
+        *mut c_void,
+    ) -> Status;
+    let mut inputs = [ptr::null::<c_void>(); 3];
+    for (i, v) in inputs.iter_mut().enumerate() {
+        ort_try!(entry::<Input>(api, KERNEL_CONTEXT_GET_INPUT)(ctx, i, v));
+        if v.is_null() {
+            return Err(error(
+                api,
+                ORT_INVALID_ARGUMENT,
+                "SnakeBeta: an input is missing",
+            ));
+        }
+    }
+    let dims = shape_of(api, inputs[0])?;
+    let (channels, alpha_n, beta_n) = (
+        if dims.len() == 3 {
+            dims[1].max(0) as usize
+        } else {
+            0
+        },
+        element_count(api, inputs[1])?,
+        element_count(api, inputs[2])?,
+    );
+    if dims.len() != 3 || alpha_n != channels || beta_n != channels {
+        let msg = format!(
+            "SnakeBeta: x must be [N, C, T] and alpha, inv_beta C values each; got x {dims:?}, \
+             alpha {alpha_n} and inv_beta {beta_n} values"
+        );
+        return Err(error(api, ORT_INVALID_ARGUMENT, &msg));
+    }
+    let mut out: *mut c_void = ptr::null_mut();
+    ort_try!(entry::<Output>(api, KERNEL_CONTEXT_GET_OUTPUT)(
+        ctx,
+        0,
+        dims.as_ptr(),
+        3,
+        &mut out
+    ));
+    let (len, rows) = (dims[2].max(0) as usize, dims[0].max(0) as usize * channels);
+    if rows == 0 || len == 0 {
+        return Ok(());
+    }
+    let mut job = SnakeJob {
+        x: data_of(api, inputs[0] as *mut c_void)?,
+        y: data_of(api, out)?,
+        alpha: data_of(api, inputs[1] as *mut c_void)?,
+        inv_beta: data_of(api, inputs[2] as *mut c_void)?,
+        channels,
+        len,
+        rows,
+        // a few chunks per core at most, and none under ~16k values (a task costs µs)
+        chunks: rows.min((rows * len / 16_384).clamp(1, 64)),
+    };
+    let run: ParallelFor = entry(api, KERNEL_CONTEXT_PARALLEL_FOR);
+    let job_ptr = &mut job as *mut SnakeJob as *mut c_void;
+    ort_try!(run(ctx, snake_chunk, job.chunks, 0, job_ptr));
+    Ok(())
+}
+
+unsafe extern "C" fn snake_create(
+    _op: *const OrtCustomOp,
+    api: Api,
+    _info: *const c_void,
+    kernel: *mut *mut c_void,
+) -> Status {
+    *kernel = Box::into_raw(Box::new(Kernel { api })) as *mut c_void;
+    ptr::null_mut()
+}
+
+unsafe extern "C" fn snake_compute_v2(kernel: *mut c_void, ctx: *mut c_void) -> Status {
+    let api = (*(kernel as *const Kernel)).api;
+    match std::panic::catch_unwind(|| snake_compute(api, ctx)) {
+        Ok(Ok(())) => ptr::null_mut(),
+        Ok(Err(status)) => status,
+        Err(_) => error(api, ORT_FAIL, "SnakeBeta: internal error"),
+    }
+}
+
+unsafe extern "C" fn snake_destroy(kernel: *mut c_void) {
+    if !kernel.is_null() {
+        drop(Box::from_raw(kernel as *mut Kernel));
+    }
+}
+
+unsafe extern "C" fn snake_name(_: *const OrtCustomOp) -> *const c_char {
+    c"SnakeBeta".as_ptr()
+}
+unsafe extern "C" fn cpu_provider(_: *const OrtCustomOp) -> *const c_char {
+    c"CPUExecutionProvider".as_ptr()
+}
+unsafe extern "C" fn float_type(_: *const OrtCustomOp, _: usize) -> c_int {
+    ELEMENT_FLOAT
+}
+unsafe extern "C" fn three(_: *const OrtCustomOp) -> usize {
+    3
+}
+unsafe extern "C" fn one(_: *const OrtCustomOp) -> usize {
+    1
+}
+unsafe extern "C" fn required(_: *const OrtCustomOp, _: usize) -> c_int {
+    0 // INPUT_OUTPUT_REQUIRED
+}
+unsafe extern "C" fn default_memory(_: *const OrtCustomOp, _: usize) -> c_int {
+    0 // OrtMemTypeDefault
+}
+unsafe extern "C" fn arity_one(_: *const OrtCustomOp) -> c_int {
+    1
+}
+
+static SNAKE_BETA: OrtCustomOp = OrtCustomOp {
+    version: CUSTOM_OP_VERSION,
+    create_kernel: None,
+    get_name: snake_name,
+    get_execution_provider_type: cpu_provider,
+    get_input_type: float_type,
+    get_input_type_count: three,
+    get_output_type: float_type,
+    get_output_type_count: one,
+    kernel_compute: None,
+    kernel_destroy: snake_destroy,
+    get_input_characteristic: required,
+    get_output_characteristic: required,
+    get_input_memory_type: default_memory,
+    get_variadic_input_min_arity: arity_one,
+    get_variadic_input_homogeneity: arity_one,
+    get_variadic_output_min_arity: arity_one,
+    get_variadic_output_homogeneity: arity_one,
+    create_kernel_v2: snake_create,
+    kernel_compute_v2: snake_compute_v2,
+};
+
+/// onnxruntime's entry point for a custom-op library: adds domain `ai.codecspec` to the
+/// session options. The domain object is leaked on purpose: it must outlive every session
+/// made from those options, and there is one per registration.
+///
+/// # Safety
+/// Called by onnxruntime with its own session options and API base.
+#[no_mangle]
+pub unsafe extern "C" fn RegisterCustomOps(
+    options: *mut c_void,
+    base: *const OrtApiBase,
+) -> Status {
+    if base.is_null() {
+        return ptr::null_mut();
+    }
+    let api = ((*base).get_api)(API_VERSION);
+    if api.is_null() {
+        return ptr::null_mut(); // an older runtime: nothing registered, the op stays unknown
+    }
+    type Create = unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> Status;
+    type Add = unsafe extern "C" fn(*mut c_void, *const OrtCustomOp) -> Status;
+    type AddDomain = unsafe extern "C" fn(*mut c_void, *mut c_void) -> Status;
+    let mut domain: *mut c_void = ptr::null_mut();
+    let s = entry::<Create>(api, CREATE_CUSTOM_OP_DOMAIN)(DOMAIN.as_ptr(), &mut domain);
+    if !s.is_null() {
+        return s;
+    }
+    let s = entry::<Add>(api, CUSTOM_OP_DOMAIN_ADD)(domain, &SNAKE_BETA);
+    if !s.is_null() {
+        return s;
+    }
+    entry::<AddDomain>(api, ADD_CUSTOM_OP_DOMAIN)(options, domain)
+}
