@@ -50,11 +50,17 @@ def session_threads(session: ort.InferenceSession) -> int:
 
 
 def open_session(
-    model: ModelSource, provider: str = "auto", threads: int | None = None, arena: bool = True
+    model: ModelSource,
+    provider: str = "auto",
+    threads: int | None = None,
+    arena: bool = True,
+    custom_ops: bool = False,
 ) -> ort.InferenceSession:
     """An InferenceSession for `model` (a path or serialized bytes). `arena=False` frees a
     run's intermediate tensors after it instead of keeping them in onnxruntime's CPU arena
     (for graphs with large, variable-size activations, such as a speech decoder).
+    `custom_ops`: the graph uses codecspec's own operators (`runtime.custom_ops`); a
+    ValueError naming `custom_ops` where this build cannot serve them.
 
     Raises FileNotFoundError for a missing file, ValueError naming `model` for a file that is
     not a loadable ONNX model, ProviderUnavailable (a ValueError) for a missing provider, and
@@ -64,6 +70,11 @@ def open_session(
     providers = resolve(provider)
     so = session_options(threads)
     so.enable_cpu_mem_arena = bool(arena)
+    if custom_ops:
+        from codecspec.runtime import custom_ops as ops
+
+        if not ops.register(so):
+            raise ValueError("custom_ops: this build of codecspec._core serves no operators")
     if not isinstance(model, (bytes, bytearray)):
         path = Path(model)
         if not path.is_file():

@@ -266,3 +266,26 @@ def test_stream_first_chunk_then_doubling(dec, fx, first, steady):
 def test_stream_refuses_a_bad_first_chunk(dec, bad):
     with pytest.raises(ValueError, match="first_chunk_frames"):
         list(dec.stream([np.zeros((2, 16), dtype=np.int64)], 4, first_chunk_frames=bad))
+
+
+def test_fused_snake_gives_the_standard_graphs_audio(tmp_path, fx):
+    """The CPU default runs SnakeBeta as codecspec's own operator (runtime.custom_ops): the
+    same audio as the five-operator graph to float32 rounding, both within the official
+    fixture's bound; the fused graph is written once beside the cached one."""
+    cache = tmp_path / "cache"
+    fused = SpeechDecoder.load(FOLDER, cache_dir=cache, fused=True)
+    plain = SpeechDecoder.load(FOLDER, cache_dir=cache, fused=False)
+    default = SpeechDecoder.load(FOLDER, cache_dir=cache, provider="cpu")
+    assert fused.graph_path.name == "decoder.fused.onnx" == default.graph_path.name
+    assert plain.graph_path.name == "decoder.onnx"
+    assert fused.graph_path.parent == plain.graph_path.parent
+    for n in (1, 30):
+        a, b = fused.decode(fx[f"codes_{n}"]), plain.decode(fx[f"codes_{n}"])
+        assert np.max(np.abs(a - b)) <= 1e-5
+        assert np.max(np.abs(a - fx[f"wav_{n}"])) <= TOL
+
+
+@pytest.mark.parametrize("bad", ["yes", 1])
+def test_fused_must_be_a_bool_or_none(bad):
+    with pytest.raises(ValueError, match="fused"):
+        SpeechDecoder.load(FOLDER, fused=bad)
