@@ -3,6 +3,7 @@
 //! Pure Rust with no Python or ONNX knowledge: every function takes slices and returns a
 //! result or an [`Error`] that names the offending argument.
 
+pub mod attention;
 pub mod coarse_tree;
 pub mod error;
 pub mod fsq;
@@ -16,6 +17,7 @@ pub mod tree;
 pub mod verify;
 pub mod warp;
 
+pub use attention::{placed_attention, AttentionShape};
 pub use coarse_tree::{verify_tree_coarse, RowGroups};
 pub use error::{Error, Result};
 pub use fsq::{fsq_pack, fsq_unpack, sample_factorized, sample_stop};
