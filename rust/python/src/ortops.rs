@@ -5,6 +5,10 @@
 //! Domain `ai.codecspec`, opset 1:
 //! - `SnakeBeta(x [N, C, T], alpha [.., C, ..], inv_beta [.., C, ..]) -> y [N, C, T]`,
 //!   `y = x + inv_beta · sin²(alpha · x)` per channel (`codecspec_core::snake`).
+//! - `PlacedAttention(q [1, Q, heads·hd], new_kv [1, Q, 2·kv_heads·hd], past [1, P,
+//!   2·kv_heads·hd], bias [Q, P + Q]) -> [1, Q, heads·hd]`, attributes `num_heads`,
+//!   `kv_num_heads`: every row over the keys its bias row shows, computed alone
+//!   (`codecspec_core::attention`).
 //!
 //! onnxruntime's C API is a table of function pointers that only ever grows: an entry keeps
 //! its position in every later version. So the few entries used here are read at their fixed
@@ -30,6 +34,7 @@ const CREATE_CUSTOM_OP_DOMAIN: usize = 26;
 const CUSTOM_OP_DOMAIN_ADD: usize = 27;
 const ADD_CUSTOM_OP_DOMAIN: usize = 28;
 const GET_TENSOR_MUTABLE_DATA: usize = 51;
+const KERNEL_INFO_GET_ATTRIBUTE_INT64: usize = 86;
 const GET_DIMENSIONS_COUNT: usize = 61;
 const GET_DIMENSIONS: usize = 62;
 const GET_TENSOR_TYPE_AND_SHAPE: usize = 65;
@@ -136,6 +141,34 @@ unsafe fn data_of(api: Api, value: *mut c_void) -> Result<*mut f32, Status> {
     let mut p: *mut c_void = ptr::null_mut();
     ort_try!(entry::<Data>(api, GET_TENSOR_MUTABLE_DATA)(value, &mut p));
     Ok(p as *mut f32)
+}
+
+/// The kernel's first N inputs, each present.
+unsafe fn kernel_inputs<const N: usize>(
+    api: Api,
+    ctx: *mut c_void,
+    op: &str,
+) -> Result<[*const c_void; N], Status> {
+    type Input = unsafe extern "C" fn(*const c_void, usize, *mut *const c_void) -> Status;
+    let mut inputs = [ptr::null::<c_void>(); N];
+    for (i, v) in inputs.iter_mut().enumerate() {
+        ort_try!(entry::<Input>(api, KERNEL_CONTEXT_GET_INPUT)(ctx, i, v));
+        if v.is_null() {
+            return Err(error(
+                api,
+                ORT_INVALID_ARGUMENT,
+                &format!("{op}: input {i} is missing"),
+            ));
+        }
+    }
+    Ok(inputs)
+}
+
+/// Output 0 of the kernel, of shape `dims`.
+unsafe fn kernel_output(api: Api, ctx: *mut c_void, dims: &[i64], out: *mut *mut c_void) -> Status {
+    type Output =
+        unsafe extern "C" fn(*mut c_void, usize, *const i64, usize, *mut *mut c_void) -> Status;
+    entry::<Output>(api, KERNEL_CONTEXT_GET_OUTPUT)(ctx, 0, dims.as_ptr(), dims.len(), out)
 }
 
 // ------------------------------------------------------------------------------ SnakeBeta
@@ -287,6 +320,170 @@ unsafe extern "C" fn arity_one(_: *const OrtCustomOp) -> c_int {
     1
 }
 
+// ------------------------------------------------------------------------ PlacedAttention
+struct AttentionKernel {
+    api: Api,
+    heads: usize,
+    kv_heads: usize,
+}
+
+unsafe fn int_attribute(
+    api: Api,
+    info: *const c_void,
+    name: &std::ffi::CStr,
+) -> Result<i64, Status> {
+    type Get = unsafe extern "C" fn(*const c_void, *const c_char, *mut i64) -> Status;
+    let mut v = 0i64;
+    ort_try!(entry::<Get>(api, KERNEL_INFO_GET_ATTRIBUTE_INT64)(
+        info,
+        name.as_ptr(),
+        &mut v
+    ));
+    Ok(v)
+}
+
+unsafe extern "C" fn attention_create(
+    _op: *const OrtCustomOp,
+    api: Api,
+    info: *const c_void,
+    kernel: *mut *mut c_void,
+) -> Status {
+    let heads = match (
+        int_attribute(api, info, c"num_heads"),
+        int_attribute(api, info, c"kv_num_heads"),
+    ) {
+        (Ok(h), Ok(k)) if h > 0 && k > 0 && h % k == 0 => (h as usize, k as usize),
+        (Err(s), _) | (_, Err(s)) => return s,
+        _ => {
+            return error(
+                api,
+                ORT_INVALID_ARGUMENT,
+                "PlacedAttention: num_heads must be a positive multiple of kv_num_heads",
+            )
+        }
+    };
+    let k = AttentionKernel {
+        api,
+        heads: heads.0,
+        kv_heads: heads.1,
+    };
+    *kernel = Box::into_raw(Box::new(k)) as *mut c_void;
+    ptr::null_mut()
+}
+
+unsafe fn attention_compute(k: &AttentionKernel, ctx: *mut c_void) -> Result<(), Status> {
+    let api = k.api;
+    let inputs = kernel_inputs::<4>(api, ctx, "PlacedAttention")?;
+    let (qd, kvd, pd, bd) = (
+        shape_of(api, inputs[0])?,
+        shape_of(api, inputs[1])?,
+        shape_of(api, inputs[2])?,
+        shape_of(api, inputs[3])?,
+    );
+    let bad = || {
+        let msg = format!(
+            "PlacedAttention: expected q [1, Q, {h}·hd], new_kv [1, Q, 2·{kv}·hd], past [1, P, \
+             2·{kv}·hd], bias [Q, P + Q]; got {qd:?}, {kvd:?}, {pd:?}, {bd:?}",
+            h = k.heads,
+            kv = k.kv_heads
+        );
+        error(api, ORT_INVALID_ARGUMENT, &msg)
+    };
+    if qd.len() != 3
+        || kvd.len() != 3
+        || pd.len() != 3
+        || bd.len() != 2
+        || qd[2] % k.heads as i64 != 0
+    {
+        return Err(bad());
+    }
+    let hd = (qd[2] / k.heads as i64) as usize;
+    let (rows, past) = (qd[1].max(0) as usize, pd[1].max(0) as usize);
+    let shape = codecspec_core::AttentionShape {
+        rows,
+        past,
+        heads: k.heads,
+        kv_heads: k.kv_heads,
+        head_dim: hd,
+    };
+    let wkv = (2 * k.kv_heads * hd) as i64;
+    if qd[0] != 1
+        || kvd != [1, rows as i64, wkv]
+        || pd[0] != 1
+        || pd[2] != wkv
+        || bd != [rows as i64, (past + rows) as i64]
+    {
+        return Err(bad());
+    }
+    let mut out: *mut c_void = ptr::null_mut();
+    ort_try!(kernel_output(api, ctx, &qd, &mut out));
+    let view = |p: *mut f32, n: usize| {
+        if n == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(p as *const f32, n)
+        }
+    };
+    let (wq, wkv) = (k.heads * hd, wkv as usize);
+    let q = view(data_of(api, inputs[0] as *mut c_void)?, rows * wq);
+    let new_kv = view(data_of(api, inputs[1] as *mut c_void)?, rows * wkv);
+    let past_kv = view(data_of(api, inputs[2] as *mut c_void)?, past * wkv);
+    let bias = view(
+        data_of(api, inputs[3] as *mut c_void)?,
+        rows * (past + rows),
+    );
+    if rows * wq == 0 {
+        return Ok(());
+    }
+    let y = std::slice::from_raw_parts_mut(data_of(api, out)?, rows * wq);
+    codecspec_core::placed_attention(q, new_kv, past_kv, bias, shape, y)
+        .map_err(|e| error(api, ORT_INVALID_ARGUMENT, &format!("PlacedAttention: {e}")))
+}
+
+unsafe extern "C" fn attention_compute_v2(kernel: *mut c_void, ctx: *mut c_void) -> Status {
+    let k = &*(kernel as *const AttentionKernel);
+    match std::panic::catch_unwind(|| attention_compute(k, ctx)) {
+        Ok(Ok(())) => ptr::null_mut(),
+        Ok(Err(status)) => status,
+        Err(_) => error(k.api, ORT_FAIL, "PlacedAttention: internal error"),
+    }
+}
+
+unsafe extern "C" fn attention_destroy(kernel: *mut c_void) {
+    if !kernel.is_null() {
+        drop(Box::from_raw(kernel as *mut AttentionKernel));
+    }
+}
+
+unsafe extern "C" fn attention_name(_: *const OrtCustomOp) -> *const c_char {
+    c"PlacedAttention".as_ptr()
+}
+unsafe extern "C" fn four(_: *const OrtCustomOp) -> usize {
+    4
+}
+
+static PLACED_ATTENTION: OrtCustomOp = OrtCustomOp {
+    version: CUSTOM_OP_VERSION,
+    create_kernel: None,
+    get_name: attention_name,
+    get_execution_provider_type: cpu_provider,
+    get_input_type: float_type,
+    get_input_type_count: four,
+    get_output_type: float_type,
+    get_output_type_count: one,
+    kernel_compute: None,
+    kernel_destroy: attention_destroy,
+    get_input_characteristic: required,
+    get_output_characteristic: required,
+    get_input_memory_type: default_memory,
+    get_variadic_input_min_arity: arity_one,
+    get_variadic_input_homogeneity: arity_one,
+    get_variadic_output_min_arity: arity_one,
+    get_variadic_output_homogeneity: arity_one,
+    create_kernel_v2: attention_create,
+    kernel_compute_v2: attention_compute_v2,
+};
+
 static SNAKE_BETA: OrtCustomOp = OrtCustomOp {
     version: CUSTOM_OP_VERSION,
     create_kernel: None,
@@ -335,9 +532,11 @@ pub unsafe extern "C" fn RegisterCustomOps(
     if !s.is_null() {
         return s;
     }
-    let s = entry::<Add>(api, CUSTOM_OP_DOMAIN_ADD)(domain, &SNAKE_BETA);
-    if !s.is_null() {
-        return s;
+    for op in [&SNAKE_BETA, &PLACED_ATTENTION] {
+        let s = entry::<Add>(api, CUSTOM_OP_DOMAIN_ADD)(domain, op);
+        if !s.is_null() {
+            return s;
+        }
     }
     entry::<AddDomain>(api, ADD_CUSTOM_OP_DOMAIN)(options, domain)
 }
