@@ -55,10 +55,14 @@ def _frames(n: int = 6):
     return rng.standard_normal((n, CFG.hidden_size)).astype(np.float32), rng.integers(0, 40, n)
 
 
-@pytest.mark.parametrize("variant", ["cpu", "plain"])
+# attention="placed_op": codecspec's own attention operator (variant "cpu" only)
+MODES = [("cpu", "placed"), ("plain", "placed"), ("cpu", "placed_op")]
+
+
+@pytest.mark.parametrize("variant, attention", MODES)
 @pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])
-def test_verified_rows_are_the_ar_rows_bit_for_bit(weights, variant, precision):
-    model = _graph(weights, variant, "placed", precision)
+def test_verified_rows_are_the_ar_rows_bit_for_bit(weights, variant, attention, precision):
+    model = _graph(weights, variant, attention, precision)
     dec = DepthDecoder(model.SerializeToString(), tree=BRANCHING, provider="cpu", threads=1)
     rows = probe_tree_rows(dec, *_frames())
     assert rows["frames"] == 6
@@ -71,10 +75,13 @@ def test_verified_rows_are_the_ar_rows_bit_for_bit(weights, variant, precision):
         assert not rows["bitwise"], rows
 
 
+@pytest.mark.parametrize("attention", ["placed", "placed_op"])
 @pytest.mark.parametrize("precision", ["int8", "int4"])
-def test_greedy_speculation_gives_the_ar_codes_over_quantised_weights(weights, precision):
+def test_greedy_speculation_gives_the_ar_codes_over_quantised_weights(
+    weights, attention, precision
+):
     """The law in its plainest form: greedy, every mode, the same codes."""
-    model = _graph(weights, "cpu", "placed", precision).SerializeToString()
+    model = _graph(weights, "cpu", attention, precision).SerializeToString()
     dec = DepthDecoder(model, tree=BRANCHING, params=cs.SamplingParams(0.0, 0, 1.0), threads=1)
     hiddens, c0s = _frames(12)
     for h, c0 in zip(hiddens, c0s):
@@ -87,7 +94,8 @@ def test_placed_attention_computes_the_default_attentions_function(weights, vari
     """Same model, other summation order: the logits agree to float rounding."""
     hiddens, c0s = _frames(4)
     logits = {}
-    for attention in ("call", "placed"):
+    modes = ("call", "placed", "placed_op") if variant == "cpu" else ("call", "placed")
+    for attention in modes:
         g = _graph(weights, variant, attention, "fp32").SerializeToString()
         dec = DepthDecoder(g, tree=BRANCHING, provider="cpu", threads=1)
         rows = []
@@ -95,7 +103,8 @@ def test_placed_attention_computes_the_default_attentions_function(weights, vari
             dec.decode_frame(h, int(c0), cs.Generator(0), "ar")
             rows.append(dec._step_call.logits.copy())
         logits[attention] = np.concatenate(rows)
-    np.testing.assert_allclose(logits["placed"], logits["call"], rtol=0, atol=2e-5)
+    for attention in modes[1:]:
+        np.testing.assert_allclose(logits[attention], logits["call"], rtol=0, atol=2e-5)
 
 
 def test_the_mode_is_recorded_and_the_default_graph_is_unchanged(weights):
@@ -107,3 +116,9 @@ def test_the_mode_is_recorded_and_the_default_graph_is_unchanged(weights):
     assert "GroupQueryAttention" not in {n.op_type for n in placed.graph.node}
     with pytest.raises(ValueError, match="^attention must be one of"):
         build_depth_graph(CFG, weights, attention="sorted")
+    op = build_depth_graph(CFG, weights, heads="grouped", attention="placed_op")
+    assert read_graph_metadata(op)["attention"] == "placed_op"
+    assert {n.op_type for n in op.graph.node} >= {"PlacedAttention"}
+    assert len(op.graph.node) < len(placed.graph.node)
+    with pytest.raises(ValueError, match="placed_op.*variant='cpu'"):
+        build_depth_graph(CFG, weights, variant="plain", attention="placed_op")

@@ -42,7 +42,10 @@ else hidden) and takes a row's visible keys, in column order, as its positions 0
 them); a row sees at most that many keys. The default, attention="call",
 attends over the call's columns as they come (GroupQueryAttention on variant="cpu"): a
 one-row call and a several-row call round differently (~1e-7), which quantised weights
-amplify (docs/qwen3_tts.md).
+amplify (docs/qwen3_tts.md). attention="placed_op" (variant="cpu") is "placed" with each
+layer's attention in one codecspec operator (`ai.codecspec` PlacedAttention, served by the
+Rust core; runtime.custom_ops): the same I/O and the same row-exactness, ~75 fewer nodes per
+call; its sessions need the operators registered (DepthGraph does it from the metadata).
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ OUTPUT_NAMES = ("logits", "draft_logits", "hidden", "new_keys", "new_values")
 # attention="placed" graphs read and write K/V joined and position-major (docs/graphs.md)
 JOINED_KV = {"past_keys": "past_kv", "past_values": None, "new_keys": "new_kv", "new_values": None}
 HEADS_MODES = ("graph", "hidden", "grouped")
-ATTENTION_MODES = ("call", "placed", "in_place")
+ATTENTION_MODES = ("call", "placed", "in_place", "placed_op")
+_CODECSPEC_OPS = "ai.codecspec"  # runtime.custom_ops.DOMAIN (no runtime import here)
 
 # Above this a serialized ModelProto risks protobuf's 2 GiB limit.
 _INLINE_LIMIT = 1_800_000_000
@@ -574,6 +578,12 @@ def _cpu_attention_inputs(g: GraphBuilder, c: DepthDecoderConfig, attention: str
     sin = g.init("rope_sin", np.sin(ang).astype(np.float32))
     if attention == "placed":
         return dict(pos=pos, cos=cos, sin=sin, slots=placed_slots(g, c))
+    if attention == "placed_op":  # each layer's op reads its past rows and the bias itself
+        L = c.num_layers
+        past = (
+            ["past_kv"] if L == 1 else g.op("Split", ["past_kv", g.i64([1] * L)], n_out=L, axis=0)
+        )
+        return dict(pos=pos, cos=cos, sin=sin, placed_past=past)
     if attention == "in_place":
         # The cache's rows are its positions: the call's last position + 1 rows are filled
         # after it (GroupQueryAttention's total length; seqlens_k = total - 1).
@@ -603,7 +613,7 @@ def _cpu_attention(g: GraphBuilder, c, w, i: int, n: str, att: dict, past_k, pas
     )
     # attention="placed" attends with plain ops: the 1/sqrt(hd) score scale that
     # GroupQueryAttention applies itself rides on the q norm's weights (RoPE is linear).
-    q_scale = hd**-0.5 if "slots" in att else 1.0
+    q_scale = hd**-0.5 if "slots" in att or "placed_past" in att else 1.0
     qk_scale = np.concatenate(
         [
             np.broadcast_to(w[f"layers.{i}.q_norm"] * q_scale, (nh, hd)),
@@ -626,9 +636,20 @@ def _cpu_attention(g: GraphBuilder, c, w, i: int, n: str, att: dict, past_k, pas
         interleaved=0,
     )
     q, k = g.op("Split", [qk, g.i64([nh * hd, kvh * hd])], hint=p + "q_k", n_out=2, axis=-1)
-    if "slots" in att:
+    if "slots" in att or "placed_past" in att:
         kv = g.op("Concat", [k, v], hint=p + "kv_new", axis=-1)  # [1, Q, 2 * kvh * hd]
-        attn = _cpu_placed(g, c, i, q, kv, att["slots"], p)
+        attn = (
+            _cpu_placed(g, c, i, q, kv, att["slots"], p)
+            if "slots" in att
+            else g.op(
+                "PlacedAttention",
+                [q, kv, att["placed_past"][i], "attention_bias"],
+                hint=p + "attn",
+                domain=_CODECSPEC_OPS,
+                num_heads=nh,
+                kv_num_heads=kvh,
+            )
+        )
         o = g.op("MatMul", [attn, g.init(p + "wo", _t32(w, f"layers.{i}.o_proj"))], hint=p + "o")
         return o, (kv,)
     in_place = att.get("causal") == 1
@@ -716,7 +737,7 @@ def _build_cpu(
     if attention == "in_place":
         past_k = [IN_PLACE_KV[0].format(i) for i in range(L)]
         past_v = [IN_PLACE_KV[1].format(i) for i in range(L)]
-    elif attention != "placed":
+    elif attention not in ("placed", "placed_op"):
         past_k = _split_layers(g, "past_keys", L, "past_k")
         past_v = _split_layers(g, "past_values", L, "past_v")
     n = g.op(
@@ -732,7 +753,7 @@ def _build_cpu(
         new.append(rows)
         n, x = _cpu_mlp(g, c, w, i, o, x)
     z = g.op("Squeeze", [n, g.i64([0])], outputs=["hidden"])
-    if attention == "placed":  # already position-major: L x [1, Q, 2 kvh hd] -> [L, Q, ...]
+    if attention in ("placed", "placed_op"):  # position-major: L x [1, Q, 2 kvh hd] -> [L, Q, .]
         _stack_layers(g, [rows[0] for rows in new], "new_kv")
     elif attention == "in_place":
         pass  # GroupQueryAttention wrote them into the bound cache
@@ -753,13 +774,14 @@ def build_depth_graph(
     attention: str = "call",
 ) -> onnx.ModelProto:
     """Build the depth-decoder graph for `config` with `weights` baked in as initializers.
-    attention: "call", "placed" (every row computed as it would be alone; module doc) or
-    "in_place" (variant="cpu": the cache written and read in place, IN_PLACE_KV)."""
+    attention: "call", "placed" (every row computed as it would be alone; module doc),
+    "placed_op" (variant="cpu": the same with codecspec's attention operator) or "in_place"
+    (variant="cpu": the cache written and read in place, IN_PLACE_KV)."""
     _check_choice("variant", variant, ("cpu", "plain"))
     _check_choice("heads", heads, HEADS_MODES)
     _check_choice("attention", attention, ATTENTION_MODES)
-    if attention == "in_place" and variant != "cpu":
-        raise ValueError("attention: 'in_place' needs variant='cpu' (GroupQueryAttention)")
+    if attention in ("in_place", "placed_op") and variant != "cpu":
+        raise ValueError(f"attention: {attention!r} needs variant='cpu' (contrib operators)")
     if isinstance(opset, bool) or not isinstance(opset, int) or not 13 <= opset <= 17:
         raise ValueError(f"opset must be an int in [13, 17], got {opset!r}")
     if not isinstance(config, DepthDecoderConfig):
@@ -791,6 +813,8 @@ def build_depth_graph(
     imports = [helper.make_opsetid("", opset)]
     if variant == "cpu":
         imports.append(helper.make_opsetid(_MS, 1))
+    if attention == "placed_op":
+        imports.append(helper.make_opsetid(_CODECSPEC_OPS, 1))
     model = helper.make_model(
         graph, opset_imports=imports, producer_name="codecspec", producer_version=GRAPH_VERSION
     )

@@ -81,7 +81,11 @@ class DepthGraph:
         self.config: DepthDecoderConfig = _config_of(meta)
         # heads="grouped": draft rows per call may be 0..K (AR calls bind none)
         self.grouped_heads = meta.get("heads") == "grouped"
-        self.session = open_session(source, provider=provider, threads=threads)
+        # attention="placed_op": the graph's attention is codecspec's own operator
+        self.attention = meta.get("attention", "call")
+        self.session = open_session(
+            source, provider=provider, threads=threads, custom_ops=self.attention == "placed_op"
+        )
         outputs = {o.name for o in self.session.get_outputs()}
         self.heads_in_graph = "logits" in outputs
         # K/V joined and position-major (runtime.kv): attention="placed" graphs
