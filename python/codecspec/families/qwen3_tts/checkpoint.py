@@ -23,7 +23,8 @@ __all__ = ["Qwen3Checkpoint", "TalkerSpec", "GenerationDefaults", "CACHE_FORMAT"
 # Bump when the built graphs or tables change meaning, so old cache entries are not reused.
 # 2: the code predictor graph scores its 15 heads itself (heads="grouped")
 # 3: a head_dim that is not a multiple of 8 gets the standard-ops attention graph
-CACHE_FORMAT = "qwen3-tts-7"  # 5: K/V joined, bf16 table; 6: int8 block 128; 7: talker in place
+# 5: K/V joined, bf16 table; 6: int8 block 128; 7: talker in place; 8: predictor placed_op
+CACHE_FORMAT = "qwen3-tts-8"
 
 # Qwen3TTSTalkerConfig defaults for keys a config.json may omit.
 _TALKER_DEFAULTS = {

@@ -13,7 +13,9 @@ into place only when complete, so an error or an interrupt leaves nothing half-b
   text_proj.onnx      text projection: fc2(silu(fc1(x) + b1)) + b2 over text-embedding rows
   depth.onnx          the code predictor (predictor_import's importer) with its 15 LM heads in
                       the graph (heads="grouped": a call reads only the heads it uses) and
-                      attention="placed" (a tree node computed as its AR step, bit for bit)
+                      attention="placed_op" (a tree node computed as its AR step, bit for
+                      bit, by codecspec's attention operator; "placed" in standard operators
+                      where the build serves none, or on the plain variant)
   depth.heads.npy     the heads again, float32, for offset training (calibrate)
   codec_embedding.npy the talker's codec table [V, H] (c0, tags, speakers)
   code_embedding.npy  the predictor's 15 tables [G-1, V_code, H] (the next talker input sums
@@ -159,6 +161,17 @@ def _text_proj_graph(ck, spec: TalkerSpec) -> onnx.ModelProto:
     return m
 
 
+def _placed(dcfg) -> str:
+    """The code predictor's attention: "placed", so that a verify call scores each tree node
+    with the AR call's arithmetic and speculation keeps the AR law bit for bit over quantised
+    weights too; as codecspec's own operator ("placed_op", ~75 fewer nodes per call: 12%
+    faster int4 calls on the 2-core AVX2 machine) where this build serves it."""
+    from codecspec.runtime import custom_ops
+
+    cpu = graph_variant(dcfg.head_dim) == "cpu"
+    return "placed_op" if cpu and custom_ops.available() else "placed"
+
+
 def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
     from codecspec.graphs.builder import build_depth_graph, cpu_variant_supported, save_model
 
@@ -205,10 +218,8 @@ def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
         raise ValueError(f"model: {e}") from None
     if dcfg.num_codebooks != spec.num_code_groups:
         raise ValueError("model: config.json: talker and code predictor num_code_groups differ")
-    # attention="placed": a verify call scores each tree node with the AR call's arithmetic,
-    # so speculation keeps the AR law bit for bit, over quantised weights too.
     depth = build_depth_graph(
-        dcfg, dw, variant=graph_variant(dcfg.head_dim), heads="grouped", attention="placed"
+        dcfg, dw, variant=graph_variant(dcfg.head_dim), heads="grouped", attention=_placed(dcfg)
     )
     save_model(depth, out / "depth.onnx")
     np.save(out / "depth.heads.npy", np.asarray(dw["heads"], np.float32))

@@ -6,7 +6,8 @@ activation row to int8, so a 1e-7 difference in a row's input can become whole q
 steps. With onnxruntime's fused GroupQueryAttention (a one-row and a several-row call summed
 in other orders) a verified row of the 0.6B code predictor differed from its AR row by ~0.05
 in int8/int4 and greedy codes parted within a frame (AVX-512 EPYC, 2026-12-03); the code
-predictor is therefore built with attention="placed" (graphs/placed_attention.py), whose rows
+predictor is therefore built with attention="placed" (graphs/placed_attention.py; as
+codecspec's own operator, "placed_op", where the build serves it), whose rows
 equal the AR rows bit for bit where the CPU's MatMul kernels compute a row alike in any call.
 Where they do not (int4 on AVX2: a one-row kernel and a tiled one) rows agree to float
 rounding only. `probe_tree_rows` measures it on frames of the checkpoint's own corpus: each
