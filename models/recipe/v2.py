@@ -447,7 +447,14 @@ def export_folder(args, out: Path):
     Returns (model, checkpoint, meta, sizes, train set, held-out set)."""
     import shutil
 
-    from ship import SAMPLING, VOICES, export_graphs, frames_per_phoneme
+    from ship import (
+        SAMPLING,
+        V3_SAMPLING,
+        V3_SAMPLING_CHOICE,
+        VOICES,
+        export_graphs,
+        frames_per_phoneme,
+    )
 
     from codecspec.families.v2.model import V2_FORMAT
     from codecspec.families.v2.torch_model import export_onnx
@@ -494,6 +501,8 @@ def export_folder(args, out: Path):
             voices={k: v for k, v in VOICES.items() if k in train.frontend.languages},
             espeak_rate=170,
             espeak_pitch=50,
+            sampling=V3_SAMPLING,
+            sampling_choice=V3_SAMPLING_CHOICE,
         )
     (out / "model.json").write_text(json.dumps(meta, indent=1))
     return model, ck, meta, sizes, train, held
@@ -502,7 +511,7 @@ def export_folder(args, out: Path):
 def cmd_ship(args) -> int:
     import shutil
 
-    from ship import SAMPLING, depth_entropy
+    from ship import depth_entropy
 
     import codecspec as cs
     from codecspec.calibrate.device import calibrate
@@ -530,7 +539,7 @@ def cmd_ship(args) -> int:
         out / "frames.npz", hiddens=hiddens[:n_ship].astype(np.float16), c0s=c0s[:n_ship]
     )
     log("calibrating the depth loop (offsets, acceptance, latency, tree)")
-    params = cs.SamplingParams(**SAMPLING)
+    params = cs.SamplingParams(**meta["sampling"])  # the folder's own default
     calib = calibrate(
         out / "depth.onnx",
         out / "calibration",
