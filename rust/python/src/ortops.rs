@@ -462,49 +462,55 @@ unsafe extern "C" fn four(_: *const OrtCustomOp) -> usize {
     4
 }
 
-static PLACED_ATTENTION: OrtCustomOp = OrtCustomOp {
-    version: CUSTOM_OP_VERSION,
-    create_kernel: None,
-    get_name: attention_name,
-    get_execution_provider_type: cpu_provider,
-    get_input_type: float_type,
-    get_input_type_count: four,
-    get_output_type: float_type,
-    get_output_type_count: one,
-    kernel_compute: None,
-    kernel_destroy: attention_destroy,
-    get_input_characteristic: required,
-    get_output_characteristic: required,
-    get_input_memory_type: default_memory,
-    get_variadic_input_min_arity: arity_one,
-    get_variadic_input_homogeneity: arity_one,
-    get_variadic_output_min_arity: arity_one,
-    get_variadic_output_homogeneity: arity_one,
-    create_kernel_v2: attention_create,
-    kernel_compute_v2: attention_compute_v2,
-};
+type Create =
+    unsafe extern "C" fn(*const OrtCustomOp, Api, *const c_void, *mut *mut c_void) -> Status;
+type Compute = unsafe extern "C" fn(*mut c_void, *mut c_void) -> Status;
 
-static SNAKE_BETA: OrtCustomOp = OrtCustomOp {
-    version: CUSTOM_OP_VERSION,
-    create_kernel: None,
-    get_name: snake_name,
-    get_execution_provider_type: cpu_provider,
-    get_input_type: float_type,
-    get_input_type_count: three,
-    get_output_type: float_type,
-    get_output_type_count: one,
-    kernel_compute: None,
-    kernel_destroy: snake_destroy,
-    get_input_characteristic: required,
-    get_output_characteristic: required,
-    get_input_memory_type: default_memory,
-    get_variadic_input_min_arity: arity_one,
-    get_variadic_input_homogeneity: arity_one,
-    get_variadic_output_min_arity: arity_one,
-    get_variadic_output_homogeneity: arity_one,
-    create_kernel_v2: snake_create,
-    kernel_compute_v2: snake_compute_v2,
-};
+/// A CPU operator of float32 inputs and one float32 output, every input required.
+const fn float_op(
+    name: unsafe extern "C" fn(*const OrtCustomOp) -> *const c_char,
+    inputs: unsafe extern "C" fn(*const OrtCustomOp) -> usize,
+    create: Create,
+    compute: Compute,
+    destroy: unsafe extern "C" fn(*mut c_void),
+) -> OrtCustomOp {
+    OrtCustomOp {
+        version: CUSTOM_OP_VERSION,
+        create_kernel: None,
+        get_name: name,
+        get_execution_provider_type: cpu_provider,
+        get_input_type: float_type,
+        get_input_type_count: inputs,
+        get_output_type: float_type,
+        get_output_type_count: one,
+        kernel_compute: None,
+        kernel_destroy: destroy,
+        get_input_characteristic: required,
+        get_output_characteristic: required,
+        get_input_memory_type: default_memory,
+        get_variadic_input_min_arity: arity_one,
+        get_variadic_input_homogeneity: arity_one,
+        get_variadic_output_min_arity: arity_one,
+        get_variadic_output_homogeneity: arity_one,
+        create_kernel_v2: create,
+        kernel_compute_v2: compute,
+    }
+}
+
+static PLACED_ATTENTION: OrtCustomOp = float_op(
+    attention_name,
+    four,
+    attention_create,
+    attention_compute_v2,
+    attention_destroy,
+);
+static SNAKE_BETA: OrtCustomOp = float_op(
+    snake_name,
+    three,
+    snake_create,
+    snake_compute_v2,
+    snake_destroy,
+);
 
 /// onnxruntime's entry point for a custom-op library: adds domain `ai.codecspec` to the
 /// session options. The domain object is leaked on purpose: it must outlive every session
