@@ -289,3 +289,19 @@ def test_fused_snake_gives_the_standard_graphs_audio(tmp_path, fx):
 def test_fused_must_be_a_bool_or_none(bad):
     with pytest.raises(ValueError, match="fused"):
         SpeechDecoder.load(FOLDER, fused=bad)
+
+
+def test_a_read_only_cache_falls_back_to_the_standard_graph(tmp_path, monkeypatch, fx):
+    """Writing decoder.fused.onnx can fail (a shared, read-only cache): the decoder then runs
+    the standard graph rather than failing to load."""
+    cache = tmp_path / "cache"
+    SpeechDecoder.load(FOLDER, cache_dir=cache, fused=False)  # the entry exists
+
+    def refuse(*_a, **_k):
+        raise PermissionError("read-only cache")
+
+    monkeypatch.setattr("onnx.save", refuse)
+    dec = SpeechDecoder.load(FOLDER, cache_dir=cache)
+    assert dec.graph_path.name == "decoder.onnx"
+    assert not list(dec.graph_path.parent.glob("decoder.fused.onnx*"))
+    assert np.max(np.abs(dec.decode(fx["codes_5"]) - fx["wav_5"])) <= TOL

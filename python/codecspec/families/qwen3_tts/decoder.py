@@ -146,8 +146,12 @@ def _fused_graph(graph: Path) -> Optional[Path]:
     if fuse_snake(model) == 0:
         return None
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    onnx.save(model, str(tmp))
-    os.replace(tmp, path)
+    try:
+        onnx.save(model, str(tmp))
+        os.replace(tmp, path)
+    except OSError:  # a cache this process may read but not write: the standard graph
+        tmp.unlink(missing_ok=True)
+        return None
     return path
 
 
