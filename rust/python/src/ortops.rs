@@ -203,9 +203,6 @@ unsafe extern "C" fn snake_chunk(job: *mut c_void, chunk: usize) {
 }
 
 unsafe fn snake_compute(api: Api, ctx: *mut c_void) -> Result<(), Status> {
-    type Input = unsafe extern "C" fn(*const c_void, usize, *mut *const c_void) -> Status;
-    type Output =
-        unsafe extern "C" fn(*mut c_void, usize, *const i64, usize, *mut *mut c_void) -> Status;
     type ParallelFor = unsafe extern "C" fn(
         *const c_void,
         unsafe extern "C" fn(*mut c_void, usize),
@@ -213,17 +210,7 @@ unsafe fn snake_compute(api: Api, ctx: *mut c_void) -> Result<(), Status> {
         usize,
         *mut c_void,
     ) -> Status;
-    let mut inputs = [ptr::null::<c_void>(); 3];
-    for (i, v) in inputs.iter_mut().enumerate() {
-        ort_try!(entry::<Input>(api, KERNEL_CONTEXT_GET_INPUT)(ctx, i, v));
-        if v.is_null() {
-            return Err(error(
-                api,
-                ORT_INVALID_ARGUMENT,
-                "SnakeBeta: an input is missing",
-            ));
-        }
-    }
+    let inputs = kernel_inputs::<3>(api, ctx, "SnakeBeta")?;
     let dims = shape_of(api, inputs[0])?;
     let (channels, alpha_n, beta_n) = (
         if dims.len() == 3 {
@@ -242,13 +229,7 @@ unsafe fn snake_compute(api: Api, ctx: *mut c_void) -> Result<(), Status> {
         return Err(error(api, ORT_INVALID_ARGUMENT, &msg));
     }
     let mut out: *mut c_void = ptr::null_mut();
-    ort_try!(entry::<Output>(api, KERNEL_CONTEXT_GET_OUTPUT)(
-        ctx,
-        0,
-        dims.as_ptr(),
-        3,
-        &mut out
-    ));
+    ort_try!(kernel_output(api, ctx, &dims, &mut out));
     let (len, rows) = (dims[2].max(0) as usize, dims[0].max(0) as usize * channels);
     if rows == 0 || len == 0 {
         return Ok(());
