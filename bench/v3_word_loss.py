@@ -12,7 +12,8 @@ Conditions (names on the command line; `--conditions` picks a subset, default al
 * ``codec``: that rendering through the v1 codec, all 16 levels (the ceiling of any model that
   speaks through it); ``codec-L4`` / ``codec-L1``: its levels 0-3 / level 0 alone (what the
   depth levels are worth);
-* ``shipped``: `tts.generate` as shipped (AR in both loops, model.json's sampling);
+* ``shipped``: `tts.generate` as shipped (AR in both loops, model.json's sampling: "sampling"
+  for c0, "depth_sampling" (if any) for the depth levels);
 * ``c0=T/K,depth=T/K``: the AR loop with the c0 stage and the depth stage sampled at their own
   temperature / top-k (T 0 = greedy), e.g. ``c0=0/0,depth=0/0`` (greedy everywhere),
   ``c0=0.6/20,depth=0/0`` (sampled c0, greedy depth); ``greedy`` is short for the former;
@@ -485,6 +486,8 @@ def main(argv=None) -> int:
     rec = Recognizer(args.recognizer, threads=args.threads)
     tts = load_model(args.model, provider="cpu", threads=args.threads)
     res["shipped_sampling"] = dict(tts.meta["sampling"])
+    if "depth_sampling" in tts.meta:  # the folder samples its depth levels by their own law
+        res["shipped_depth_sampling"] = dict(tts.meta["depth_sampling"])
     ref = Reference(tts)
     lookup = None
     if "lookup" in args.conditions and "lookup" not in res["conditions"]:

@@ -513,9 +513,9 @@ def cmd_ship(args) -> int:
 
     from ship import depth_entropy
 
-    import codecspec as cs
     from codecspec.calibrate.device import calibrate
     from codecspec.codec.data import load_manifest
+    from codecspec.decode.depth import stage_params
     from codecspec.families.v2.model import V2TTS
     from codecspec.train.ablate import ablate
     from codecspec.tts.bench import bench_depth_loop
@@ -539,7 +539,7 @@ def cmd_ship(args) -> int:
         out / "frames.npz", hiddens=hiddens[:n_ship].astype(np.float16), c0s=c0s[:n_ship]
     )
     log("calibrating the depth loop (offsets, acceptance, latency, tree)")
-    params = cs.SamplingParams(**meta["sampling"])  # the folder's own default
+    params = stage_params(meta)  # the folder's own depth law: the loop calibrated here
     calib = calibrate(
         out / "depth.onnx",
         out / "calibration",

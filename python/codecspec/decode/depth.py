@@ -94,6 +94,22 @@ def _load_heads(graph: DepthGraph, heads) -> cs.HeadBank:
     return cs.HeadBank(heads)
 
 
+def stage_params(meta: dict, params=None, depth_params=None) -> cs.SamplingParams:
+    """The depth stage's sampling law (levels 1..): `depth_params` if given, else `params`
+    (one law for both stages, as before per-stage sampling), else the folder's
+    "depth_sampling", else its "sampling". A folder may sample its depth levels cooler than
+    c0: the measured words are there (docs/quality.md)."""
+    if depth_params is not None:
+        return depth_params
+    if params is not None:
+        return params
+    spec = meta.get("depth_sampling", meta["sampling"])
+    try:
+        return cs.SamplingParams(**spec)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"model.json: depth_sampling {spec!r} is not a sampling law ({e})") from e
+
+
 class DepthDecoder:
     """Decodes c1..c_{G-1} for each frame, autoregressively or by tree speculation.
 

@@ -161,7 +161,8 @@ class TemporalLoop:
 
     target / draft: `V2Stepper`s of the same utterance (draft may be None when draft_len is
     0); depth: a `DepthDecoder`; depth_mode "ar", "spec" or "pcg" (the depth loop's own
-    rule); c0_groups: `cs.AcousticGroups` over the c0 vocabulary for accept rule "pcg"."""
+    rule); c0_groups: `cs.AcousticGroups` over the c0 vocabulary for accept rule "pcg";
+    params: c0's sampling law; depth_params: the depth levels' (default: params)."""
 
     def __init__(
         self,
@@ -174,6 +175,7 @@ class TemporalLoop:
         accept: Acceptance = Acceptance(),
         c0_groups: Optional[cs.AcousticGroups] = None,
         depth_mode: str = "ar",
+        depth_params: Optional[cs.SamplingParams] = None,
     ):
         if isinstance(draft_len, bool) or not isinstance(draft_len, int) or draft_len < 0:
             raise ValueError(f"draft_len: expected an int >= 0, got {draft_len!r}")
@@ -195,6 +197,8 @@ class TemporalLoop:
         self.target, self.draft, self.depth, self.params = target, draft, depth, params
         self.draft_len, self.accept, self.c0_groups = draft_len, accept, c0_groups
         self.depth_mode = depth_mode
+        # the depth levels' own law (a folder may sample them cooler than c0)
+        self.depth_params = params if depth_params is None else depth_params
         self.stats = TemporalStats()
         self.c0s: list = []
 
@@ -277,7 +281,7 @@ class TemporalLoop:
                 rnd.hidden[j],
                 int(c0),
                 self.depth_mode,
-                self.params,
+                self.depth_params,
                 frame_generator(generator, rnd.t + j),
             )
             for j, c0 in enumerate(rnd.c0s)

@@ -53,9 +53,12 @@ def load_frames(model_dir) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _model_params(model_dir) -> cs.SamplingParams:
+    """The depth stage's law of a folder (its depth loop is what runs here)."""
+    from codecspec.decode.depth import stage_params
+
     meta = Path(model_dir) / "model.json"
     if meta.is_file():
-        return cs.SamplingParams(**json.loads(meta.read_text())["sampling"])
+        return stage_params(json.loads(meta.read_text()))
     return cs.SamplingParams(0.9, 50, 1.0)
 
 

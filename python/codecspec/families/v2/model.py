@@ -24,7 +24,7 @@ import numpy as np
 import codecspec as cs
 from codecspec.calibrate.decision import auto_mode, speculation_pays
 from codecspec.codec.codec import Codec
-from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder
+from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder, stage_params
 from codecspec.decode.temporal import Acceptance, TemporalLoop
 from codecspec.families.v2.codec import CodecV2
 from codecspec.model_store import named_model_dir
@@ -281,7 +281,9 @@ class V2TTS(PhonemeModel):
 
     depth: "positional" (depth.onnx, the per-position decoder) or "shared" (depth_shared.npz,
     the shared-parameter decoder, `codecspec.decode.shared_depth`); a folder needs the files
-    of the one chosen."""
+    of the one chosen. params: c0's sampling law (default model.json's "sampling");
+    depth_params: the depth levels' (`stage_params`: default `params` when given, else
+    model.json's "depth_sampling", else its "sampling")."""
 
     def __init__(
         self,
@@ -290,6 +292,7 @@ class V2TTS(PhonemeModel):
         threads: Optional[int] = None,
         params: Optional[cs.SamplingParams] = None,
         depth: str = "positional",
+        depth_params: Optional[cs.SamplingParams] = None,
     ):
         from codecspec.decode.shared_depth import check_depth, depth_files, profile_path
 
@@ -329,7 +332,11 @@ class V2TTS(PhonemeModel):
         from codecspec.decode.shared_depth import open_depth_decoder
 
         self.depth: DepthDecoder = open_depth_decoder(
-            d, depth, params=self.params, provider=provider, threads=threads
+            d,
+            depth,
+            params=stage_params(self.meta, params, depth_params),
+            provider=provider,
+            threads=threads,
         )
         self._trees = {"exact": self.depth.tree}
         pcg_tree = d / ("tree_pcg.json" if depth == "positional" else "depth_shared.tree_pcg.json")
@@ -338,6 +345,11 @@ class V2TTS(PhonemeModel):
         self._tree_kind = "exact"
         self._round_depth = None
         self._step_batches: dict = {}
+
+    @property
+    def depth_params(self) -> cs.SamplingParams:
+        """The depth levels' sampling law: the depth decoder's, which every path reads."""
+        return self.depth.params
 
     @property
     def speculation_pays(self) -> bool:
@@ -554,6 +566,7 @@ class V2TTS(PhonemeModel):
             self.stepper(enc, spk_id, expected, draft=True) if spec else None,
             self.depth,
             self.params,
+            depth_params=self.depth_params,
             draft_len=draft_len if spec else 0,
             accept=accept,
             c0_groups=groups,
