@@ -4,6 +4,7 @@ default model under controlled decodings, each beside the codec's own ceiling.
     python bench/v3_word_loss.py --sentences 30 --seeds 1 --threads 1 --out docs/v3_word_loss
     python bench/v3_word_loss.py --conditions shipped greedy c0=0.3/20,depth=0.6/20 ...
     python bench/v3_word_loss.py --corpus-texts 24 --conditions ...   # held-out corpus texts
+    python bench/v3_word_loss.py --pool A.json B.json   # runs on other texts, pooled
 
 Conditions (names on the command line; `--conditions` picks a subset, default all):
 
@@ -423,6 +424,27 @@ def table(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pooled_table(paths: list) -> str:
+    """Runs of other texts pooled (`--pool`): per condition that every run has, the words
+    recognised over all their texts and the paired difference against ``shipped``."""
+    runs = [json.loads(Path(p).read_text())["conditions"] for p in paths]
+    names = [n for n in runs[0] if all(n in r for r in runs)]
+    pooled = {n: {k: v for r in runs for k, v in r[n]["per_sentence"].items()} for n in names}
+    lines = [
+        f"| condition ({len(pooled[names[0]])} texts) | words recognised % "
+        "| vs shipped, points (paired 95% CI) |",
+        "|---|---:|---:|",
+    ]
+    for n, d in pooled.items():
+        words = 1 - sum(v[0] for v in d.values()) / sum(v[1] for v in d.values())
+        diff = "—"
+        if n != "shipped" and "shipped" in pooled:
+            pd = paired_diff(pooled["shipped"], d)
+            diff = f"{100 * pd['diff']:+.1f} ({100 * pd['ci'][0]:+.1f} to {100 * pd['ci'][1]:+.1f})"
+        lines.append(f"| {n} | {100 * words:.1f} | {diff} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="v3")
@@ -449,7 +471,13 @@ def main(argv=None) -> int:
         "docs describe the shipped model, so another --model needs its own --out)",
     )
     ap.add_argument("--resume", action="store_true", help="keep conditions already in --out")
+    ap.add_argument(
+        "--pool", nargs="+", default=None, help="print the table of these runs' JSONs pooled"
+    )
     args = ap.parse_args(argv)
+    if args.pool:
+        print(pooled_table(args.pool))
+        return 0
     if args.out is None:
         if args.model != "v3":
             ap.error("--out: required with a --model other than the shipped v3")
