@@ -33,3 +33,27 @@ OMP_NUM_THREADS=1 python3 models/recipe/codec_v2.py --grid 8,8,4,4 --refine 4 \
     --refine-grid 8,8,4,4 --out "$CACHE/v2/codec_report"
 OPENBLAS_NUM_THREADS=1 python3 models/recipe/v2.py --work "$CACHE/v2" ship --out "$V2OUT"
 python3 models/recipe/v2_card.py --model "$V2OUT"
+
+# Reference model v3, the default (docs/reference_model_v3.md): first weights on 4 h of timed
+# espeak-ng speech, continued on 12 h, shipped into python/codecspec/models/v3; then its seed
+# comparisons (speed/quality per decoding mode; the depth-loop ablation comes with `ship`),
+# whether temporal speculation pays (model.json), the words-recognised run and the card.
+# About 4 h on 2 cores; `train` resumes from its checkpoint when rerun.
+V3FIRST="$CACHE/v3_first"
+v3a() { python3 models/recipe/v3.py --corpus "$CACHE/corpus_v3" --work "$CACHE/v3" "$@"; }
+v3b() { python3 models/recipe/v3.py --corpus "$CACHE/corpus_v3x" --work "$CACHE/v3x" "$@"; }
+v3a corpus
+v3a codec
+OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 v3a train --minutes 70 --no-ce-draft --threads 1
+OPENBLAS_NUM_THREADS=1 v3a ship --out "$V3FIRST" --no-ablation --no-distance
+v3b corpus --hours 12
+v3b codec
+OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 v3b train --init-from "$V3FIRST" --init-other-corpus \
+    --out "$CACHE/v3x/train" --max-steps 1050 --lr 4e-4 --warmup 0.05 --depth-frames 1024 \
+    --no-ce-draft --threads 2
+OPENBLAS_NUM_THREADS=1 v3b ship --no-distance
+python3 -m pip install -q ".[quality]"
+python3 bench/speed_quality.py --model v3 --seeds 3 --threads 1 --out docs/speed_quality_rounds
+python3 models/recipe/v3.py temporal
+codecspec quality --model v3 --modes ar temporal --seeds 3 --json > docs/quality_v3_rounds.json
+python3 models/recipe/v3_card.py

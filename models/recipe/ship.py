@@ -35,7 +35,10 @@ V3_SAMPLING = {"temperature": 0.6, "top_k": 20, "top_p": 1.0}
 V3_SAMPLING_CHOICE = (
     "T 0.6 / top-k 20: 44.2% of words recognised (95% CI 29.3-56.0) vs 33.0% (19.7-44.4) at "
     "T 0.9 / top-k 50 on 12 held-out corpus texts, not the evaluation sentences "
-    "(python models/recipe/v3.py listen --temperature T --top-k K)"
+    "(python models/recipe/v3.py listen --temperature T --top-k K); one law for both stages: "
+    "on 72 further held-out corpus texts (2 seeds) neither a greedy depth stage (-0.6 points, "
+    "paired 95% CI -4.4 to +3.1) nor greedy everywhere (+2.5, -1.6 to +6.6) beat it "
+    "(bench/v3_word_loss.py, docs/quality.md)"
 )
 
 

@@ -342,12 +342,17 @@ def measure_acceptance(out: Path, tts, free, tf_h, tf_codes, theta: float) -> di
         }
     fr, ref = np.array(free["frames"]), np.array(free["ref_frames"])
     free_off = res["free"]["offsets"]
+    # temporal PCG's c0 groups: the space whose groups accept more at θ (a space of
+    # singleton groups accepts exactly what exact acceptance does, so PCG would be SD)
+    at = temporal[str(theta)]
+    space = max(("c0_input_embedding", "codec"), key=lambda s: at[s]["group"])
     block = {
         "theta": theta,
         "depth_exact": free_off["exact"],
         "depth_group": free_off["group"][str(theta)],
-        "temporal_exact": temporal[str(theta)]["codec"]["exact"],
-        "temporal_group": temporal[str(theta)]["c0_input_embedding"]["group"],
+        "temporal_exact": at["codec"]["exact"],
+        "temporal_group": at[space]["group"],
+        "c0_space": "codec" if space == "codec" else "embedding",
     }
     stop = {
         "texts": len(fr),
@@ -574,6 +579,7 @@ def cmd_ship(args) -> int:
     log(f"acceptance {acc['acceptance']}; stop head {acc['stop_head']}")
     acc["pcg_tree"] = pcg_tree(out, tts, free, calib, args.theta)
     meta["pcg_theta"] = args.theta
+    meta["pcg_c0_space"] = acc["acceptance"]["c0_space"]  # V2TTS.pcg_c0_groups reads it
     (out / "model.json").write_text(json.dumps(meta, indent=1))
     log(f"PCG depth tree at θ {args.theta}: {acc['pcg_tree']}")
     dist = None

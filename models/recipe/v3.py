@@ -4,6 +4,10 @@
     python models/recipe/v3.py codec                 # encode it with the v1 codec (~3 min)
     python models/recipe/v3.py train --minutes 60    # ~/.cache/codecspec/v3/train/ckpt.pt
     python models/recipe/v3.py ship                  # python/codecspec/models/v3
+    python bench/speed_quality.py --model v3 --seeds 3 --threads 1 \
+        --out docs/speed_quality_rounds               # words and speed per decoding mode
+    python models/recipe/v3.py temporal              # does temporal speculation pay? (model.json)
+    python models/recipe/v3_card.py                  # MODEL_CARD.md
     python models/recipe/v3.py listen [--export DIR]  # words recognised: a probe (checkpoint)
 
 What changes from v2 (docs/reference_model_v3.md): the corpus keeps espeak-ng's own phoneme
@@ -133,6 +137,28 @@ def cmd_listen(args) -> int:
     return 0
 
 
+def cmd_temporal(args) -> int:
+    """model.json's "temporal_speculation_pays" (what `temporal="auto"` runs) from a
+    bench/speed_quality.py run on the shipped folder: exact temporal speculation pays if it
+    made the whole decode faster than AR in that run."""
+    import json
+
+    q = json.loads(Path(args.quality).read_text())
+    sd = q["modes"]["SD (exact, temporal)"]
+    pays = sd["speedup"] > 1.0
+    meta_path = Path(args.model) / "model.json"
+    meta = json.loads(meta_path.read_text())
+    meta["temporal_speculation_pays"] = pays
+    meta["temporal_speculation_measured"] = (
+        f"exact temporal speculation {sd['speedup']:.2f}x on the whole decode "
+        f"({sd['temporal_speedup']:.2f}x on the temporal loop) at "
+        f"{sd['c0_per_target_call']:.2f} c0 per target call ({q['command']})"
+    )
+    meta_path.write_text(json.dumps(meta, indent=1))
+    log(f"temporal speculation pays: {pays} ({meta['temporal_speculation_measured']})")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default="~/.cache/codecspec/corpus_v3")
@@ -151,6 +177,12 @@ def main(argv=None) -> int:
     s = sub.add_parser("ship", help="export, calibrate, measure: the shipped model folder")
     v2.add_ship_args(s, SHIP_DIR)
     s.set_defaults(fn=v2.cmd_ship, aligned=True)
+    tq = sub.add_parser(
+        "temporal", help="record whether temporal speculation pays (after speed_quality.py)"
+    )
+    tq.add_argument("--model", default=str(SHIP_DIR), help="the shipped v3 folder")
+    tq.add_argument("--quality", default=str(ROOT / "docs" / "speed_quality_rounds.json"))
+    tq.set_defaults(fn=cmd_temporal)
     li = sub.add_parser("listen", help="words recognised on held-out corpus texts (a probe)")
     li.add_argument("--model", default=str(SHIP_DIR), help="a v3 folder")
     li.add_argument("--export", default=None, help="export the current checkpoint here first")
