@@ -13,6 +13,8 @@ Conditions (names on the command line; `--conditions` picks a subset, default al
 * ``codec``: that rendering through the v1 codec, all 16 levels (the ceiling of any model that
   speaks through it); ``codec-L4`` / ``codec-L1``: its levels 0-3 / level 0 alone (what the
   depth levels are worth);
+* ``shipped-Lk``: the same codes, only their first k levels decoded (what the depth decoder's
+  later levels add or cost);
 * ``shipped``: `tts.generate` as shipped (AR in both loops, model.json's sampling: "sampling"
   for c0, "depth_sampling" (if any) for the depth levels);
 * ``c0=T/K,depth=T/K``: the AR loop with the c0 stage and the depth stage sampled at their own
@@ -101,6 +103,8 @@ def parse_condition(name: str) -> dict:
     """{"kind": ..., "c0": params | "tf" | None, "depth": params | "tf" | None}."""
     if name in ("espeak", "codec", "codec-L4", "codec-L1", "shipped", "lookup"):
         return {"kind": name}
+    if name.startswith("shipped-L") and name[9:].isdigit():
+        return {"kind": "shipped", "levels": int(name[9:])}
     if name == "greedy":
         name = "c0=0/0,depth=0/0"
     parts = dict(p.split("=", 1) if "=" in p else (p, "") for p in name.split(","))
@@ -359,6 +363,8 @@ def run_condition(name, tts, ref, rows, seeds, rec, lookup=None) -> dict:
         elif kind == "shipped":
             s = tts.generate(text, seed=seed, language="en", mode="ar", temporal="ar")
             wav, sr = s.wav, s.sample_rate
+            if "levels" in cond:  # the model's codes, only its first levels spoken
+                wav = tts.codec.decode(s.codes[:, : cond["levels"]], seed=seed)
             frames.append(len(s.codes))
             stopped.append(not s.hit_max_frames)
         else:
