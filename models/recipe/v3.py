@@ -137,6 +137,52 @@ def cmd_listen(args) -> int:
     return 0
 
 
+def cmd_depth(args) -> int:
+    """A probe of the depth stage, where v3 loses the words (docs/quality.md): the checkpoint's
+    depth decoder trained further on its own, on frozen teacher-forced h_t, into a copy of a
+    v3 folder with that decoder (depth.onnx, heads). The folder's offsets and trees were
+    calibrated for the old decoder: judge it AR (`bench/v3_word_loss.py --model OUT`)."""
+    import shutil
+
+    import torch
+    from v2 import _export_positional, load_checkpoint, teacher_forced
+
+    from codecspec.train.depth_train import heldout_cross_entropy, train_depth
+    from codecspec.tts.dataset import TTSDataset
+
+    torch.set_num_threads(args.threads)
+    corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
+    model, ck = load_checkpoint(work / "train" / "ckpt.pt")
+    codes = work / "codec" / "codes.npz"
+    train_ds = TTSDataset(corpus, codes, "train")
+    held_ds = TTSDataset(corpus, codes, "test", frontend=train_ds.frontend)
+    log(f"teacher-forced h_t of checkpoint step {ck.get('step')}")
+    train = teacher_forced(model, train_ds, args.train_frames, args.seed + 1)
+    held = teacher_forced(model, held_ds, args.frames, args.seed)
+    depth = model.depth
+    before = heldout_cross_entropy(depth, *held)
+    log(f"held-out depth CE before: {before.mean():.4f} nats; {len(train[0])} training frames")
+    info = train_depth(
+        depth, *train, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
+        val=held, eval_every=max(args.steps // 10, 1), progress=True,
+    )  # fmt: skip
+    after = heldout_cross_entropy(depth, *held)
+    out = Path(args.out)
+    shutil.copytree(Path(args.model), out, dirs_exist_ok=True)
+    _export_positional(depth.eval(), out)
+    report = {
+        "checkpoint_step": ck.get("step"),
+        "steps": args.steps, "batch": args.batch, "lr": args.lr,
+        "train_frames": len(train[0]), "seconds": info["seconds"],
+        "ce_before": before.tolist(), "ce_after": after.tolist(), "curve": info["val"],
+    }  # fmt: skip
+    import json
+
+    (out / "depth_probe.json").write_text(json.dumps(report, indent=1))
+    log(f"held-out depth CE {before.mean():.4f} -> {after.mean():.4f} nats; folder {out}")
+    return 0
+
+
 def cmd_temporal(args) -> int:
     """model.json's "temporal_speculation_pays" (what `temporal="auto"` runs) from a
     bench/speed_quality.py run on the shipped folder: exact temporal speculation pays if it
@@ -183,6 +229,17 @@ def main(argv=None) -> int:
     tq.add_argument("--model", default=str(SHIP_DIR), help="the shipped v3 folder")
     tq.add_argument("--quality", default=str(ROOT / "docs" / "speed_quality_rounds.json"))
     tq.set_defaults(fn=cmd_temporal)
+    dp = sub.add_parser("depth", help="probe: the depth decoder trained further alone")
+    dp.add_argument("--model", default=str(SHIP_DIR), help="the v3 folder to copy")
+    dp.add_argument("--out", required=True, help="the probe folder")
+    dp.add_argument("--steps", type=int, default=2000)
+    dp.add_argument("--batch", type=int, default=256, help="frames per step")
+    dp.add_argument("--lr", type=float, default=3e-4)
+    dp.add_argument("--train-frames", type=int, default=200000)
+    dp.add_argument("--frames", type=int, default=4096, help="held-out frames")
+    dp.add_argument("--threads", type=int, default=2)
+    dp.add_argument("--seed", type=int, default=0)
+    dp.set_defaults(fn=cmd_depth)
     li = sub.add_parser("listen", help="words recognised on held-out corpus texts (a probe)")
     li.add_argument("--model", default=str(SHIP_DIR), help="a v3 folder")
     li.add_argument("--export", default=None, help="export the current checkpoint here first")
