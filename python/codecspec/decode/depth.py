@@ -98,7 +98,7 @@ def stage_params(meta: dict, params=None, depth_params=None) -> cs.SamplingParam
     """The depth stage's sampling law (levels 1..): `depth_params` if given, else `params`
     (one law for both stages, as before per-stage sampling), else the folder's
     "depth_sampling", else its "sampling". A folder may sample its depth levels cooler than
-    c0: the measured words are there (docs/quality.md)."""
+    c0 where that was measured to say more words (docs/quality.md)."""
     if depth_params is not None:
         return depth_params
     if params is not None:
