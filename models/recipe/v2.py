@@ -167,6 +167,18 @@ def load_checkpoint(path: Path):
     return model.eval(), ck
 
 
+def frozen_frames(model, corpus: Path, work: Path, train_frames: int, frames: int, seed: int):
+    """(train, held-out) teacher-forced (h_t, codes) of the corpus's two splits: what a depth
+    decoder trains and is judged on with the temporal LM frozen."""
+    from codecspec.tts.dataset import TTSDataset
+
+    codes = work / "codec" / "codes.npz"
+    train_ds = TTSDataset(corpus, codes, "train")
+    held_ds = TTSDataset(corpus, codes, "test", frontend=train_ds.frontend)
+    train = teacher_forced(model, train_ds, train_frames, seed + 1)
+    return train, teacher_forced(model, held_ds, frames, seed)
+
+
 def teacher_forced(model, ds, max_frames: int, seed: int):
     """(h_t [N, D], real codes [N, 16]) of held-out utterances, the LM fed their real c0."""
     import torch
@@ -736,7 +748,6 @@ def cmd_shared_depth(args) -> int:
     from codecspec.graphs import save_model
     from codecspec.graphs.shared import build_shared_graph, load_shared, save_shared
     from codecspec.train.depth_train import heldout_cross_entropy
-    from codecspec.tts.dataset import TTSDataset
 
     torch.set_num_threads(args.threads)
     t0 = time.monotonic()
@@ -749,12 +760,8 @@ def cmd_shared_depth(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:  # the checkpoint is rewritten while training
         shutil.copy(src, Path(tmp) / "ckpt.pt")
         model, ck = load_checkpoint(Path(tmp) / "ckpt.pt")
-    codes = work / "codec" / "codes.npz"
-    train_ds = TTSDataset(corpus, codes, "train")
-    held_ds = TTSDataset(corpus, codes, "test", frontend=train_ds.frontend)
     log(f"teacher-forced h_t of checkpoint step {ck.get('step')}")
-    train = teacher_forced(model, train_ds, args.train_frames, args.seed + 1)
-    held = teacher_forced(model, held_ds, args.frames, args.seed)
+    train, held = frozen_frames(model, corpus, work, args.train_frames, args.frames, args.seed)
     joint = model.depth.eval()
     del model
 

@@ -145,20 +145,15 @@ def cmd_depth(args) -> int:
     import shutil
 
     import torch
-    from v2 import _export_positional, load_checkpoint, teacher_forced
+    from v2 import _export_positional, frozen_frames, load_checkpoint
 
     from codecspec.train.depth_train import heldout_cross_entropy, train_depth
-    from codecspec.tts.dataset import TTSDataset
 
     torch.set_num_threads(args.threads)
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
     model, ck = load_checkpoint(work / "train" / "ckpt.pt")
-    codes = work / "codec" / "codes.npz"
-    train_ds = TTSDataset(corpus, codes, "train")
-    held_ds = TTSDataset(corpus, codes, "test", frontend=train_ds.frontend)
     log(f"teacher-forced h_t of checkpoint step {ck.get('step')}")
-    train = teacher_forced(model, train_ds, args.train_frames, args.seed + 1)
-    held = teacher_forced(model, held_ds, args.frames, args.seed)
+    train, held = frozen_frames(model, corpus, work, args.train_frames, args.frames, args.seed)
     depth = model.depth
     before = heldout_cross_entropy(depth, *held)
     log(f"held-out depth CE before: {before.mean():.4f} nats; {len(train[0])} training frames")
