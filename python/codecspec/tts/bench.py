@@ -25,7 +25,7 @@ import numpy as np
 import codecspec as cs
 from codecspec import perf
 from codecspec.calibrate.decision import read_decision
-from codecspec.decode.depth import DepthDecoder
+from codecspec.decode.depth import DepthDecoder, stage_params
 from codecspec.decode.timing import ideal_speedup, interleaved_ar_spec
 from codecspec.fidelity import per_position_pvalues
 
@@ -54,8 +54,6 @@ def load_frames(model_dir) -> tuple[np.ndarray, np.ndarray]:
 
 def _model_params(model_dir) -> cs.SamplingParams:
     """The depth stage's law of a folder (its depth loop is what runs here)."""
-    from codecspec.decode.depth import stage_params
-
     meta = Path(model_dir) / "model.json"
     if meta.is_file():
         return stage_params(json.loads(meta.read_text()))
