@@ -796,7 +796,7 @@ def cmd_shared_depth(args) -> int:
     sgraph = cache / "shared" / "depth_shared.onnx"  # calibration input only, not shipped
     save_model(graph, sgraph)
     np.save(sgraph.with_name("depth_shared.heads.npy"), heads.astype(np.float16))
-    ce_onnx = _graph_ce(sgraph, heads, hiddens, real)
+    ce_onnx = _graph_ce(sgraph, heads, hiddens, real, args.threads)
 
     if not (out / "frames.npz").is_file():  # what `codecspec bench` decodes
         n = min(1024, len(c0s))
@@ -891,12 +891,14 @@ def _row(model, info, nbytes, ce_levels, profile, bench) -> dict:
     }
 
 
-def _graph_ce(graph, heads, hiddens, real) -> np.ndarray:
-    """Held-out CE per level of an ONNX depth graph with host heads (teacher-forced)."""
+def _graph_ce(graph, heads, hiddens, real, threads: int) -> np.ndarray:
+    """Held-out CE per level of an ONNX depth graph with host heads (teacher-forced).
+    `threads`: the run's own (the process has one onnxruntime pool, sized by its first
+    session: a pool of 1 made here failed every later session of a --threads 2 run)."""
     from codecspec.calibrate.data import teacher_forced_hidden
     from codecspec.runtime.depth_graph import DepthGraph
 
-    g = DepthGraph(graph, "cpu", 1)
+    g = DepthGraph(graph, "cpu", threads)
     z = teacher_forced_hidden(g, hiddens, real[:, 0], real, progress=False)
     ce = []
     for lvl in range(heads.shape[0]):
