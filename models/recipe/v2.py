@@ -525,6 +525,16 @@ def export_folder(args, out: Path):
     return model, ck, meta, sizes, train, held
 
 
+def _as_recorded(path: Path) -> Path:
+    """`path` relative to the working directory when it lies under it: calibration, the
+    ablation and the report record the paths they are given, and a shipped folder must not
+    carry the absolute path of the checkout it was built in."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
 def cmd_ship(args) -> int:
     import shutil
 
@@ -539,7 +549,7 @@ def cmd_ship(args) -> int:
 
     t0 = time.monotonic()
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
-    out = Path(args.out)
+    out = _as_recorded(Path(args.out))
     model, ck, meta, sizes, train, held = export_folder(args, out)
     params_count = meta["parameters"]
     tts = V2TTS(out, provider="cpu", threads=args.threads)
