@@ -142,6 +142,7 @@ def cmd_depth(args) -> int:
     depth decoder trained further on its own, on frozen teacher-forced h_t, into a copy of a
     v3 folder with that decoder (depth.onnx, heads). The folder's offsets and trees were
     calibrated for the old decoder: judge it AR (`bench/v3_word_loss.py --model OUT`)."""
+    import json
     import shutil
 
     import torch
@@ -171,8 +172,6 @@ def cmd_depth(args) -> int:
         "train_frames": len(train[0]), "seconds": info["seconds"],
         "ce_before": before.tolist(), "ce_after": after.tolist(), "curve": info["val"],
     }  # fmt: skip
-    import json
-
     (out / "depth_probe.json").write_text(json.dumps(report, indent=1))
     log(f"held-out depth CE {before.mean():.4f} -> {after.mean():.4f} nats; folder {out}")
     return 0
