@@ -81,10 +81,18 @@ class V2TemporalConfig:
     # centred on the phoneme being spoken, of width `align_sigma` phonemes
     aligned: bool = False
     align_sigma: float = 0.6
+    # the target's stop head: 0 = linear on h_t; k > 0 = one hidden SiLU layer of width k,
+    # which can tell the frames past a track's end from its last frames (a linear head on
+    # the same h_t cannot without stopping early: docs/reference_model_v3.md)
+    stop_hidden: int = 0
 
     def __post_init__(self):
         if not 1 <= self.window <= 128:
             raise ValueError(f"window: expected 1..128 frames, got {self.window}")
+        if isinstance(self.stop_hidden, bool) or not isinstance(self.stop_hidden, int):
+            raise ValueError(f"stop_hidden: expected an int >= 0, got {self.stop_hidden!r}")
+        if self.stop_hidden < 0:
+            raise ValueError(f"stop_hidden: expected an int >= 0, got {self.stop_hidden}")
 
     @property
     def head_dim(self) -> int:
@@ -116,15 +124,22 @@ def band_bias(positions: torch.Tensor, key_positions: torch.Tensor, window: int)
     return torch.where(ok, torch.zeros((), dtype=torch.float32), torch.full((), NEG))
 
 
+def stop_head(width: int, hidden: int) -> nn.Module:
+    """The stop logit of h_t: linear (hidden 0) or through one SiLU layer of `hidden` units."""
+    if hidden == 0:
+        return nn.Linear(width, 1)
+    return nn.Sequential(nn.Linear(width, hidden), nn.SiLU(), nn.Linear(hidden, 1))
+
+
 class V2FrameDecoder(nn.Module):
     """Decoder layers with their own final norm, c0 head and stop head (target or draft)."""
 
-    def __init__(self, cfg: V2TemporalConfig, layers: int):
+    def __init__(self, cfg: V2TemporalConfig, layers: int, stop_hidden: int = 0):
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(layers))
         self.norm = nn.LayerNorm(cfg.d_model)
         self.c0_head = nn.Linear(cfg.d_model, cfg.c0_vocab_size)
-        self.stop_head = nn.Linear(cfg.d_model, 1)
+        self.stop_head = stop_head(cfg.d_model, stop_hidden)
 
     def cross_kv(self, memory):
         return [layer.cross_attn.kv(memory) for layer in self.layers]
@@ -164,7 +179,7 @@ class V2Temporal(nn.Module):
         self.c0_in = nn.Embedding(cfg.c0_vocab_size + 1, d)
         self.frame_pos = nn.Linear(2 * cfg.fourier_bands, d)
         self.frame_speaker = nn.Embedding(cfg.num_speakers, d)
-        self.decoder = V2FrameDecoder(cfg, cfg.decoder_layers)
+        self.decoder = V2FrameDecoder(cfg, cfg.decoder_layers, cfg.stop_hidden)
         self.draft = V2FrameDecoder(cfg, cfg.draft_layers)
         if cfg.ce_draft:
             self.draft_ce = V2FrameDecoder(cfg, cfg.draft_layers)
