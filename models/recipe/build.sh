@@ -51,7 +51,9 @@ v3b codec
 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 v3b train --init-from "$V3FIRST" --init-other-corpus \
     --out "$CACHE/v3x/train" --max-steps 1050 --lr 4e-4 --warmup 0.05 --depth-frames 1024 \
     --no-ce-draft --threads 2
-OPENBLAS_NUM_THREADS=1 v3b ship --no-distance
+# the stop head fitted again on frames past the track's end (the runaways), then shipped
+OMP_NUM_THREADS=2 v3b stop --hidden 64
+OPENBLAS_NUM_THREADS=1 v3b ship --checkpoint "$CACHE/v3x/stop/ckpt.pt" --no-distance
 python3 -m pip install -q ".[quality]"
 python3 bench/speed_quality.py --model v3 --seeds 3 --threads 1 --out docs/speed_quality_rounds
 python3 models/recipe/v3.py temporal

@@ -167,20 +167,25 @@ def load_checkpoint(path: Path):
     return model.eval(), ck
 
 
-def frozen_frames(model, corpus: Path, work: Path, train_frames: int, frames: int, seed: int):
+def frozen_frames(
+    model, corpus: Path, work: Path, train_frames: int, frames: int, seed: int, prev: int = 0
+):
     """(train, held-out) teacher-forced (h_t, codes) of the corpus's two splits: what a depth
-    decoder trains and is judged on with the temporal LM frozen."""
+    decoder trains and is judged on with the temporal LM frozen (`prev` > 0: each h_t
+    followed by the codes of the `prev` frames before it, see `teacher_forced`)."""
     from codecspec.tts.dataset import TTSDataset
 
     codes = work / "codec" / "codes.npz"
     train_ds = TTSDataset(corpus, codes, "train")
     held_ds = TTSDataset(corpus, codes, "test", frontend=train_ds.frontend)
-    train = teacher_forced(model, train_ds, train_frames, seed + 1)
-    return train, teacher_forced(model, held_ds, frames, seed)
+    train = teacher_forced(model, train_ds, train_frames, seed + 1, prev)
+    return train, teacher_forced(model, held_ds, frames, seed, prev)
 
 
-def teacher_forced(model, ds, max_frames: int, seed: int):
-    """(h_t [N, D], real codes [N, 16]) of held-out utterances, the LM fed their real c0."""
+def teacher_forced(model, ds, max_frames: int, seed: int, prev: int = 0):
+    """(h_t [N, D], real codes [N, 16]) of held-out utterances, the LM fed their real c0.
+    With `prev` > 0 each h_t row is followed by the codes of frames t-1..t-prev ([N, D +
+    prev * 16], as floats; the codebook size where the utterance has no such frame)."""
     import torch
 
     from codecspec.families.v2.train import to_tensors
@@ -198,13 +203,27 @@ def teacher_forced(model, ds, max_frames: int, seed: int):
                 t["frames_per_phoneme"],
                 t.get("track"),
             )[0]
-            m = t["frame_mask"]
+            m, c = t["frame_mask"], t["codes"]
+            if prev:
+                h = torch.cat([h, _previous_codes(c, prev, model.depth.c.codebook_size)], -1)
             hs.append(h[m].numpy())
-            codes.append(t["codes"][m].numpy())
+            codes.append(c[m].numpy())
             total += int(m.sum())
             if total >= max_frames:
                 break
     return np.concatenate(hs)[:max_frames], np.concatenate(codes)[:max_frames]
+
+
+def _previous_codes(codes, frames: int, missing: int):
+    """[B, T, frames * G] float: the codes of frames t-1..t-frames, `missing` before the start."""
+    import torch
+
+    out = []
+    for k in range(1, frames + 1):
+        p = torch.full_like(codes, missing)
+        p[:, k:] = codes[:, :-k]
+        out.append(p)
+    return torch.cat(out, -1).float()
 
 
 def onnx_parity(tts, model, ds) -> dict:
@@ -479,7 +498,8 @@ def export_folder(args, out: Path):
 
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
     out.mkdir(parents=True, exist_ok=True)
-    model, ck = load_checkpoint(work / "train" / "ckpt.pt")
+    src = getattr(args, "checkpoint", None)
+    model, ck = load_checkpoint(Path(src).expanduser() if src else work / "train" / "ckpt.pt")
     codes = work / "codec" / "codes.npz"
     aligned = bool(getattr(args, "aligned", False))
     codec_file = "codec.npz" if aligned else "codec_v2.npz"
@@ -613,7 +633,11 @@ def cmd_ship(args) -> int:
     codec_rep = work / "codec_report" / "report.json"
     report = {
         "sizes": sizes,
-        "train": {k: ck[k] for k in ("step", "seconds", "train_args", "draft_choice") if k in ck}
+        "train": {
+            k: ck[k]
+            for k in ("step", "seconds", "train_args", "draft_choice", "stop_refit")
+            if k in ck
+        }
         | {"curves": ck["curves"], "parameters": params_count},
         "entropy": entropy,
         "calibration": calib.profile,
@@ -958,6 +982,7 @@ def add_train_args(t) -> None:
 def add_ship_args(s, ship_dir) -> None:
     """The `ship` options (shared with the v3 recipe)."""
     s.add_argument("--out", default=str(ship_dir))
+    s.add_argument("--checkpoint", default=None, help="default: <work>/train/ckpt.pt")
     s.add_argument("--frames", type=int, default=4096, help="held-out frames for calibration")
     s.add_argument("--ship-frames", type=int, default=1024, help="frames kept in frames.npz")
     s.add_argument("--texts", type=int, default=50, help="held-out texts generated")

@@ -3,7 +3,8 @@
     python models/recipe/v3.py corpus                # espeak-ng with phoneme timing (~10 min)
     python models/recipe/v3.py codec                 # encode it with the v1 codec (~3 min)
     python models/recipe/v3.py train --minutes 60    # ~/.cache/codecspec/v3/train/ckpt.pt
-    python models/recipe/v3.py ship                  # python/codecspec/models/v3
+    python models/recipe/v3.py stop                  # stop head refit: .../v3/stop/ckpt.pt
+    python models/recipe/v3.py ship --checkpoint ~/.cache/codecspec/v3/stop/ckpt.pt
     python bench/speed_quality.py --model v3 --seeds 3 --threads 1 \
         --out docs/speed_quality_rounds               # words and speed per decoding mode
     python models/recipe/v3.py temporal              # does temporal speculation pay? (model.json)
@@ -141,7 +142,10 @@ def cmd_depth(args) -> int:
     """A probe of the depth stage, where v3 loses the words (docs/quality.md): the checkpoint's
     depth decoder trained further on its own, on frozen teacher-forced h_t, into a copy of a
     v3 folder with that decoder (depth.onnx, heads). The folder's offsets and trees were
-    calibrated for the old decoder: judge it AR (`bench/v3_word_loss.py --model OUT`)."""
+    calibrated for the old decoder: judge it AR (`bench/v3_word_loss.py --model OUT`).
+    `--prev-frames K` adds what the runtime cannot feed yet, the codes of the K frames before
+    (`_with_previous_frames`), and writes only the report: does that context lower the
+    held-out cross-entropy?"""
     import json
     import shutil
 
@@ -151,11 +155,16 @@ def cmd_depth(args) -> int:
     from codecspec.train.depth_train import heldout_cross_entropy, train_depth
 
     torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
     model, ck = load_checkpoint(work / "train" / "ckpt.pt")
     log(f"teacher-forced h_t of checkpoint step {ck.get('step')}")
-    train, held = frozen_frames(model, corpus, work, args.train_frames, args.frames, args.seed)
+    train, held = frozen_frames(
+        model, corpus, work, args.train_frames, args.frames, args.seed, args.prev_frames
+    )
     depth = model.depth
+    if args.prev_frames:
+        depth = _with_previous_frames(depth, args.prev_frames)
     before = heldout_cross_entropy(depth, *held)
     log(f"held-out depth CE before: {before.mean():.4f} nats; {len(train[0])} training frames")
     info = train_depth(
@@ -164,17 +173,183 @@ def cmd_depth(args) -> int:
     )  # fmt: skip
     after = heldout_cross_entropy(depth, *held)
     out = Path(args.out)
-    shutil.copytree(Path(args.model), out, dirs_exist_ok=True)
-    _export_positional(depth.eval(), out)
+    if args.prev_frames:
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        shutil.copytree(Path(args.model), out, dirs_exist_ok=True)
+        _export_positional(depth.eval(), out)
     report = {
-        "checkpoint_step": ck.get("step"),
+        "checkpoint_step": ck.get("step"), "prev_frames": args.prev_frames,
         "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "train_frames": len(train[0]), "seconds": info["seconds"],
         "ce_before": before.tolist(), "ce_after": after.tolist(), "curve": info["val"],
     }  # fmt: skip
     (out / "depth_probe.json").write_text(json.dumps(report, indent=1))
-    log(f"held-out depth CE {before.mean():.4f} -> {after.mean():.4f} nats; folder {out}")
+    log(f"held-out depth CE {before.mean():.4f} -> {after.mean():.4f} nats; report in {out}")
     return 0
+
+
+def _with_previous_frames(depth, frames: int, rank: int = 64):
+    """`depth` reading h_t + P · Σ_kj E[k, j, code of frame t-k at level j] — rows that
+    `teacher_forced(prev=frames)` lays after h_t — with P zero at the start, so it begins as
+    the trained decoder and any drop in cross-entropy is the context's."""
+    import dataclasses
+
+    import torch
+    from torch import nn
+
+    H, G, V = depth.c.hidden_size, depth.c.num_codebooks, depth.c.codebook_size
+
+    class PreviousFrames(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.depth = depth
+            # the wider input rows only tell the trainer's shape check what to expect
+            self.c = dataclasses.replace(depth.c, input_hidden_size=H + frames * G)
+            self.table = nn.Parameter(torch.randn(frames * G, V + 1, rank) * 0.02)
+            self.proj = nn.Linear(rank, H, bias=False)
+            nn.init.zeros_(self.proj.weight)
+
+        def forward(self, x, codes):
+            prev = x[:, H:].long()
+            rows = self.table[torch.arange(prev.shape[1]), prev].sum(1)
+            return self.depth(x[:, :H] + self.proj(rows), codes)
+
+    return PreviousFrames()
+
+
+def past_end_frames(model, ds, utterances: int, extend: int, params: dict, seed: int):
+    """Teacher-forced h_t of `utterances` utterances of `ds`, each followed by `extend` frames
+    past its track's end (the track held at its last value, as the runtime holds it; c0 drawn
+    from the model at `params`): (h [N, D], stop labels [N], past-end mask [N], lengths [U]).
+    Labels: 1 on an utterance's last frame and on every frame past it."""
+    import torch
+
+    from codecspec.families.v2.train import to_tensors
+
+    tm, g = model.temporal, torch.Generator().manual_seed(seed)
+    hs, labels, past, lengths = [], [], [], []
+    with torch.no_grad():
+        for b in ds.batches(1, seed=seed):
+            if len(lengths) >= utterances:
+                break
+            t = to_tensors(b)
+            n = int(t["frame_mask"][0].sum())
+            c0, track = t["codes"][0, :n, 0].clone(), t["track"][0, :n]
+            for e in range(extend + 1):  # the last pass gives every frame's h_t
+                seq = torch.cat([c0, c0[:1]])[None]  # the appended input is never read
+                trk = torch.cat([track, track[-1:].expand(e + 1)])[None]
+                out = tm(t["phonemes"], t["phoneme_lengths"], t["language"], t["speaker"],
+                         seq, t["frames_per_phoneme"], trk)  # fmt: skip
+                if e == extend:
+                    break
+                c0 = torch.cat([c0, _draw(out[1][0, -1], params, g)])
+            hs.append(out[0][0, : n + extend])
+            labels.append(torch.cat([torch.zeros(n - 1), torch.ones(1 + extend)]))
+            past.append(torch.arange(n + extend) >= n)
+            lengths.append(n)
+    return torch.cat(hs), torch.cat(labels), torch.cat(past), np.asarray(lengths)
+
+
+def _draw(logits, params: dict, g):
+    """One c0 from logits at temperature / top-k (the folder's law, for the past-end frames)."""
+    import torch
+
+    v, ix = (logits / params["temperature"]).topk(params["top_k"])
+    return ix[torch.multinomial(torch.softmax(v, -1), 1, generator=g)]
+
+
+def stop_report(p: np.ndarray, lengths: np.ndarray, extend: int) -> dict:
+    """What a stop head's per-frame probabilities `p` mean for lengths, averaged over
+    utterances: the chance of reaching the last real frame, of stopping more than 5 frames
+    early, of stopping at the last frame, and of running past every one of the `extend`
+    frames after it (a runaway) — mean and worst utterance."""
+    reach, early, last, runon, o = [], [], [], [], 0
+    for n in lengths:
+        q = p[o : o + n + extend]
+        o += n + extend
+        reach.append(np.prod(1.0 - q[: n - 1]))
+        early.append(1.0 - np.prod(1.0 - q[: max(n - 6, 0)]))
+        last.append(q[n - 1])
+        runon.append(np.prod(1.0 - q[n - 1 :]))
+    return {
+        "reach_last_frame": round(float(np.mean(reach)), 4),
+        "stop_5_frames_early": round(float(np.mean(early)), 4),
+        "stop_at_last_frame": round(float(np.mean(last)), 4),
+        "run_past_end": round(float(np.mean(runon)), 4),
+        "run_past_end_worst": round(float(np.max(runon)), 4),
+    }
+
+
+def cmd_stop(args) -> int:
+    """The stop head fitted again on frozen h_t, on real frames and on frames past the
+    track's end, which training never showed it: there the model's c0 can cycle while the
+    trained head stays silent, and the utterance runs to the max-length guard
+    (docs/reference_model_v3.md). `--hidden 0` refits the linear head from its trained
+    weights; `--hidden k` fits a head with one SiLU layer of k units (the config's
+    "stop_hidden"). Every other weight, the c0 law and the depth law stay as trained; only
+    where utterances end changes. Writes a checkpoint (the training one untouched) and the
+    held-out report of both heads."""
+    import json
+
+    import torch
+    import torch.nn.functional as F
+    from ship import V3_SAMPLING
+    from v2 import load_checkpoint
+
+    from codecspec.families.v2.torch_model import stop_head
+    from codecspec.tts.dataset import TTSDataset
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
+    model, ck = load_checkpoint(work / "train" / "ckpt.pt")
+    codes = work / "codec" / "codes.npz"
+    train = TTSDataset(corpus, codes, "train")
+    held = TTSDataset(corpus, codes, "test", frontend=train.frontend)
+    t0 = time.monotonic()
+    h, y, past, _ = past_end_frames(model, train, args.utterances, args.extend, V3_SAMPLING, 1)
+    hh, _, _, held_len = past_end_frames(model, held, args.held, args.extend, V3_SAMPLING, 0)
+    log(f"{len(h)} training frames ({int(past.sum())} past the end), {len(hh)} held-out")
+    dec = model.temporal.decoder
+
+    def held_report(head):
+        with torch.no_grad():
+            return stop_report(torch.sigmoid(head(hh)[:, 0]).numpy(), held_len, args.extend)
+
+    before = held_report(dec.stop_head)
+    head = dec.stop_head if args.hidden == 0 else stop_head(h.shape[1], args.hidden)
+    opt = torch.optim.Adam(head.parameters(), lr=args.lr)
+    gen = torch.Generator().manual_seed(args.seed)
+    for _ in range(args.steps):
+        pick = torch.randint(0, len(h), (args.batch,), generator=gen)
+        loss = F.binary_cross_entropy_with_logits(head(h[pick])[:, 0], y[pick])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    dec.stop_head = head.eval()
+    after = held_report(head)
+    record = {
+        "hidden": args.hidden, "utterances": args.utterances, "held_out_utterances": args.held,
+        "frames_past_end": args.extend, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+        "seconds": round(time.monotonic() - t0, 1), "held_out_before": before,
+        "held_out_after": after,
+    }  # fmt: skip
+    out = Path(args.out).expanduser() if args.out else work / "stop" / "ckpt.pt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v for k, v in ck["state_dict"].items() if not k.startswith(STOP_KEYS)}
+    state.update({STOP_KEYS + k: v.detach().clone() for k, v in head.state_dict().items()})
+    ck["state_dict"] = state
+    ck["temporal_config"] = {**ck["temporal_config"], "stop_hidden": args.hidden}
+    ck["stop_refit"] = record
+    torch.save(ck, out)
+    (out.parent / "stop_refit.json").write_text(json.dumps(record, indent=1))
+    log(f"held-out before {before}")
+    log(f"held-out after  {after}; checkpoint {out}")
+    return 0
+
+
+STOP_KEYS = "temporal.decoder.stop_head."
 
 
 def cmd_temporal(args) -> int:
@@ -217,6 +392,18 @@ def main(argv=None) -> int:
     s = sub.add_parser("ship", help="export, calibrate, measure: the shipped model folder")
     v2.add_ship_args(s, SHIP_DIR)
     s.set_defaults(fn=v2.cmd_ship, aligned=True)
+    sp = sub.add_parser("stop", help="refit the stop head on frames past the track's end")
+    sp.add_argument("--out", default=None, help="default: <work>/stop/ckpt.pt")
+    sp.add_argument("--utterances", type=int, default=800, help="training utterances")
+    sp.add_argument("--held", type=int, default=120, help="held-out utterances")
+    sp.add_argument("--extend", type=int, default=24, help="frames past each track's end")
+    sp.add_argument("--hidden", type=int, default=64, help="0: refit the linear head")
+    sp.add_argument("--steps", type=int, default=2000)
+    sp.add_argument("--batch", type=int, default=4096, help="frames per step")
+    sp.add_argument("--lr", type=float, default=1e-3)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--threads", type=int, default=2)
+    sp.set_defaults(fn=cmd_stop)
     tq = sub.add_parser(
         "temporal", help="record whether temporal speculation pays (after speed_quality.py)"
     )
@@ -233,6 +420,9 @@ def main(argv=None) -> int:
     dp.add_argument("--frames", type=int, default=4096, help="held-out frames")
     dp.add_argument("--threads", type=int, default=2)
     dp.add_argument("--seed", type=int, default=0)
+    dp.add_argument(
+        "--prev-frames", type=int, default=0, help="condition on the codes of K frames before"
+    )
     dp.set_defaults(fn=cmd_depth)
     li = sub.add_parser("listen", help="words recognised on held-out corpus texts (a probe)")
     li.add_argument("--model", default=str(SHIP_DIR), help="a v3 folder")

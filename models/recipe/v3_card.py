@@ -68,6 +68,24 @@ def _training(t: dict) -> str:
         f"(lr {a['lr']}, draft: {t['draft_choice']}); parameters: "
         + ", ".join(f"{k} {v:,}" for k, v in t["parameters"].items())
         + f". Held-out at the end (nats): {t['curves']['val'][-1]}."
+        + _stop_refit(t.get("stop_refit"))
+    )
+
+
+def _stop_refit(r: dict | None) -> str:
+    """The stop head fitted again after training (`v3.py stop`), with its held-out effect."""
+    if not r:
+        return ""
+    b, a = r["held_out_before"], r["held_out_after"]
+    kind = f"one SiLU layer of {r['hidden']} units" if r["hidden"] else "linear, refit"
+    return (
+        f" Then the stop head alone was fitted again on frozen h_t ({kind}; `v3.py stop`, "
+        f"{r['utterances']} training utterances each followed by {r['frames_past_end']} frames "
+        f"past its track's end): on {r['held_out_utterances']} held-out utterances the chance "
+        f"of running past all of those frames fell from {100 * b['run_past_end']:.2f}% to "
+        f"{100 * a['run_past_end']:.2f}% (worst utterance {100 * b['run_past_end_worst']:.0f}%"
+        f" to {100 * a['run_past_end_worst']:.1f}%), of stopping more than 5 frames early "
+        f"{100 * b['stop_5_frames_early']:.2f}% to {100 * a['stop_5_frames_early']:.2f}%."
     )
 
 
