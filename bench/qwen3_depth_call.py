@@ -72,9 +72,11 @@ def profile(dec, calls: int) -> dict:
     """onnxruntime's per-operator µs per AR call (a session of its own, profiling on)."""
     import onnxruntime as ort
 
+    from codecspec.runtime import custom_ops
     from codecspec.runtime.session import session_options
 
     so = session_options()
+    custom_ops.register(so)  # the built graph's attention is codecspec's own operator
     so.enable_profiling = True
     so.profile_file_prefix = "/tmp/codecspec_depth_call"
     sess = ort.InferenceSession(str(dec.graph.path), so, providers=["CPUExecutionProvider"])

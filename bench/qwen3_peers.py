@@ -233,7 +233,8 @@ class CodecspecWorker:
         frames = self.tts.iter_frames(self.a["text"], trace=trace, **self._request())
         truth = np.asarray(list(frames), np.int64)  # AR, greedy
         dec = self.tts.depth
-        depth = min(dec.config.num_draft_offsets, dec.G - 2)  # the chain `codecspec bench` uses
+        # the chain `codecspec bench` uses, or --draft-depth (the chain calibration chose here)
+        depth = self.a.get("draft_depth") or min(dec.config.num_draft_offsets, dec.G - 2)
         dec.set_tree(cs.DraftTree.chain(int(depth)))
         self.acceptance, self.mode, self.draft_depth = acceptance, "spec", int(depth)
         for i in range(tries):
@@ -309,6 +310,7 @@ class CodecspecWorker:
             same = r.codes.shape == self.truth.shape and bool((r.codes == self.truth).all())
             out["codes_equal_truth"] = same
             out["truth_tries"] = self.truth_tries
+            out["draft_depth"] = self.draft_depth
         self._rewind()
         t0 = time.perf_counter()
         chunks = self.tts.stream(text, **self._request())
@@ -715,7 +717,7 @@ def summarise(runs: list) -> dict:
     out["prefill_ms"] = median([r.get("prefill_ms") for r in runs])
     out["ttfa_s"] = median([r.get("ttfa_s") for r in runs])
     out["frames"] = sorted({r["frames"] for r in runs})
-    for k in ("acceptance_measured", "codes_per_depth_call", "first_chunk_frames"):
+    for k in ("acceptance_measured", "codes_per_depth_call", "draft_depth", "first_chunk_frames"):
         v = median([r.get(k) for r in runs])
         if v is not None:
             out[k] = v
@@ -765,7 +767,8 @@ def spec_note(r: dict) -> str:
     text = (
         f"{r['label']}: in the whole pipeline the verifier accepted "
         f"{fmt(s.get('acceptance_measured'), 2)} of the drafts "
-        f"({fmt(s.get('codes_per_depth_call'), 2)} codes per depth call)"
+        f"({fmt(s.get('codes_per_depth_call'), 2)} codes per depth call, a chain of "
+        f"{fmt(s.get('draft_depth'), 0)} drafts)"
     )
     if x.get("truth_reproduced") is False:
         text += (
@@ -991,6 +994,12 @@ def parse_args(argv=None):
         metavar="KIND=PATH",
         help="interpreter for a kind's workers (codecspec, qwentts, vox, official)",
     )
+    p.add_argument(
+        "--draft-depth",
+        type=int,
+        default=None,
+        help="spec rows: drafts per round, a chain (default: the graph's K, at most G - 2)",
+    )
     p.add_argument("--min-free-gb", type=float, default=1.5)
     p.add_argument("--json", help="write the record here")
     p.add_argument("--plot", help="write a bar chart here (needs matplotlib)")
@@ -1043,6 +1052,7 @@ def main(argv=None) -> int:
         "threads": args.threads,
         "gguf_dir": args.gguf_dir,
         "tmod_dir": args.tmod_dir,
+        "draft_depth": args.draft_depth,
     }
     record = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

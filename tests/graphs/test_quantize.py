@@ -16,12 +16,19 @@ from codecspec.calibrate.data import drift_weights
 from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import DepthDecoderConfig, build_depth_graph
-from codecspec.graphs.quantize import BLOCK_SIZES, default_weights, quantize_weights
+from codecspec.graphs.quantize import (
+    BLOCK_SIZES,
+    ROW_EXACT_BLOCKS,
+    default_weights,
+    quantize_weights,
+    row_exact_block_size,
+)
 from codecspec.graphs.row_probe import (
     activation_half_steps,
     matmul_model,
     nbits_node,
     probe_rows,
+    probe_weights,
     rounding_bound,
     together_and_alone,
 )
@@ -243,6 +250,49 @@ def test_speculation_keeps_the_quantised_models_law(grouped):
     assert p_bad.min() < 1e-4, "the broken verifier must be caught"
 
 
+def test_a_verifying_graph_takes_the_largest_block_whose_rows_are_the_same_bits_here():
+    """Which kernel serves a call depends on the block size (AVX-512 EPYC: 8-bit blocks of 128
+    take one path for a row alone and another for several; 64 and 32 do not): the code
+    predictor's block is the first candidate whose rows are the same bits on this CPU."""
+    alike = {
+        b: probe_weights("int8", rows=(2, 4, 5, 17), block_size=b).row_independent
+        for b in ROW_EXACT_BLOCKS["int8"]
+    }
+    want = next((b for b in ROW_EXACT_BLOCKS["int8"] if alike[b]), BLOCK_SIZES["int8"])
+    assert row_exact_block_size("int8") == want
+    assert row_exact_block_size("int4") == BLOCK_SIZES["int4"]
+
+
+def _passes_over_inexact_blocks(choose) -> bool:
+    asked = []
+
+    def probe(weights, block, threads):  # a CPU whose 8-bit rows differ in blocks of 128
+        asked.append(block)
+        return block != 128
+
+    return choose("int8", probe=probe) == 64 and asked == [128, 64]
+
+
+def test_a_block_whose_rows_differ_is_passed_over_and_the_broken_chooser_is_caught():
+    assert _passes_over_inexact_blocks(row_exact_block_size)
+
+    def own_block(weights, provider="cpu", threads=None, probe=None):  # deliberately broken
+        return BLOCK_SIZES[weights]
+
+    assert not _passes_over_inexact_blocks(own_block)
+    never = lambda weights, block, threads: False  # noqa: E731
+    assert row_exact_block_size("int8", probe=never) == BLOCK_SIZES["int8"]
+
+    def unasked(weights, block, threads):
+        raise AssertionError("no probe for one candidate or another provider's kernels")
+
+    assert row_exact_block_size("int4", probe=unasked) == 32
+    assert row_exact_block_size("int8", "accelerator", probe=unasked) == 128
+    for bad in ("fp32", "int2"):
+        with pytest.raises(ValueError, match="^weights:"):
+            row_exact_block_size(bad)
+
+
 # ---------------------------------------------------------------------- Qwen3-TTS folders
 @pytest.fixture(scope="module")
 def qwen3_cache(tmp_path_factory):
@@ -255,7 +305,8 @@ def test_quantised_qwen3_folder_loads_and_speculation_is_exact(qwen3_cache, weig
 
     tts = Qwen3TTS.load(QWEN3 / "custom_equal", cache_dir=qwen3_cache, weights=weights_kind)
     assert tts.weights == weights_kind
-    assert (tts.entry / f"depth.{weights_kind}.onnx").is_file()
+    # the code predictor in its row-exact block on this CPU (depth.int8.b64.onnx on AVX-512)
+    assert tts.depth.graph.path.name.startswith(f"depth.{weights_kind}.")
     ops = {n.op_type for n in onnx.load(str(tts.entry / f"talker.{weights_kind}.onnx")).graph.node}
     assert "MatMulNBits" in ops and "MatMul" not in ops
     kw = dict(speaker="aiden", language="english", temperature=0, max_frames=12)

@@ -23,19 +23,36 @@ same row computed alone: bit for bit where the CPU's kernel treats every call si
 (4 bits on AVX2). `graphs.row_probe` measures which holds on a machine; calibration records
 it. accuracy_level 0 (float compute over dequantised weights) is row-exact too but ~50x
 slower on this CPU for 8 bits.
+
+Which kernel serves a call depends on the block size as well: on an AVX-512 (VNNI) EPYC, 8-bit
+blocks of 128 take one path for a row alone and another for several (rows then agree to float
+rounding, ~1% of the bound), while blocks of 64 and 32 give the same bits (2026-12-04). A graph
+that verifies trees (the code predictor) is therefore quantised in `row_exact_block_size`: the
+largest block whose rows are the same bits on this device, found by a probe.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import onnx
 
-__all__ = ["WEIGHTS", "BLOCK_SIZES", "check_weights", "default_weights", "quantize_weights"]
+__all__ = [
+    "WEIGHTS",
+    "BLOCK_SIZES",
+    "ROW_EXACT_BLOCKS",
+    "check_weights",
+    "default_weights",
+    "quantize_weights",
+    "row_exact_block_size",
+]
 
 WEIGHTS = ("fp32", "int8", "int4")
 BLOCK_SIZES = {"int8": 128, "int4": 32}  # input rows per scale (module doc)
+# Blocks a verifying graph may take, fastest first; int4 has one (a larger block cost accuracy).
+ROW_EXACT_BLOCKS = {"int8": (128, 64, 32), "int4": (32,)}
 _BITS = {"int8": 8, "int4": 4}
 
 
@@ -93,3 +110,36 @@ def quantize_weights(
     finally:
         log.setLevel(level)
     return q.model.model
+
+
+def row_exact_block_size(
+    weights: str,
+    provider: str = "cpu",
+    threads: Optional[int] = None,
+    probe: Optional[Callable[[str, int, Optional[int]], bool]] = None,
+) -> int:
+    """The block size for a graph whose rows must be the same bits alone and in a verify
+    call: the first of `ROW_EXACT_BLOCKS[weights]` for which `probe(weights, block, threads)`
+    says so (default: `graphs.row_probe` on one [1024, 1024] MatMul on this CPU, once per
+    process), else the precision's own block (its rows then agree to float rounding;
+    calibration's tree-row probe records that and `auto` decodes AR). Other providers run
+    other kernels that this probe cannot see: they keep the precision's own block."""
+    check_weights(weights)
+    if weights == "fp32":
+        raise ValueError("weights: fp32 graphs are not quantised in blocks")
+    blocks = ROW_EXACT_BLOCKS[weights]
+    if provider != "cpu" or len(blocks) == 1:
+        return BLOCK_SIZES[weights]
+    probe = _rows_alike if probe is None else probe
+    return next((b for b in blocks if probe(weights, b, threads)), BLOCK_SIZES[weights])
+
+
+@functools.cache
+def _rows_alike(weights: str, block_size: int, threads: Optional[int]) -> bool:
+    """Whether MatMulNBits rows in blocks of `block_size` are the same bits alone and in calls
+    of 2 to 17 rows on this CPU (the probe takes ~0.1 s; the kernel does not change while a
+    process runs)."""
+    from codecspec.graphs.row_probe import probe_weights
+
+    rows = (2, 4, 5, 17)
+    return probe_weights(weights, rows=rows, threads=threads, block_size=block_size).row_independent

@@ -229,14 +229,16 @@ def probe_weights(
     seed: int = 0,
     provider: str = "cpu",
     threads: Optional[int] = None,
+    block_size: Optional[int] = None,
 ) -> RowProbe:
-    """`probe_rows` on one random [K, N] MatMul quantised to `weights` ("int8" | "int4"):
-    which law a model quantised so keeps on this device (what calibration records)."""
+    """`probe_rows` on one random [K, N] MatMul quantised to `weights` ("int8" | "int4"), in
+    blocks of `block_size` input rows (None: the precision's own): which law a model quantised
+    so keeps on this device (what calibration records)."""
     from codecspec.graphs.quantize import quantize_weights
 
     K, N = size
     W = np.random.default_rng(seed).standard_normal((K, N)) / np.sqrt(K)
-    model = quantize_weights(matmul_model(W.astype(np.float32)), weights)
+    model = quantize_weights(matmul_model(W.astype(np.float32)), weights, block_size)
     return probe_rows(model, weights, rows=rows, seed=seed, provider=provider, threads=threads)
 
 

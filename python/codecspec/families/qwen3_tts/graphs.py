@@ -27,7 +27,8 @@ Text-embedding rows are read from the checkpoint per request (the table is 15193
 
 Weight-only quantised variants (`--weights int8|int4`, graphs.quantize) are derived from the
 float32 graphs on first use, in the same entry and just as atomically: talker.int8.onnx,
-depth.int8.onnx (heads included), and their int4 twins.
+depth.int8.onnx (heads included), and their int4 twins; depth.int8.b64.onnx instead where
+8-bit blocks of 128 are not row-exact on this CPU (`quantize.row_exact_block_size`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import onnx
@@ -317,11 +319,16 @@ def text_embedding_rows(ck: Qwen3Checkpoint, ids: np.ndarray) -> np.ndarray:
 QUANTISED_STAGES = ("talker", "depth")
 
 
-def weights_graph(entry: Path, stage: str, weights: str, log=None) -> Path:
+def weights_graph(
+    entry: Path, stage: str, weights: str, log=None, block_size: Optional[int] = None
+) -> Path:
     """The graph of `stage` ("talker" | "depth") at `weights` precision in a built entry,
-    quantising the float32 graph into `<stage>.<weights>.onnx` first when absent."""
+    quantising the float32 graph into `<stage>.<weights>.onnx` first when absent; in blocks of
+    `block_size` input rows where that is not the precision's own (`<stage>.<weights>.b<N>.onnx`:
+    the code predictor's row-exact block on this device, `quantize.row_exact_block_size`)."""
     from codecspec.graphs.builder import save_model
-    from codecspec.graphs.quantize import check_weights, quantize_weights
+    from codecspec.graphs.quantize import BLOCK_SIZES, check_weights, quantize_weights
+    from codecspec.runtime.depth_graph import heads_sidecar
 
     check_weights(weights)
     if stage not in QUANTISED_STAGES:
@@ -329,11 +336,12 @@ def weights_graph(entry: Path, stage: str, weights: str, log=None) -> Path:
     src = entry / f"{stage}.onnx"
     if weights == "fp32":
         return src
-    dst = entry / f"{stage}.{weights}.onnx"
+    own = block_size in (None, BLOCK_SIZES[weights])
+    dst = entry / (f"{stage}.{weights}.onnx" if own else f"{stage}.{weights}.b{block_size}.onnx")
     if dst.is_file():
         return dst
     t0 = time.perf_counter()
-    model = quantize_weights(onnx.load(str(src)), weights)
+    model = quantize_weights(onnx.load(str(src)), weights, block_size)
     # Weights in a .data file beside the graph: onnxruntime then keeps no second copy of
     # them inside the model proto (-116 MB resident for the 0.6B talker). Written under a
     # temporary folder and moved into place data first, so a reader never sees half a pair.
@@ -345,9 +353,10 @@ def weights_graph(entry: Path, stage: str, weights: str, log=None) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if stage == "depth":  # offset training reads the heads from the sidecar beside the graph
-        _link_or_copy(entry / "depth.heads.npy", entry / f"depth.{weights}.heads.npy")
+        _link_or_copy(entry / "depth.heads.npy", heads_sidecar(dst))
     if log:
-        log(f"{stage} graph quantised to {weights} ({time.perf_counter() - t0:.1f} s)")
+        blocks = "" if own else f", blocks of {block_size}"
+        log(f"{stage} graph quantised to {weights}{blocks} ({time.perf_counter() - t0:.1f} s)")
     return dst
 
 
