@@ -49,6 +49,9 @@ family is None, a stage it lacks is simply absent):
     pipeline_end_to_end dict optional: text -> waveform run whole, AR and speculative at a
                              controlled acceptance ({acceptance, frames, ar_ms, spec_ms,
                              speedup, codes_equal_ar}), beside the stage-by-stage figures
+    draft_depth_choice dict optional (Qwen3-TTS with a controlled acceptance): the chain
+                             used, {depth, by: "auto"|"asked", predicted_speedup per chain,
+                             call_ratio per verify-call size}
     temporal_speedup, temporal_tokens_per_call   optional (families that speculate in the
                              temporal loop): added to the verdict
     verdict           str    one line (`verdict(record)`)
@@ -546,6 +549,17 @@ def _row(name, ar, sp, b_ar, b_sp, bo_ar, bo_sp) -> list:
     ]
 
 
+def draft_depth_line(choice: dict, acceptance: float) -> str:
+    """One line: the chain used, why, and every chain's predicted depth-loop speed-up."""
+    pred = ", ".join(f"{d}: {x:.2f}x" for d, x in choice["predicted_speedup"].items())
+    ratio = " / ".join(f"{r:.2f}" for r in choice["call_ratio"].values())
+    how = "chosen here" if choice["by"] == "auto" else "asked"
+    return (
+        f"drafts per round: {choice['depth']} ({how}; predicted depth-loop speed-up at acceptance "
+        f"{acceptance:g} per chain {pred}; a verify call of 2.. rows costs {ratio}x an AR call)"
+    )
+
+
 def render_table(record: dict) -> str:
     """The bench as a person reads it: a row per stage (ms per frame AR and speculative,
     speed-up, weight bytes read per frame, the bandwidth bound, measured ÷ bound; a/b =
@@ -594,6 +608,9 @@ def render_table(record: dict) -> str:
             f"({e2e['frames']} frames): AR {e2e['ar_ms']:.1f}, speculative "
             f"{e2e['spec_ms']:.1f} ms per frame ({e2e['speedup']:.2f}x)"
         )
+    choice = r.get("draft_depth_choice")
+    if choice and r.get("acceptance") is not None:
+        out.append(draft_depth_line(choice, r["acceptance"]))
     if r.get("ttfa_s") is not None:
         line = f"time to first audio (streamed, warm): {r['ttfa_s']:.2f} s"
         if r.get("ttfa_cold_prefix_s") is not None:

@@ -112,7 +112,7 @@ def test_the_built_in_families_flags_keep_their_names_and_defaults():
     assert v2 == (None, "exact", 0.3, None, 3, None)
     b = build_parser().parse_args(["bench"])
     fsq_and_qwen3 = (b.utterances, b.batch, b.acceptance, b.draft_depth, b.ref_audio)
-    assert fsq_and_qwen3 == (8, 1, None, None, None)
+    assert fsq_and_qwen3 == (8, 1, None, "auto", None)
     serve = build_parser().parse_args(["serve", "--voices-dir", "v"])
     assert (serve.voices_dir, serve.ref_audio) == ("v", None)
     quality = build_parser().parse_args(["quality"])

@@ -107,6 +107,54 @@ def test_cli_bench_json_with_acceptance(cache, capsys):
     assert "acceptance:" in capsys.readouterr().err
 
 
+def test_cli_bench_chooses_the_chain_here_or_takes_the_one_asked(cache, capsys):
+    from codecspec.cli import main
+
+    argv = ["bench", "--model", str(DATA / "custom_equal"), "--cache-dir", str(cache)]
+    argv += ["--frames", "4", "--acceptance", "0.6", "--weights", "int8", "--json"]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)
+    choice = rec["draft_depth_choice"]
+    assert choice["by"] == "auto" and rec["draft_depth"] == choice["depth"]
+    assert set(choice["predicted_speedup"]) == {"1", "2", "3"}  # JSON keys
+    assert set(choice["call_ratio"]) == {"2", "3", "4"} and rec["greedy_spec_equals_ar"]
+    assert main(argv + ["--draft-depth", "2"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["draft_depth"] == 2 and rec["draft_depth_choice"]["by"] == "asked"
+    for bad in ("0", "two"):
+        with pytest.raises(SystemExit):
+            main(argv + ["--draft-depth", bad])
+        assert "--draft-depth" in capsys.readouterr().err
+    assert main(argv + ["--draft-depth", "9"]) == 2
+    assert "draft_depth:" in capsys.readouterr().err
+
+
+def _chooses_by_cost(choose, tts, monkeypatch) -> bool:
+    """Cheap verify rows (VNNI-like) buy the longest chain; dear ones (AVX2-like) the shortest."""
+    from codecspec.families.qwen3_tts import bench
+
+    picks = []
+    for per_row, acceptance in ((0.05, 0.9), (0.9, 0.6)):
+
+        def call_ms(dec, depths, calls, per_row=per_row):
+            return {q: 1.0 + per_row * (q - 1) for q in range(1, max(depths) + 2)}
+
+        monkeypatch.setattr(bench, "_call_ms", call_ms)
+        picks.append(choose(tts.depth, acceptance)["depth"])
+    return picks == [3, 1]
+
+
+def test_the_chain_follows_what_a_verify_call_costs_and_a_fixed_chain_is_caught(tts, monkeypatch):
+    from codecspec.families.qwen3_tts.bench import choose_draft_depth
+
+    assert _chooses_by_cost(choose_draft_depth, tts, monkeypatch)
+
+    def graphs_k(dec, acceptance, asked=None):  # deliberately broken: the old fixed chain
+        return {"depth": min(dec.config.num_draft_offsets, dec.G - 2)}
+
+    assert not _chooses_by_cost(graphs_k, tts, monkeypatch)
+
+
 def test_sequenced_drafts_follow_the_frames_in_order(tts):
     """A speculative run over several frames with drafts set from the AR run's frames:
     acceptance 1 accepts every draft, and the same drafts one frame late are mostly refused

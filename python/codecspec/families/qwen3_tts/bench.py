@@ -198,12 +198,18 @@ def bench_qwen3(
     )
     reset_peak_rss()  # the peak of the loaded model at work, not of a first run's build
     dec = tts.depth
-    K = dec.config.num_draft_offsets
-    draft_depth = min(K, dec.G - 2) if draft_depth is None else int(draft_depth)
-    if not 1 <= draft_depth <= K:
-        raise ValueError(f"draft_depth: expected 1..{K}, got {draft_depth}")
+    K = min(dec.config.num_draft_offsets, dec.G - 2)
+    auto = draft_depth in (None, "auto")
+    if not auto and not (isinstance(draft_depth, int) and 1 <= draft_depth <= K):
+        raise ValueError(f"draft_depth: expected 'auto' or 1..{K}, got {draft_depth!r}")
     hiddens, c0s, codes, secs = _talker_frames(tts, int(frames), seed, temperature, ref_audio, log)
     n = len(codes)
+    choice = None
+    if acceptance is not None:
+        choice = choose_draft_depth(dec, float(acceptance), None if auto else draft_depth)
+        draft_depth = choice["depth"]
+    elif auto:
+        draft_depth = K
     log(f"depth loop: {n} frames, AR and speculative")
     run, stats = controlled_depth_run(dec, hiddens, c0s, n, acceptance, draft_depth, seed)
     depth_row, depth_extra = _depth_stage(tts, run, stats, n, depth_bytes(tts))
@@ -233,6 +239,7 @@ def bench_qwen3(
         "frames": n,
         "acceptance": None if acceptance is None else float(acceptance),
         "draft_depth": draft_depth if acceptance is not None else int(dec.tree.max_depth),
+        "draft_depth_choice": choice,
         "stages": stages,
         "audio_ms_per_frame": FRAME_MS,
         "peak_rss_mb": peak_rss_mb(),
@@ -243,6 +250,66 @@ def bench_qwen3(
         **depth_extra,
     }
     return _finish(record, tts, run, greedy=acceptance is not None or dec.params.temperature == 0)
+
+
+SHORTER_CHAIN_MARGIN = 1.03  # choose_draft_depth: a longer chain must be predicted 3% faster
+
+
+def choose_draft_depth(dec, acceptance: float, asked: Optional[int] = None, calls: int = 30):
+    """The chain (drafts per round) this device pays most for at a controlled `acceptance`,
+    or `asked`'s prediction beside the others: every chain's verify call timed against the AR
+    call (the decoder's bound calls, interleaved, medians), and the frame's calls predicted by
+    the independence model of calibration (`calibrate.device.predict_tree`: prefill, trees cut
+    at the frame's end) with each draft right with probability `acceptance`. A verify call
+    costs 1.1-1.6x an AR call on an AVX-512 VNNI CPU and 2.4-2.9x on AVX2 at four rows, so the
+    chain that pays differs per machine (docs/performance.md)."""
+    from codecspec.calibrate.device import predict_tree
+
+    depths = range(1, min(dec.config.num_draft_offsets, dec.G - 2) + 1)
+    ms = _call_ms(dec, depths, calls)
+    ar = (dec.G - 1) * ms[1]  # the prefill and 14 steps, one row each
+
+    def cost(q, prefill=False):
+        return ms[1] if prefill else ms[int(q)]
+
+    predicted = {}
+    for d in depths:
+        accept = np.full((d, 1), float(acceptance))
+        frame = predict_tree(cs.DraftTree.chain(d), accept, dec.G, cost)
+        predicted[d] = ar / frame["ms_per_frame"]
+    # The model leaves out what grows with a call's rows besides the graph: the host's verify
+    # work (0.07 ms for an AR call, 0.21 for a verify call here) and, in the pipeline, the
+    # predictor's weights read cold after each talker step. So a longer chain must be
+    # predicted at least SHORTER_CHAIN_MARGIN faster to be chosen.
+    top = max(predicted.values())
+    best = min(d for d, x in predicted.items() if x * SHORTER_CHAIN_MARGIN >= top)
+    return {
+        "depth": best if asked is None else int(asked),
+        "by": "auto" if asked is None else "asked",
+        "predicted_speedup": predicted,
+        "call_ratio": {q: ms[q] / ms[1] for q in sorted(ms) if q > 1},
+    }
+
+
+def _call_ms(dec, depths, calls: int) -> dict:
+    """{rows: median ms} of the AR call (1 row) and each chain's verify call (d + 1 rows),
+    interleaved; the decoder's tree is restored after."""
+    saved = dec.tree
+    bound = {1: dec._step_call}
+    for d in depths:
+        dec.set_tree(cs.DraftTree.chain(d))
+        bound[d + 1] = dec._tree_call
+    dec.set_tree(saved)
+    for q, call in bound.items():
+        call.heads[:q] = np.arange(1, q + 1)  # levels 1..q: each row a valid head
+    times: dict = {q: [] for q in bound}
+    for i in range(calls + 3):
+        for q, call in bound.items():
+            t0 = time.perf_counter()
+            call.run()
+            if i >= 3:  # warm-up
+                times[q].append(time.perf_counter() - t0)
+    return {q: 1e3 * float(np.median(t)) for q, t in times.items()}
 
 
 def _decoder_stage(tts: Qwen3TTS, codes: np.ndarray) -> dict:

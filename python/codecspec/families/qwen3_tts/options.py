@@ -32,6 +32,19 @@ def _synth(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _draft_depth(value: str):
+    """--draft-depth: "auto" or a positive int (checked against the graph's K by the bench)."""
+    if value == "auto":
+        return value
+    try:
+        depth = int(value)
+    except ValueError:
+        depth = 0
+    if depth < 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a positive int, got {value!r}")
+    return depth
+
+
 def _bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ref-audio", default=None, help="Qwen3-TTS Base: a clip of the voice")
     p.add_argument(
@@ -43,9 +56,10 @@ def _bench(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--draft-depth",
-        type=int,
-        default=None,
-        help="Qwen3-TTS with --acceptance: drafts per round (a chain; default: the graph's K)",
+        type=_draft_depth,
+        default="auto",
+        help="Qwen3-TTS with --acceptance: drafts per round, a chain of 1..K (default auto: "
+        "the chain this device pays most for, from its measured verify-call costs)",
     )
 
 
