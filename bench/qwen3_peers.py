@@ -232,9 +232,11 @@ class CodecspecWorker:
         trace: list = []  # (hidden, c0) per frame, for the depth loop alone below
         frames = self.tts.iter_frames(self.a["text"], trace=trace, **self._request())
         truth = np.asarray(list(frames), np.int64)  # AR, greedy
+        from codecspec.families.qwen3_tts.bench import choose_draft_depth
+
         dec = self.tts.depth
-        # the chain `codecspec bench` uses, or --draft-depth (the chain calibration chose here)
-        depth = self.a.get("draft_depth") or min(dec.config.num_draft_offsets, dec.G - 2)
+        # --draft-depth, or the chain `codecspec bench` chooses on this device
+        depth = self.a.get("draft_depth") or choose_draft_depth(dec, acceptance)["depth"]
         dec.set_tree(cs.DraftTree.chain(int(depth)))
         self.acceptance, self.mode, self.draft_depth = acceptance, "spec", int(depth)
         for i in range(tries):
@@ -998,7 +1000,7 @@ def parse_args(argv=None):
         "--draft-depth",
         type=int,
         default=None,
-        help="spec rows: drafts per round, a chain (default: the graph's K, at most G - 2)",
+        help="spec rows: drafts per round, a chain (default: what `codecspec bench` chooses here)",
     )
     p.add_argument("--min-free-gb", type=float, default=1.5)
     p.add_argument("--json", help="write the record here")
