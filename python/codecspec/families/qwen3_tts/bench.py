@@ -198,18 +198,10 @@ def bench_qwen3(
     )
     reset_peak_rss()  # the peak of the loaded model at work, not of a first run's build
     dec = tts.depth
-    K = min(dec.config.num_draft_offsets, dec.G - 2)
-    auto = draft_depth in (None, "auto")
-    if not auto and not (isinstance(draft_depth, int) and 1 <= draft_depth <= K):
-        raise ValueError(f"draft_depth: expected 'auto' or 1..{K}, got {draft_depth!r}")
+    _check_draft_depth(dec, draft_depth)
     hiddens, c0s, codes, secs = _talker_frames(tts, int(frames), seed, temperature, ref_audio, log)
     n = len(codes)
-    choice = None
-    if acceptance is not None:
-        choice = choose_draft_depth(dec, float(acceptance), None if auto else draft_depth)
-        draft_depth = choice["depth"]
-    elif auto:
-        draft_depth = K
+    draft_depth, choice = _resolve_draft_depth(dec, acceptance, draft_depth)
     log(f"depth loop: {n} frames, AR and speculative")
     run, stats = controlled_depth_run(dec, hiddens, c0s, n, acceptance, draft_depth, seed)
     depth_row, depth_extra = _depth_stage(tts, run, stats, n, depth_bytes(tts))
@@ -250,6 +242,23 @@ def bench_qwen3(
         **depth_extra,
     }
     return _finish(record, tts, run, greedy=acceptance is not None or dec.params.temperature == 0)
+
+
+def _check_draft_depth(dec, draft_depth) -> None:
+    K = min(dec.config.num_draft_offsets, dec.G - 2)
+    if draft_depth in (None, "auto") or (isinstance(draft_depth, int) and 1 <= draft_depth <= K):
+        return
+    raise ValueError(f"draft_depth: expected 'auto' or 1..{K}, got {draft_depth!r}")
+
+
+def _resolve_draft_depth(dec, acceptance, draft_depth) -> tuple:
+    """(chain, choice record): with an acceptance, the chain asked or chosen here
+    (`choose_draft_depth`); without one the chain is unused and "auto" stands for K."""
+    auto = draft_depth in (None, "auto")
+    if acceptance is None:
+        return (min(dec.config.num_draft_offsets, dec.G - 2) if auto else draft_depth), None
+    choice = choose_draft_depth(dec, float(acceptance), None if auto else draft_depth)
+    return choice["depth"], choice
 
 
 SHORTER_CHAIN_MARGIN = 1.03  # choose_draft_depth: a longer chain must be predicted 3% faster
