@@ -120,7 +120,7 @@ def row_exact_block_size(
 ) -> int:
     """The block size for a graph whose rows must be the same bits alone and in a verify
     call: the first of `ROW_EXACT_BLOCKS[weights]` for which `probe(weights, block, threads)`
-    says so (default: `graphs.row_probe` on one [1024, 1024] MatMul on this CPU, once per
+    says so (default: `graphs.row_probe` on one [512, 512] MatMul on this CPU, once per
     process), else the precision's own block (its rows then agree to float rounding;
     calibration's tree-row probe records that and `auto` decodes AR). Other providers run
     other kernels that this probe cannot see: they keep the precision's own block."""
@@ -137,9 +137,12 @@ def row_exact_block_size(
 @functools.cache
 def _rows_alike(weights: str, block_size: int, threads: Optional[int]) -> bool:
     """Whether MatMulNBits rows in blocks of `block_size` are the same bits alone and in calls
-    of 2 to 17 rows on this CPU (the probe takes ~0.1 s; the kernel does not change while a
-    process runs)."""
+    of 2 to 17 rows on this CPU; cached for the process, whose kernels do not change. A
+    [512, 512] MatMul gives the verdicts of the code predictor's own shapes (AVX-512 EPYC:
+    [256, 256] to [3072, 1024] alike) in ~0.03 s a block, after the quantiser's import."""
     from codecspec.graphs.row_probe import probe_weights
 
-    rows = (2, 4, 5, 17)
-    return probe_weights(weights, rows=rows, threads=threads, block_size=block_size).row_independent
+    rows, size = (2, 4, 5, 17), (512, 512)
+    return probe_weights(
+        weights, size, rows=rows, threads=threads, block_size=block_size
+    ).row_independent
