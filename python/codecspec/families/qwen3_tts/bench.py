@@ -287,9 +287,9 @@ def choose_draft_depth(dec, acceptance: float, asked: Optional[int] = None, call
         frame = predict_tree(cs.DraftTree.chain(d), accept, dec.G, cost)
         predicted[d] = ar / frame["ms_per_frame"]
     # The model leaves out what grows with a call's rows besides the graph: the host's verify
-    # work (0.07 ms for an AR call, 0.21 for a verify call here) and, in the pipeline, the
-    # predictor's weights read cold after each talker step. So a longer chain must be
-    # predicted at least SHORTER_CHAIN_MARGIN faster to be chosen.
+    # work (0.07 ms for an AR call, 0.21 for a verify call on the AVX-512 EPYC), and longer
+    # chains gained less end to end than in the depth loop alone there. So a longer chain
+    # must be predicted at least SHORTER_CHAIN_MARGIN faster to be chosen.
     top = max(predicted.values())
     best = min(d for d, x in predicted.items() if x * SHORTER_CHAIN_MARGIN >= top)
     return {
