@@ -244,8 +244,13 @@ def bench_qwen3(
     return _finish(record, tts, run, greedy=acceptance is not None or dec.params.temperature == 0)
 
 
+def _longest_chain(dec) -> int:
+    """Drafts per round a chain can hold: the graph's draft offsets, within a frame's levels."""
+    return min(dec.config.num_draft_offsets, dec.G - 2)
+
+
 def _check_draft_depth(dec, draft_depth) -> None:
-    K = min(dec.config.num_draft_offsets, dec.G - 2)
+    K = _longest_chain(dec)
     if draft_depth in (None, "auto") or (isinstance(draft_depth, int) and 1 <= draft_depth <= K):
         return
     raise ValueError(f"draft_depth: expected 'auto' or 1..{K}, got {draft_depth!r}")
@@ -256,7 +261,7 @@ def _resolve_draft_depth(dec, acceptance, draft_depth) -> tuple:
     (`choose_draft_depth`); without one the chain is unused and "auto" stands for K."""
     auto = draft_depth in (None, "auto")
     if acceptance is None:
-        return (min(dec.config.num_draft_offsets, dec.G - 2) if auto else draft_depth), None
+        return (_longest_chain(dec) if auto else draft_depth), None
     choice = choose_draft_depth(dec, float(acceptance), None if auto else draft_depth)
     return choice["depth"], choice
 
@@ -274,7 +279,7 @@ def choose_draft_depth(dec, acceptance: float, asked: Optional[int] = None, call
     chain that pays differs per machine (docs/performance.md)."""
     from codecspec.calibrate.device import predict_tree
 
-    depths = range(1, min(dec.config.num_draft_offsets, dec.G - 2) + 1)
+    depths = range(1, _longest_chain(dec) + 1)
     ms = _call_ms(dec, depths, calls)
     ar = (dec.G - 1) * ms[1]  # the prefill and 14 steps, one row each
 
