@@ -18,10 +18,10 @@ from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import DepthDecoderConfig, build_depth_graph
 from codecspec.graphs.quantize import (
     BLOCK_SIZES,
-    ROW_EXACT_BLOCKS,
+    ROW_EXACT_LAYOUTS,
     default_weights,
     quantize_weights,
-    row_exact_block_size,
+    row_exact_layout,
 )
 from codecspec.graphs.row_probe import (
     activation_half_steps,
@@ -250,47 +250,65 @@ def test_speculation_keeps_the_quantised_models_law(grouped):
     assert p_bad.min() < 1e-4, "the broken verifier must be caught"
 
 
-def test_a_verifying_graph_takes_the_largest_block_whose_rows_are_the_same_bits_here():
-    """Which kernel serves a call depends on the block size (AVX-512 EPYC: 8-bit blocks of 128
-    take one path for a row alone and another for several; 64 and 32 do not): the code
-    predictor's block is the first candidate whose rows are the same bits on this CPU."""
-    alike = {
-        b: probe_weights("int8", rows=(2, 4, 5, 17), block_size=b).row_independent
-        for b in ROW_EXACT_BLOCKS["int8"]
-    }
-    want = next((b for b in ROW_EXACT_BLOCKS["int8"] if alike[b]), BLOCK_SIZES["int8"])
-    assert row_exact_block_size("int8") == want
-    assert row_exact_block_size("int4") == BLOCK_SIZES["int4"]
+def test_a_verifying_graph_takes_the_first_layout_whose_rows_are_the_same_bits_here():
+    """Which kernel serves a call depends on the block size and on whether a row is alone
+    (AVX-512 EPYC: 8-bit blocks of 128 and 4-bit blocks of 64 and 128 compute rows in pairs
+    and a lone row by another path): the code predictor's (block, row multiple) is the first
+    candidate whose rows are the same bits on this CPU, judged by the probe itself here."""
+    for weights, layouts in ROW_EXACT_LAYOUTS.items():
+        alike = {
+            (b, m): probe_weights(
+                weights,
+                (512, 512),
+                rows=(2, 4, 5, 17) if m == 1 else (2, 4, 6, 16),
+                block_size=b,
+                row_multiple=m,
+            ).row_independent
+            for b, m in layouts
+        }
+        want = next((lay for lay in layouts if alike[lay]), (BLOCK_SIZES[weights], 1))
+        assert row_exact_layout(weights) == want
 
 
-def _passes_over_inexact_blocks(choose) -> bool:
+def test_the_pair_probe_tells_a_padded_law_from_a_lone_rows_law():
+    """A row in a call of 3 is computed alone where pairs and lone rows differ: the padded
+    law (calls of even sizes) may hold while the unpadded one fails, never the reverse."""
+    for b in (32, 128):
+        lone = probe_weights("int4", (512, 512), rows=(2, 3, 5), block_size=b).row_independent
+        paired = probe_weights(
+            "int4", (512, 512), rows=(2, 4, 6), block_size=b, row_multiple=2
+        ).row_independent
+        assert paired or not lone
+
+
+def _passes_over_inexact_layouts(choose) -> bool:
     asked = []
 
-    def probe(weights, block, threads):  # a CPU whose 8-bit rows differ in blocks of 128
-        asked.append(block)
-        return block != 128
+    def probe(weights, block, multiple, threads):  # rows differ in 128 unless paired
+        asked.append((block, multiple))
+        return block != 128 or multiple == 2
 
-    return choose("int8", probe=probe) == 64 and asked == [128, 64]
+    return choose("int4", probe=probe) == (128, 2) and asked == [(128, 1), (128, 2)]
 
 
-def test_a_block_whose_rows_differ_is_passed_over_and_the_broken_chooser_is_caught():
-    assert _passes_over_inexact_blocks(row_exact_block_size)
+def test_a_layout_whose_rows_differ_is_passed_over_and_the_broken_chooser_is_caught():
+    assert _passes_over_inexact_layouts(row_exact_layout)
 
     def own_block(weights, provider="cpu", threads=None, probe=None):  # deliberately broken
-        return BLOCK_SIZES[weights]
+        return BLOCK_SIZES[weights], 1
 
-    assert not _passes_over_inexact_blocks(own_block)
-    never = lambda weights, block, threads: False  # noqa: E731
-    assert row_exact_block_size("int8", probe=never) == BLOCK_SIZES["int8"]
+    assert not _passes_over_inexact_layouts(own_block)
+    never = lambda weights, block, multiple, threads: False  # noqa: E731
+    assert row_exact_layout("int8", probe=never) == (BLOCK_SIZES["int8"], 1)
 
-    def unasked(weights, block, threads):
-        raise AssertionError("no probe for one candidate or another provider's kernels")
+    def unasked(weights, block, multiple, threads):
+        raise AssertionError("no probe for another provider's kernels")
 
-    assert row_exact_block_size("int4", probe=unasked) == 32
-    assert row_exact_block_size("int8", "accelerator", probe=unasked) == 128
+    assert row_exact_layout("int8", "accelerator", probe=unasked) == (128, 1)
+    assert row_exact_layout("int4", "accelerator", probe=unasked) == (32, 1)
     for bad in ("fp32", "int2"):
         with pytest.raises(ValueError, match="^weights:"):
-            row_exact_block_size(bad)
+            row_exact_layout(bad)
 
 
 # ---------------------------------------------------------------------- Qwen3-TTS folders

@@ -19,6 +19,7 @@ from .builder import (
     read_graph_config,
     read_graph_metadata,
     save_model,
+    set_row_multiple,
 )
 from .config import (
     DepthDecoderConfig,
@@ -65,6 +66,7 @@ __all__ = [
     "read_graph_metadata",
     "reference_run",
     "save_model",
+    "set_row_multiple",
     "small_depth",
     "table_layout",
     "tree_attention_bias",

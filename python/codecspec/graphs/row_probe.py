@@ -171,9 +171,18 @@ def _single_node_model(node: onnx.NodeProto, inits: dict, K: int) -> bytes:
     return helper.make_model(graph, opset_imports=opsets).SerializeToString()
 
 
-def together_and_alone(session, x: np.ndarray, rows: Sequence[int]) -> list:
-    """[(together, alone)] for calls of the first r rows of x, each r in `rows`."""
-    alone = np.concatenate([session.run(None, {"x": x[i : i + 1]})[0] for i in range(max(rows))])
+def together_and_alone(session, x: np.ndarray, rows: Sequence[int], row_multiple: int = 1) -> list:
+    """[(together, alone)] for calls of the first r rows of x, each r in `rows`. "Alone" is
+    each row in a call of its own, or with `row_multiple` > 1 in a call of that many rows
+    (the row, then copies of row 0: a padded call, graphs.builder.set_row_multiple)."""
+    m = int(row_multiple)
+    fill = np.repeat(x[:1], m - 1, axis=0)
+    alone = np.concatenate(
+        [
+            session.run(None, {"x": np.concatenate([x[i : i + 1], fill])})[0][:1]
+            for i in range(max(rows))
+        ]
+    )
     return [(session.run(None, {"x": x[:r]})[0], alone[:r]) for r in rows]
 
 
@@ -185,10 +194,13 @@ def probe_rows(
     seed: int = 0,
     provider: str = "cpu",
     threads: Optional[int] = None,
+    row_multiple: int = 1,
 ) -> RowProbe:
     """Run every MatMulNBits node of `model` on its own over random activation rows, in calls
     of each size in `rows` and row by row, and compare (see the module doc). Call sizes: 2
-    and 5 are small trees, 17 a large one (kernels tile rows by 4 and columns by 4 or 16)."""
+    and 5 are small trees, 17 a large one (kernels tile rows by 4 and columns by 4 or 16).
+    `row_multiple` m > 1: the law of a graph whose calls are padded to m rows, so "row by
+    row" is each row in a call of m (give `rows` multiples of m)."""
     from codecspec.runtime.session import open_session
 
     inits = {t.name: t for t in model.graph.initializer}
@@ -202,7 +214,7 @@ def probe_rows(
         K = w.q.shape[0]
         x = rng.standard_normal((max(rows), K)).astype(np.float32)
         session = open_session(_single_node_model(node, inits, K), provider, threads)
-        for together, alone in together_and_alone(session, x, rows):
+        for together, alone in together_and_alone(session, x, rows, row_multiple):
             diff = np.abs(together.astype(np.float64) - alone)
             same = same and bool(np.array_equal(together, alone))
             max_abs = max(max_abs, float(diff.max()))
@@ -230,6 +242,7 @@ def probe_weights(
     provider: str = "cpu",
     threads: Optional[int] = None,
     block_size: Optional[int] = None,
+    row_multiple: int = 1,
 ) -> RowProbe:
     """`probe_rows` on one random [K, N] MatMul quantised to `weights` ("int8" | "int4"), in
     blocks of `block_size` input rows (None: the precision's own): which law a model quantised
@@ -239,7 +252,15 @@ def probe_weights(
     K, N = size
     W = np.random.default_rng(seed).standard_normal((K, N)) / np.sqrt(K)
     model = quantize_weights(matmul_model(W.astype(np.float32)), weights, block_size)
-    return probe_rows(model, weights, rows=rows, seed=seed, provider=provider, threads=threads)
+    return probe_rows(
+        model,
+        weights,
+        rows=rows,
+        seed=seed,
+        provider=provider,
+        threads=threads,
+        row_multiple=row_multiple,
+    )
 
 
 # The flags MLAS dispatches its quantised GEMM kernels on.
@@ -261,15 +282,23 @@ def _main() -> None:
     """`python -m codecspec.graphs.row_probe [K N ...]`: what this machine keeps, per size."""
     import sys
 
+    from codecspec.graphs.quantize import ROW_EXACT_LAYOUTS
+
     dims = [int(a) for a in sys.argv[1:]] or [1024, 1024, 1024, 3072, 3072, 1024]
     print("SIMD:", " ".join(cpu_simd_flags()))
     for K, N in zip(dims[::2], dims[1::2]):
-        for weights in ("int8", "int4"):
-            p = probe_weights(weights, (K, N), threads=1)
-            print(
-                f"{weights} [{K}, {N}] calls {list(p.rows)}: {p.holds}; "
-                f"max |together - alone| {p.max_abs:.2g}, {p.bound_ratio:.3g} of the bound"
-            )
+        for weights, layouts in ROW_EXACT_LAYOUTS.items():
+            for block, m in layouts:
+                rows = (2, 4, 5, 17) if m == 1 else (2, 4, 6, 16)
+                p = probe_weights(
+                    weights, (K, N), rows=rows, threads=1, block_size=block, row_multiple=m
+                )
+                print(
+                    f"{weights} [{K}, {N}] blocks of {block}, calls of {list(p.rows)} rows "
+                    f"against {'a row alone' if m == 1 else f'a row in a call of {m}'}: "
+                    f"{p.holds}; max |together - alone| {p.max_abs:.2g}, "
+                    f"{p.bound_ratio:.3g} of the bound"
+                )
 
 
 if __name__ == "__main__":

@@ -83,6 +83,8 @@ class DepthGraph:
         self.grouped_heads = meta.get("heads") == "grouped"
         # attention="placed_op": the graph's attention is codecspec's own operator
         self.attention = meta.get("attention", "call")
+        # every call padded to a multiple of this many rows (graphs.builder.set_row_multiple)
+        self.row_multiple = int(meta.get("row_multiple", 1))
         self.session = open_session(
             source, provider=provider, threads=threads, custom_ops=self.attention == "placed_op"
         )
@@ -145,6 +147,18 @@ class DepthGraph:
                 head_ids,
                 draft_offsets,
             )
+        q = len(position_ids)
+        if self.row_multiple > 1 and q % self.row_multiple:
+            return self._call_padded(
+                input_ids,
+                input_embeds,
+                position_ids,
+                attention_bias,
+                past_keys,
+                past_values,
+                head_ids,
+                draft_offsets,
+            )
         feeds = {
             "input_ids": input_ids,
             "input_embeds": input_embeds,
@@ -163,6 +177,33 @@ class DepthGraph:
             kv = split_kv(out.pop(), self.config.num_kv_heads)
             out += [np.ascontiguousarray(a) for a in kv]
         return out
+
+    def _call_padded(self, ids, embeds, pos, bias, past_keys, past_values, heads, offsets):
+        """__call__ for a graph whose calls are padded (row_multiple): the call's rows, then
+        padding rows that see only themselves and that no head scores; their outputs are
+        dropped."""
+        q = len(pos)
+        qp = padded_rows(q, self.row_multiple)
+        past = np.shape(bias)[1] - q
+        full = np.full((qp, past + qp), -np.inf, np.float32)
+        full[:q, : past + q] = bias
+        full[np.arange(q, qp), past + np.arange(q, qp)] = 0.0
+        extra = qp - q
+        out = self(
+            np.concatenate([np.asarray(ids, np.int64), np.zeros(extra, np.int64)]),
+            np.concatenate([embeds, np.zeros((extra, np.shape(embeds)[1]), np.float32)]),
+            np.concatenate([np.asarray(pos, np.int64), np.zeros(extra, np.int64)]),
+            full,
+            past_keys,
+            past_values,
+            np.concatenate([np.asarray(heads, np.int64), np.full(extra, PADDING_HEAD, np.int64)]),
+            draft_offsets=offsets,
+        )
+        # [logits, draft_logits | hidden, ..., new_keys, new_values]: rows on axis 0, K/V on 2
+        n_kv = 2
+        return [a[:q] for a in out[:-n_kv]] + [
+            np.ascontiguousarray(a[:, :, :q]) for a in out[-n_kv:]
+        ]
 
     def _call_in_place(self, ids, embeds, pos, past_keys, past_values, heads, offsets):
         """__call__ for an in-place graph: the past's P rows then this call's Q rows at
@@ -226,12 +267,21 @@ class BoundCall:
             raise ValueError(f"drafts: this graph scores exactly {c.num_draft_offsets}, got {K}")
         cap = _past_capacity(graph, past_keys, past_values)
         self.graph, self.q = graph, q
-        self.ids = np.zeros(q, np.int64)
-        self.embeds = np.zeros((q, c.input_width), np.float32)
-        self.pos = np.zeros(q, np.int64)
-        self.bias = np.zeros((q, cap + q), np.float32)
-        self.heads = np.zeros(q, np.int64)
+        # A graph of row_multiple m runs q rounded up to m rows: the extra rows see only
+        # themselves and no head scores them (head -1); the host's arrays below are views of
+        # the first q rows (new K/V keep all rows: commits pick rows by index).
+        qp = padded_rows(q, graph.row_multiple)
+        self.ids = np.zeros(qp, np.int64)
+        self.embeds = np.zeros((qp, c.input_width), np.float32)
+        self.pos = np.zeros(qp, np.int64)
+        self.bias = np.zeros((qp, cap + qp), np.float32)
+        self.heads = np.zeros(qp, np.int64)
         self.offsets = np.zeros((K, c.hidden_size), np.float32)
+        if qp > q:
+            self.bias[:, cap + q :] = -np.inf
+            self.bias[q:] = -np.inf
+            self.bias[np.arange(q, qp), cap + np.arange(q, qp)] = 0.0
+            self.heads[q:] = PADDING_HEAD
         if graph.kv_in_place:
             # layer i of the host cache is both the past and the present: the graph writes
             # this call's rows at their positions and nothing is committed afterwards
@@ -241,20 +291,20 @@ class BoundCall:
                 for name, kv in zip(IN_PLACE_KV, (past_keys, past_values) * 2):
                     past[name.format(i)] = kv[i][None]
         elif graph.kv_joined:
-            self.new_kv = np.zeros((c.num_layers, q, 2 * c.num_kv_heads * c.head_dim), np.float32)
+            self.new_kv = np.zeros((c.num_layers, qp, 2 * c.num_kv_heads * c.head_dim), np.float32)
             self.new_keys, self.new_values = split_kv(self.new_kv, c.num_kv_heads)
             past = {"past_kv": past_keys}
         else:
-            kv = (c.num_layers, c.num_kv_heads, q, c.head_dim)
+            kv = (c.num_layers, c.num_kv_heads, qp, c.head_dim)
             self.new_keys = np.zeros(kv, np.float32)
             self.new_values = np.zeros(kv, np.float32)
             past = {"past_keys": past_keys, "past_values": past_values}
         if graph.heads_in_graph:
-            self.logits = np.zeros((q, c.codebook_size), np.float32)
-            self.draft_logits = np.zeros((q, K, c.codebook_size), np.float32)
+            self.logits = np.zeros((qp, c.codebook_size), np.float32)
+            self.draft_logits = np.zeros((qp, K, c.codebook_size), np.float32)
             self.hidden = None
         else:
-            self.hidden = np.zeros((q, c.hidden_size), np.float32)
+            self.hidden = np.zeros((qp, c.hidden_size), np.float32)
             self.logits = self.draft_logits = None
         self._past = (past_keys, past_values)  # keep the bound buffers alive
         io = graph.session.io_binding()
@@ -271,10 +321,24 @@ class BoundCall:
         for name, arr in outputs.items():
             io.bind_output(name, "cpu", 0, np.float32, arr.shape, arr.ctypes.data)
         self.io = io
+        if qp > q:  # the host sees the call's own rows (and, in the bias, their columns)
+            self.ids, self.embeds, self.pos = self.ids[:q], self.embeds[:q], self.pos[:q]
+            self.bias, self.heads = self.bias[:q, : cap + q], self.heads[:q]
+            for name in ("logits", "draft_logits", "hidden"):
+                if getattr(self, name) is not None:
+                    setattr(self, name, getattr(self, name)[:q])
 
     def run(self) -> None:
         self.graph.calls += 1
         self.graph.session.run_with_iobinding(self.io)
+
+
+PADDING_HEAD = -1  # the head id of a padding row: RouteRows scores it with no head
+
+
+def padded_rows(q: int, multiple: int) -> int:
+    """Rows a call of `q` rows runs in a graph whose calls are padded to `multiple`."""
+    return -(-q // multiple) * multiple
 
 
 def _past_capacity(graph: DepthGraph, past_keys, past_values) -> int:

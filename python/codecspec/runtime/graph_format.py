@@ -36,6 +36,8 @@ _META_VARIANT = "codecspec.variant"
 _META_HEADS = "codecspec.heads"
 _META_IO = "codecspec.io"
 _META_ATTENTION = "codecspec.attention"
+# every call padded to a multiple of this many rows (graphs.builder.set_row_multiple)
+_META_ROW_MULTIPLE = "codecspec.row_multiple"
 # attention="in_place" graphs (variant="cpu"): per layer i a past input and a present output
 # that the caller binds to the same buffer, the host cache's layer i [1, kvh, capacity, hd];
 # GroupQueryAttention writes the call's keys at their positions and attends over the filled
@@ -212,6 +214,7 @@ def read_graph_metadata(path_or_model) -> dict:
         "io": json.loads(props.get(_META_IO, "null")),
         # Graphs built before the option existed attend over the call's columns.
         "attention": props.get(_META_ATTENTION, "call"),
+        "row_multiple": int(props.get(_META_ROW_MULTIPLE, "1")),
     }
 
 

@@ -12,6 +12,7 @@ pub mod heads;
 pub mod kv;
 pub mod projection;
 pub mod rng;
+pub mod routing;
 pub mod snake;
 pub mod tree;
 pub mod verify;
@@ -26,6 +27,7 @@ pub use heads::HeadBank;
 pub use kv::{kv_commit_inplace, kv_commit_rows};
 pub use projection::Projection;
 pub use rng::Generator;
+pub use routing::{merge_rows, pair_heads, route_rows, rows_per_head, PADDING};
 pub use snake::{snake_beta, snake_beta_row};
 pub use tree::{GreedyOptions, RankCap, Tree};
 pub use verify::{

@@ -9,6 +9,10 @@
 //!   2·kv_heads·hd], bias [Q, P + Q]) -> [1, Q, heads·hd]`, attributes `num_heads`,
 //!   `kv_num_heads`: every row over the keys its bias row shows, computed alone
 //!   (`codecspec_core::attention`).
+//! - `RouteRows(hidden, draft_offsets, head_ids) -> (order, rows per head...)` and
+//!   `MergeRows(order, head_ids, logits per head...) -> (logits, draft_logits)`, attributes
+//!   `num_heads` (and `row_multiple`): a call's (row, offset) pairs gathered per LM head and
+//!   the heads' logits put back in pair order (`codecspec_core::routing`).
 //!
 //! onnxruntime's C API is a table of function pointers that only ever grows: an entry keeps
 //! its position in every later version. So the few entries used here are read at their fixed
@@ -25,6 +29,7 @@ const API_VERSION: u32 = 17;
 const CUSTOM_OP_VERSION: u32 = 16;
 const DOMAIN: &std::ffi::CStr = c"ai.codecspec";
 const ELEMENT_FLOAT: c_int = 1;
+const ELEMENT_INT64: c_int = 7;
 const ORT_INVALID_ARGUMENT: c_int = 2;
 const ORT_FAIL: c_int = 1;
 
@@ -166,9 +171,20 @@ unsafe fn kernel_inputs<const N: usize>(
 
 /// Output 0 of the kernel, of shape `dims`.
 unsafe fn kernel_output(api: Api, ctx: *mut c_void, dims: &[i64], out: *mut *mut c_void) -> Status {
+    kernel_output_at(api, ctx, 0, dims, out)
+}
+
+/// Output `index` of the kernel, of shape `dims`.
+unsafe fn kernel_output_at(
+    api: Api,
+    ctx: *mut c_void,
+    index: usize,
+    dims: &[i64],
+    out: *mut *mut c_void,
+) -> Status {
     type Output =
         unsafe extern "C" fn(*mut c_void, usize, *const i64, usize, *mut *mut c_void) -> Status;
-    entry::<Output>(api, KERNEL_CONTEXT_GET_OUTPUT)(ctx, 0, dims.as_ptr(), dims.len(), out)
+    entry::<Output>(api, KERNEL_CONTEXT_GET_OUTPUT)(ctx, index, dims.as_ptr(), dims.len(), out)
 }
 
 // ------------------------------------------------------------------------------ SnakeBeta
@@ -443,6 +459,253 @@ unsafe extern "C" fn four(_: *const OrtCustomOp) -> usize {
     4
 }
 
+// ------------------------------------------------------------------ RouteRows / MergeRows
+/// `RouteRows(hidden [Q, H], draft_offsets [K, H], head_ids [Q] int64) -> (order [P] int64,
+/// rows_0 [n_0, H], ..., rows_{G-1})` and `MergeRows(order, head_ids, logits_0 [n_0, V], ...,
+/// logits_{G-1}) -> (logits [Q, V], draft_logits [Q, K, V])`, attribute `num_heads` = G
+/// (RouteRows also `row_multiple`): the rows of a call gathered per LM head and the heads'
+/// logits put back in pair order; a head id of -1 marks a padding row that no head scores
+/// (`codecspec_core::routing`).
+struct RoutingKernel {
+    api: Api,
+    heads: usize,
+    /// RouteRows: each head's rows rounded up to a multiple of this (`codecspec_core::routing`)
+    multiple: usize,
+}
+
+unsafe fn routing_kernel(
+    api: Api,
+    info: *const c_void,
+    multiple: Option<&std::ffi::CStr>,
+    kernel: *mut *mut c_void,
+) -> Status {
+    let heads = match int_attribute(api, info, c"num_heads") {
+        Ok(h) if (1..=4096).contains(&h) => h as usize,
+        Ok(h) => {
+            let msg = format!("RouteRows/MergeRows: num_heads must be in 1..=4096, got {h}");
+            return error(api, ORT_INVALID_ARGUMENT, &msg);
+        }
+        Err(s) => return s,
+    };
+    let multiple = match multiple.map(|name| int_attribute(api, info, name)) {
+        None => 1,
+        Some(Ok(m)) if (1..=64).contains(&m) => m as usize,
+        Some(Ok(m)) => {
+            let msg = format!("RouteRows: row_multiple must be in 1..=64, got {m}");
+            return error(api, ORT_INVALID_ARGUMENT, &msg);
+        }
+        Some(Err(s)) => return s,
+    };
+    let k = RoutingKernel {
+        api,
+        heads,
+        multiple,
+    };
+    *kernel = Box::into_raw(Box::new(k)) as *mut c_void;
+    ptr::null_mut()
+}
+
+unsafe extern "C" fn route_create(
+    _op: *const OrtCustomOp,
+    api: Api,
+    info: *const c_void,
+    kernel: *mut *mut c_void,
+) -> Status {
+    routing_kernel(api, info, Some(c"row_multiple"), kernel)
+}
+
+unsafe extern "C" fn merge_create(
+    _op: *const OrtCustomOp,
+    api: Api,
+    info: *const c_void,
+    kernel: *mut *mut c_void,
+) -> Status {
+    routing_kernel(api, info, None, kernel)
+}
+
+unsafe extern "C" fn routing_destroy(kernel: *mut c_void) {
+    if !kernel.is_null() {
+        drop(Box::from_raw(kernel as *mut RoutingKernel));
+    }
+}
+
+/// Input `index` of the kernel, present.
+unsafe fn kernel_input(
+    api: Api,
+    ctx: *mut c_void,
+    index: usize,
+    op: &str,
+) -> Result<*const c_void, Status> {
+    type Input = unsafe extern "C" fn(*const c_void, usize, *mut *const c_void) -> Status;
+    let mut v = ptr::null::<c_void>();
+    ort_try!(entry::<Input>(api, KERNEL_CONTEXT_GET_INPUT)(
+        ctx, index, &mut v
+    ));
+    if v.is_null() {
+        let msg = format!("{op}: input {index} is missing");
+        return Err(error(api, ORT_INVALID_ARGUMENT, &msg));
+    }
+    Ok(v)
+}
+
+/// `n` values of type `T` at a tensor's data (an empty slice for none: an empty tensor's
+/// pointer may be null).
+unsafe fn values<'a, T>(api: Api, value: *const c_void, n: usize) -> Result<&'a mut [T], Status> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    Ok(std::slice::from_raw_parts_mut(
+        data_of(api, value as *mut c_void)? as *mut T,
+        n,
+    ))
+}
+
+/// A new output `index` of shape `dims`, as values of type `T`.
+unsafe fn new_output<'a, T>(
+    api: Api,
+    ctx: *mut c_void,
+    index: usize,
+    dims: &[i64],
+) -> Result<&'a mut [T], Status> {
+    let mut out: *mut c_void = ptr::null_mut();
+    ort_try!(kernel_output_at(api, ctx, index, dims, &mut out));
+    values(api, out, dims.iter().map(|&d| d.max(0) as usize).product())
+}
+
+unsafe fn route_compute(k: &RoutingKernel, ctx: *mut c_void) -> Result<(), Status> {
+    let api = k.api;
+    let [x, offs, ids] = kernel_inputs::<3>(api, ctx, "RouteRows")?;
+    let (xd, od, idd) = (shape_of(api, x)?, shape_of(api, offs)?, shape_of(api, ids)?);
+    if xd.len() != 2 || od.len() != 2 || od[1] != xd[1] || idd != [xd[0]] {
+        let msg = format!(
+            "RouteRows: expected hidden [Q, H], draft_offsets [K, H], head_ids [Q]; got \
+             {xd:?}, {od:?}, {idd:?}"
+        );
+        return Err(error(api, ORT_INVALID_ARGUMENT, &msg));
+    }
+    let (q, h, nk) = (xd[0] as usize, xd[1] as usize, od[0] as usize);
+    let head_ids = values::<i64>(api, ids, q)?;
+    let fail =
+        |e: codecspec_core::Error| error(api, ORT_INVALID_ARGUMENT, &format!("RouteRows: {e}"));
+    let ph = codecspec_core::pair_heads(head_ids, nk, k.heads).map_err(fail)?;
+    let order = new_output::<i64>(api, ctx, 0, &[ph.len() as i64])?;
+    let mut outs = Vec::with_capacity(k.heads);
+    for (i, n) in codecspec_core::rows_per_head(&ph, k.heads, k.multiple)
+        .into_iter()
+        .enumerate()
+    {
+        outs.push(new_output::<f32>(api, ctx, 1 + i, &[n as i64, h as i64])?);
+    }
+    let hidden = values::<f32>(api, x, q * h)?;
+    let offsets = values::<f32>(api, offs, nk * h)?;
+    codecspec_core::route_rows(hidden, offsets, &ph, h, &mut outs, order).map_err(fail)
+}
+
+unsafe fn merge_compute(k: &RoutingKernel, ctx: *mut c_void) -> Result<(), Status> {
+    let api = k.api;
+    let [ord, ids] = kernel_inputs::<2>(api, ctx, "MergeRows")?;
+    let (od, idd) = (shape_of(api, ord)?, shape_of(api, ids)?);
+    let mut sources = Vec::with_capacity(k.heads);
+    let mut vocab = None;
+    for i in 0..k.heads {
+        let v = kernel_input(api, ctx, 2 + i, "MergeRows")?;
+        let d = shape_of(api, v)?;
+        if d.len() != 2 || vocab.is_some_and(|w| w != d[1]) || d[1] <= 0 {
+            let msg = format!(
+                "MergeRows: head {i}'s logits must be [rows, V] like the others, got {d:?}"
+            );
+            return Err(error(api, ORT_INVALID_ARGUMENT, &msg));
+        }
+        vocab = Some(d[1]);
+        sources.push(&*values::<f32>(api, v, (d[0].max(0) * d[1]) as usize)?);
+    }
+    let v = vocab.unwrap_or(1) as usize;
+    let (p, q) = (
+        od.first().copied().unwrap_or(-1),
+        idd.first().copied().unwrap_or(-1),
+    );
+    if od.len() != 1 || idd.len() != 1 || (q == 0 && p != 0) || (q > 0 && (p % q != 0 || p < q)) {
+        let msg = format!(
+            "MergeRows: order [P] must hold whole rows of head_ids [Q]; got {od:?}, {idd:?}"
+        );
+        return Err(error(api, ORT_INVALID_ARGUMENT, &msg));
+    }
+    let (p, q) = (p as usize, q as usize);
+    let drafts_per_row = p.checked_div(q).map_or(0, |c| c - 1);
+    let logits = new_output::<f32>(api, ctx, 0, &[q as i64, v as i64])?;
+    let drafts = new_output::<f32>(api, ctx, 1, &[q as i64, drafts_per_row as i64, v as i64])?;
+    if q == 0 {
+        return Ok(());
+    }
+    let order = values::<i64>(api, ord, p)?;
+    codecspec_core::merge_rows(order, &sources, v, logits, drafts)
+        .map_err(|e| error(api, ORT_INVALID_ARGUMENT, &format!("MergeRows: {e}")))
+}
+
+unsafe extern "C" fn route_compute_v2(kernel: *mut c_void, ctx: *mut c_void) -> Status {
+    let k = &*(kernel as *const RoutingKernel);
+    match std::panic::catch_unwind(|| route_compute(k, ctx)) {
+        Ok(Ok(())) => ptr::null_mut(),
+        Ok(Err(status)) => status,
+        Err(_) => error(k.api, ORT_FAIL, "RouteRows: internal error"),
+    }
+}
+
+unsafe extern "C" fn merge_compute_v2(kernel: *mut c_void, ctx: *mut c_void) -> Status {
+    let k = &*(kernel as *const RoutingKernel);
+    match std::panic::catch_unwind(|| merge_compute(k, ctx)) {
+        Ok(Ok(())) => ptr::null_mut(),
+        Ok(Err(status)) => status,
+        Err(_) => error(k.api, ORT_FAIL, "MergeRows: internal error"),
+    }
+}
+
+unsafe extern "C" fn route_name(_: *const OrtCustomOp) -> *const c_char {
+    c"RouteRows".as_ptr()
+}
+unsafe extern "C" fn merge_name(_: *const OrtCustomOp) -> *const c_char {
+    c"MergeRows".as_ptr()
+}
+unsafe extern "C" fn two(_: *const OrtCustomOp) -> usize {
+    2
+}
+const VARIADIC: c_int = 2; // INPUT_OUTPUT_VARIADIC: the last input or output, any count >= 1
+unsafe extern "C" fn route_input_type(_: *const OrtCustomOp, i: usize) -> c_int {
+    if i == 2 {
+        ELEMENT_INT64
+    } else {
+        ELEMENT_FLOAT
+    }
+}
+unsafe extern "C" fn route_output_type(_: *const OrtCustomOp, i: usize) -> c_int {
+    if i == 0 {
+        ELEMENT_INT64
+    } else {
+        ELEMENT_FLOAT
+    }
+}
+unsafe extern "C" fn merge_input_type(_: *const OrtCustomOp, i: usize) -> c_int {
+    if i < 2 {
+        ELEMENT_INT64
+    } else {
+        ELEMENT_FLOAT
+    }
+}
+unsafe extern "C" fn second_variadic(_: *const OrtCustomOp, i: usize) -> c_int {
+    if i == 1 {
+        VARIADIC
+    } else {
+        0
+    }
+}
+unsafe extern "C" fn third_variadic(_: *const OrtCustomOp, i: usize) -> c_int {
+    if i == 2 {
+        VARIADIC
+    } else {
+        0
+    }
+}
+
 type Create =
     unsafe extern "C" fn(*const OrtCustomOp, Api, *const c_void, *mut *mut c_void) -> Status;
 type Compute = unsafe extern "C" fn(*mut c_void, *mut c_void) -> Status;
@@ -493,6 +756,32 @@ static SNAKE_BETA: OrtCustomOp = float_op(
     snake_destroy,
 );
 
+static ROUTE_ROWS: OrtCustomOp = OrtCustomOp {
+    get_input_type: route_input_type,
+    get_output_type: route_output_type,
+    get_output_type_count: two,
+    get_output_characteristic: second_variadic,
+    ..float_op(
+        route_name,
+        three,
+        route_create,
+        route_compute_v2,
+        routing_destroy,
+    )
+};
+static MERGE_ROWS: OrtCustomOp = OrtCustomOp {
+    get_input_type: merge_input_type,
+    get_input_characteristic: third_variadic,
+    get_output_type_count: two,
+    ..float_op(
+        merge_name,
+        three,
+        merge_create,
+        merge_compute_v2,
+        routing_destroy,
+    )
+};
+
 /// onnxruntime's entry point for a custom-op library: adds domain `ai.codecspec` to the
 /// session options. The domain object is leaked on purpose: it must outlive every session
 /// made from those options, and there is one per registration.
@@ -519,7 +808,7 @@ pub unsafe extern "C" fn RegisterCustomOps(
     if !s.is_null() {
         return s;
     }
-    for op in [&SNAKE_BETA, &PLACED_ATTENTION] {
+    for op in [&SNAKE_BETA, &PLACED_ATTENTION, &ROUTE_ROWS, &MERGE_ROWS] {
         let s = entry::<Add>(api, CUSTOM_OP_DOMAIN_ADD)(domain, op);
         if !s.is_null() {
             return s;

@@ -24,7 +24,8 @@ __all__ = ["Qwen3Checkpoint", "TalkerSpec", "GenerationDefaults", "CACHE_FORMAT"
 # 2: the code predictor graph scores its 15 heads itself (heads="grouped")
 # 3: a head_dim that is not a multiple of 8 gets the standard-ops attention graph
 # 5: K/V joined, bf16 table; 6: int8 block 128; 7: talker in place; 8: predictor placed_op
-CACHE_FORMAT = "qwen3-tts-8"
+# 9: the predictor's heads routed by codecspec's RouteRows / MergeRows
+CACHE_FORMAT = "qwen3-tts-9"
 
 # Qwen3TTSTalkerConfig defaults for keys a config.json may omit.
 _TALKER_DEFAULTS = {

@@ -27,8 +27,10 @@ Text-embedding rows are read from the checkpoint per request (the table is 15193
 
 Weight-only quantised variants (`--weights int8|int4`, graphs.quantize) are derived from the
 float32 graphs on first use, in the same entry and just as atomically: talker.int8.onnx,
-depth.int8.onnx (heads included), and their int4 twins; depth.int8.b64.onnx instead where
-8-bit blocks of 128 are not row-exact on this CPU (`quantize.row_exact_block_size`).
+depth.int8.onnx (heads included), and their int4 twins; depth.int8.b64.onnx or
+depth.int4.b128.m2.onnx instead where another layout is this CPU's fastest row-exact one (64:
+8-bit blocks of 128 are not row-exact; b128.m2: 4-bit blocks of 128 with every call padded to
+an even number of rows; `quantize.row_exact_layout`).
 """
 
 from __future__ import annotations
@@ -320,13 +322,19 @@ QUANTISED_STAGES = ("talker", "depth")
 
 
 def weights_graph(
-    entry: Path, stage: str, weights: str, log=None, block_size: Optional[int] = None
+    entry: Path,
+    stage: str,
+    weights: str,
+    log=None,
+    block_size: Optional[int] = None,
+    row_multiple: int = 1,
 ) -> Path:
     """The graph of `stage` ("talker" | "depth") at `weights` precision in a built entry,
     quantising the float32 graph into `<stage>.<weights>.onnx` first when absent; in blocks of
-    `block_size` input rows where that is not the precision's own (`<stage>.<weights>.b<N>.onnx`:
-    the code predictor's row-exact block on this device, `quantize.row_exact_block_size`)."""
-    from codecspec.graphs.builder import save_model
+    `block_size` input rows where that is not the precision's own (`<stage>.<weights>.b<N>.onnx`)
+    and with calls padded to `row_multiple` rows where that is not 1 (`...b<N>.m<M>.onnx`): the
+    code predictor's row-exact layout on this device, `quantize.row_exact_layout`."""
+    from codecspec.graphs.builder import save_model, set_row_multiple
     from codecspec.graphs.quantize import BLOCK_SIZES, check_weights, quantize_weights
     from codecspec.runtime.depth_graph import heads_sidecar
 
@@ -337,11 +345,14 @@ def weights_graph(
     if weights == "fp32":
         return src
     own = block_size in (None, BLOCK_SIZES[weights])
-    dst = entry / (f"{stage}.{weights}.onnx" if own else f"{stage}.{weights}.b{block_size}.onnx")
+    name = f"{stage}.{weights}" + ("" if own else f".b{block_size}")
+    dst = entry / (name + ("" if row_multiple == 1 else f".m{row_multiple}") + ".onnx")
     if dst.is_file():
         return dst
     t0 = time.perf_counter()
     model = quantize_weights(onnx.load(str(src)), weights, block_size)
+    if row_multiple != 1:
+        set_row_multiple(model, row_multiple)
     # Weights in a .data file beside the graph: onnxruntime then keeps no second copy of
     # them inside the model proto (-116 MB resident for the 0.6B talker). Written under a
     # temporary folder and moved into place data first, so a reader never sees half a pair.
@@ -355,7 +366,9 @@ def weights_graph(
     if stage == "depth":  # offset training reads the heads from the sidecar beside the graph
         _link_or_copy(entry / "depth.heads.npy", heads_sidecar(dst))
     if log:
-        blocks = "" if own else f", blocks of {block_size}"
+        blocks = ("" if own else f", blocks of {block_size}") + (
+            "" if row_multiple == 1 else f", calls padded to {row_multiple} rows"
+        )
         log(f"{stage} graph quantised to {weights}{blocks} ({time.perf_counter() - t0:.1f} s)")
     return dst
 

@@ -193,7 +193,7 @@ class Qwen3TTS:
         self.code_tables = open_rows(entry / "code_embedding.npy")
         calib = self._calibration()
         self.depth = DepthDecoder(
-            weights_graph(entry, "depth", self.weights, log, self._depth_block()),
+            weights_graph(entry, "depth", self.weights, log, *self._depth_layout()),
             provider=provider,
             threads=threads,
             **calib,
@@ -243,17 +243,18 @@ class Qwen3TTS:
         entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
         return cls(ck, entry, provider=provider, threads=threads, tok=tok, weights=weights, log=log)
 
-    def _depth_block(self) -> Optional[int]:
-        """The code predictor's quantisation block: one whose rows are the same bits alone and
-        in a verify call on this device, so that speculation keeps the quantised model's AR
-        law bit for bit (graphs.quantize.row_exact_block_size); None at fp32."""
-        from codecspec.graphs.quantize import row_exact_block_size
+    def _depth_layout(self) -> tuple:
+        """The code predictor's quantisation block and row multiple: a layout whose rows are
+        the same bits alone and in a verify call on this device, so that speculation keeps
+        the quantised model's AR law bit for bit (graphs.quantize.row_exact_layout);
+        (None, 1) at fp32."""
+        from codecspec.graphs.quantize import row_exact_layout
         from codecspec.runtime.providers import resolve
 
         if self.weights == "fp32":
-            return None
+            return None, 1
         cpu = resolve(self.provider)[0] == "CPUExecutionProvider"
-        return row_exact_block_size(self.weights, "cpu" if cpu else "accelerator", self.threads)
+        return row_exact_layout(self.weights, "cpu" if cpu else "accelerator", self.threads)
 
     def calibration_file(self, name: str) -> Path:
         return calibration_file(self.entry, name, self.weights)
