@@ -2,7 +2,7 @@
 
 `codecspec._core` is both the Python extension and an onnxruntime custom-op library: it
 exports `RegisterCustomOps`, so `register(session_options)` makes its operators known to a
-session. The one operator so far:
+session. Its operators:
 
 - `SnakeBeta(x [N, C, T], alpha, inv_beta) -> x + inv_beta * sin(alpha * x)**2` per channel
   (alpha and inv_beta hold C values each), the activation before every convolution of a
@@ -13,6 +13,12 @@ session. The one operator so far:
   float32 rounding (its sine is within 3e-7 of the exact one for |alpha * x| <= 8, and never
   worse than the rounding of its float32 argument up to 8192; beyond that it calls the
   library sine).
+- `PlacedAttention`: a depth decoder layer's attention with every row computed alone over the
+  keys its bias row shows, so a verify call's rows are its AR calls' bits
+  (graphs.builder, attention="placed_op"; docs/graphs.md).
+- `RouteRows` / `MergeRows`: a depth decoder call's (row, draft offset) pairs gathered per LM
+  head before the heads' MatMuls and put back in order after them, two nodes instead of ~90
+  (docs/graphs.md, "Routed heads").
 
 `fuse_snake(model)` rewrites the five-operator chains of a model into SnakeBeta nodes; a graph
 that has them needs `register` on its session options, which is why only CPU sessions get
