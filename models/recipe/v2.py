@@ -168,15 +168,23 @@ def load_checkpoint(path: Path):
 
 
 def frozen_frames(
-    model, corpus: Path, work: Path, train_frames: int, frames: int, seed: int, prev: int = 0
+    model,
+    corpus: Path,
+    work: Path,
+    train_frames: int,
+    frames: int,
+    seed: int,
+    prev: int = 0,
+    frontend=None,
 ):
     """(train, held-out) teacher-forced (h_t, codes) of the corpus's two splits: what a depth
     decoder trains and is judged on with the temporal LM frozen (`prev` > 0: each h_t
-    followed by the codes of the `prev` frames before it, see `teacher_forced`)."""
+    followed by the codes of the `prev` frames before it, see `teacher_forced`; `frontend`:
+    the model's tables, default the corpus's own)."""
     from codecspec.tts.dataset import TTSDataset
 
     codes = work / "codec" / "codes.npz"
-    train_ds = TTSDataset(corpus, codes, "train")
+    train_ds = TTSDataset(corpus, codes, "train", frontend=frontend)
     held_ds = TTSDataset(corpus, codes, "test", frontend=train_ds.frontend)
     train = teacher_forced(model, train_ds, train_frames, seed + 1, prev)
     return train, teacher_forced(model, held_ds, frames, seed, prev)

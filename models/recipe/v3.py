@@ -157,10 +157,15 @@ def cmd_depth(args) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
-    model, ck = load_checkpoint(work / "train" / "ckpt.pt")
+    frontend = None
+    if args.from_folder:  # no checkpoint needed: the shipped weights, read back
+        model, frontend = _folder_model(Path(args.from_folder).expanduser())
+        ck = {"step": f"the folder {args.from_folder}"}
+    else:
+        model, ck = load_checkpoint(work / "train" / "ckpt.pt")
     log(f"teacher-forced h_t of checkpoint step {ck.get('step')}")
     train, held = frozen_frames(
-        model, corpus, work, args.train_frames, args.frames, args.seed, args.prev_frames
+        model, corpus, work, args.train_frames, args.frames, args.seed, args.prev_frames, frontend
     )
     depth = model.depth
     if args.prev_frames:
@@ -187,6 +192,25 @@ def cmd_depth(args) -> int:
     (out / "depth_probe.json").write_text(json.dumps(report, indent=1))
     log(f"held-out depth CE {before.mean():.4f} -> {after.mean():.4f} nats; report in {out}")
     return 0
+
+
+def _folder_model(folder: Path):
+    """(V2Model in eval mode with the weights of shipped folder `folder`, its Frontend): what
+    `depth --from-folder` trains from when the checkpoint is gone (the folder's frontend
+    reads the corpus, so a corpus with more texts maps its phonemes to the folder's ids)."""
+    import json
+
+    from codecspec.families.v2.torch_model import V2Model, V2TemporalConfig
+    from codecspec.families.v2.train_init import load_folder_weights
+    from codecspec.graphs.config import DepthDecoderConfig
+    from codecspec.tts.text import Frontend
+
+    meta = json.loads((folder / "model.json").read_text())
+    tcfg = V2TemporalConfig(**{**meta["temporal_config"], "ce_draft": False})
+    model = V2Model(tcfg, DepthDecoderConfig.from_dict(meta["depth_config"]))
+    frontend = Frontend.from_dict(meta["frontend"])
+    load_folder_weights(model, folder, frontend)
+    return model.eval(), frontend
 
 
 def _with_previous_frames(depth, frames: int, rank: int = 64):
@@ -420,6 +444,11 @@ def main(argv=None) -> int:
     dp.add_argument("--frames", type=int, default=4096, help="held-out frames")
     dp.add_argument("--threads", type=int, default=2)
     dp.add_argument("--seed", type=int, default=0)
+    dp.add_argument(
+        "--from-folder",
+        default=None,
+        help="start from this shipped v3 folder's weights instead of <work>/train/ckpt.pt",
+    )
     dp.add_argument(
         "--prev-frames", type=int, default=0, help="condition on the codes of K frames before"
     )
