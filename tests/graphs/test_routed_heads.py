@@ -163,3 +163,49 @@ def test_this_devices_layout_keeps_the_ar_law_bit_for_bit(weights, precision):
     if multiple > 1:
         lone = DepthDecoder(set_row_multiple(g, 1).SerializeToString(), tree=tree, threads=1)
         assert not probe_tree_rows(lone, *_frames(6))["bitwise"]
+
+
+def test_a_padded_graph_decodes_as_the_unpadded_one(weights):
+    """The runtime's padding (BoundCall and DepthGraph.__call__ for row_multiple 2) on any
+    CPU: float32 rows do not depend on their call, so the padded graph's codes and logits are
+    the unpadded graph's, in AR and speculative frames, and the pad rows never reach the host
+    (nor its K/V cache)."""
+    import copy
+
+    import codecspec as cs
+    from codecspec.decode import DepthDecoder
+    from codecspec.graphs.builder import set_row_multiple
+    from codecspec.runtime.depth_graph import DepthGraph
+
+    g = build_depth_graph(CFG, weights, heads="grouped", attention="placed_op")
+    padded = set_row_multiple(copy.deepcopy(g), 2)
+    tree = cs.DraftTree.from_paths([(0,), (1,), (0, 0)])  # 4 nodes, and AR calls of 1 row
+    kw = dict(tree=tree, params=cs.SamplingParams(0.0, 0, 1.0), threads=1)
+    plain, pad = (
+        DepthDecoder(g.SerializeToString(), **kw),
+        DepthDecoder(padded.SerializeToString(), **kw),
+    )
+    assert pad.graph.row_multiple == 2 and plain.graph.row_multiple == 1
+    assert pad._step_call.logits.shape == plain._step_call.logits.shape
+    hiddens, c0s = _frames(6)
+    for h, c0 in zip(hiddens, c0s):
+        for mode in ("ar", "spec"):
+            a = plain.decode_frame(h, int(c0), cs.Generator(0), mode)
+            b = pad.decode_frame(h, int(c0), cs.Generator(0), mode)
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(
+            pad._step_call.logits, plain._step_call.logits, rtol=0, atol=1e-5
+        )
+    # the unbound path: a call of 3 rows runs 4, the host sees 3
+    feeds = _feeds(np.random.default_rng(4), 3, 1, [0, 2, 5])
+    c = CFG
+    kv = feeds["past_kv"].reshape(c.num_layers, -1, 2, c.num_kv_heads, c.head_dim)
+    keys = np.ascontiguousarray(kv[:, :, 0].transpose(0, 2, 1, 3))
+    values = np.ascontiguousarray(kv[:, :, 1].transpose(0, 2, 1, 3))
+    args = [feeds[k] for k in ("input_ids", "input_embeds", "position_ids", "attention_bias")]
+    extra = (feeds["head_ids"], feeds["draft_offsets"])
+    outs_plain = DepthGraph(g.SerializeToString(), "cpu", 1)(*args, keys, values, *extra)
+    outs_pad = DepthGraph(padded.SerializeToString(), "cpu", 1)(*args, keys, values, *extra)
+    for a, b in zip(outs_plain, outs_pad):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
