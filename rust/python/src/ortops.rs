@@ -187,6 +187,16 @@ unsafe fn kernel_output_at(
     entry::<Output>(api, KERNEL_CONTEXT_GET_OUTPUT)(ctx, index, dims.as_ptr(), dims.len(), out)
 }
 
+/// A kernel's result as onnxruntime's status: a Rust panic becomes an error naming `op`, never
+/// an unwind across the C boundary.
+unsafe fn guarded(api: Api, op: &str, run: impl FnOnce() -> Result<(), Status>) -> Status {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(Ok(())) => ptr::null_mut(),
+        Ok(Err(status)) => status,
+        Err(_) => error(api, ORT_FAIL, &format!("{op}: internal error")),
+    }
+}
+
 // ------------------------------------------------------------------------------ SnakeBeta
 struct Kernel {
     api: Api,
@@ -279,11 +289,7 @@ unsafe extern "C" fn snake_create(
 
 unsafe extern "C" fn snake_compute_v2(kernel: *mut c_void, ctx: *mut c_void) -> Status {
     let api = (*(kernel as *const Kernel)).api;
-    match std::panic::catch_unwind(|| snake_compute(api, ctx)) {
-        Ok(Ok(())) => ptr::null_mut(),
-        Ok(Err(status)) => status,
-        Err(_) => error(api, ORT_FAIL, "SnakeBeta: internal error"),
-    }
+    guarded(api, "SnakeBeta", || snake_compute(api, ctx))
 }
 
 unsafe extern "C" fn snake_destroy(kernel: *mut c_void) {
@@ -439,11 +445,7 @@ unsafe fn attention_compute(k: &AttentionKernel, ctx: *mut c_void) -> Result<(),
 
 unsafe extern "C" fn attention_compute_v2(kernel: *mut c_void, ctx: *mut c_void) -> Status {
     let k = &*(kernel as *const AttentionKernel);
-    match std::panic::catch_unwind(|| attention_compute(k, ctx)) {
-        Ok(Ok(())) => ptr::null_mut(),
-        Ok(Err(status)) => status,
-        Err(_) => error(k.api, ORT_FAIL, "PlacedAttention: internal error"),
-    }
+    guarded(k.api, "PlacedAttention", || attention_compute(k, ctx))
 }
 
 unsafe extern "C" fn attention_destroy(kernel: *mut c_void) {
@@ -644,20 +646,12 @@ unsafe fn merge_compute(k: &RoutingKernel, ctx: *mut c_void) -> Result<(), Statu
 
 unsafe extern "C" fn route_compute_v2(kernel: *mut c_void, ctx: *mut c_void) -> Status {
     let k = &*(kernel as *const RoutingKernel);
-    match std::panic::catch_unwind(|| route_compute(k, ctx)) {
-        Ok(Ok(())) => ptr::null_mut(),
-        Ok(Err(status)) => status,
-        Err(_) => error(k.api, ORT_FAIL, "RouteRows: internal error"),
-    }
+    guarded(k.api, "RouteRows", || route_compute(k, ctx))
 }
 
 unsafe extern "C" fn merge_compute_v2(kernel: *mut c_void, ctx: *mut c_void) -> Status {
     let k = &*(kernel as *const RoutingKernel);
-    match std::panic::catch_unwind(|| merge_compute(k, ctx)) {
-        Ok(Ok(())) => ptr::null_mut(),
-        Ok(Err(status)) => status,
-        Err(_) => error(k.api, ORT_FAIL, "MergeRows: internal error"),
-    }
+    guarded(k.api, "MergeRows", || merge_compute(k, ctx))
 }
 
 unsafe extern "C" fn route_name(_: *const OrtCustomOp) -> *const c_char {
