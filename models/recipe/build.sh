@@ -35,13 +35,16 @@ OPENBLAS_NUM_THREADS=1 python3 models/recipe/v2.py --work "$CACHE/v2" ship --out
 python3 models/recipe/v2_card.py --model "$V2OUT"
 
 # Reference model v3, the default (docs/reference_model_v3.md): first weights on 4 h of timed
-# espeak-ng speech, continued on 12 h, shipped into python/codecspec/models/v3; then its seed
-# comparisons (speed/quality per decoding mode; the depth-loop ablation comes with `ship`),
-# whether temporal speculation pays (model.json), the words-recognised run and the card.
-# About 4 h on 2 cores; `train` resumes from its checkpoint when rerun.
+# espeak-ng speech, continued on 12 h, its depth decoder then trained alone on 24 h, shipped
+# into python/codecspec/models/v3; then its seed comparisons (speed/quality per decoding mode;
+# the depth-loop ablation comes with `ship`), whether temporal speculation pays (model.json),
+# the words-recognised run and the card. About 6 h on 2 cores; `train` resumes from its
+# checkpoint when rerun.
 V3FIRST="$CACHE/v3_first"
+V3SECOND="$CACHE/v3_second"
 v3a() { python3 models/recipe/v3.py --corpus "$CACHE/corpus_v3" --work "$CACHE/v3" "$@"; }
 v3b() { python3 models/recipe/v3.py --corpus "$CACHE/corpus_v3x" --work "$CACHE/v3x" "$@"; }
+v3c() { python3 models/recipe/v3.py --corpus "$CACHE/corpus_v3y" --work "$CACHE/v3y" "$@"; }
 v3a corpus
 v3a codec
 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 v3a train --minutes 70 --no-ce-draft --threads 1
@@ -53,7 +56,21 @@ OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 v3b train --init-from "$V3FIRST" --init
     --no-ce-draft --threads 2
 # the stop head fitted again on frames past the track's end (the runaways), then shipped
 OMP_NUM_THREADS=2 v3b stop --hidden 64
-OPENBLAS_NUM_THREADS=1 v3b ship --checkpoint "$CACHE/v3x/stop/ckpt.pt" --no-distance
+OPENBLAS_NUM_THREADS=1 v3b ship --checkpoint "$CACHE/v3x/stop/ckpt.pt" --out "$V3SECOND" \
+    --no-ablation --no-distance
+# the depth decoder alone, on the teacher-forced frames of 24 h (three passes, ~110 min)
+v3c corpus --hours 24
+v3c codec
+D="$CACHE/v3y"
+OMP_NUM_THREADS=2 v3c depth --from-folder "$V3SECOND" --model "$V3SECOND" --out "$D/depth24" \
+    --train-frames 1000000 --steps 2400 --threads 2
+OMP_NUM_THREADS=2 v3c depth --from-folder "$D/depth24" --model "$D/depth24" --out "$D/depth24b" \
+    --train-frames 1000000 --steps 1800 --threads 2
+OMP_NUM_THREADS=2 v3c depth --from-folder "$D/depth24b" --model "$D/depth24b" \
+    --out "$D/depth24c" --train-frames 1300000 --steps 2400 --seed 1 --threads 2
+v3c checkpoint --from-folder "$D/depth24c" --out "$D/depth24c.pt" --depth-reports \
+    "$D/depth24/depth_probe.json" "$D/depth24b/depth_probe.json" "$D/depth24c/depth_probe.json"
+OPENBLAS_NUM_THREADS=1 v3c ship --checkpoint "$D/depth24c.pt" --no-distance
 python3 -m pip install -q ".[quality]"
 python3 bench/speed_quality.py --model v3 --seeds 3 --threads 1 --out docs/speed_quality_rounds
 python3 models/recipe/v3.py temporal

@@ -38,7 +38,10 @@ V3_SAMPLING_CHOICE = (
     "(python models/recipe/v3.py listen --temperature T --top-k K); one law for both stages: "
     "on 72 further held-out corpus texts (2 seeds) neither a greedy depth stage (-0.6 points, "
     "paired 95% CI -4.4 to +3.1) nor greedy everywhere (+2.5, -1.6 to +6.6) beat it "
-    "(bench/v3_word_loss.py, docs/quality.md)"
+    "(bench/v3_word_loss.py, docs/quality.md); re-checked on the depth decoder trained on "
+    "24 h (after its second pass), 36 further held-out corpus texts: depth at T 0.3 -2.1 "
+    "points (-9.3 to +6.1), greedy depth +1.2 (-6.5 to +8.9), so the one law stays "
+    "(docs/v3_sampling_depth24b.json)"
 )
 
 

@@ -503,6 +503,7 @@ def export_folder(args, out: Path):
     from codecspec.families.v2.model import V2_FORMAT
     from codecspec.families.v2.torch_model import export_onnx
     from codecspec.tts.dataset import TTSDataset
+    from codecspec.tts.text import Frontend
 
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -513,7 +514,9 @@ def export_folder(args, out: Path):
     codec_file = "codec.npz" if aligned else "codec_v2.npz"
     codec_src = ROOT / "models/reference/codec.npz" if aligned else None
     shutil.copy(codec_src or work / "codec" / "codec_v2.npz", out / codec_file)
-    train = TTSDataset(corpus, codes, "train")
+    # a checkpoint made from a folder keeps that folder's phoneme ids (`v3.py checkpoint`)
+    frontend = Frontend.from_dict(ck["frontend"]) if "frontend" in ck else None
+    train = TTSDataset(corpus, codes, "train", frontend=frontend)
     held = TTSDataset(corpus, codes, "test", frontend=train.frontend)
     log(f"exporting graphs (draft: {ck['draft_choice']})")
     sizes = export_graphs(model, out, export_temporal=export_onnx)
@@ -643,7 +646,7 @@ def cmd_ship(args) -> int:
         "sizes": sizes,
         "train": {
             k: ck[k]
-            for k in ("step", "seconds", "train_args", "draft_choice", "stop_refit")
+            for k in ("step", "seconds", "train_args", "draft_choice", "stop_refit", "depth_passes")
             if k in ck
         }
         | {"curves": ck["curves"], "parameters": params_count},

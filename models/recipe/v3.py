@@ -160,7 +160,7 @@ def cmd_depth(args) -> int:
     frontend = None
     if args.from_folder:  # no checkpoint needed: the shipped weights, read back
         model, frontend = _folder_model(Path(args.from_folder).expanduser())
-        ck = {"step": f"the folder {args.from_folder}"}
+        ck = {"step": f"the folder {_home_relative(args.from_folder)}"}
     else:
         model, ck = load_checkpoint(work / "train" / "ckpt.pt")
     log(f"teacher-forced h_t of checkpoint step {ck.get('step')}")
@@ -194,6 +194,11 @@ def cmd_depth(args) -> int:
     return 0
 
 
+def _home_relative(text: str) -> str:
+    """`text` with the home directory written as ~ (reports travel with shipped folders)."""
+    return text.replace(str(Path.home()), "~")
+
+
 def _folder_model(folder: Path):
     """(V2Model in eval mode with the weights of shipped folder `folder`, its Frontend): what
     `depth --from-folder` trains from when the checkpoint is gone (the folder's frontend
@@ -211,6 +216,46 @@ def _folder_model(folder: Path):
     frontend = Frontend.from_dict(meta["frontend"])
     load_folder_weights(model, folder, frontend)
     return model.eval(), frontend
+
+
+def cmd_checkpoint(args) -> int:
+    """A training checkpoint of a v3 folder's weights, for `ship --checkpoint`: how a depth
+    decoder trained on by `depth --from-folder` becomes the shipped one (the ship step then
+    remakes the offsets, trees, calibration, ablation and report for it). The checkpoint
+    carries the folder's frontend (its phoneme ids, which a larger corpus would renumber),
+    the training record of the folder's report and the reports of the depth passes; it is
+    written only when the ship step's export of it reproduces the folder bit for bit."""
+    import json
+
+    import torch
+    from v2 import _ship_export
+
+    from codecspec.families.v2.train_init import reexport_mismatches
+
+    folder = Path(args.from_folder).expanduser()
+    model, frontend = _folder_model(folder)
+    bad = reexport_mismatches(model, folder, _ship_export)
+    if bad:
+        raise SystemExit(f"the export of the weights read from {folder} differs: {bad[:5]}")
+    meta = json.loads((folder / "model.json").read_text())
+    report = json.loads((folder / "report.json").read_text())["train"]
+    passes = [json.loads(Path(r).expanduser().read_text()) for r in args.depth_reports]
+    for p in passes:  # a shipped report names no path of the machine that built it
+        p["checkpoint_step"] = _home_relative(str(p["checkpoint_step"]))
+    ck = {k: report[k] for k in ("step", "seconds", "train_args", "stop_refit") if k in report}
+    ck |= {
+        "state_dict": model.state_dict(),
+        "temporal_config": {**meta["temporal_config"], "ce_draft": False},
+        "depth_config": meta["depth_config"],
+        "frontend": frontend.to_dict(),
+        "curves": report["curves"],
+        "depth_passes": passes,
+    }  # fmt: skip
+    out = Path(args.out).expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(ck, out)
+    log(f"{folder}: re-export identical; {len(passes)} depth passes recorded -> {out}")
+    return 0
 
 
 def _with_previous_frames(depth, frames: int, rank: int = 64):
@@ -453,6 +498,16 @@ def main(argv=None) -> int:
         "--prev-frames", type=int, default=0, help="condition on the codes of K frames before"
     )
     dp.set_defaults(fn=cmd_depth)
+    ck = sub.add_parser("checkpoint", help="a v3 folder's weights as a checkpoint for ship")
+    ck.add_argument("--from-folder", required=True, help="a v3 folder (a depth probe's)")
+    ck.add_argument("--out", required=True, help="the checkpoint file")
+    ck.add_argument(
+        "--depth-reports",
+        nargs="*",
+        default=[],
+        help="depth_probe.json of each depth pass, in order (recorded in the report)",
+    )
+    ck.set_defaults(fn=cmd_checkpoint)
     li = sub.add_parser("listen", help="words recognised on held-out corpus texts (a probe)")
     li.add_argument("--model", default=str(SHIP_DIR), help="a v3 folder")
     li.add_argument("--export", default=None, help="export the current checkpoint here first")

@@ -114,3 +114,44 @@ def test_training_data_with_other_speaker_ids_is_refused():
     d["speakers"]["names"][-1] = "m7"  # a voice the folder never heard, in m3's row
     with pytest.raises(ValueError, match="frontend"):
         load_folder_weights(_fresh_model(), MODEL, Frontend.from_dict(d))
+
+
+def _recipe(name):
+    sys.path.insert(0, str(RECIPE))
+    return __import__(name)
+
+
+def test_folder_checkpoint_ships_the_folder_and_keeps_its_phoneme_ids(tmp_path):
+    """`v3.py checkpoint`: a folder's weights as the checkpoint `ship` reads — loaded back,
+    its export is the folder's, tensor for tensor; it carries the folder's frontend (a
+    larger corpus would number the phonemes otherwise) and the depth passes' reports
+    without this machine's home directory."""
+    from codecspec.families.v2.train_init import reexport_mismatches
+
+    v2, v3 = _recipe("v2"), _recipe("v3")
+    report = tmp_path / "depth_probe.json"
+    report.write_text(json.dumps({"checkpoint_step": f"the folder {Path.home()}/x"}))
+    out = tmp_path / "ckpt.pt"
+    v3.main(["checkpoint", "--from-folder", str(MODEL), "--out", str(out),
+             "--depth-reports", str(report)])  # fmt: skip
+    model, ck = v2.load_checkpoint(out)
+    assert reexport_mismatches(model, MODEL, _ship_export) == []
+    meta = json.loads((MODEL / "model.json").read_text())
+    assert ck["frontend"] == meta["frontend"]
+    assert ck["depth_passes"] == [{"checkpoint_step": "the folder ~/x"}]
+
+
+def test_folder_checkpoint_refuses_an_export_that_differs(tmp_path, monkeypatch):
+    """The guard is live: an export that is not the folder's writes no checkpoint."""
+    v2, v3 = _recipe("v2"), _recipe("v3")
+
+    def shifted(model, out):
+        with torch.no_grad():
+            next(model.depth.parameters()).add_(1e-2)  # one tensor off by a little
+        _ship_export(model, out)
+
+    monkeypatch.setattr(v2, "_ship_export", shifted)
+    out = tmp_path / "ckpt.pt"
+    with pytest.raises(SystemExit, match="differs"):
+        v3.main(["checkpoint", "--from-folder", str(MODEL), "--out", str(out)])
+    assert not out.exists()
