@@ -195,8 +195,9 @@ def cmd_depth(args) -> int:
 
 
 def _home_relative(text: str) -> str:
-    """`text` with the home directory written as ~ (reports travel with shipped folders)."""
-    return text.replace(str(Path.home()), "~")
+    """`text` with the checkout's paths relative to it and the home directory written as ~
+    (reports travel with shipped folders, which name no path of the machine that built them)."""
+    return text.replace(str(ROOT) + "/", "").replace(str(Path.home()), "~")
 
 
 def _folder_model(folder: Path):

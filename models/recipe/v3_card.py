@@ -76,21 +76,22 @@ def _training(t: dict) -> str:
 
 def _depth_passes(passes: list) -> str:
     """The depth decoder trained on alone afterwards (`v3.py depth --from-folder`, one
-    report per pass), with the held-out cross-entropy it moved."""
+    report per pass), with the held-out cross-entropy each pass moved (each pass judges on
+    the held-out frames its seed picks, so the passes are listed, not chained)."""
     if not passes:
         return ""
     mean = lambda ce: sum(ce) / len(ce)  # noqa: E731  (the per-level CEs, averaged)
     each = "; ".join(
-        f"{p['steps']:,} steps of {p['batch']} at lr {p['lr']} ({p['seconds'] / 60:.0f} min)"
+        f"{p['steps']:,} steps of {p['batch']} at lr {p['lr']}, {p['seconds'] / 60:.0f} min: "
+        f"{mean(p['ce_before']):.3f} -> {mean(p['ce_after']):.3f} nats"
         for p in passes
     )
+    frames = max(p["train_frames"] for p in passes)
     return (
-        f" Then the depth decoder alone was trained further on "
-        f"{passes[0]['train_frames']:,} frozen teacher-forced frames of the 24 h timed corpus "
-        f"in {len(passes)} passes ({each}; `v3.py depth --from-folder`): held-out depth "
-        f"cross-entropy {mean(passes[0]['ce_before']):.3f} -> "
-        f"{mean(passes[-1]['ce_after']):.3f} nats; the temporal LM, draft and stop head "
-        "are unchanged by it."
+        f" Then the depth decoder alone was trained further on up to {frames:,} frozen "
+        f"teacher-forced frames of the 24 h timed corpus in {len(passes)} passes "
+        f"(`v3.py depth --from-folder`; held-out depth cross-entropy per pass: {each}); the "
+        "temporal LM, draft and stop head are unchanged by it."
     )
 
 
@@ -191,9 +192,9 @@ def card(model: Path, q: dict | None, qpath: Path = None, words: dict | None = N
         "`docs/quality.md`); IPA input (`phonemes=`) is refused.",
         _hours_line(t, q, words),
         "- Sampling default T 0.6 / top-k 20 for c0 and the depth levels alike (`model.json`; "
-        "a greedy or cooler depth stage did not beat it on held-out corpus texts, "
-        "`docs/quality.md`); the recipe writes it into every v3 folder it exports or ships, "
-        "so a probe judges a checkpoint as it will run.",
+        "a greedy or cooler depth stage did not beat it on held-out corpus texts, with the "
+        "12 h depth decoder or the 24 h one, `docs/quality.md`); the recipe writes it into "
+        "every v3 folder it exports or ships, so a probe judges a checkpoint as it will run.",
     ]
     return "\n".join(lines) + "\n"
 
