@@ -203,3 +203,22 @@ def test_a_model_folder_decides_through_the_one_reader(tmp_path):
     (dst / DECISION_FILE).unlink()
     (dst / "device_profile.json").unlink()
     assert load_model(dst).speculation_pays is False
+
+
+@pytest.mark.parametrize(
+    ("simulated", "end_to_end", "speculate"),
+    [
+        (1.05, {"speedup": 1.03}, True),
+        (1.05, None, True),  # no timed run: the replay decides
+        (1.017, {"speedup": 0.924}, False),  # the replay ahead, the real decoder behind
+        (0.98, {"speedup": 1.2}, False),
+    ],
+)
+def test_the_timed_decoder_has_the_last_word(simulated, end_to_end, speculate):
+    """Speculate only where the replay and, when it was measured, the real decoder timed end
+    to end both beat the AR loop; a rule that reads the replay alone is caught."""
+    from codecspec.calibrate.device import speculation_wins
+
+    assert speculation_wins(simulated, end_to_end) is speculate
+    replay_only = simulated > 1.0  # the rule before: wrong on the third case
+    assert (replay_only == speculate) is (end_to_end is None or end_to_end["speedup"] > 1.0)
