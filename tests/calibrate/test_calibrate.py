@@ -286,8 +286,10 @@ def test_calibrate_end_to_end(model, tmp_path):
     decision = read_decision(out)
     assert decision == res.decision and decision.source == out / "decision.json"
     timed = prof["end_to_end"]["speedup"]
-    assert decision.speculate is prof["speculation_pays"] is (
-        res.simulated_speedup > 1.0 and timed > 1.0
+    assert (
+        decision.speculate
+        is prof["speculation_pays"]
+        is (res.simulated_speedup > 1.0 and timed > 1.0)
     )
     assert decision.measured["chosen_budget"] == res.budget
     assert decision.device["threads"] == 1 and "cpu_flags" in decision.device
