@@ -160,7 +160,7 @@ def cmd_depth(args) -> int:
     frontend = None
     if args.from_folder:  # no checkpoint needed: the shipped weights, read back
         model, frontend = _folder_model(Path(args.from_folder).expanduser())
-        ck = {"step": f"the folder {_home_relative(args.from_folder)}"}
+        ck = {"step": f"the folder {_portable_path(args.from_folder)}"}
     else:
         model, ck = load_checkpoint(work / "train" / "ckpt.pt")
     log(f"teacher-forced h_t of checkpoint step {ck.get('step')}")
@@ -194,7 +194,7 @@ def cmd_depth(args) -> int:
     return 0
 
 
-def _home_relative(text: str) -> str:
+def _portable_path(text: str) -> str:
     """`text` with the checkout's paths relative to it and the home directory written as ~
     (reports travel with shipped folders, which name no path of the machine that built them)."""
     return text.replace(str(ROOT) + "/", "").replace(str(Path.home()), "~")
@@ -242,7 +242,7 @@ def cmd_checkpoint(args) -> int:
     report = json.loads((folder / "report.json").read_text())["train"]
     passes = [json.loads(Path(r).expanduser().read_text()) for r in args.depth_reports]
     for p in passes:  # a shipped report names no path of the machine that built it
-        p["checkpoint_step"] = _home_relative(str(p["checkpoint_step"]))
+        p["checkpoint_step"] = _portable_path(str(p["checkpoint_step"]))
     ck = {k: report[k] for k in ("step", "seconds", "train_args", "stop_refit") if k in report}
     ck |= {
         "state_dict": model.state_dict(),
