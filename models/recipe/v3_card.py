@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from statistics import fmean  # the per-level cross-entropies, averaged
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_RUN_MINUTES = 70  # the first weights' run on 4 h (git 2fadbef); later runs report theirs
@@ -80,10 +81,9 @@ def _depth_passes(passes: list) -> str:
     the held-out frames its seed picks, so the passes are listed, not chained)."""
     if not passes:
         return ""
-    mean = lambda ce: sum(ce) / len(ce)  # noqa: E731  (the per-level CEs, averaged)
     each = "; ".join(
         f"{p['steps']:,} steps of {p['batch']} at lr {p['lr']}, {p['seconds'] / 60:.0f} min: "
-        f"{mean(p['ce_before']):.3f} -> {mean(p['ce_after']):.3f} nats"
+        f"{fmean(p['ce_before']):.3f} -> {fmean(p['ce_after']):.3f} nats"
         for p in passes
     )
     frames = max(p["train_frames"] for p in passes)

@@ -216,9 +216,7 @@ def test_a_model_folder_decides_through_the_one_reader(tmp_path):
 )
 def test_the_timed_decoder_has_the_last_word(simulated, end_to_end, speculate):
     """Speculate only where the replay and, when it was measured, the real decoder timed end
-    to end both beat the AR loop; a rule that reads the replay alone is caught."""
+    to end both beat the AR loop; the rule that read the replay alone fails the third case."""
     from codecspec.calibrate.device import speculation_wins
 
     assert speculation_wins(simulated, end_to_end) is speculate
-    replay_only = simulated > 1.0  # the rule before: wrong on the third case
-    assert (replay_only == speculate) is (end_to_end is None or end_to_end["speedup"] > 1.0)
