@@ -38,7 +38,7 @@ python3 models/recipe/v2_card.py --model "$V2OUT"
 # espeak-ng speech, continued on 12 h, its depth decoder then trained alone on 24 h, shipped
 # into python/codecspec/models/v3; then its seed comparisons (speed/quality per decoding mode;
 # the depth-loop ablation comes with `ship`), whether temporal speculation pays (model.json),
-# the words-recognised run and the card. About 6 h on 2 cores; `train` resumes from its
+# the words-recognised run and the card. About 7 h on 2 cores; `train` resumes from its
 # checkpoint when rerun.
 V3FIRST="$CACHE/v3_first"
 V3SECOND="$CACHE/v3_second"
@@ -58,19 +58,24 @@ OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 v3b train --init-from "$V3FIRST" --init
 OMP_NUM_THREADS=2 v3b stop --hidden 64
 OPENBLAS_NUM_THREADS=1 v3b ship --checkpoint "$CACHE/v3x/stop/ckpt.pt" --out "$V3SECOND" \
     --no-ablation --no-distance
-# the depth decoder alone, on the teacher-forced frames of 24 h (three passes, ~110 min)
+# the depth decoder alone, on the teacher-forced frames of 24 h (four passes, ~165 min);
+# a pass whose report exists is done: a rerun goes on from the first pass not yet written
 v3c corpus --hours 24
 v3c codec
 D="$CACHE/v3y"
-OMP_NUM_THREADS=2 v3c depth --from-folder "$V3SECOND" --model "$V3SECOND" --out "$D/depth24" \
-    --train-frames 1000000 --steps 2400 --threads 2
-OMP_NUM_THREADS=2 v3c depth --from-folder "$D/depth24" --model "$D/depth24" --out "$D/depth24b" \
-    --train-frames 1000000 --steps 1800 --threads 2
-OMP_NUM_THREADS=2 v3c depth --from-folder "$D/depth24b" --model "$D/depth24b" \
-    --out "$D/depth24c" --train-frames 1300000 --steps 2400 --seed 1 --threads 2
-v3c checkpoint --from-folder "$D/depth24c" --out "$D/depth24c.pt" --depth-reports \
-    "$D/depth24/depth_probe.json" "$D/depth24b/depth_probe.json" "$D/depth24c/depth_probe.json"
-OPENBLAS_NUM_THREADS=1 v3c ship --checkpoint "$D/depth24c.pt" --no-distance
+depth_pass() {  # FROM OUT ARGS...: one pass from folder FROM into folder OUT
+    local from="$1" out="$2"
+    shift 2
+    [ -f "$out/depth_probe.json" ] || OMP_NUM_THREADS=2 v3c depth --from-folder "$from" \
+        --model "$from" --out "$out" --threads 2 "$@"
+}
+depth_pass "$V3SECOND" "$D/depth24" --train-frames 1000000 --steps 2400
+depth_pass "$D/depth24" "$D/depth24b" --train-frames 1000000 --steps 1800
+depth_pass "$D/depth24b" "$D/depth24c" --train-frames 1300000 --steps 2400 --seed 1
+depth_pass "$D/depth24c" "$D/depth24d" --train-frames 1300000 --steps 3000 --seed 2
+v3c checkpoint --from-folder "$D/depth24d" --out "$D/depth24d.pt" --depth-reports \
+    "$D"/depth24{,b,c,d}/depth_probe.json
+OPENBLAS_NUM_THREADS=1 v3c ship --checkpoint "$D/depth24d.pt" --no-distance
 python3 -m pip install -q ".[quality]"
 python3 bench/speed_quality.py --model v3 --seeds 3 --threads 1 --out docs/speed_quality_rounds
 python3 models/recipe/v3.py temporal
