@@ -58,7 +58,7 @@ OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 v3b train --init-from "$V3FIRST" --init
 OMP_NUM_THREADS=2 v3b stop --hidden 64
 OPENBLAS_NUM_THREADS=1 v3b ship --checkpoint "$CACHE/v3x/stop/ckpt.pt" --out "$V3SECOND" \
     --no-ablation --no-distance
-# the depth decoder alone, on the teacher-forced frames of 24 h (four passes, ~165 min);
+# the depth decoder alone, on the teacher-forced frames of 24 h (four passes, ~160 min);
 # a pass whose report exists is done: a rerun goes on from the first pass not yet written
 v3c corpus --hours 24
 v3c codec

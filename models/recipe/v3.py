@@ -181,7 +181,9 @@ def cmd_depth(args) -> int:
     if args.prev_frames:
         out.mkdir(parents=True, exist_ok=True)
     else:
-        shutil.copytree(Path(args.model), out, dirs_exist_ok=True)
+        # not the source's report: build.sh takes an OUT holding depth_probe.json as a pass done
+        skip = shutil.ignore_patterns("depth_probe.json")
+        shutil.copytree(Path(args.model), out, dirs_exist_ok=True, ignore=skip)
         _export_positional(depth.eval(), out)
     report = {
         "checkpoint_step": ck.get("step"), "prev_frames": args.prev_frames,
