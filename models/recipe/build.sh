@@ -38,7 +38,7 @@ python3 models/recipe/v2_card.py --model "$V2OUT"
 # espeak-ng speech, continued on 12 h, its depth decoder then trained alone on 24 h, shipped
 # into python/codecspec/models/v3; then its seed comparisons (speed/quality per decoding mode;
 # the depth-loop ablation comes with `ship`), whether temporal speculation pays (model.json),
-# the words-recognised run and the card. About 7 h on 2 cores; `train` resumes from its
+# the words-recognised run and the card. About 8 h on 2 cores; `train` resumes from its
 # checkpoint when rerun.
 V3FIRST="$CACHE/v3_first"
 V3SECOND="$CACHE/v3_second"
@@ -58,7 +58,7 @@ OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 v3b train --init-from "$V3FIRST" --init
 OMP_NUM_THREADS=2 v3b stop --hidden 64
 OPENBLAS_NUM_THREADS=1 v3b ship --checkpoint "$CACHE/v3x/stop/ckpt.pt" --out "$V3SECOND" \
     --no-ablation --no-distance
-# the depth decoder alone, on the teacher-forced frames of 24 h (four passes, ~160 min);
+# the depth decoder alone, on the teacher-forced frames of 24 h (five passes, ~205 min);
 # a pass whose report exists is done: a rerun goes on from the first pass not yet written
 v3c corpus --hours 24
 v3c codec
@@ -73,9 +73,10 @@ depth_pass "$V3SECOND" "$D/depth24" --train-frames 1000000 --steps 2400
 depth_pass "$D/depth24" "$D/depth24b" --train-frames 1000000 --steps 1800
 depth_pass "$D/depth24b" "$D/depth24c" --train-frames 1300000 --steps 2400 --seed 1
 depth_pass "$D/depth24c" "$D/depth24d" --train-frames 1300000 --steps 3000 --seed 2
-v3c checkpoint --from-folder "$D/depth24d" --out "$D/depth24d.pt" --depth-reports \
-    "$D"/depth24{,b,c,d}/depth_probe.json
-OPENBLAS_NUM_THREADS=1 v3c ship --checkpoint "$D/depth24d.pt" --no-distance
+depth_pass "$D/depth24d" "$D/depth24e" --train-frames 1300000 --steps 3000 --seed 3
+v3c checkpoint --from-folder "$D/depth24e" --out "$D/depth24e.pt" --depth-reports \
+    "$D"/depth24{,b,c,d,e}/depth_probe.json
+OPENBLAS_NUM_THREADS=1 v3c ship --checkpoint "$D/depth24e.pt" --no-distance
 python3 -m pip install -q ".[quality]"
 python3 bench/speed_quality.py --model v3 --seeds 3 --threads 1 --out docs/speed_quality_rounds
 python3 models/recipe/v3.py temporal
