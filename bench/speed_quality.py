@@ -146,15 +146,26 @@ def plot(res: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    # modes sit close together (PCG θ beside SD), so names go in a legend, not beside points;
+    # a family is one hue, its members shades and markers of it
+    seen = {}
     for label, m in res["modes"].items():
         lo, hi = m["words_recognised_ci"]
         y = 100 * m["words_recognised"]
-        color = {"exact": "tab:green", "no": "tab:red" if "SSD" in label else "tab:blue"}[
-            m["lossless"]
-        ]
-        ax.errorbar(m["speedup"], y, yerr=[[y - 100 * lo], [100 * hi - y]], fmt="o", color=color)
-        ax.annotate(label, (m["speedup"], y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        family = "exact" if m["lossless"] == "exact" else "SSD" if "SSD" in label else "PCG"
+        k = seen[family] = seen.get(family, -1) + 1
+        shade = plt.get_cmap({"exact": "Greens", "PCG": "Blues", "SSD": "Reds"}[family])
+        ax.errorbar(
+            m["speedup"],
+            y,
+            yerr=[[y - 100 * lo], [100 * hi - y]],
+            fmt="osD^v"[k % 5],
+            color=shade(0.9 - 0.2 * (k % 4)),
+            capsize=2,
+            label=label,
+        )
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_xlabel("decoding speed-up over AR (same run)")
     ax.set_ylabel("words recognised by Whisper base, % (95% CI)")
     ax.set_title(f"{res['model']}: speed vs words (green exact, blue PCG, red SSD)")
