@@ -18,8 +18,6 @@ from statistics import fmean  # the per-level cross-entropies, averaged
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_RUN_MINUTES = 70  # the first weights' run on 4 h (git 2fadbef); later runs report theirs
-
-
 TARGET_WORDS = 0.55  # words recognised, AR: what the default model is asked to say
 
 
@@ -121,10 +119,11 @@ def _hours_line(t: dict, q: dict | None, words: dict | None) -> str:
     minutes = FIRST_RUN_MINUTES + later / 60
     ar = (words or {}).get("ar") or (q or {}).get("modes", {}).get("AR")
     said = f"It says {_pct(ar['words_recognised'])} of the words" if ar else "Its words"
-    target = "the target is 55%"
+    target = f"the target is {TARGET_WORDS:.0%}"
     if ar and ar["words_recognised"] >= TARGET_WORDS:
         # the point estimate meets it; the interval says how surely
-        target = f"the target, 55%, is met (95% CI from {_pct(ar['words_recognised_ci'][0])})"
+        lo = _pct(ar["words_recognised_ci"][0])
+        target = f"the target, {TARGET_WORDS:.0%}, is met (95% CI from {lo})"
     return (
         f"- About {minutes / 60:.1f} hours of CPU training in all (one hour on 4 h of "
         "speech, then the rest on 12 h and 24 h; `docs/reference_model_v3.md`); the held-out "
