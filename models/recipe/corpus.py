@@ -86,9 +86,10 @@ def _apt_install(pkgs: list[str]) -> bool:
     return r.returncode == 0
 
 
-def ensure_tools(languages: list[str], install: bool) -> None:
-    """Install espeak-ng and the fortunes packages from Debian when missing (needs root)."""
-    wanted = ["espeak-ng"] + [p for lang in languages for p in LANGUAGES[lang][1]]
+def ensure_tools(languages: list[str], install: bool, extra: tuple = ()) -> None:
+    """Install espeak-ng, the fortunes packages and `extra` from Debian when missing (needs
+    root)."""
+    wanted = ["espeak-ng", *extra] + [p for lang in languages for p in LANGUAGES[lang][1]]
     missing = [p for p in wanted if not _dpkg_installed(p)]
     if shutil.which("espeak-ng") is not None and "espeak-ng" in missing:
         missing.remove("espeak-ng")  # installed outside dpkg: fine
@@ -186,7 +187,29 @@ def clean_text(raw: str, lang: str, min_chars: int, max_chars: int) -> str | Non
     return t
 
 
-def load_texts(lang: str, min_chars: int, max_chars: int) -> list[str]:
+def load_texts(lang: str, min_chars: int, max_chars: int, source: str = "fortunes") -> list[str]:
+    """The language's texts from `source`: "fortunes" (Debian's fortunes), "varied"
+    (`varied_text`: dictionary words, names, numbers in unpredictable shapes; English only)
+    or "mixed" (both, as many varied texts as fortunes)."""
+    if source == "fortunes":
+        return _fortune_texts(lang, min_chars, max_chars)
+    if lang != "en":
+        raise SystemExit(f"--texts {source}: English only (the word list is English), not {lang}")
+    import varied_text
+
+    if source == "varied":
+        return sorted(varied_text.texts(VARIED_SEED, VARIED_TEXTS, min_chars, max_chars))
+    fortunes = _fortune_texts(lang, min_chars, max_chars)
+    varied = varied_text.texts(VARIED_SEED, len(fortunes), min_chars, max_chars)
+    return sorted(set(fortunes) | set(varied))
+
+
+# the varied texts' own stream (not --seed, which draws the split and the voices) and count
+VARIED_SEED = 11
+VARIED_TEXTS = 40000
+
+
+def _fortune_texts(lang: str, min_chars: int, max_chars: int) -> list[str]:
     texts: set[str] = set()
     for path in text_files(lang):
         raw = path.read_text(encoding="utf-8", errors="replace")
@@ -322,11 +345,12 @@ def build(args) -> dict:
         shutil.rmtree(out / "wav", ignore_errors=True)
         (out / "manifest.jsonl").unlink()
     out.mkdir(parents=True, exist_ok=True)
-    ensure_tools(args.languages, install=not args.no_install)
+    extra = () if args.texts == "fortunes" else ("wamerican",)  # varied_text's word list
+    ensure_tools(args.languages, install=not args.no_install, extra=extra)
 
     queues, langs = {}, []
     for li, lang in enumerate(args.languages):
-        texts = load_texts(lang, args.min_chars, args.max_chars)
+        texts = load_texts(lang, args.min_chars, args.max_chars, args.texts)
         if not texts:
             log(f"no usable {lang} text (is {'/'.join(LANGUAGES[lang][1])} installed?); skipped")
             continue
@@ -458,6 +482,13 @@ def parse_args(argv=None):
     ap.add_argument("--min-chars", type=int, default=24)
     ap.add_argument("--max-chars", type=int, default=220)
     ap.add_argument("--batch", type=int, default=32, help="texts per language per round")
+    ap.add_argument(
+        "--texts",
+        choices=("fortunes", "varied", "mixed"),
+        default="fortunes",
+        help="text source: Debian's fortunes, varied_text.py's unpredictable English "
+        "(names, numbers, rare words), or both in equal numbers",
+    )
     ap.add_argument("--no-install", action="store_true", help="never call apt-get")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
     ap.add_argument(

@@ -127,6 +127,7 @@ def cmd_train(args) -> int:
         init_from=Path(args.init_from).expanduser() if args.init_from else None,
         reexport=_ship_export,
         init_other_corpus=args.init_other_corpus,
+        freeze_depth=args.freeze_depth,
     )
     log(f"done: step {curves.steps[-1]}; held-out {curves.val[-1]}")
     return 0
@@ -987,6 +988,12 @@ def add_train_args(t) -> None:
         action="store_true",
         help="with --init-from: the corpus is not the one the folder was trained on, so its "
         "held-out losses are reported at step 0, not compared with the folder's run",
+    )
+    t.add_argument(
+        "--freeze-depth",
+        action="store_true",
+        help="keep the depth decoder's weights as they start (a warm start's depth decoder, "
+        "trained further alone, is kept); its loss still shapes the temporal LM",
     )
 
 

@@ -64,7 +64,7 @@ def cmd_corpus(args) -> int:
         "--hours",
         str(args.hours),
     ]
-    cmd += CORPUS_ARGS + (["--overwrite"] if args.overwrite else [])
+    cmd += CORPUS_ARGS + ["--texts", args.texts] + (["--overwrite"] if args.overwrite else [])
     return subprocess.call(cmd)
 
 
@@ -454,6 +454,12 @@ def main(argv=None) -> int:
     c = sub.add_parser("corpus", help="render the timed espeak-ng corpus")
     c.add_argument("--hours", type=float, default=4.0)
     c.add_argument("--overwrite", action="store_true")
+    c.add_argument(
+        "--texts",
+        choices=("fortunes", "varied", "mixed"),
+        default="fortunes",
+        help="corpus.py's text source (mixed: fortunes and unpredictable English, half each)",
+    )
     c.set_defaults(fn=cmd_corpus)
     e = sub.add_parser("codec", help="encode the corpus with the v1 codec")
     e.add_argument("--workers", type=int, default=2)

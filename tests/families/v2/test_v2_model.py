@@ -184,6 +184,28 @@ def test_train_v2_resumes_where_it_stopped(tmp_path, capsys):
         train_v2(train, held, other, dcfg, ckpt, max_steps=6, **kw)
 
 
+def test_train_v2_freeze_depth_keeps_the_depth_decoder_and_trains_the_rest(tmp_path):
+    """--freeze-depth (a warm start whose depth decoder was trained further alone): the
+    depth decoder's weights end as they started, the temporal LM's move."""
+    from codecspec.families.v2.train import train_v2
+    from codecspec.tts.dataset import TTSDataset
+
+    corpus = _corpus(tmp_path / "corpus")
+    train = TTSDataset(corpus, corpus / "codes.npz", "train")
+    held = TTSDataset(corpus, corpus / "codes.npz", "test", frontend=train.frontend)
+    tcfg, dcfg = tiny_v2_configs(train.frontend, window=W)
+    torch.manual_seed(0)  # train_v2 seeds the same way before it builds its model
+    start = V2Model(tcfg, dcfg).state_dict()
+    kw = dict(batch_size=2, depth_frames=8, eval_every=10, val_batches=1, progress=False)
+    model, _ = train_v2(
+        train, held, tcfg, dcfg, tmp_path / "ck", max_steps=3, freeze_depth=True, **kw
+    )
+    after = model.state_dict()
+    depth = [k for k in after if k.startswith("depth.")]
+    assert depth and all(torch.equal(after[k], start[k]) for k in depth)
+    assert any(not torch.equal(after[k], start[k]) for k in after if k.startswith("temporal."))
+
+
 def test_train_v2_after_a_crash_continues_as_if_never_interrupted(tmp_path, monkeypatch):
     """A checkpoint every step, a crash in step 5, a resume: the same weights as one run
     (no dropout, no rate jitter, every frame in the depth loss: nothing random but the data

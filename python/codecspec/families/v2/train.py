@@ -229,9 +229,13 @@ def train_v2(
     init_from=None,
     reexport=None,
     init_other_corpus: bool = False,
+    freeze_depth: bool = False,
 ) -> tuple[V2Model, TrainLog]:
     """Train (or resume) until `minutes` of training time in total, or `max_steps`; a run
-    with no checkpoint yet starts from model folder `init_from` if given (`_start`)."""
+    with no checkpoint yet starts from model folder `init_from` if given (`_start`).
+    `freeze_depth`: the depth decoder's weights stay as they start (a warm start's depth
+    decoder trained further on its own is kept); its loss still reaches the temporal LM,
+    so the hidden states it reads stay the kind it was trained on."""
     ckpt_dir = Path(ckpt_dir).expanduser()
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / CKPT_NAME
@@ -243,8 +247,11 @@ def train_v2(
         model, opt, path, (tcfg, dcfg), val, train_set, init_from, reexport, init_other_corpus
     )
     gen, rng = torch.Generator().manual_seed(seed + pr.step), np.random.default_rng(seed + pr.step)
+    for p in model.depth.parameters() if freeze_depth else ():
+        p.requires_grad_(False)  # AdamW skips a parameter whose grad stays None
     budget = minutes * 60.0
     train_args = dict(lr=lr, distill=distill, rate_jitter=rate_jitter, minutes=minutes)
+    train_args |= dict(freeze_depth=freeze_depth) if freeze_depth else {}
     train_args |= dict(warmup=warmup, init_from=init_from and str(init_from))
 
     def state(batch_in_epoch: int) -> dict:
