@@ -99,13 +99,19 @@ class SpeechBody(BaseModel):
     speed: float = Field(1.0, ge=0.25, le=4.0, allow_inf_nan=False)
     stream_format: Literal["audio", "sse"] = "audio"
     input_format: Literal["text", "ipa"] = "text"  # ipa: espeak-ng IPA instead of text
-    language: str = "en"
+    # absent (or null): the model's default (`Family.default_language`): "en" for the phoneme
+    # families, "auto" for Qwen3-TTS as its official methods (a language tag changes codes)
+    language: Optional[str] = None
     seed: Optional[int] = Field(None, ge=0, lt=2**63)
     mode: Literal["auto", "ar", "spec"] = "auto"
     accept: Literal["exact"] = "exact"  # lossless verification is the only rule served
     temperature: Optional[float] = Field(None, ge=0.0, le=10.0, allow_inf_nan=False)
     top_k: Optional[int] = Field(None, ge=0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    # Qwen3-TTS prompt layout: true streaming text, false whole text; absent (or null) the
+    # official default of the checkpoint's mode (streaming for a Base voice clone, whole
+    # text for CustomVoice / VoiceDesign). Strict: "true" or 1 is a 400 naming the field.
+    streaming_text: Optional[bool] = None
 
 
 # --------------------------------------------------------------------------- errors
@@ -131,6 +137,9 @@ def error_body(
 
 
 def _error(status: int, message: str, param=None, headers=None, code=None) -> JSONResponse:
+    # A message that quotes a client's string may hold a lone surrogate, which has no UTF-8
+    # form: escaped, so that rendering the error cannot itself fail.
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse(error_body(status, message, param, code), status, headers=headers)
 
 
@@ -167,11 +176,17 @@ def _loc(err: dict) -> str:
 
 
 # --------------------------------------------------------------------------- API keys
+class BodyTooLarge(Exception):
+    """Raised by KeyCheck's receive once a body has passed MAX_BODY_BYTES."""
+
+
 class KeyCheck:
     """ASGI middleware: with a key set, every request but the open paths needs
     `Authorization: Bearer <key>` (compared in constant time; the key is never logged or
     echoed), else 401 in OpenAI's shape before the body is read. Also refuses bodies over
-    MAX_BODY_BYTES (413) from their Content-Length."""
+    MAX_BODY_BYTES (413): at once from a Content-Length, and for a body without one
+    (`Transfer-Encoding: chunked`) as soon as the bytes received pass the limit, without
+    reading the rest."""
 
     def __init__(self, app, key: Optional[str], open_paths=("/health",), on_refuse=None):
         self.app, self.open_paths, self.on_refuse = app, tuple(open_paths), on_refuse
@@ -185,10 +200,47 @@ class KeyCheck:
             headers.setdefault(k.lower(), v)  # the first of repeated headers
         refusal = self._refusal(scope["path"], headers)
         if refusal is None:
-            return await self.app(scope, receive, send)
+            return await self._limited(scope, receive, send)
         if self.on_refuse is not None:
             self.on_refuse(refusal.status_code)
         await refusal(scope, receive, send)
+
+    async def _limited(self, scope, receive, send):
+        """The app with a receive that counts body bytes as they arrive. Past the limit it
+        raises BodyTooLarge inside whatever reads the body; the framework turns that into
+        some error response of its own (FastAPI: a 400 "error parsing the body"), which is
+        dropped here, and the 413 is answered instead. Nothing more is received, so the
+        server never buffers the rest (uvicorn closes the connection after the answer)."""
+        seen, over, started = 0, False, False
+
+        async def receive_counted():
+            nonlocal seen, over
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > MAX_BODY_BYTES:
+                    over = True
+                    raise BodyTooLarge(f"body: more than {MAX_BODY_BYTES} bytes")
+            return message
+
+        async def send_unless_over(message):
+            nonlocal started
+            if over and not started:
+                return  # the app's answer to BodyTooLarge: the 413 below replaces it
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive_counted, send_unless_over)
+        except BodyTooLarge:
+            pass  # a framework that let it through: answered below all the same
+        if over and not started:
+            if self.on_refuse is not None:
+                self.on_refuse(413)
+            # the rest of the body stays unread: this connection cannot carry another request
+            close = {"Connection": "close"}
+            too_large = _error(413, f"body: at most {MAX_BODY_BYTES} bytes", "body", close)
+            await too_large(scope, receive, send)
 
     def _refusal(self, path: str, headers: dict) -> Optional[JSONResponse]:
         if self.key is not None and path not in self.open_paths:
@@ -358,14 +410,20 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
-        _count(app, exc.status_code)
         status = exc.status_code
-        message = str(exc.detail)
+        if isinstance(exc.__cause__, BodyTooLarge):  # KeyCheck drops this and answers 413
+            return _error(413, str(exc.__cause__), "body")
+        _count(app, status)
+        message, code = str(exc.detail), None
         if status == 404:
             message = f"{request.method} {request.url.path}: no such endpoint"
         elif status == 405:
             message = f"{request.method} {request.url.path}: method not allowed"
-        return _error(status, message, "body" if status == 400 else None, exc.headers)
+        elif status == 400:
+            # FastAPI's one 400 of its own: a body json.loads could not even start on (not
+            # UTF-8: a JSONDecodeError is a validation error, handled above)
+            message, code = "body: not a JSON text in UTF-8", "invalid_json"
+        return _error(status, message, "body" if status == 400 else None, exc.headers, code)
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception):
@@ -469,7 +527,7 @@ def _checked(app: FastAPI, body: SpeechBody):
         input=body.input,
         input_format=body.input_format,
         voice=voices[name],
-        language=body.language,
+        language=engine.family.default_language if body.language is None else body.language,
         speed=body.speed,
         mode=body.mode,
         seed=body.seed,
@@ -477,6 +535,7 @@ def _checked(app: FastAPI, body: SpeechBody):
         top_k=body.top_k,
         top_p=body.top_p,
         instructions=body.instructions if engine.family.takes_instructions else None,
+        streaming_text=body.streaming_text,
     )
     return req, None
 

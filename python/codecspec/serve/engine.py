@@ -35,6 +35,7 @@ import numpy as np
 import codecspec as cs
 from codecspec.pipeline.family import Family, SpeechRequest
 from codecspec.pipeline.loop import LoopStats, Outlet, Stream, StreamLoop
+from codecspec.tts.textcheck import check_text
 
 MAX_INPUT_CHARS = 400
 SPEED_RANGE = (0.25, 4.0)
@@ -206,6 +207,11 @@ class Engine(StreamLoop):
             raise ValueError(
                 f"input: {len(req.input)} characters, more than the limit {self.max_input_chars}"
             )
+        # One character policy for every family: a NUL would cut the text at a C string
+        # boundary, a lone surrogate fail inside a front end (tts/textcheck.py).
+        check_text(req.input, "input")
+        if req.instructions is not None:
+            check_text(req.instructions, "instructions")
         if req.input_format not in ("text", "ipa"):
             raise ValueError(f"input_format: expected 'text' or 'ipa', got {req.input_format!r}")
         if req.voice is not None and req.voice not in self.voices:

@@ -57,6 +57,20 @@ _CALLBACK = ctypes.CFUNCTYPE(
 )
 
 
+def _c_text(text: str) -> bytes:
+    """`text` as the NUL-terminated UTF-8 the library reads. The library stops at the first
+    NUL, so a NUL inside would cut the text silently: refused here, at the boundary, as is
+    a lone surrogate (no UTF-8 form). `codecspec.tts.textcheck` refuses both earlier, with
+    the caller's argument name; this module must also work alone (the timing worker)."""
+    nul = text.find("\0")
+    if nul >= 0:
+        raise ValueError(f"text: contains the control character U+0000 at index {nul}")
+    try:
+        return text.encode("utf-8") + b"\0"
+    except UnicodeEncodeError as e:
+        raise ValueError(f"text: contains a lone surrogate at index {e.start}") from None
+
+
 def locate() -> tuple:
     """(library file, data folder or None): CODECSPEC_ESPEAK_LIBRARY (with
     CODECSPEC_ESPEAK_DATA, else the library's built-in data folder) where set, else the
@@ -134,7 +148,7 @@ class Library:
         self.lib.espeak_SetParameter(_PITCH, int(pitch), 0)
         self.lib.espeak_SetParameter(_WORDGAP, int(gap), 0)
         self.pcm, self.events = [], []
-        data = text.encode("utf-8") + b"\0"
+        data = _c_text(text)
         err = self.lib.espeak_Synth(data, len(data), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
         if err != 0:
             raise EspeakError(f"espeak_Synth failed ({err})")
@@ -147,7 +161,7 @@ class Library:
         line (the same library gives the same strings); ValueError naming a bad voice."""
         if self.lib.espeak_SetVoiceByName(voice.encode("utf-8")) != 0:
             raise ValueError(f"voice: espeak-ng has no voice {voice!r}")
-        buf = ctypes.c_char_p(text.encode("utf-8"))
+        buf = ctypes.c_char_p(_c_text(text))
         cursor = ctypes.pointer(buf)
         clauses = []
         while cursor.contents.value:  # the library advances the pointer clause by clause

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from codecspec.perf import peak_rss_mb
+from codecspec.tts.textcheck import check_text
 
 
 def params_from_args(args):
@@ -30,6 +31,8 @@ def params_from_args(args):
 def read_text_file(path) -> str:
     """The text of a UTF-8 file for --text-file; one-line errors naming the option."""
     p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"--text-file: {p} is a directory, not a text file")
     if not p.is_file():
         raise ValueError(f"--text-file: no such file: {p}")
     try:
@@ -42,6 +45,8 @@ def read_text_file(path) -> str:
         raise ValueError(f"--text-file: cannot read {p} ({e.strerror})") from None
     if not text.strip():
         raise ValueError(f"--text-file: {p} is empty")
+    # Checked before the whitespace is joined: the index is the character's in the file.
+    check_text(text, f"--text-file: {p}")
     return " ".join(text.split())  # line breaks of a wrapped file are not pauses
 
 
@@ -54,7 +59,7 @@ def synth_text(args) -> str:
         return read_text_file(args.text_file)
     if args.text is None:
         raise ValueError("text: give the text to speak, or --text-file FILE")
-    return args.text
+    return check_text(args.text, "text")
 
 
 def check_output(path) -> None:

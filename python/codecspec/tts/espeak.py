@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from codecspec.tts._espeak_lib import EspeakError, Library, locate
+from codecspec.tts.textcheck import check_text
 
 __all__ = [
     "Rendering",
@@ -91,6 +92,7 @@ def ipa(text: str, voice: str) -> str:
     IPA-input models; the command-line tool's output when both are the same version)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: expected a non-empty string")
+    check_text(text)  # a NUL would end the library's C string early: refused, not cut
     with _LOCK:
         clauses = _library().ipa_clauses(text, voice)
     return " | ".join(c.strip() for c in clauses if c.strip())
@@ -109,6 +111,7 @@ def available() -> bool:
 def _check(text, voice, rate, pitch, gap) -> None:
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: expected a non-empty string")
+    check_text(text)  # a NUL would end the library's C string early: refused, not cut
     if not isinstance(voice, str) or not voice:
         raise ValueError(f"voice: expected an espeak-ng voice name, got {voice!r}")
     for name, v, lo, hi in (

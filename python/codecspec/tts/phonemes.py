@@ -14,6 +14,7 @@ import subprocess
 import numpy as np
 
 from codecspec.tts.text import BOS, EOS
+from codecspec.tts.textcheck import check_text
 
 __all__ = ["PhonemizerError", "encode_input", "phonemize"]
 
@@ -44,6 +45,8 @@ def phonemize(text: str, voice: str) -> str:
     strings for the same version; 1.52 against 1.51 differs in a few vowels, e.g. oː / ɔː)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: expected a non-empty string")
+    # espeak-ng (tool and library) reads C strings: a NUL would cut the text silently
+    check_text(text)
     exe = shutil.which("espeak-ng")
     if exe is None:
         return _library_ipa(text, voice)

@@ -22,6 +22,7 @@ import codecspec as cs
 from codecspec.decode.batched_depth import FrameJob
 from codecspec.pipeline.result import Result
 from codecspec.runtime.npy_rows import open_rows
+from codecspec.tts.textcheck import check_text
 
 from .checkpoint import Qwen3Checkpoint
 from .graphs import build_or_load, text_embedding_rows
@@ -77,6 +78,12 @@ def check_request(
     _check_ref_text(ref_text, ref_audio)
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: must be a non-empty string")
+    # The same character policy as the phoneme families' (tts/textcheck.py): the tokenizer
+    # raises TypeError on a lone surrogate, and a NUL is refused everywhere, not spoken here
+    # and cut there.
+    check_text(text, "text")
+    if instruct is not None:
+        check_text(instruct, "instruct")
     language = "auto" if language is None else str(language)
     supported = ck.spec.supported_languages
     if language.lower() not in supported:
@@ -109,6 +116,7 @@ def _check_ref_text(ref_text, ref_audio) -> None:
         )
     if ref_audio is None:
         raise ValueError("ref_text: is the transcript of ref_audio; give ref_audio too")
+    check_text(ref_text, "ref_text")
 
 
 def load_reference(ref_audio) -> np.ndarray:
