@@ -96,7 +96,10 @@ def cmd_train(args) -> int:
     codes = work / "codec" / "codes.npz"
     if not codes.is_file():
         raise SystemExit(f"no {codes}: run `v2.py codec` first")
-    train = TTSDataset(corpus, codes, "train")
+    # a warm start keeps the folder's phoneme ids: its frontend reads the corpus (a symbol the
+    # folder never saw becomes <unk>, as it does at synthesis)
+    frontend = _folder_frontend(args.init_from) if args.init_from else None
+    train = TTSDataset(corpus, codes, "train", frontend=frontend)
     val = TTSDataset(corpus, codes, "test", frontend=train.frontend)
     f = train.frontend
     tcfg = V2TemporalConfig(
@@ -131,6 +134,14 @@ def cmd_train(args) -> int:
     )
     log(f"done: step {curves.steps[-1]}; held-out {curves.val[-1]}")
     return 0
+
+
+def _folder_frontend(folder):
+    """The phoneme, language and speaker tables a shipped model folder was trained with."""
+    from codecspec.tts.text import Frontend
+
+    meta = json.loads((Path(folder).expanduser() / "model.json").read_text())
+    return Frontend.from_dict(meta["frontend"])
 
 
 def _ship_export(model, out: Path) -> None:
