@@ -241,61 +241,9 @@ def depth_teacher_forced(tts, ref, text: str, tf_stats: dict) -> None:
 
 
 # ------------------------------------------------------------------------------ lookup floor
-class Lookup:
-    """Aligned phoneme context -> mean v1 latent, from timed espeak-ng renderings of training
-    texts (docs/quality.md's floor): keys (prev, phoneme, next, third of the phoneme), backing
-    off to (phoneme, third) and (phoneme)."""
-
-    def __init__(self, tts, texts: list):
-        from codecspec.codec.audio import resample
-        from codecspec.tts.espeak import render
-
-        codec, frame_ms = tts.codec, 1000.0 / tts.codec.frame_rate
-        voice, rate, pitch = VOICE_RATE_PITCH
-        sums: dict = {}
-        t0 = time.monotonic()
-        for i, text in enumerate(texts):
-            r = render(text, voice, rate, pitch)
-            y = resample(r.audio, r.sample_rate, codec.sample_rate)
-            z = codec.project(codec.features(y, codec.sample_rate))
-            for key, zt in zip(self.keys(r.phonemes, r.starts_ms, len(z), frame_ms), z):
-                for k in key:
-                    s = sums.setdefault(k, [np.zeros(z.shape[1]), 0])
-                    s[0] += zt
-                    s[1] += 1
-            if (i + 1) % 200 == 0:
-                log(f"lookup: {i + 1}/{len(texts)} texts ({time.monotonic() - t0:.0f} s)")
-        self.table = {k: s / n for k, (s, n) in sums.items()}
-        self.tts, self.frame_ms = tts, frame_ms
-
-    @staticmethod
-    def keys(phonemes, starts_ms, frames: int, frame_ms: float) -> list:
-        starts = np.asarray(starts_ms, np.float64)
-        ends = np.append(starts[1:], max(starts[-1], frames * frame_ms))
-        out = []
-        for t in range(frames):
-            c = (t + 0.5) * frame_ms
-            i = int(np.clip(np.searchsorted(starts, c, side="right") - 1, 0, len(starts) - 1))
-            frac = (c - starts[i]) / max(ends[i] - starts[i], 1e-3)
-            third = int(np.clip(frac * 3, 0, 2))
-            p = phonemes[i]
-            prv = phonemes[i - 1] if i > 0 else "<s>"
-            nxt = phonemes[i + 1] if i + 1 < len(phonemes) else "</s>"
-            out.append(((prv, p, nxt, third), (p, third), (p,)))
-        return out
-
-    def codes(self, text: str) -> np.ndarray:
-        from codecspec.codec.rvq import rvq_encode
-        from codecspec.tts.espeak import timing
-
-        voice, rate, pitch = VOICE_RATE_PITCH
-        r = timing(text, voice, rate, pitch)
-        frames = int(np.ceil(r.end_ms / self.frame_ms - 1e-9))
-        z = []
-        for key in self.keys(r.phonemes, r.starts_ms, frames, self.frame_ms):
-            hit = next((self.table[k] for k in key if k in self.table), None)
-            z.append(hit if hit is not None else np.zeros_like(next(iter(self.table.values()))))
-        return rvq_encode(np.asarray(z, np.float32), self.tts.codec._books).astype(np.int64)
+# The aligned-lookup floor is `codecspec quality`'s `lookup` row; here it is built from the
+# v3 corpus's own training-split texts (`corpus_texts`) instead of fortunes drawn at random.
+from codecspec.tts.floors import Lookup  # noqa: E402
 
 
 def corpus_texts(split: str, n: int) -> list:

@@ -19,7 +19,7 @@ def quality_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
         f"--{prefix}sentences",
         type=_seeds_arg,
         default=None,
-        help="evaluation sentences to speak (default all 30)",
+        help="speak the first N sentences of each evaluation set (default all)",
     )
     p.add_argument(
         f"--{prefix}seeds", type=_seeds_arg, default=1, help="seeds per sentence (default 1)"
@@ -53,8 +53,41 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--modes",
         nargs="+",
         default=["ar"],
-        help="decoding modes (default ar): reference: ar spec; v2: ar or LOOPS[/ACCEPT], "
-        "e.g. temporal both both/pcg temporal/ssd",
+        help="rows (default ar): decoding modes (reference: ar spec; v2: ar or LOOPS[/ACCEPT], "
+        "e.g. temporal both both/pcg temporal/ssd) and the floors espeak (espeak-ng in the "
+        "model's voice), codec (its resynthesis by the model's codec: the ceiling), lookup "
+        "(aligned phoneme context -> nearest codes)",
+    )
+    p.add_argument(
+        "--floors", action="store_true", help="add the rows espeak codec lookup before --modes"
+    )
+    p.add_argument(
+        "--set",
+        nargs="+",
+        default=["everyday"],
+        choices=["everyday", "sus", "hard", "all"],
+        metavar="SET",
+        help="evaluation sets: everyday (30 everyday sentences, the default), sus (65 "
+        "semantically unpredictable sentences), hard (25 with names, numbers, dates, "
+        "abbreviations, rare words), or all; several are reported one table each",
+    )
+    p.add_argument(
+        "--no-phonemes",
+        action="store_true",
+        help="words only: skip the phoneme recognizer (phonemes recognised, PER)",
+    )
+    p.add_argument(
+        "--floor-seeds",
+        type=_seeds_arg,
+        default=1,
+        help="seeds of the floor rows (default 1: espeak-ng and the lookup are deterministic, "
+        "the codec's decoder differs only in phase)",
+    )
+    p.add_argument(
+        "--lookup-texts",
+        type=_seeds_arg,
+        default=None,
+        help="fortunes the lookup floor's table is built from (default 600)",
     )
     quality_options(p)
     p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")

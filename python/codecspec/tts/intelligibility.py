@@ -20,8 +20,12 @@ with a fixed resampling seed so a report is reproducible.
     rep = evaluate(lambda text, seed: my_tts(text, seed), seeds=[0, 1])
     rep["words_recognised"], rep["words_recognised_ci"]
 
-The evaluation sentences (`load_sentences`) are 30 held-out English sentences written for this
-project (eval_sentences.json; not the fortunes the models are trained on).
+The evaluation sentences (`load_sentences`) come in three sets written for this project, none
+of them in a training corpus (the models are trained on Debian fortunes) nor used for any
+training, sampling or shipping choice: "everyday" (eval_sentences.json, 30 everyday
+sentences, the default), "sus" (eval_sus.json, 65 semantically unpredictable sentences, whose
+words a recognizer's language model cannot guess) and "hard" (eval_hard.json, 25 sentences of
+names, numbers, dates, abbreviations and rare words).
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ import numpy as np
 __all__ = [
     "EXTRA_HINT",
     "RecognizerUnavailable",
+    "SETS",
     "load_sentences",
+    "sentence_sets",
     "resolve_sentences",
     "normalize_text",
     "number_to_words",
@@ -58,6 +64,12 @@ __all__ = [
 ]
 
 EVAL_SENTENCES = Path(__file__).with_name("eval_sentences.json")
+# The evaluation sets by name (`codecspec quality --set`), the default first.
+SETS = {
+    "everyday": EVAL_SENTENCES,
+    "sus": Path(__file__).with_name("eval_sus.json"),
+    "hard": Path(__file__).with_name("eval_hard.json"),
+}
 SAMPLE_RATE = 16000  # Whisper's input rate
 EXTRA_HINT = "pip install codecspec[quality]"
 CI_LEVEL = 0.95
@@ -84,15 +96,29 @@ class RecognizerUnavailable(RuntimeError):
 
 
 # ---------------------------------------------------------------- sentences and normalisation
-def load_sentences(n: Optional[int] = None) -> list[dict]:
-    """The held-out evaluation sentences: dicts with id, text, language, phonemes (espeak-ng
-    en-us IPA, so models can be scored without espeak-ng). `n`: the first n (default all)."""
-    rows = json.loads(EVAL_SENTENCES.read_text(encoding="utf-8"))["sentences"]
+def load_sentences(n: Optional[int] = None, set: str = "everyday") -> list[dict]:
+    """The held-out evaluation sentences of `set` (a name of SETS): dicts with id, text,
+    language, phonemes (espeak-ng en-us IPA, so models can be scored without espeak-ng), and
+    the set's own fields (SUS: template; hard: tags). `n`: the first n (default all)."""
+    if set not in SETS:
+        raise ValueError(f"set: expected one of {', '.join(SETS)}, got {set!r}")
+    rows = json.loads(SETS[set].read_text(encoding="utf-8"))["sentences"]
     if n is None:
         return rows
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(rows):
         raise ValueError(f"n: expected an int in [1, {len(rows)}], got {n!r}")
     return rows[:n]
+
+
+def sentence_sets(names) -> list[str]:
+    """Set names in SETS order, duplicates dropped, "all" for every set: the `--set` values."""
+    names = [names] if isinstance(names, str) else list(names)
+    for name in names:
+        if name != "all" and name not in SETS:
+            raise ValueError(f"set: expected all or one of {', '.join(SETS)}, got {name!r}")
+    if "all" in names:
+        return list(SETS)
+    return list(dict.fromkeys(names)) or ["everyday"]
 
 
 _ONES = (
@@ -471,7 +497,44 @@ def aggregate(records: Sequence[dict], *, resamples: int = RESAMPLES) -> dict:
         {k: r[k] for k in ("sentence_id", "seed", "transcript")} | asdict(r["errors"])
         for r in records
     ]
+    if all("phoneme_errors" in r for r in records):
+        report["phonemes"] = _phoneme_figures(records, groups, resamples)
+        for clip, r in zip(report["per_clip"], records):
+            clip["phoneme_transcript"] = " ".join(r["phoneme_transcript"])
+            clip["phoneme_counts"] = asdict(r["phoneme_errors"])
     return report
+
+
+def _phoneme_figures(records: Sequence[dict], groups: list, resamples: int) -> dict:
+    """The phoneme counterparts of the word figures (`phoneme_recognition`): phonemes
+    recognised = 1 - (S + D) / N and PER = (S + D + I) / N, pooled, with the same bootstrap."""
+    e = [r["phoneme_errors"] for r in records]
+    n = np.array([x.ref_words for x in e], np.float64)
+    sd = np.array([x.substitutions + x.deletions for x in e], np.float64)
+    err = np.array([x.errors for x in e], np.float64)
+    capped = np.minimum(err, n)
+    total = max(n.sum(), 1.0)
+
+    def ci(num):
+        return list(bootstrap_ci(num, n, groups, resamples=resamples))
+
+    per_sentence: dict = {}
+    for r, x in zip(records, e):
+        d = per_sentence.setdefault(r["sentence_id"], [0, 0])
+        d[0] += x.substitutions + x.deletions
+        d[1] += x.ref_words
+    return {
+        "reference_phonemes": int(n.sum()),
+        "recognised": float(1.0 - sd.sum() / total),
+        "recognised_ci": [1.0 - b for b in reversed(ci(sd))],
+        "per": float(err.sum() / total),
+        "per_ci": ci(err),
+        "per_capped": float(capped.sum() / total),
+        "substitutions": int(sum(x.substitutions for x in e)),
+        "deletions": int(sum(x.deletions for x in e)),
+        "insertions": int(sum(x.insertions for x in e)),
+        "per_sentence": {k: 1.0 - v[0] / max(v[1], 1) for k, v in per_sentence.items()},
+    }
 
 
 def _per_sentence(records: Sequence[dict]) -> list[dict]:
@@ -536,6 +599,35 @@ def _recognizer(recognizer) -> Recognizer:
     return recognizer if recognizer is not None else Recognizer()
 
 
+def _reference_phonemes(rows: Sequence[dict], phonemes) -> Optional[dict]:
+    """{sentence id: reference phonemes} when a phoneme recognizer scores the clips too."""
+    if phonemes is None:
+        return None
+    from codecspec.tts.phoneme_recognition import reference_phonemes
+
+    return {r["id"]: reference_phonemes(r) for r in rows}
+
+
+def _transcribed(sid, seed: int, text: str, wav, sr, rec, phonemes, ref_phonemes) -> dict:
+    """One clip's record: its words, and its phonemes where `phonemes` (a
+    `phoneme_recognition.PhonemeRecognizer`) is given."""
+    record = _record(sid, seed, text, rec.transcribe(wav, sr))
+    if phonemes is not None:
+        from codecspec.tts.phoneme_recognition import phoneme_errors
+
+        heard = phonemes.transcribe(wav, sr)
+        record["phoneme_transcript"] = heard
+        record["phoneme_errors"] = phoneme_errors(ref_phonemes[sid], heard)
+    return record
+
+
+def _name_recognizers(report: dict, rec, phonemes) -> dict:
+    report["recognizer"] = rec.name
+    if phonemes is not None:
+        report["phoneme_recognizer"] = phonemes.name
+    return report
+
+
 def score(
     clips: Iterable,
     sentences=None,
@@ -543,13 +635,17 @@ def score(
     recognizer: Optional[Recognizer] = None,
     progress: bool = False,
     resamples: int = RESAMPLES,
+    phonemes=None,
 ) -> dict:
     """The report of (sentence_id, seed, wav, sample_rate) clips of `sentences` (default: the
     evaluation sentences): each clip transcribed, aligned to its sentence, then pooled with
     bootstrap CIs (see the module docstring). Keys: words_recognised, wer, wer_capped, each
     with a `_ci` [low, high], clips, sentences, seeds, reference_words, per_sentence (pooled
-    over seeds), per_clip (transcript and counts), recognizer."""
-    table = {s["id"]: s["text"] for s in resolve_sentences(sentences)}
+    over seeds), per_clip (transcript and counts), recognizer. With `phonemes` (a
+    `phoneme_recognition.PhonemeRecognizer`) every clip is also scored phoneme by phoneme
+    against espeak-ng's IPA of its sentence: "phonemes" (recognised, per, their CIs, ...)."""
+    rows = resolve_sentences(sentences)
+    table = {s["id"]: s["text"] for s in rows}
     clips = list(clips)
     for i, c in enumerate(clips):
         if not isinstance(c, (tuple, list)) or len(c) != 4:
@@ -558,17 +654,17 @@ def score(
             raise ValueError(f"clips: item {i} names unknown sentence id {c[0]!r}")
         _check_seed(c[1], i)
     rec = _recognizer(recognizer)
+    ref_phonemes = _reference_phonemes(rows, phonemes)
     it = clips
     if progress:
         from codecspec.progress import bar
 
         it = bar(clips, desc="recognising", total=len(clips))
     records = [
-        _record(sid, int(seed), table[sid], rec.transcribe(wav, sr)) for sid, seed, wav, sr in it
+        _transcribed(sid, int(seed), table[sid], wav, sr, rec, phonemes, ref_phonemes)
+        for sid, seed, wav, sr in it
     ]
-    report = aggregate(records, resamples=resamples)
-    report["recognizer"] = rec.name
-    return report
+    return _name_recognizers(aggregate(records, resamples=resamples), rec, phonemes)
 
 
 def evaluate(
@@ -580,10 +676,12 @@ def evaluate(
     progress: bool = True,
     resamples: int = RESAMPLES,
     desc: str = "synthesise + recognise",
+    phonemes=None,
 ) -> dict:
     """Synthesise every sentence with every seed (`synthesize(text, seed) -> (wav,
     sample_rate)`), transcribe each clip as it is made, and return `score`'s report.
-    `sentences`: None (the 30 evaluation sentences), n (the first n), or texts / dicts."""
+    `sentences`: None (the 30 evaluation sentences), n (the first n), or texts / dicts;
+    `phonemes`: a phoneme recognizer that scores every clip too (see `score`)."""
     if not callable(synthesize):
         raise ValueError("synthesize: expected a callable (text, seed) -> (wav, sample_rate)")
     rows = resolve_sentences(sentences)
@@ -591,6 +689,7 @@ def evaluate(
     if not seeds:
         raise ValueError("seeds: expected at least one seed")
     rec = _recognizer(recognizer)  # fail before synthesising anything when it is missing
+    ref_phonemes = _reference_phonemes(rows, phonemes)
     jobs = [(r, seed) for r in rows for seed in seeds]
     it = jobs
     if progress:
@@ -603,10 +702,10 @@ def evaluate(
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise ValueError(f"synthesize: expected (wav, sample_rate), got {type(out).__name__}")
         wav, sr = out
-        records.append(_record(row["id"], seed, row["text"], rec.transcribe(wav, sr)))
-    report = aggregate(records, resamples=resamples)
-    report["recognizer"] = rec.name
-    return report
+        records.append(
+            _transcribed(row["id"], seed, row["text"], wav, sr, rec, phonemes, ref_phonemes)
+        )
+    return _name_recognizers(aggregate(records, resamples=resamples), rec, phonemes)
 
 
 def espeak_synthesizer(voice: str = "en-us+f1", rate: int = 170) -> Callable:
@@ -637,16 +736,27 @@ def _pct(x: float) -> str:
 
 
 def report_table(reports: dict) -> str:
-    """A markdown table of {label: report}: words recognised and WER with 95% CIs."""
-    lines = [
-        "| model / mode | words recognised % (95% CI) | WER % (95% CI) | WER capped % | clips |",
-        "|---|---|---|---|---|",
-    ]
+    """A markdown table of {label: report}: words recognised and WER with 95% CIs, and the
+    phoneme figures where every report has them."""
+    phon = all("phonemes" in r for r in reports.values())
+    head = "| model / mode | words recognised % (95% CI) | WER % (95% CI) | WER capped % |"
+    rule = "|---|---|---|---|"
+    if phon:
+        head += " phonemes recognised % (95% CI) | PER % (95% CI) |"
+        rule += "---|---|"
+    lines = [head + " clips |", rule + "---|"]
     for label, r in reports.items():
         wr, w = r["words_recognised_ci"], r["wer_ci"]
-        lines.append(
+        line = (
             f"| {label} | {_pct(r['words_recognised'])} ({_pct(wr[0])}-{_pct(wr[1])}) "
-            f"| {_pct(r['wer'])} ({_pct(w[0])}-{_pct(w[1])}) | {_pct(r['wer_capped'])} "
-            f"| {r['clips']} |"
+            f"| {_pct(r['wer'])} ({_pct(w[0])}-{_pct(w[1])}) | {_pct(r['wer_capped'])} |"
         )
+        if phon:
+            p = r["phonemes"]
+            pr, pe = p["recognised_ci"], p["per_ci"]
+            line += (
+                f" {_pct(p['recognised'])} ({_pct(pr[0])}-{_pct(pr[1])}) "
+                f"| {_pct(p['per'])} ({_pct(pe[0])}-{_pct(pe[1])}) |"
+            )
+        lines.append(line + f" {r['clips']} |")
     return "\n".join(lines)

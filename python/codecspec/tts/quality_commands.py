@@ -4,7 +4,13 @@ speech on the held-out evaluation sentences, per decoding mode, with bootstrap C
 Modes: "ar" (every family); the RVQ reference v1: "spec" (depth speculation, exact); v2:
 LOOPS[/ACCEPT] with LOOPS in depth, temporal, both and ACCEPT in exact (default), ssd, pcg,
 e.g. "temporal", "both/pcg", "temporal/ssd". "espeak-ng" as the model scores espeak-ng's own
-rendering (the voice the corpus is made of), the ceiling a model can reach.
+rendering (the voice the corpus is made of), the ceiling a model can reach. The floor rows
+"espeak", "codec" and "lookup" (`codecspec.tts.floors`) score, beside a model's modes and on
+the same sentences, espeak-ng in the model's voice, its resynthesis through the model's codec
+(the ceiling) and the aligned-lookup floor.
+
+Every row is scored on one or more evaluation sets (`--set everyday sus hard` or `all`), by
+words (Whisper) and, unless `--no-phonemes`, by phonemes (`codecspec.tts.phoneme_recognition`).
 """
 
 from __future__ import annotations
@@ -13,7 +19,14 @@ import json
 import sys
 from typing import Callable, Optional
 
-__all__ = ["ESPEAK", "cmd_quality", "mode_kwargs", "model_synthesizer", "quality_reports"]
+__all__ = [
+    "ESPEAK",
+    "cmd_quality",
+    "mode_kwargs",
+    "model_synthesizer",
+    "quality_reports",
+    "set_reports",
+]
 
 ESPEAK = "espeak-ng"
 
@@ -67,10 +80,59 @@ def quality_reports(
     beta: float = 0.3,
     theta: Optional[float] = None,
     progress: bool = True,
+    phonemes=None,
+    floor_seeds: int = 1,
+    lookup_texts: Optional[int] = None,
 ) -> dict:
     """{mode: report} for a model name or folder (or "espeak-ng"), every mode on the same
-    sentences and seeds. The recognizer is loaded first: a missing [quality] extra fails
-    before any synthesis."""
+    sentences and seeds; floor rows (`codecspec.tts.floors.FLOORS`) among `modes` on the
+    first `floor_seeds` seeds. `phonemes`: a phoneme recognizer that scores every clip too.
+    The recognizer is loaded first: a missing [quality] extra fails before any synthesis."""
+    return set_reports(
+        model,
+        modes,
+        {None: sentences},
+        seeds=seeds,
+        recognizer=recognizer,
+        threads=threads,
+        provider=provider,
+        params=params,
+        beta=beta,
+        theta=theta,
+        progress=progress,
+        phonemes=phonemes,
+        floor_seeds=floor_seeds,
+        lookup_texts=lookup_texts,
+    )[None]
+
+
+def set_reports(
+    model,
+    modes,
+    sets: dict,
+    *,
+    seeds=(0,),
+    recognizer=None,
+    threads: Optional[int] = None,
+    provider: str = "auto",
+    params=None,
+    beta: float = 0.3,
+    theta: Optional[float] = None,
+    progress: bool = True,
+    phonemes=None,
+    floor_seeds: int = 1,
+    lookup_texts: Optional[int] = None,
+) -> dict:
+    """{set: {row: report}}: `quality_reports` on every sentence set of `sets` ({name:
+    sentences}, each as `resolve_sentences` takes them), the model loaded once. Rows are the
+    model's `modes` and the floors among them, in the order given."""
+    from codecspec.tts.floors import (
+        FLOORS,
+        LOOKUP_TEXTS,
+        Reference,
+        floor_synthesizer,
+        model_lookup,
+    )
     from codecspec.tts.intelligibility import (
         Recognizer,
         espeak_synthesizer,
@@ -78,24 +140,49 @@ def quality_reports(
         resolve_sentences,
     )
 
-    rows = resolve_sentences(sentences)
+    rows_of = {name: resolve_sentences(s) for name, s in sets.items()}
+    modes = list(modes)
+    if isinstance(floor_seeds, bool) or not isinstance(floor_seeds, int) or floor_seeds < 1:
+        raise ValueError(f"floor_seeds: expected an int >= 1, got {floor_seeds!r}")
+    if model == ESPEAK and any(m in FLOORS for m in modes):
+        raise ValueError(
+            f"modes: the rows {', '.join(FLOORS)} need a model (its voice and codec), "
+            f"not --model {ESPEAK}"
+        )
     rec = recognizer or Recognizer(threads=threads)
+    common = dict(recognizer=rec, progress=progress, phonemes=phonemes)
     if model == ESPEAK:
         synth = espeak_synthesizer()
-        rep = evaluate(synth, rows, [0], recognizer=rec, progress=progress, desc=ESPEAK)
-        return {ESPEAK: rep}
+        return {
+            name: {ESPEAK: evaluate(synth, rows, [0], desc=ESPEAK, **common)}
+            for name, rows in rows_of.items()
+        }
     from codecspec.tts.registry import load_model, model_family
 
     family = model_family(model)
     tts = load_model(model, provider=provider, threads=threads, params=params)
-    kwargs = {m: mode_kwargs(family, m, tts, beta, theta) for m in modes}  # check all first
+    # every mode checked before anything is synthesised
+    kwargs = {m: mode_kwargs(family, m, tts, beta, theta) for m in modes if m not in FLOORS}
+    # built before any synthesis (about 0.2 s a text, then cached on disk)
+    lookup = model_lookup(tts, lookup_texts or LOOKUP_TEXTS) if "lookup" in modes else None
+    reference = Reference(tts) if any(m in FLOORS for m in modes) else None
     out = {}
-    for m, kw in kwargs.items():
-        synth = model_synthesizer(tts, rows, **kw)
-        out[m] = evaluate(
-            synth, rows, seeds, recognizer=rec, progress=progress, desc=f"{family} {m}"
-        )
-        out[m]["model_family"], out[m]["mode"] = family, m
+    for name, rows in rows_of.items():
+        label = "" if name is None else f"{name}: "
+        reports = out[name] = {}
+        for m in modes:
+            if m in FLOORS:
+                synth = floor_synthesizer(m, tts, reference, lookup)
+                reports[m] = evaluate(
+                    synth, rows, list(seeds)[:floor_seeds], desc=f"{label}{m}", **common
+                )
+                reports[m]["mode"] = m
+            else:
+                synth = model_synthesizer(tts, rows, **kwargs[m])
+                reports[m] = evaluate(synth, rows, seeds, desc=f"{label}{family} {m}", **common)
+                reports[m]["model_family"], reports[m]["mode"] = family, m
+            if name is not None:
+                reports[m]["set"] = name
     return out
 
 
@@ -127,10 +214,51 @@ def summary(reports: dict) -> dict:
     return {m: {k: r[k] for k in keys} for m, r in reports.items()}
 
 
-def cmd_quality(args) -> int:
-    from codecspec.tts.intelligibility import report_table
+def quality_rows(modes, floors: bool) -> list:
+    """The rows of `codecspec quality`: `--modes`, after the floors where `--floors` asks
+    for them (a floor named in both is one row)."""
+    from codecspec.tts.floors import FLOORS
 
-    reports = run_quality(args, args.model, args.modes)
+    modes = list(dict.fromkeys(modes))
+    return [f for f in FLOORS if f not in modes] + modes if floors else modes
+
+
+def cmd_quality(args) -> int:
+    """Every row on every set of `--set`: {row: report} in the JSON for one set, {set: {row:
+    report}} for several."""
+    from codecspec.tts.commands import params_from_args
+    from codecspec.tts.intelligibility import (
+        Recognizer,
+        load_sentences,
+        report_table,
+        sentence_sets,
+    )
+
+    sets = sentence_sets(args.set)
+    rows = quality_rows(args.modes, args.floors)
+    rec = Recognizer(args.asr_model or args.recognizer, threads=args.threads)
+    phonemes = None
+    if not args.no_phonemes:
+        from codecspec.tts.phoneme_recognition import PhonemeRecognizer
+
+        phonemes = PhonemeRecognizer()
+    out = set_reports(
+        args.model,
+        rows,
+        {name: load_sentences(set=name)[: args.sentences] for name in sets},
+        seeds=list(range(args.seed, args.seed + args.seeds)),
+        recognizer=rec,
+        threads=args.threads,
+        provider=args.provider,
+        params=None if args.model == ESPEAK else params_from_args(args),
+        beta=args.beta,
+        theta=args.theta,
+        progress=not args.json,
+        phonemes=phonemes,
+        floor_seeds=args.floor_seeds,
+        lookup_texts=args.lookup_texts,
+    )
+    reports = out[sets[0]] if len(sets) == 1 else out
     if args.output:
         from pathlib import Path
 
@@ -139,12 +267,16 @@ def cmd_quality(args) -> int:
         print(json.dumps(reports))
         return 0
     name = args.model or "default model"
-    rec = next(iter(reports.values()))
-    print(
-        f"intelligibility of {name}: {rec['sentences']} sentences x seeds {rec['seeds']} "
-        f"({rec['reference_words']} reference words per mode); {rec['recognizer']}"
-    )
-    print(report_table(reports))
+    for set_name, table in out.items():
+        first = next(iter(table.values()))
+        phon = f"; {first['phoneme_recognizer']}" if "phoneme_recognizer" in first else ""
+        print(
+            f"intelligibility of {name} on the {set_name} set: {first['sentences']} sentences "
+            f"x seeds {first['seeds']} ({first['reference_words']} reference words per seed "
+            f"and row); {first['recognizer']}{phon}"
+        )
+        print(report_table(table))
+        print()
     return 0
 
 
