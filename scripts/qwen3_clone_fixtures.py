@@ -11,11 +11,17 @@ test shape as a Base checkpoint):
   <variant>.fixtures.npz     per reference clip: clip_<name>_codes, the official encoder's codes
                              (`Qwen3TTSTokenizer.encode`, as generate_voice_clone calls it);
                              per case: case_<i>_prompt_ids, case_<i>_ref_ids (the wrapper's
-                             tokenized reference text), case_<i>_codes (greedy codes of
-                             `generate_voice_clone(..., ref_text=..., do_sample=False,
+                             tokenized reference text; empty for x-vector-only cloning),
+                             case_<i>_ref_codes (empty for x-vector-only), case_<i>_codes
+                             (greedy codes of `generate_voice_clone(text, ref_audio=...,
+                             ref_text=... or x_vector_only_mode=True, do_sample=False,
                              subtalker_dosample=False)`), case_<i>_prefill (the talker's prompt
-                             rows), case_<i>_xvector
-  <variant>.cases.json       the requests
+                             rows), case_<i>_xvector, case_<i>_streaming (1 where the official
+                             call used the streaming-text layout)
+  <variant>.cases.json       the requests: each key an argument the call passed, and only
+                             those (no "non_streaming_mode" = the official default layout,
+                             streaming text for generate_voice_clone; no "language" = its
+                             default "Auto")
 
 Needs what scripts/qwen3_parity_fixtures.py needs (torch, transformers 4.57.3, qwen-tts 0.1.1):
 
@@ -112,24 +118,51 @@ def clip(seconds: float, f0: float, seed: int) -> np.ndarray:
 
 CLIPS = {"ref_a": clip(0.77, 170.0, 1), "ref_b": clip(1.13, 240.0, 2)}
 
+# A case holds the arguments a user passes to generate_voice_clone, and only those: a case
+# without "non_streaming_mode" gets the official default layout (streaming text), which is
+# what codecspec must give when no layout is asked for (issue 49: the fixtures used to pass
+# the layout always, so no test saw that the defaults differed).
 CASES = [
+    # default layout (streaming text), text shorter than the reference codes
     dict(text="Hello world.", language="english", ref_audio="ref_a", ref_text="Good morning."),
+    # default layout, text longer than the reference codes (the rest trails)
     dict(
         text="The quick brown fox jumps over the lazy dog.",
         language="auto",
         ref_audio="ref_b",
         ref_text="A tiny tokenizer.",
     ),
-    # streaming text, text longer than the reference codes (the rest trails)
+    # streaming text chosen explicitly, text longer than the reference codes
     dict(
         text="Numbers 0123 and more words to say.",
         language="english",
         ref_audio="ref_a",
         ref_text="Hello there, how are you today?",
-        streaming=True,
+        non_streaming_mode=False,
     ),
-    # streaming text, shorter than the reference codes (padded with tts_pad)
-    dict(text="Hi.", language="chinese", ref_audio="ref_b", ref_text="Ok.", streaming=True),
+    # streaming text chosen explicitly, shorter than the reference codes (tts_pad fills)
+    dict(
+        text="Hi.", language="chinese", ref_audio="ref_b", ref_text="Ok.", non_streaming_mode=False
+    ),
+    # whole text chosen explicitly
+    dict(
+        text="Hello world.",
+        language="english",
+        ref_audio="ref_a",
+        ref_text="Good morning.",
+        non_streaming_mode=True,
+    ),
+    dict(
+        text="The quick brown fox jumps over the lazy dog.",
+        language="auto",
+        ref_audio="ref_b",
+        ref_text="A tiny tokenizer.",
+        non_streaming_mode=True,
+    ),
+    # x-vector only (no transcript), default layout
+    dict(text="Hello world.", language="english", ref_audio="ref_a", x_vector_only_mode=True),
+    # x-vector only, default layout and default language ("Auto")
+    dict(text="Numbers 0123 and more words to say.", ref_audio="ref_b", x_vector_only_mode=True),
 ]
 
 WIDE_CASES = [
@@ -144,8 +177,16 @@ WIDE_CASES = [
         language="auto",
         ref_audio="ref_a",
         ref_text="The quick brown fox.",
-        streaming=True,
+        non_streaming_mode=False,
     ),
+    dict(
+        text="A tiny tokenizer speaks.",
+        language="english",
+        ref_audio="ref_b",
+        ref_text="Numbers 0123.",
+        non_streaming_mode=True,
+    ),
+    dict(text="Hello world, this is a test.", ref_audio="ref_a", x_vector_only_mode=True),
 ]
 
 THIRD_CASES = [
@@ -155,9 +196,26 @@ THIRD_CASES = [
         language="auto",
         ref_audio="ref_b",
         ref_text="The quick brown fox jumps.",
-        streaming=True,
+        non_streaming_mode=False,
+    ),
+    dict(
+        text="Café, 42 times!",
+        language="english",
+        ref_audio="ref_a",
+        ref_text="Hello world.",
+        non_streaming_mode=True,
+    ),
+    dict(
+        text="Speak slowly and clearly.",
+        language="auto",
+        ref_audio="ref_b",
+        x_vector_only_mode=True,
     ),
 ]
+
+# Arguments a case may pass on to generate_voice_clone beside text and ref_audio (each only
+# when the case has it).
+OPTIONAL_ARGS = ("language", "ref_text", "x_vector_only_mode", "non_streaming_mode")
 
 # name -> (talker / predictor shape of scripts/qwen3_parity_fixtures.py, seed, encoder, cases)
 VARIANTS = {
@@ -281,29 +339,38 @@ def record(wrapper, case: dict) -> dict:
     model.generate, model.speech_tokenizer.decode = spy, codes_only
     rec = pf.Recorder(model.talker)
     pcm = CLIPS[case["ref_audio"]]
+    # only what the case passes: every other argument keeps the official method's default
+    optional = {k: case[k] for k in OPTIONAL_ARGS if k in case}
     try:
         wrapper.generate_voice_clone(
             text=case["text"],
-            language=case["language"],
             ref_audio=(pcm.astype(np.float32) / 32768.0, 24000),
-            ref_text=case["ref_text"],
-            non_streaming_mode=not case.get("streaming", False),
             do_sample=False,
             subtalker_dosample=False,
+            **optional,
         )
     finally:
         rec.close()
         model.generate, model.speech_tokenizer.decode = orig_generate, orig_decode
-    ref_code = seen["voice_clone_prompt"]["ref_code"][0]
-    n_ref = len(ref_code)
+    ref_code = seen["voice_clone_prompt"]["ref_code"][0]  # None in x-vector-only mode
+    n_ref = 0 if ref_code is None else len(ref_code)
+    ref_ids = seen["ref_ids"][0]
     return {
         "prompt_ids": seen["input_ids"][0][0].numpy().astype(np.int64),
-        "ref_ids": seen["ref_ids"][0][0].numpy().astype(np.int64),
-        "ref_codes": ref_code.numpy().astype(np.int64),
+        "ref_ids": (
+            np.zeros(0, np.int64) if ref_ids is None else ref_ids[0].numpy().astype(np.int64)
+        ),
+        "ref_codes": (
+            np.zeros((0, pf.GROUPS), np.int64)
+            if ref_code is None
+            else ref_code.numpy().astype(np.int64)
+        ),
         # generate_voice_clone decodes reference + generated codes; keep the generated ones
         "codes": codes_out[0][n_ref:].numpy().astype(np.int64),
         "prefill": rec.embeds[0].numpy().astype(np.float32),
         "xvector": seen["voice_clone_prompt"]["ref_spk_embedding"][0].float().numpy(),
+        # the layout the official call used (its own default where the case passed none)
+        "streaming": np.int64(0 if seen["non_streaming_mode"] else 1),
     }
 
 

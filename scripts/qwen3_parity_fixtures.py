@@ -7,9 +7,13 @@ speech_tokenizer/) and tests/data/qwen3_tiny/<variant>.fixtures.npz with what th
 
   case_<i>_prompt_ids      the text ids the official wrapper tokenizes (assistant text)
   case_<i>_instruct_ids    the instruct ids (empty when there is none)
-  case_<i>_codes           greedy codes [frames, G] (generate(do_sample=False,
-                           subtalker_dosample=False)), the wrapper's default non-streaming mode
-                           unless case_<i>_streaming is 1
+  case_<i>_codes           greedy codes [frames, G] of the wrapper's method for the model type
+                           (generate_custom_voice, generate_voice_design, generate_voice_clone)
+                           with do_sample=False, subtalker_dosample=False and the case's own
+                           arguments only: a case without "non_streaming_mode" gets the
+                           method's default layout (whole text for CustomVoice / VoiceDesign,
+                           streaming text for a voice clone), one without "language" "Auto"
+  case_<i>_streaming       1 where the official call used the streaming-text layout
   case_<i>_embeds          the talker's input embeddings along that run [T, H] (prompt, then
                            one row per decode step)
   case_<i>_logits          the talker's logits at every one of those positions [T, V]
@@ -409,6 +413,10 @@ class Recorder:
             h.remove()
 
 
+# A case holds the arguments a user passes to the wrapper's method, and only those: the
+# official defaults (layout, language) apply to what a case leaves out, and codecspec must
+# give the same codes when it leaves the same things out (issue 49). "non_streaming_mode":
+# False asks for the streaming-text layout, True for the whole text.
 def cases(model_type: str) -> list[dict]:
     if model_type == "custom_voice":
         return [
@@ -420,14 +428,26 @@ def cases(model_type: str) -> list[dict]:
                 text="Hello world, this is a test.",
                 speaker="aiden",
                 language="english",
-                streaming=True,
+                non_streaming_mode=False,
             ),
+            dict(text="The quick brown fox.", speaker="eric"),  # default language: a dialect
         ]
-    if model_type == "base":
+    if model_type == "base":  # x-vector only: the user passes x_vector_only_mode=True
         return [
             dict(text="Hello world.", language="english", ref_audio="ref.wav"),
-            dict(text="The quick brown fox.", language="auto", ref_audio="ref.wav"),
-            dict(text="A tiny tokenizer.", language="english", ref_audio="ref.wav", streaming=True),
+            dict(
+                text="The quick brown fox.",
+                language="auto",
+                ref_audio="ref.wav",
+                non_streaming_mode=True,
+            ),
+            dict(
+                text="A tiny tokenizer.",
+                language="english",
+                ref_audio="ref.wav",
+                non_streaming_mode=False,
+            ),
+            dict(text="The quick brown fox.", ref_audio="ref.wav"),
         ]
     return [
         dict(text="Hello world.", instruct="Speak slowly and clearly.", language="english"),
@@ -436,9 +456,15 @@ def cases(model_type: str) -> list[dict]:
             text="Numbers 0123.",
             instruct="A warm and friendly voice.",
             language="Chinese",
-            streaming=True,
+            non_streaming_mode=False,
         ),
+        dict(text="Hello world.", instruct="A warm and friendly voice."),
     ]
+
+
+def _passed(case: dict, *names: str) -> dict:
+    """The case's own values of these optional arguments (those it has, no others)."""
+    return {k: case[k] for k in names if k in case}
 
 
 def record(wrapper: Qwen3TTSModel, case: dict, keep_logits: bool, detail: bool = False) -> dict:
@@ -464,32 +490,27 @@ def record(wrapper: Qwen3TTSModel, case: dict, keep_logits: bool, detail: bool =
     model.generate = spy
     rec = Recorder(model.talker)
     greedy = dict(do_sample=False, subtalker_dosample=False)
-    nonstream = not case.get("streaming", False)
     try:
         if model.tts_model_type == "base":
             wrapper.generate_voice_clone(
                 text=case["text"],
-                language=case["language"],
                 ref_audio=(REF_AUDIO, 24000),
                 x_vector_only_mode=True,
-                non_streaming_mode=nonstream,
+                **_passed(case, "language", "non_streaming_mode"),
                 **greedy,
             )
         elif model.tts_model_type == "custom_voice":
             wrapper.generate_custom_voice(
                 text=case["text"],
                 speaker=case["speaker"],
-                language=case["language"],
-                instruct=case.get("instruct"),
-                non_streaming_mode=nonstream,
+                **_passed(case, "language", "instruct", "non_streaming_mode"),
                 **greedy,
             )
         else:
             wrapper.generate_voice_design(
                 text=case["text"],
                 instruct=case["instruct"],
-                language=case["language"],
-                non_streaming_mode=nonstream,
+                **_passed(case, "language", "non_streaming_mode"),
                 **greedy,
             )
     finally:
@@ -503,7 +524,8 @@ def record(wrapper: Qwen3TTSModel, case: dict, keep_logits: bool, detail: bool =
         ),
         "codes": codes_out[0].numpy().astype(np.int64),
         "embeds": torch.cat(rec.embeds).numpy().astype(np.float32),
-        "streaming": np.int64(0 if nonstream else 1),
+        # the layout the official call used (its own default where the case passed none)
+        "streaming": np.int64(0 if seen["non_streaming_mode"] else 1),
     }
     if model.tts_model_type == "base":
         xvec = seen["voice_clone_prompt"]["ref_spk_embedding"][0]
@@ -732,7 +754,7 @@ SWEEP: dict = {
     "narrow_heads": dict(  # head_dim < hidden / heads, predictor wider than the talker
         talker=dict(hidden=24, heads=2, kv=1, head_dim=8, inter=48),
         predictor=dict(hidden=32, heads=4, kv=2, head_dim=4, inter=40),
-        cases=[cv(T_DIGITS, "vivian"), cv(T_HELLO, streaming=True)],
+        cases=[cv(T_DIGITS, "vivian"), cv(T_HELLO, non_streaming_mode=False)],
     ),
     "deep_talker": dict(
         talker=dict(layers=3),
@@ -745,7 +767,7 @@ SWEEP: dict = {
         talker=dict(layers=1),
         predictor=dict(layers=4),
         layout="top",
-        cases=[cv(T_FOX, "vivian"), cv(T_ZH, "aiden", "chinese", streaming=True)],
+        cases=[cv(T_FOX, "vivian"), cv(T_ZH, "aiden", "chinese", non_streaming_mode=False)],
     ),
     "vocab_gap": dict(  # ids between the codebook and the suppressed top 1024 stay allowed
         codebook=16,
@@ -761,11 +783,11 @@ SWEEP: dict = {
     "theta_equal": dict(
         talker=dict(theta=1e6),
         predictor=dict(theta=1e6),
-        cases=[cv(T_MIXED), cv(T_HELLO, streaming=True)],
+        cases=[cv(T_MIXED), cv(T_HELLO, non_streaming_mode=False)],
     ),
     "mrope_blocks": dict(  # non-interleaved M-RoPE, uneven sections
         talker=dict(head_dim=16, interleaved=False, mrope=[2, 3, 3]),
-        cases=[cv(T_HELLO, "vivian"), cv(T_FOX, streaming=True)],
+        cases=[cv(T_HELLO, "vivian"), cv(T_FOX, non_streaming_mode=False)],
     ),
     "mrope_interleaved_uneven": dict(
         talker=dict(head_dim=16, mrope=[6, 1, 1]),
@@ -778,7 +800,7 @@ SWEEP: dict = {
     ),
     "penalty_strong": dict(
         generation=dict(repetition_penalty=2.0, max_new_tokens=14),
-        cases=[cv(T_FOX), cv(T_DIGITS, "eric", "chinese", streaming=True)],
+        cases=[cv(T_FOX), cv(T_DIGITS, "eric", "chinese", non_streaming_mode=False)],
     ),
     "norm_eps": dict(  # different RMSNorm eps per model; text hidden wider than the talker
         talker=dict(eps=1e-5),
@@ -798,7 +820,7 @@ SWEEP: dict = {
         predictor=dict(head_dim=16, kv=2),
         cases=[
             vd(T_FOX, "Speak slowly and clearly, with a warm and friendly voice."),
-            vd(T_HELLO, "Loud.", "auto", streaming=True),
+            vd(T_HELLO, "Loud.", "auto", non_streaming_mode=False),
             vd(T_ZH, "\u6e29\u67d4\u3002", "chinese"),
         ],
     ),
@@ -806,17 +828,18 @@ SWEEP: dict = {
         model_type="base",
         talker=dict(hidden=24, heads=3, kv=3),
         predictor=dict(hidden=12, heads=2, kv=1, head_dim=12, inter=24),
-        cases=[vc(T_HELLO), vc(T_FOX, "auto", streaming=True)],
+        # the clone's default layout (streaming text), then the whole text asked for
+        cases=[vc(T_HELLO), vc(T_FOX, "auto", non_streaming_mode=True)],
     ),
     "base_top_layout": dict(
         model_type="base",
         layout="top",
         generation=dict(repetition_penalty=1.3, max_new_tokens=14),
-        cases=[vc(T_DIGITS), vc(T_MIXED, "german")],
+        cases=[vc(T_DIGITS), vc(T_MIXED, "german", non_streaming_mode=True)],
     ),
     "groups8": dict(  # eight code groups: seven predictor steps per frame
         groups=8,
-        cases=[cv(T_HELLO, "vivian"), cv(T_FOX, streaming=True)],
+        cases=[cv(T_HELLO, "vivian"), cv(T_FOX, non_streaming_mode=False)],
     ),
     "class_defaults": dict(  # a hand-written config.json: keys at their class default left out
         talker=dict(head_dim=None, theta=None, eps=None),
@@ -826,7 +849,7 @@ SWEEP: dict = {
     ),
     "frame_limit": dict(  # max_new_tokens ends every request
         generation=dict(repetition_penalty=1.05, max_new_tokens=5),
-        cases=[cv(T_FOX), cv(T_HELLO, streaming=True)],
+        cases=[cv(T_FOX), cv(T_HELLO, non_streaming_mode=False)],
     ),
 }
 

@@ -107,7 +107,12 @@ def test_a_family_may_not_redefine_a_shared_flag(clash):
 def test_the_built_in_families_flags_keep_their_names_and_defaults():
     args = build_parser().parse_args(["synth", "hi"])
     qwen3 = (args.ref_audio, args.ref_text, args.instruct, args.streaming_text)
-    assert qwen3 == (None, None, None, False)
+    assert qwen3 == (None, None, None, None)  # layout None: the official default per mode
+    on, off = (
+        build_parser().parse_args(["synth", "hi", f])
+        for f in ("--streaming-text", "--no-streaming-text")
+    )
+    assert (on.streaming_text, off.streaming_text) == (True, False)
     v2 = (args.loops, args.accept, args.beta, args.theta, args.draft_len, args.depth)
     assert v2 == (None, "exact", 0.3, None, 3, None)
     b = build_parser().parse_args(["bench"])

@@ -72,6 +72,9 @@ class SpeechRequest:
     top_k: Optional[int] = None
     top_p: Optional[float] = None
     instructions: Optional[str] = None  # voice/style text, for families that take it
+    # the prompt layout, for families with more than one (Qwen3-TTS: True streaming text,
+    # False whole text); None: the official default of the request's mode
+    streaming_text: Optional[bool] = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,8 @@ class Family:
     name: str  # the registry's name of the family ("reference", "fsq", "v2", "qwen3-tts")
     formats: tuple = ()  # model.json "format" values this family reads
     takes_instructions = False  # whether a request's `instructions` steer the voice
+    text_layouts = False  # whether a request's `streaming_text` chooses the prompt layout
+    default_language = "en"  # an HTTP request's language when it names none
     known_length = True  # the frame count is known at submission (else a stop head decides)
     first_chunk_frames = 3  # frames in a streamed response's first audio chunk
     model_names: tuple  # what an HTTP request's `model` may say for this family
@@ -200,6 +205,13 @@ class Family:
     def check(self, req) -> None:
         if req.mode not in self.modes + ("auto",):
             raise ValueError(f"mode: expected one of {self.modes + ('auto',)}, got {req.mode!r}")
+        # refused rather than ignored: a layout asked for and not given would change what
+        # the client compares against (as `codecspec synth --streaming-text` is refused)
+        if req.streaming_text is not None and not self.text_layouts:
+            raise ValueError(
+                f"streaming_text: the {self.name} model has one prompt layout; "
+                "only Qwen3-TTS checkpoints choose one"
+            )
 
     def params(self, req) -> cs.SamplingParams:
         raise NotImplementedError

@@ -180,10 +180,11 @@ def cmd_synth(args) -> int:
     hook = entry.hook("synth") if entry is not None else None
     if hook is not None:
         return hook(args)
-    qwen3_only = (args.instruct, args.streaming_text or None, args.ref_audio, args.ref_text)
+    # --no-streaming-text is a choice too (False, not None): refused like --streaming-text
+    qwen3_only = (args.instruct, args.streaming_text, args.ref_audio, args.ref_text)
     if any(v is not None for v in qwen3_only):
         raise ValueError(
-            "--instruct / --streaming-text / --ref-audio / --ref-text: Qwen3-TTS checkpoints "
+            "--instruct / --[no-]streaming-text / --ref-audio / --ref-text: Qwen3-TTS checkpoints "
             "(--model DIR) only"
         )
     if args.codes_out is not None and args.stream:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import qwen3_cases as qc
 from paths import DATA
 
 pytest.importorskip("tokenizers")  # the [qwen3] extra (also in [test])
@@ -135,11 +136,14 @@ def tts(models):
 
 
 def _request(case: dict) -> dict:
+    # x-vector-only cases have no ref_text (codecspec's x-vector-only mode); a case without
+    # "non_streaming_mode" / "language" leaves them to codecspec's defaults, which must be
+    # the official method's
     return dict(
-        language=case["language"],
+        language=qc.language(case),
         ref_audio=DATA / f"{case['ref_audio']}.wav",
-        ref_text=case["ref_text"],
-        streaming_text=case.get("streaming", False),
+        ref_text=case.get("ref_text"),
+        streaming_text=qc.streaming_text(case),
     )
 
 
@@ -158,12 +162,16 @@ CASES = [(v, i) for v in VARIANTS for i in range(len(_cases(v)))]
 @pytest.mark.parametrize("variant,i", CASES)
 def test_icl_prompt_equals_the_official_one(models, variant, i):
     """Text ids token by token (target and reference transcript), the reference codes the
-    prompt embeds, and the talker's prefill rows within float rounding."""
+    prompt embeds, the layout the official call used, and the talker's prefill rows within
+    float rounding."""
     tts, case, z = models[variant], _cases(variant)[i], _fixtures(variant)
     r = tts.generate_codes(case["text"], max_frames=0, temperature=0, **_request(case))
     assert np.array_equal(r.prompt.prompt_ids, z[f"case_{i}_prompt_ids"])
     assert np.array_equal(r.prompt.ref_ids, z[f"case_{i}_ref_ids"])
-    assert np.array_equal(r.ref_codes, z[f"case_{i}_ref_codes"])
+    ref_codes = r.ref_codes if case.get("ref_text") else np.zeros((0, 16), np.int64)
+    assert case.get("ref_text") or r.ref_codes is None  # x-vector only: no reference frames
+    assert np.array_equal(ref_codes, z[f"case_{i}_ref_codes"])
+    assert r.prompt.streaming_text == bool(z[f"case_{i}_streaming"])
     rows, _ = tts.prompt_embeds(r.prompt)
     want = z[f"case_{i}_prefill"]
     assert rows.shape == want.shape
@@ -181,11 +189,22 @@ def test_icl_greedy_codes_equal_official(models, variant, i, mode):
     )
 
 
-def test_fixture_cases_cover_both_layouts_and_endings():
-    """Non-streaming and streaming text, with the text longer and shorter than the reference
-    codes; some runs end at eos, others at the frame limit (max_new_tokens 20: 19 frames)."""
+def test_fixture_cases_cover_the_defaults_both_layouts_and_endings():
+    """Every variant has in-context requests that leave the layout to generate_voice_clone
+    (its default, streaming text), that name streaming text and that name the whole text,
+    and an x-vector-only request (no transcript) with the default layout; the text is longer
+    and shorter than the reference codes; some runs end at eos, others at the frame limit
+    (max_new_tokens 20: 19 frames)."""
     for variant in VARIANTS:
-        assert {bool(c.get("streaming")) for c in _cases(variant)} == {False, True}
+        cases, z = _cases(variant), _fixtures(variant)
+        icl = [c.get("non_streaming_mode", "default") for c in cases if c.get("ref_text")]
+        assert {"default", False, True} <= set(icl), variant
+        xvec = [i for i, c in enumerate(cases) if c.get("x_vector_only_mode")]
+        assert xvec and all("ref_text" not in cases[i] for i in xvec), variant
+        assert any("non_streaming_mode" not in cases[i] for i in xvec), variant
+        for i, c in enumerate(cases):  # the official default is the streaming layout
+            want = c.get("non_streaming_mode") is not True
+            assert bool(z[f"case_{i}_streaming"]) == want, (variant, i)
     lengths = [len(_fixtures(v)[f"case_{i}_codes"]) for v, i in CASES]
     assert 19 in lengths and min(lengths) < 19
 
@@ -203,6 +222,8 @@ def test_shifted_reference_codes_are_caught(cache, monkeypatch):
     monkeypatch.setattr(broken, "reference_codes", shifted)
     z = _fixtures()
     for i, case in enumerate(_cases()):
+        if not case.get("ref_text"):  # x-vector only: no reference codes in the prompt
+            continue
         r = broken.generate_codes(case["text"], temperature=0, **_request(case))
         want = z[f"case_{i}_codes"]
         assert r.codes.shape != want.shape or not np.array_equal(r.codes, want), i
@@ -236,41 +257,80 @@ def test_clone_audio_drops_the_reference_and_streams_alike(tmp_path):
 
 
 # ---------------------------------------------------------------------- command line
-def _synth_argv(tmp_path, case: dict, *extra) -> list:
+def _synth_argv(cache, case: dict, *extra) -> list:
+    """What a user types for the case: its text, clip, and only the options the case has
+    (--language, --ref-text), greedy."""
+    argv = ["synth", case["text"], "--model", str(MODEL)]
+    argv += ["--ref-audio", str(DATA / f"{case['ref_audio']}.wav")]
+    if "language" in case:
+        argv += ["--language", case["language"]]
+    if case.get("ref_text"):
+        argv += ["--ref-text", case["ref_text"]]
+    return argv + ["--temperature", "0", "--cache-dir", str(cache), "--json", *extra]
+
+
+def _cli_codes(cache, tmp_path, capsys, case: dict, *extra) -> tuple:
+    """(codes, the JSON report) of `codecspec synth` for the case."""
+    from codecspec.cli import main
+
+    out = tmp_path / "codes.npy"
+    capsys.readouterr()
+    assert main(_synth_argv(cache, case, "--codes-out", str(out), *extra)) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    return np.load(out), report
+
+
+def _default_cases(in_context: bool) -> list:
+    """base_icl's cases that leave the layout to generate_voice_clone."""
     return [
-        "synth",
-        case["text"],
-        "--model",
-        str(MODEL),
-        "--ref-audio",
-        str(DATA / f"{case['ref_audio']}.wav"),
-        "--language",
-        case["language"],
-        "--temperature",
-        "0",
-        "--cache-dir",
-        str(tmp_path / "cache"),
-        "--json",
-        *extra,
+        i
+        for i, c in enumerate(_cases())
+        if "non_streaming_mode" not in c and bool(c.get("ref_text")) == in_context
     ]
 
 
-def test_cli_synth_with_ref_text_clones_in_context(tmp_path):
-    from codecspec.cli import main
+@pytest.mark.parametrize("in_context", [True, False])
+def test_cli_synth_defaults_give_the_official_default_codes(cache, tmp_path, capsys, in_context):
+    """Issue 49: `codecspec synth --model BASE_DIR --ref-audio A [--ref-text T]
+    --temperature 0 TEXT`, no layout flag, gives the codes of the official
+    generate_voice_clone called with no layout either (its default: streaming text), in
+    context and x-vector only (the last also with no --language: the official "Auto")."""
+    z = _fixtures()
+    for i in _default_cases(in_context):
+        codes, report = _cli_codes(cache, tmp_path, capsys, _cases()[i])
+        want = z[f"case_{i}_codes"]
+        assert codes.shape == want.shape and np.array_equal(codes, want), (
+            f"case {i}: {_first_difference(codes, want)}"
+        )
+        assert report["streaming_text"] is True  # and the report says which layout
 
-    case, out = _cases()[1], tmp_path / "codes.npy"
-    argv = _synth_argv(tmp_path, case, "--ref-text", case["ref_text"], "--codes-out", str(out))
-    assert main(argv + ["--mode", "spec"]) == 0
-    assert np.array_equal(np.load(out), _fixtures()["case_1_codes"])
+
+def test_cli_synth_speculative_clone_gives_the_official_default_codes(cache, tmp_path, capsys):
+    i = _default_cases(True)[-1]
+    codes, _ = _cli_codes(cache, tmp_path, capsys, _cases()[i], "--mode", "spec")
+    assert np.array_equal(codes, _fixtures()[f"case_{i}_codes"])
 
 
-def test_cli_synth_without_ref_text_stays_x_vector_only(tmp_path):
-    """No --ref-text: the x-vector-only prompt (no reference frames), other codes."""
-    from codecspec.cli import main
+@pytest.mark.parametrize("flag,nsm", [("--no-streaming-text", True), ("--streaming-text", False)])
+def test_cli_synth_chooses_either_layout(cache, tmp_path, capsys, flag, nsm):
+    """--no-streaming-text gives the official non_streaming_mode=True codes (whole text),
+    --streaming-text its non_streaming_mode=False codes."""
+    z = _fixtures()
+    picked = [i for i, c in enumerate(_cases()) if c.get("non_streaming_mode") is nsm]
+    assert picked
+    for i in picked[:1]:
+        codes, report = _cli_codes(cache, tmp_path, capsys, _cases()[i], flag)
+        assert report["streaming_text"] is (not nsm)
+        assert np.array_equal(codes, z[f"case_{i}_codes"]), i
 
-    case, out = _cases()[1], tmp_path / "codes.npy"
-    assert main(_synth_argv(tmp_path, case, "--codes-out", str(out))) == 0
-    assert not np.array_equal(np.load(out), _fixtures()["case_1_codes"])
+
+def test_cli_synth_without_ref_text_stays_x_vector_only(cache, tmp_path, capsys):
+    """No --ref-text: the x-vector-only prompt (no reference frames), other codes than
+    the in-context clone of the same clip and text."""
+    i = _default_cases(True)[0]
+    case = {k: v for k, v in _cases()[i].items() if k != "ref_text"}
+    codes, _ = _cli_codes(cache, tmp_path, capsys, case)
+    assert not np.array_equal(codes, _fixtures()[f"case_{i}_codes"])
 
 
 @pytest.mark.parametrize(
@@ -279,6 +339,9 @@ def test_cli_synth_without_ref_text_stays_x_vector_only(tmp_path):
         (dict(ref_text="   "), "^ref_text: must be a non-empty string"),
         (dict(ref_text=3), "^ref_text: must be a non-empty string"),
         (dict(ref_audio=None, ref_text="Hi."), "^ref_text: is the transcript of ref_audio"),
+        # a layout is True, False or None: 1 or "false" is not read as one
+        (dict(streaming_text=1), "^streaming_text: must be True"),
+        (dict(streaming_text="false"), "^streaming_text: must be True"),
     ],
 )
 def test_bad_ref_text_is_refused(tts, kw, match):
@@ -287,10 +350,14 @@ def test_bad_ref_text_is_refused(tts, kw, match):
         tts.generate_codes("Hello.", **req)
 
 
-def test_ref_text_is_refused_for_other_models(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "flags", [["--ref-text", "Hi."], ["--streaming-text"], ["--no-streaming-text"]]
+)
+def test_qwen3_flags_are_refused_for_other_models(tmp_path, capsys, flags):
+    """Either layout flag too: a model with one layout cannot give what was asked for."""
     from codecspec.cli import main
 
-    assert main(["synth", "Hello.", "--ref-text", "Hi.", "-o", str(tmp_path / "x.wav")]) == 2
+    assert main(["synth", "Hello.", *flags, "-o", str(tmp_path / "x.wav")]) == 2
     assert "--ref-text: Qwen3-TTS checkpoints" in capsys.readouterr().err
 
 
@@ -318,7 +385,7 @@ def test_a_voice_prepared_once_clones_as_the_clip_does(tts):
         case["text"],
         language=case["language"],
         ref_audio=voice,
-        streaming_text=True,
+        streaming_text=qc.streaming_text(case),
         temperature=0,
     )
     assert np.array_equal(r.codes, z["case_2_codes"])

@@ -22,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 import pytest
+import qwen3_cases as qc
 from paths import DATA
 
 pytest.importorskip("tokenizers")  # the [qwen3] extra (also in [test])
@@ -83,9 +84,9 @@ def _request(tts, case: dict) -> dict:
     # The official wrapper drops instruct for 0.6B CustomVoice; codecspec refuses it there.
     kw = dict(
         speaker=case.get("speaker"),
-        language=case["language"],
+        language=qc.language(case),
         instruct=case.get("instruct") if tts.ck.accepts_instruct else None,
-        streaming_text=case.get("streaming", False),
+        streaming_text=qc.streaming_text(case),  # None: the official default of the mode
     )
     if case.get("ref_audio"):
         kw["ref_audio"] = DATA / case["ref_audio"]
@@ -94,6 +95,7 @@ def _request(tts, case: dict) -> dict:
 
 def _prompt(tts, case: dict):
     kw = _request(tts, case)
+    kw["language"] = kw["language"] or "auto"  # build_prompt takes the resolved language
     if kw.pop("ref_audio", None) is not None:
         kw["speaker_vector"] = True
         tts._xvector = tts.speaker_vector(DATA / case["ref_audio"])
@@ -145,14 +147,16 @@ def test_prompt_ids(name, i):
         load_text_tokenizer(ck.dir),
         ck.spec,
         c["text"],
-        language=c["language"],
+        language=qc.language(c) or "auto",
         speaker=c.get("speaker"),
         instruct=c.get("instruct") if ck.accepts_instruct else None,
-        streaming_text=c.get("streaming", False),
+        streaming_text=qc.streaming_text(c),
         speaker_vector=bool(c.get("ref_audio")),
     )
     assert p.prompt_ids.tolist() == z[f"case_{i}_prompt_ids"].tolist()
     assert p.instruct_ids.tolist() == z[f"case_{i}_instruct_ids"].tolist()
+    # the layout the official call used: its method's default where the case named none
+    assert p.streaming_text == bool(z[f"case_{i}_streaming"])
 
 
 @pytest.mark.parametrize("name", CONFIGS)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import qwen3_cases as qc
 from paths import DATA
 
 pytest.importorskip("tokenizers")  # the [qwen3] extra (also in [test])
@@ -53,9 +54,9 @@ def _request(tts, case):
     instruct = case.get("instruct") if tts.ck.accepts_instruct else None
     kw = dict(
         speaker=case.get("speaker"),
-        language=case["language"],
+        language=qc.language(case),
         instruct=instruct,
-        streaming_text=case.get("streaming", False),
+        streaming_text=qc.streaming_text(case),
     )
     if case.get("ref_audio"):
         kw["ref_audio"] = DATA / case["ref_audio"]
@@ -64,6 +65,7 @@ def _request(tts, case):
 
 def _prompt_kw(tts, case):
     kw = _request(tts, case)
+    kw["language"] = kw["language"] or "auto"  # build_prompt takes the resolved language
     if kw.pop("ref_audio", None) is not None:
         kw["speaker_vector"] = True
         tts._xvector = tts.speaker_vector(DATA / case["ref_audio"])
@@ -82,14 +84,16 @@ def test_prompt_ids_match_official_token_by_token(variant, i):
         tok,
         ck.spec,
         c["text"],
-        language=c["language"],
+        language=qc.language(c) or "auto",
         speaker=c.get("speaker"),
         instruct=instruct,
-        streaming_text=c.get("streaming", False),
+        streaming_text=qc.streaming_text(c),
         speaker_vector=bool(c.get("ref_audio")),
     )
     assert p.prompt_ids.tolist() == z[f"case_{i}_prompt_ids"].tolist()
     assert p.instruct_ids.tolist() == z[f"case_{i}_instruct_ids"].tolist()
+    # the layout the official call used, its method's default where the case named none
+    assert p.streaming_text == bool(z[f"case_{i}_streaming"])
 
 
 @pytest.mark.parametrize("variant,i", _all_cases())
@@ -153,6 +157,22 @@ def test_greedy_codes_identical_to_official(models, variant, i, mode):
 def test_fixtures_cover_eos_and_the_frame_limit():
     lengths = {len(_cases(v)[1][f"case_{i}_codes"]) for v, i in _all_cases()}
     assert 19 in lengths and min(lengths) < 19  # max_new_tokens 20 -> 19 frames, and eos
+
+
+def test_fixtures_call_every_method_with_its_own_defaults():
+    """Each variant has requests that leave the layout and the language to the official
+    method (whole text for CustomVoice / VoiceDesign, streaming text for a Base clone) and
+    requests that name the other layout, so the greedy parity above covers the defaults."""
+    official_default = {"custom_voice": 0, "voice_design": 0, "base": 1}
+    for v in VARIANTS:
+        cases, z = _cases(v)
+        mode = Qwen3Checkpoint(DATA / v).model_type
+        default = [i for i, c in enumerate(cases) if "non_streaming_mode" not in c]
+        assert default and {int(z[f"case_{i}_streaming"]) for i in default} == {
+            official_default[mode]
+        }
+        assert any(c.get("non_streaming_mode") is (mode == "base") for c in cases), v
+        assert any("language" not in c for c in cases), v
 
 
 def test_greedy_with_penalty_differs_from_greedy_without(models):

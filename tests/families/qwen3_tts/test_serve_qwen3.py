@@ -262,6 +262,74 @@ def test_base_checkpoint_needs_a_reference_recording(cache, folders, reference):
         e.shutdown(drain=False)
 
 
+# ---------------------------------------------------------------------- the prompt layout
+def _official(variant: str) -> tuple:
+    cases = json.loads((DATA / f"{variant}.cases.json").read_text(encoding="utf-8"))
+    return cases, np.load(DATA / f"{variant}.fixtures.npz")
+
+
+def _body(case: dict) -> dict:
+    """The HTTP body of an official fixture case: only the fields the official call had
+    (a case without non_streaming_mode / language leaves them to the server's defaults)."""
+    body = {"input": case["text"], "temperature": 0, "response_format": "pcm"}
+    if "speaker" in case:
+        body["voice"] = case["speaker"]
+    if "language" in case:
+        body["language"] = case["language"]
+    if "non_streaming_mode" in case:
+        body["streaming_text"] = not case["non_streaming_mode"]
+    return body
+
+
+def test_requests_get_the_official_layouts_over_http(custom, reference):
+    """CustomVoice: no `streaming_text` is the whole-text layout (generate_custom_voice's
+    default), `true` the streaming one; each equals the official greedy codes, and a body
+    without a language gets the official "Auto" (a dialect speaker's tag here)."""
+    cases, z = _official("custom_equal")
+    picked = [i for i, c in enumerate(cases) if "non_streaming_mode" in c or "language" not in c]
+    assert {"non_streaming_mode" in cases[i] for i in picked} == {True, False}
+    ref = reference("custom_equal")
+    for i in picked:
+        r = post(custom, **_body(cases[i]))
+        assert r.status_code == 200, r.text
+        want = streamed_pcm(ref, z[f"case_{i}_codes"])
+        assert np.array_equal(np.frombuffer(r.content, "<i2"), want), i
+
+
+def test_a_base_clone_is_served_in_the_official_default_layout(cache, folders, reference):
+    """Issue 49: a Base checkpoint's request without `streaming_text` gets the layout of
+    generate_voice_clone called without non_streaming_mode (streaming text), and `false`
+    its whole-text layout: the official greedy codes of every fixture case, over HTTP."""
+    cases, z = _official("base_xvector")
+    base, wav = folders["base_xvector"], DATA / "ref.wav"
+
+    def factory():
+        return Engine(base, max_streams=1, threads=1, cache_dir=cache, ref_audio=wav)
+
+    ref = reference("base_xvector")
+    with LocalServer(factory) as server:
+        for i, case in enumerate(cases):
+            r = post(server, **_body(case))
+            assert r.status_code == 200, r.text
+            want = streamed_pcm(ref, z[f"case_{i}_codes"])
+            assert np.array_equal(np.frombuffer(r.content, "<i2"), want), i
+        assert_idle(server.engine)
+
+
+def test_a_bad_layout_is_refused_naming_the_field(custom):
+    """Straight to the engine (no typed body in between) a layout that is not a bool or
+    None is refused, naming the field; so is one asked of a family with a single layout."""
+    from codecspec.pipeline.family import Family
+
+    with pytest.raises(ValueError, match="^streaming_text: must be True"):
+        custom.engine.submit(SpeechRequest(TEXT, voice="aiden", streaming_text="yes"))
+    single = Family.__new__(Family)
+    single.name, single.modes = "reference", ("ar",)
+    Family.check(single, SpeechRequest(TEXT))  # absent: fine
+    with pytest.raises(ValueError, match="^streaming_text: the reference model has one"):
+        Family.check(single, SpeechRequest(TEXT, streaming_text=False))
+
+
 # ---------------------------------------------------------------------- OpenAI fields
 def test_instructions_reach_a_voice_design_prompt(design, reference):
     ref = reference("design_wide")
@@ -281,7 +349,8 @@ def test_voice_design_over_http_uses_instructions_and_ignores_voice(design, refe
     assert r.status_code == 200, r.text
     assert r.headers["x-codecspec-ignored"] == "voice"  # instructions are used
     ref = reference("design_wide")
-    want = ref.generate_codes(TEXT, language="english", instruct=STYLE, seed=5, temperature=0)
+    # no language in the body: the official default ("auto"), as generate_codes' own
+    want = ref.generate_codes(TEXT, instruct=STYLE, seed=5, temperature=0)
     assert int(r.headers["x-codecspec-frames"]) == want.frames
     rate, x = wav_samples(r.content)
     assert rate == 24000 and len(x) == 1920 * want.frames
@@ -294,9 +363,7 @@ def test_instructions_on_a_small_custom_voice_are_reported_ignored(custom, refer
     )
     assert r.status_code == 200, r.text
     assert r.headers["x-codecspec-ignored"] == "instructions"
-    want = reference("custom_equal").generate_codes(
-        TEXT, speaker="aiden", language="english", seed=4, temperature=0
-    )
+    want = reference("custom_equal").generate_codes(TEXT, speaker="aiden", seed=4, temperature=0)
     assert int(r.headers["x-codecspec-frames"]) == want.frames
     # straight to the engine (no app in between) the field is refused, naming it
     with pytest.raises(ValueError, match="^instructions"):
@@ -307,7 +374,7 @@ def test_wav_is_24khz_audio_of_the_frames_made(custom, reference):
     r = post(custom, voice="vivian", seed=6, response_format="wav", model="qwen3-tts")
     assert r.status_code == 200, r.text
     ref = reference("custom_equal")
-    want = ref.generate_codes(TEXT, speaker="vivian", language="english", seed=6)
+    want = ref.generate_codes(TEXT, speaker="vivian", seed=6)
     frames = int(r.headers["x-codecspec-frames"])
     rate, x = wav_samples(r.content)
     assert frames == want.frames and rate == 24000 and len(x) == 1920 * frames
@@ -325,7 +392,7 @@ def test_pcm_stream_has_the_frames_samples(custom, reference):
     assert r.status_code == 200, r.text
     assert r.headers["x-codecspec-sample-rate"] == "24000"
     ref = reference("custom_equal")
-    want = ref.generate_codes(TEXT, speaker="aiden", language="english", seed=2, temperature=0)
+    want = ref.generate_codes(TEXT, speaker="aiden", seed=2, temperature=0)
     assert np.array_equal(np.frombuffer(r.content, "<i2"), streamed_pcm(ref, want.codes))
 
 
@@ -364,9 +431,7 @@ def test_every_openai_voice_maps_to_a_speaker(custom, reference):
     assert voice_map(list(speakers)) == m  # deterministic
     r = post(custom, voice="coral", seed=4, temperature=0, response_format="wav")
     assert r.status_code == 200, r.text
-    want = reference("custom_equal").generate_codes(
-        TEXT, speaker=m["coral"], language="english", seed=4, temperature=0
-    )
+    want = reference("custom_equal").generate_codes(TEXT, speaker=m["coral"], seed=4, temperature=0)
     assert int(r.headers["x-codecspec-frames"]) == want.frames
 
 
@@ -390,6 +455,8 @@ def test_models_lists_the_folder_name(custom):
         ({"mode": "pcg"}, "mode"),
         ({"model": "codecspec-fsq"}, "model"),
         ({"input": " "}, "input"),
+        ({"streaming_text": "true"}, "streaming_text"),  # strict: a JSON boolean or null
+        ({"streaming_text": 1}, "streaming_text"),
     ],
 )
 def test_bad_fields_are_400_naming_the_param(custom, body, param):
@@ -437,7 +504,7 @@ def test_sse_pcm_is_the_streamed_decode(custom, reference):
     assert events[-1]["type"] == "speech.audio.done"
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
     ref = reference("custom_equal")
-    want = ref.generate_codes(TEXT, speaker="eric", language="english", seed=12)
+    want = ref.generate_codes(TEXT, speaker="eric", seed=12)
     assert events[-1]["usage"]["output_tokens"] == want.frames
     assert np.array_equal(np.frombuffer(pcm, "<i2"), streamed_pcm(ref, want.codes))
 

@@ -40,6 +40,12 @@ def _request_kwargs(args, mode: str) -> dict:
     )
 
 
+def _layout(info: dict):
+    """Whether the prompt was the streaming-text layout (None before a prompt was built)."""
+    p = info.get("prompt")
+    return None if p is None else p.streaming_text
+
+
 def _stream(args, tts, text: str, mode: str, load_s: float) -> int:
     """--stream: audio chunks go into the WAV as the decoder's streaming form emits them."""
     from codecspec.codec.audio import WavWriter
@@ -56,6 +62,7 @@ def _stream(args, tts, text: str, mode: str, load_s: float) -> int:
     report = {
         "output": str(args.output),
         "mode": mode,
+        "streaming_text": _layout(info),
         "audio_seconds": seconds,
         "load_seconds": round(load_s, 3),
         "time_to_first_audio_ms": None if first is None else round(1e3 * first, 1),
@@ -148,6 +155,8 @@ def synth(args) -> int:
         "model": str(tts.ck.dir),
         "frames": r.frames,
         "mode": mode,
+        # the layout the request got (the official default of its mode unless chosen)
+        "streaming_text": r.prompt.streaming_text,
         "weights": tts.weights,
         "hit_max_frames": r.hit_max_frames,
         "load_seconds": round(load_s, 3),

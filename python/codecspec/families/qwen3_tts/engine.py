@@ -20,13 +20,15 @@ Request fields: `voice` is a CustomVoice speaker (OpenAI's voice names map onto 
 VoiceDesign and Base checkpoints have none); `instructions` is the official `instruct` where
 the checkpoint reads it (`Qwen3Checkpoint.accepts_instruct`); `language` is a language of the
 checkpoint or its ISO 639-1 code; temperature / top_k / top_p override both the talker's and
-the depth loop's law as in `Qwen3TTS.sampling`. `speed` other than 1 is refused: the model has
-no rate control. A Base (voice-cloning) checkpoint is served with a reference recording
-given at load (`ref_audio`), whose voice every stream then speaks in (x-vector only), or with
-a folder of voices (`voices_dir`: NAME.wav + NAME.txt, its transcript), each encoded once at
-load and cloned in context; `voice` picks one by NAME (OpenAI's voice names map onto them as
-onto speakers), and its audio is decoded after the voice's reference codes, as the official
-generate_voice_clone decodes it.
+the depth loop's law as in `Qwen3TTS.sampling`; `streaming_text` picks the prompt layout
+(absent: the official default of the checkpoint's mode, streaming text for a Base voice clone
+and whole text for CustomVoice / VoiceDesign, as `Qwen3TTS.generate_codes`). `speed` other
+than 1 is refused: the model has no rate control. A Base (voice-cloning) checkpoint is served
+with a reference recording given at load (`ref_audio`), whose voice every stream then speaks
+in (x-vector only), or with a folder of voices (`voices_dir`: NAME.wav + NAME.txt, its
+transcript), each encoded once at load and cloned in context; `voice` picks one by NAME
+(OpenAI's voice names map onto them as onto speakers), and its audio is decoded after the
+voice's reference codes, as the official generate_voice_clone decodes it.
 
 What it does not do: batch the talker's steps (a batched GroupQueryAttention over caches of
 other lengths rounds differently, ~2e-7, enough to flip sampled codes of speculative
@@ -98,6 +100,10 @@ class Qwen3Family(Family):
     name = "qwen3-tts"
     known_length = False  # the talker's eos decides
     modes = ("ar", "spec")
+    text_layouts = True  # streaming-text or whole-text prompt (`streaming_text`)
+    # the official methods' language=None: no language tag in the prompt ("en" would add
+    # the english tag and give other codes)
+    default_language = "auto"
     # The speech decoder carries its state, so a one-frame first chunk costs no audio quality
     # (the Griffin-Lim vocoders of the other families want a few frames of context).
     first_chunk_frames = 1
@@ -204,6 +210,10 @@ class Qwen3Family(Family):
                 f"instructions: this {self.tts.model_type} checkpoint (size "
                 f"{self.tts.ck.model_size!r}) takes none"
             )
+        from codecspec.families.qwen3_tts.pipeline import check_streaming_text
+
+        # the HTTP body is typed already; an Engine driven from Python is not
+        check_streaming_text(req.streaming_text)
 
     def params(self, req) -> cs.SamplingParams:
         talk, _ = self.tts.sampling()
@@ -230,6 +240,7 @@ class Qwen3Family(Family):
             temperature=req.temperature,
             top_k=req.top_k,
             top_p=req.top_p,
+            streaming_text=req.streaming_text,
         )
 
     def prepare(self, req, generator: cs.Generator) -> Qwen3State:
@@ -253,6 +264,7 @@ class Qwen3Family(Family):
             language=language,
             speaker=speaker,
             instruct=instruct,
+            streaming_text=kw["streaming_text"],  # the layout frame_steps will build
             speaker_vector=kw["ref_audio"] is not None,
             ref_text=voice.ref_text if in_context else None,
             ref_frames=len(voice.ref_codes) if in_context else 0,

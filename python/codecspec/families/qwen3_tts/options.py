@@ -25,10 +25,16 @@ def _synth(p: argparse.ArgumentParser) -> None:
         help="Qwen3-TTS Base: what --ref-audio says; clones in context (the clip's speech codes "
         "and transcript in the prompt), as the official generate_voice_clone does by default",
     )
+    # None unless given: the official default of the checkpoint's mode, resolved with the
+    # request (text.official_streaming_text), so that no flag gives the official codes
     p.add_argument(
         "--streaming-text",
-        action="store_true",
-        help="Qwen3-TTS: the official streaming-text prompt (text fed one token per frame)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Qwen3-TTS prompt layout: --streaming-text feeds the text one token per frame, "
+        "--no-streaming-text puts the whole text in the prompt. Default: the official "
+        "method's for the checkpoint (streaming text for a Base voice clone, as "
+        "generate_voice_clone; whole text for CustomVoice and VoiceDesign)",
     )
 
 

@@ -105,6 +105,19 @@ def check_request(
     return text, speaker or None, language, instruct or None
 
 
+def check_streaming_text(streaming_text) -> Optional[bool]:
+    """The prompt layout a request asks for: True (streaming text), False (whole text) or
+    None (the official default of the request's mode, `text.official_streaming_text`).
+    A ValueError naming the argument for anything else: 0, 1 or "true" are refused rather
+    than read as a layout, so a caller's mistake cannot quietly pick one."""
+    if streaming_text is None or isinstance(streaming_text, (bool, np.bool_)):
+        return None if streaming_text is None else bool(streaming_text)
+    raise ValueError(
+        "streaming_text: must be True (streaming-text prompt), False (whole-text prompt) or "
+        f"None (the official default for the request's mode), got {streaming_text!r}"
+    )
+
+
 def _check_ref_text(ref_text, ref_audio) -> None:
     """ref_text (the reference clip's transcript) asks for in-context cloning; without it a
     Base checkpoint clones from the x-vector alone."""
@@ -409,8 +422,13 @@ class Qwen3TTS:
         top_p: Optional[float] = None,
         seed: int = 0,
         max_frames: Optional[int] = None,
-        streaming_text: bool = False,
+        streaming_text: Optional[bool] = None,
     ) -> Qwen3Result:
+        """Greedy or sampled codes of one request. Every default is the official method's:
+        language "auto", sampling from generation_config.json, and the prompt layout of the
+        checkpoint's mode (`streaming_text` None: streaming text for a Base voice clone, as
+        generate_voice_clone; whole text for CustomVoice and VoiceDesign, as
+        generate_custom_voice / generate_voice_design; True / False choose one)."""
         codes, info = [], {}
         for frame in self.iter_frames(
             text,
@@ -438,7 +456,8 @@ class Qwen3TTS:
     def iter_frames(self, text: str, **kw) -> Iterator[np.ndarray]:
         """Codes int64 [G] frame by frame (the order the speech decoder consumes them).
         Keywords: speaker, language, instruct, ref_audio, ref_text, mode, temperature, top_k, top_p,
-        seed, max_frames, streaming_text, info; `trace` collects (talker hidden state, c0)
+        seed, max_frames, streaming_text (None: the official layout of the request's mode),
+        info; `trace` collects (talker hidden state, c0)
         of every frame (the calibration corpus); `generator`: draw from this one instead of
         `Generator(seed)` (the serving engine's per-stream generator; a fresh
         `Generator(s)` gives exactly what `seed=s` gives).
@@ -469,13 +488,14 @@ class Qwen3TTS:
         ref_text,
         sampling,
         max_frames,
-        streaming_text,
+        streaming_text=None,
     ):
         """A request checked and turned into (prompt, frames allowed + 1, the talker's
         sampler, the code predictor's sampling params); the voice set on this runtime."""
         text, speaker, language, instruct = self.check_request(
             text, speaker, language, instruct, ref_audio, ref_text
         )
+        streaming_text = check_streaming_text(streaming_text)
         voice = self._voice(ref_audio, ref_text)
         self._xvector = None if voice is None else voice.xvector
         self._ref_codes = None if voice is None else voice.ref_codes
@@ -527,7 +547,7 @@ class Qwen3TTS:
         top_p=None,
         seed=0,
         max_frames=None,
-        streaming_text=False,
+        streaming_text=None,
         info: Optional[dict] = None,
         trace: Optional[list] = None,
         generator: Optional[cs.Generator] = None,

@@ -13,10 +13,12 @@ the speaker's codec embedding), either of which may be absent:
   role       "<|im_start|>assistant\n"  (the first 3 text ids)    text only
   tags       tts_pad ... tts_pad, tts_bos  +  [think | nothink, think_bos, (language), think_eos,
              (speaker), pad]  (the codec prefix without its last entry, codec_bos)
-  non-streaming (the default): every text id of the assistant text (ids[3:-5]) + codec_pad,
-             tts_eos + codec_pad, tts_pad + codec_bos; later steps add tts_pad
-  streaming text: ids[3] + codec_bos; later step g adds text id ids[4+g] (then tts_eos, then
-             tts_pad) to the frame's codec embedding sum
+  non-streaming (whole text; the official default of generate_custom_voice and
+             generate_voice_design): every text id of the assistant text (ids[3:-5]) +
+             codec_pad, tts_eos + codec_pad, tts_pad + codec_bos; later steps add tts_pad
+  streaming text (the official default of generate_voice_clone): ids[3] + codec_bos; later
+             step g adds text id ids[4+g] (then tts_eos, then tts_pad) to the frame's codec
+             embedding sum
   in-context clone (Base, a reference clip and its transcript; `generate_icl_prompt`): after
              the tags, the text [reference transcript ids, ids[3:-5], tts_eos] meets the codec
              [codec_bos, one row per reference frame (the sum of its 16 code embeddings)]:
@@ -34,7 +36,15 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["load_text_tokenizer", "Prompt", "build_prompt", "NONE", "SPEAKER", "REF_FRAME"]
+__all__ = [
+    "load_text_tokenizer",
+    "Prompt",
+    "build_prompt",
+    "official_streaming_text",
+    "NONE",
+    "SPEAKER",
+    "REF_FRAME",
+]
 
 NONE = -1  # no text / codec part in this row
 SPEAKER = -2  # codec part = the speaker embedding (CustomVoice: codec table row of the speaker)
@@ -187,6 +197,9 @@ class Prompt:
     # leading rows the text does not change (instruction, role tokens, think / language /
     # speaker tags): the talker runs them as a call of their own and caches their K/V
     fixed_rows: int = 0
+    # the layout these rows follow (streaming text or whole text), once a request's
+    # default has been resolved: callers report it, and tests check which one a mode got
+    streaming_text: bool = False
 
     def __len__(self) -> int:
         return len(self.text_ids)
@@ -206,6 +219,16 @@ def language_codec_id(spec, language: str, speaker: Optional[str]) -> Optional[i
     return lang_id
 
 
+def official_streaming_text(clone: bool) -> bool:
+    """The prompt layout the official method of a request's mode uses when the caller does
+    not choose one (qwen-tts 0.1.1): generate_voice_clone (a Base checkpoint, in context or
+    x-vector only) defaults to non_streaming_mode=False, the streaming-text layout;
+    generate_custom_voice and generate_voice_design default to non_streaming_mode=True, the
+    whole text in the prompt. Every entry point (Python, CLI, server) resolves an unset
+    layout here, so their defaults give the official method's codes."""
+    return bool(clone)
+
+
 def build_prompt(
     tok,
     spec,
@@ -214,15 +237,21 @@ def build_prompt(
     language: str = "auto",
     speaker: Optional[str] = None,
     instruct: Optional[str] = None,
-    streaming_text: bool = False,
+    streaming_text: Optional[bool] = None,
     speaker_vector: bool = False,
     ref_text: Optional[str] = None,
     ref_frames: int = 0,
 ) -> Prompt:
     """The official prompt rows for one request (arguments already validated).
+    streaming_text: the layout; None = the official default of the request's mode
+    (`official_streaming_text`: streaming for a voice clone, whole text otherwise).
     speaker_vector: a Base checkpoint's x-vector takes the speaker row (its value is added by
-    the caller; Prompt.speaker_id stays None). ref_text: the in-context clone's transcript of
+    the caller; Prompt.speaker_id stays None); every Base request is a clone, so this is
+    also what tells the clone mode apart. ref_text: the in-context clone's transcript of
     a reference clip of `ref_frames` frames (their embeddings are the caller's too)."""
+    if streaming_text is None:
+        streaming_text = official_streaming_text(clone=speaker_vector)
+    streaming_text = bool(streaming_text)
     c, t = spec.codec, spec.text
     ids = encode(tok, assistant_text(text))
     ins = encode(tok, instruct_text(instruct)) if instruct else np.zeros(0, np.int64)
@@ -269,6 +298,7 @@ def build_prompt(
         instruct_ids=ins,
         ref_ids=ref_ids,
         fixed_rows=len(ins) + 3 + len(prefix) - 1,
+        streaming_text=streaming_text,
     )
 
 
