@@ -75,7 +75,7 @@ def test_two_replicas_answer_the_speech_api(cluster):
     rs = asyncio.run(run())
     assert [r.status_code for r in rs] == [200] * 8, [r.text[:200] for r in rs]
     assert all(check_wav(r.content)[0] for r in rs)
-    assert len({r.headers["X-Codecspec-Process"] for r in rs}) == 2, "both replicas served"
+    assert len({r.headers["X-Codecspec-Replica"] for r in rs}) == 2, "both replicas served"
     bad = httpx.post(cluster + "/v1/audio/speech", json={"input": HELLO, "speed": 99}, timeout=60)
     assert bad.status_code == 400 and "speed" in bad.json()["error"]["message"]
     same = [

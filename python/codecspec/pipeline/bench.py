@@ -105,9 +105,9 @@ def open_family(model, slots: int = 1, *, provider="auto", threads=None, **optio
     entry = registry.family_of(model)
     taken = registry.take_options(entry, **options)
     folder = registry.resolve_model_dir(model)
-    return entry.load("engine").open(
-        folder, slots, MAX_FRAMES, MAX_PHONEMES, provider, threads, **taken
-    )
+    family = entry.load("engine")
+    with registry.loading(folder):  # a broken folder: one line naming the file
+        return family.open(folder, slots, MAX_FRAMES, MAX_PHONEMES, provider, threads, **taken)
 
 
 def bench_command(args) -> int:

@@ -19,9 +19,13 @@ group "codecspec.families" naming its `Entry` (found at the first lookup, `disco
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import json
 import os
+import re
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -33,6 +37,7 @@ __all__ = [
     "Entry",
     "FAMILIES",
     "MODEL_NAMES",
+    "ModelLoadError",
     "ENTRY_POINT_GROUP",
     "by_name",
     "discover",
@@ -41,6 +46,7 @@ __all__ = [
     "find",
     "formats",
     "import_path",
+    "loading",
     "register",
     "resolve_model_dir",
     "take_options",
@@ -52,6 +58,61 @@ DEFAULT_MODEL = "v3"
 # Engine options every family is handed where it takes them and that the others ignore
 # (a graph cache folder: the CLI always has one).
 SHARED_OPTIONS = ("cache_dir",)
+
+
+class ModelLoadError(ValueError):
+    """A model folder that cannot be loaded, in one line: "model: <file or folder>: what is
+    wrong". Every command that loads a model (synth, serve, bench, quality, calibrate)
+    reports it as it is, without a traceback (a ValueError, so callers that catch those
+    still do)."""
+
+
+# "name: ..." where name is another argument than the model: the caller's mistake, not the
+# folder's (e.g. "threads: ...", "ref_audio: ...")
+_OTHER_ARGUMENT = re.compile(r"^(?!model:)[A-Za-z_][A-Za-z0-9_.]*: ")
+
+
+@contextlib.contextmanager
+def loading(folder):
+    """Turns what a broken model folder raises while it loads into ModelLoadError, one line
+    naming the file where the error says which (a file that cannot be read, a "model: ..."
+    error of a reader that names it) and else the folder: a truncated ONNX, npz or
+    safetensors file, a JSON file that does not parse, a missing entry. Errors naming
+    another argument pass unchanged; other exception types (bugs) are not hidden."""
+    try:
+        yield
+    except ModelLoadError:
+        raise
+    except OSError as e:  # FileNotFoundError, IsADirectoryError, PermissionError, ...
+        own = re.match(r"model(?:_dir)?: ", str(e)) if e.filename is None else None
+        if own:  # a reader's own message, about the folder or a file in it
+            raise ModelLoadError("model: " + str(e)[own.end() :]) from e
+        where = e.filename or folder
+        raise ModelLoadError(f"model: {where}: {e.strerror or e}") from e
+    except ValueError as e:
+        msg = str(e)
+        if _OTHER_ARGUMENT.match(msg):
+            raise
+        if msg.startswith("model: "):
+            raise ModelLoadError(msg) from e
+        raise ModelLoadError(f"model: {folder}: {type(e).__name__}: {msg}") from e
+    except (KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise ModelLoadError(f"model: {folder}: {type(e).__name__}: {e}") from e
+
+
+def _json_error(path: Path) -> Optional[str]:
+    """Why the JSON file `path` does not parse, or None (it parses, or there is none)."""
+    if not path.is_file():
+        return None
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        return f"not UTF-8 ({e.reason} at byte {e.start})"
+    except ValueError as e:
+        return f"not valid JSON ({e})"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    return None
 
 
 def import_path(path: str):
@@ -276,6 +337,14 @@ def family_of(name_or_dir=None, detect: bool = True) -> Entry:
             if e.detect is not None and import_path(e.detect)(str(name_or_dir)):
                 return e
     d = resolve_model_dir(name_or_dir)
+    # A folder whose model.json (or, without one, a checkpoint's config.json) is broken is a
+    # model folder all the same: say which file and why, not "neither a name nor a folder".
+    for name in ("model.json", "config.json"):
+        broken = _json_error(d / name)
+        if broken is not None:
+            raise ModelLoadError(f"model: {d / name}: {broken}")
+        if (d / name).is_file():
+            break
     if not (d / "model.json").is_file():
         raise ValueError(f"model: {d} is neither a model name {MODEL_NAMES} nor a model folder")
     fmt = model_format(d)
@@ -290,6 +359,8 @@ def find(name_or_dir=None) -> Optional[Entry]:
     then reports what it was given in its own terms)."""
     try:
         return family_of(name_or_dir)
+    except ModelLoadError:
+        raise  # a model folder, broken: reported as such, not as "no model"
     except ValueError:
         return None
 

@@ -75,12 +75,14 @@ def open_session(
 
         if not ops.register(so):
             raise ValueError("custom_ops: this build of codecspec._core serves no operators")
+    where = "model: "
     if not isinstance(model, (bytes, bytearray)):
         path = Path(model)
         if not path.is_file():
             raise FileNotFoundError(f"model: no such ONNX file: {path}")
         model = str(path)
+        where = f"model: {path}: "  # the file first, as every broken-folder error says it
     try:
         return ort.InferenceSession(model, sess_options=so, providers=providers)
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
-        raise ValueError(f"model: cannot load ONNX model ({type(e).__name__}: {e})") from e
+        raise ValueError(f"{where}cannot load ONNX model ({type(e).__name__}: {e})") from e

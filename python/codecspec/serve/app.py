@@ -27,7 +27,7 @@ import hmac
 import json
 import logging
 import math
-import os
+import secrets
 import time
 from typing import Callable, Literal, Optional, Union
 
@@ -76,6 +76,7 @@ FIRST_CHUNK_FRAMES = 3  # a short first chunk keeps the time to first audio low
 CHUNK_FRAMES = 10
 CONTEXT_FRAMES = 2  # vocoded with each chunk and dropped: smoother chunk boundaries
 MAX_BODY_BYTES = 64 * 1024  # a request is a few hundred characters of text
+DRAIN_RETRY_AFTER = 5  # seconds a draining server asks clients to wait (Retry-After)
 
 
 class VoiceRef(BaseModel):
@@ -388,6 +389,7 @@ def create_app(
 
     app = FastAPI(title="codecspec speech server", lifespan=lifespan)
     app.state.requests = {}
+    app.state.replica = secrets.token_hex(4)
     app.state.first_audio = FirstAudio()
     app.state.vocoder_iters = int(vocoder_iters)
     open_paths = ("/health", "/metrics") if metrics_open else ("/health",)
@@ -438,7 +440,7 @@ def _add_routes(app: FastAPI) -> None:
     async def health():
         e = app.state.engine
         m = e.metrics()
-        ok = not e._draining
+        ok = not e.draining
         body = {
             "status": "ok" if ok else "draining",
             "active_streams": m["active_streams"],
@@ -446,7 +448,9 @@ def _add_routes(app: FastAPI) -> None:
             "max_streams": m["max_streams"],
             "capacity": m["capacity"],
         }
-        return JSONResponse(body, status_code=200 if ok else 503)
+        # draining: a load balancer takes this replica out and retries elsewhere
+        retry = None if ok else {"Retry-After": str(DRAIN_RETRY_AFTER)}
+        return JSONResponse(body, status_code=200 if ok else 503, headers=retry)
 
     @app.get("/v1/models")
     async def models():
@@ -579,7 +583,7 @@ async def _speech(app: FastAPI, body: SpeechBody, request: Request):
     try:
         handle = await run_in_threadpool(engine.submit, req, asyncio.get_running_loop())
     except Overloaded as e:
-        status = 503 if engine._draining else 429
+        status = 503 if engine.draining else 429
         retry = {"Retry-After": str(max(1, math.ceil(e.retry_after)))}
         return _refuse(app, status, str(e), headers=retry)
     except ValueError as e:
@@ -599,7 +603,7 @@ async def _speech(app: FastAPI, body: SpeechBody, request: Request):
         handle.cancel()
         _count(app, 499)
         return Response(status_code=499)
-    headers = _headers(engine, handle, body)
+    headers = _headers(engine, handle, body, app.state.replica)
     ignored = _ignored(engine, body)
     if ignored:
         headers["X-Codecspec-Ignored"] = ",".join(ignored)
@@ -642,11 +646,13 @@ async def _first_frame(handle):
     return first
 
 
-def _headers(engine: Engine, handle, body: SpeechBody) -> dict:
+def _headers(engine: Engine, handle, body: SpeechBody, replica: str) -> dict:
     rate = engine.sample_rate if body.response_format == "wav" else OPENAI_RATE
     headers = {
         "X-Codecspec-Sample-Rate": str(rate),
-        "X-Codecspec-Process": str(os.getpid()),  # which replica answered (scale-out tests)
+        # Which replica answered (scale-out tests): a random name drawn when the app is
+        # made, so that the header tells nothing about the process (it was the PID).
+        "X-Codecspec-Replica": replica,
     }
     if handle.frames is not None:  # known in advance (RVQ)
         headers["X-Codecspec-Frames"] = str(handle.frames)

@@ -83,32 +83,74 @@ def cmd_serve(args) -> int:
     uvicorn, create_app, Engine = serve_modules()
     key = api_key_of(args)
     check_model(args)
-
-    def factory():
-        return Engine(
-            args.model,
-            max_streams=args.max_streams,
-            max_queue=args.max_queue,
-            provider=args.provider,
-            threads=args.threads,
-            admit=args.admit,
-            cache_dir=args.cache_dir,
-            ref_audio=args.ref_audio,
-            voices_dir=args.voices_dir,
-            weights=args.weights,
+    # The model is loaded here, before uvicorn starts: a broken folder is then the CLI's one
+    # line (registry.ModelLoadError naming the file), not a traceback from the app's start-up.
+    engine = Engine(
+        args.model,
+        max_streams=args.max_streams,
+        max_queue=args.max_queue,
+        provider=args.provider,
+        threads=args.threads,
+        admit=args.admit,
+        cache_dir=args.cache_dir,
+        ref_audio=args.ref_audio,
+        voices_dir=args.voices_dir,
+        weights=args.weights,
+    )
+    try:
+        app = create_app(
+            lambda: engine,
+            vocoder_iters=args.vocoder_iters,
+            api_key=key,
+            metrics_open=args.metrics_open,
         )
-
-    app = create_app(
-        factory, vocoder_iters=args.vocoder_iters, api_key=key, metrics_open=args.metrics_open
-    )
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        timeout_graceful_shutdown=args.drain_seconds,
-    )
+        server = draining_server(
+            app, args.drain_seconds, host=args.host, port=args.port, log_level="warning"
+        )
+        server.run()
+    finally:
+        engine.shutdown(drain=False, timeout=0.0)  # done already after a clean drain
     return 0
+
+
+def draining_server(app, drain_seconds: float, **config):
+    """A uvicorn Server for `app` (`config`: uvicorn.Config's keywords) that drains as
+    docs/serving.md says. Uvicorn's own shutdown closes the listening socket at once, so
+    during a drain new clients were refused a connection, not told to retry. Here the first
+    SIGTERM / SIGINT only stops admission: the socket stays open, new requests and /health
+    get 503 + Retry-After, and the in-flight streams go on; once the engine is idle (or after
+    `drain_seconds`) uvicorn's shutdown runs (waiting up to `drain_seconds` more for the
+    responses still being sent). A second SIGINT exits at once, as with uvicorn alone."""
+    import time
+
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        drain_asked = False  # set by the signal handler, acted on in the event loop
+        drain_since: Optional[float] = None
+
+        def handle_exit(self, sig, frame) -> None:
+            if self.drain_asked or self.should_exit:
+                return super().handle_exit(sig, frame)
+            # No locks here: a signal handler may interrupt the event loop while it holds
+            # the engine's; `on_tick` (in the loop, every 0.1 s) stops admission instead.
+            getattr(self, "_captured_signals", []).append(sig)  # re-raised after shutdown
+            self.drain_asked = True
+
+        async def on_tick(self, counter: int) -> bool:
+            engine = getattr(app.state, "engine", None)
+            if self.drain_asked and not self.should_exit:
+                if self.drain_since is None:
+                    self.drain_since = time.monotonic()
+                    if engine is not None:
+                        engine.stop_admitting()
+                late = time.monotonic() - self.drain_since > drain_seconds
+                if engine is None or engine.idle or late:
+                    self.should_exit = True
+            return await super().on_tick(counter)
+
+    cfg = uvicorn.Config(app, timeout_graceful_shutdown=drain_seconds, **config)
+    return DrainingServer(cfg)
 
 
 def cmd_loadtest(args) -> int:

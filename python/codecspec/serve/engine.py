@@ -355,6 +355,22 @@ class Engine(StreamLoop):
             "capacity": self.capacity(),
         }
 
+    def stop_admitting(self) -> None:
+        """The first half of a drain: every new request is refused (Overloaded, a 503 with
+        Retry-After in the app) while the active and queued streams go on; `shutdown` ends
+        the loop once they are done (`idle`)."""
+        with self._cv:
+            self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def idle(self) -> bool:
+        """No stream active or queued."""
+        return not self._active and not self._pending
+
     def shutdown(self, drain: bool = True, timeout: float = 60.0) -> None:
         """Stops admitting; with `drain`, finishes the active and queued streams first."""
         with self._cv:
@@ -450,6 +466,6 @@ def _load_family(
         entry, cache_dir=cache_dir, ref_audio=ref_audio, weights=weights, voices_dir=voices_dir
     )
     folder = registry.resolve_model_dir(model_dir)  # None: the default model's folder
-    return entry.load("engine").open(
-        folder, slots, max_frames, max_phonemes, provider, threads, **options
-    )
+    family = entry.load("engine")
+    with registry.loading(folder):  # a broken folder: one line naming the file
+        return family.open(folder, slots, max_frames, max_phonemes, provider, threads, **options)

@@ -33,6 +33,8 @@ def model_family(name_or_dir=None) -> str:
 
 def load_model(name_or_dir=None, **kwargs):
     """`ReferenceTTS`, `FSQTTS` or `V2TTS` for a name or folder; kwargs go to the
-    constructor."""
+    constructor. A broken folder is a `ModelLoadError` naming the file."""
     d = resolve_model_dir(name_or_dir)
-    return _registry.family_of(d, detect=False).load("model")(d, **kwargs)
+    model = _registry.family_of(d, detect=False).load("model")
+    with _registry.loading(d):
+        return model(d, **kwargs)

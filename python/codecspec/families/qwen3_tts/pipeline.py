@@ -253,16 +253,22 @@ class Qwen3TTS:
         log=None,
         weights: Optional[str] = None,
     ):
+        from codecspec.pipeline.registry import loading
         from codecspec.runtime.threads import configure
 
-        ck = Qwen3Checkpoint(model_dir)
-        weights = resolve_weights(weights, provider)  # a bad value fails before any build
-        tok = load_text_tokenizer(ck.dir)  # before building: a folder without one fails fast
-        # The build's probe session would otherwise size the process's shared thread pool
-        # first (to the cores), and a `threads` of another size would then be refused.
-        configure(threads)
-        entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
-        return cls(ck, entry, provider=provider, threads=threads, tok=tok, weights=weights, log=log)
+        # Every command loads a checkpoint through here: a broken folder (truncated
+        # safetensors, bad config.json) is then one ModelLoadError line naming the file.
+        with loading(model_dir):
+            ck = Qwen3Checkpoint(model_dir)
+            weights = resolve_weights(weights, provider)  # a bad value fails before any build
+            tok = load_text_tokenizer(ck.dir)  # before building: a folder without one fails fast
+            # The build's probe session would otherwise size the process's shared thread pool
+            # first (to the cores), and a `threads` of another size would then be refused.
+            configure(threads)
+            entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
+            return cls(
+                ck, entry, provider=provider, threads=threads, tok=tok, weights=weights, log=log
+            )
 
     def _depth_layout(self) -> tuple:
         """The code predictor's quantisation block and row multiple: a layout whose rows are
