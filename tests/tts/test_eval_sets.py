@@ -301,6 +301,7 @@ def test_floors_are_rows_of_quality_on_several_sets(capsys, monkeypatch, tmp_pat
         for row, r in rows.items():
             assert r["set"] == name and r["mode"] == row and r["clips"] == 1
             assert 0.0 <= r["phonemes"]["recognised"] <= 1.0
+            assert r["runaways"] == 0 and r["per_clip"][0]["frames"] > 0  # lengths kept
         assert rows["espeak"]["phonemes"]["recognised"] >= 0.5  # espeak-ng says the sentence
     assert list((tmp_path / "lookup").glob("*.npz"))  # the table is cached
 

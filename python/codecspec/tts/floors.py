@@ -250,8 +250,14 @@ def floor_synthesizer(
     def synthesize(text: str, seed: int):
         if name == "espeak":
             r = ref(text)
+            # its length in codec frames: the length a model's stop should come near
+            synthesize.clips.append(
+                (int(np.ceil(len(r["audio"]) * codec.frame_rate / r["sr"])), False)
+            )
             return r["audio"], r["sr"]
         codes = ref.codes(text) if name == "codec" else lookup.codes(text)
+        synthesize.clips.append((len(codes), False))
         return codec.decode(codes, seed=seed), codec.sample_rate
 
+    synthesize.clips = []  # (frames, runaway) per call, as `model_synthesizer` collects them
     return synthesize

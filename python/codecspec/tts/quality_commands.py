@@ -54,7 +54,8 @@ def model_synthesizer(tts, sentences: list, **generate_kwargs) -> Callable:
     """`synthesize(text, seed) -> (wav, sample_rate)` through a loaded model. Texts of
     `sentences` are spoken from their stored espeak-ng phonemes (no espeak-ng needed); other
     texts, and every text of a model that follows espeak-ng's phoneme timing (`aligned`,
-    which refuses bare phonemes), go through the model's own frontend."""
+    which refuses bare phonemes), go through the model's own frontend. `synthesize.clips`
+    collects (frames, whether the max-length guard ended it) per call, for the report."""
     aligned = bool(getattr(tts, "aligned", False))
     phonemes = {} if aligned else {s["text"]: s.get("phonemes") for s in sentences}
 
@@ -62,9 +63,25 @@ def model_synthesizer(tts, sentences: list, **generate_kwargs) -> Callable:
         ph = phonemes.get(text)
         kw = dict(generate_kwargs, seed=seed, language="en")
         s = tts.generate("", phonemes=ph, **kw) if ph else tts.generate(text, **kw)
+        codes = getattr(s, "codes", None)
+        synthesize.clips.append(
+            (None if codes is None else len(codes), bool(getattr(s, "hit_max_frames", False)))
+        )
         return s.wav, s.sample_rate
 
+    synthesize.clips = []
     return synthesize
+
+
+def _add_lengths(report: dict, clips: list) -> None:
+    """Per clip its frames and whether the max-length guard ended it (a runaway), and the
+    share of runaways, from a synthesizer's `clips` (one entry per clip, in report order)."""
+    if len(clips) != len(report["per_clip"]):
+        return
+    for clip, (frames, runaway) in zip(report["per_clip"], clips):
+        clip["frames"], clip["runaway"] = frames, runaway
+    report["runaways"] = sum(r for _, r in clips)
+    report["runaway_share"] = report["runaways"] / len(clips)
 
 
 def quality_reports(
@@ -181,6 +198,7 @@ def set_reports(
                 synth = model_synthesizer(tts, rows, **kwargs[m])
                 reports[m] = evaluate(synth, rows, seeds, desc=f"{label}{family} {m}", **common)
                 reports[m]["model_family"], reports[m]["mode"] = family, m
+            _add_lengths(reports[m], synth.clips)
             if name is not None:
                 reports[m]["set"] = name
     return out
