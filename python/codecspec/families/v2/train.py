@@ -231,11 +231,7 @@ def train_v2(
     init_other_corpus: bool = False,
     freeze_depth: bool = False,
 ) -> tuple[V2Model, TrainLog]:
-    """Train (or resume) until `minutes` of training time in total, or `max_steps`; a run
-    with no checkpoint yet starts from model folder `init_from` if given (`_start`).
-    `freeze_depth`: the depth decoder's weights stay as they start (a warm start's depth
-    decoder trained further on its own is kept); its loss still reaches the temporal LM,
-    so the hidden states it reads stay the kind it was trained on."""
+    """Train (or resume) for `minutes` of training time or `max_steps` (`_start`, `_freeze_depth`)."""
     ckpt_dir = Path(ckpt_dir).expanduser()
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / CKPT_NAME
@@ -247,11 +243,8 @@ def train_v2(
         model, opt, path, (tcfg, dcfg), val, train_set, init_from, reexport, init_other_corpus
     )
     gen, rng = torch.Generator().manual_seed(seed + pr.step), np.random.default_rng(seed + pr.step)
-    for p in model.depth.parameters() if freeze_depth else ():
-        p.requires_grad_(False)  # AdamW skips a parameter whose grad stays None
-    budget = minutes * 60.0
-    train_args = dict(lr=lr, distill=distill, rate_jitter=rate_jitter, minutes=minutes)
-    train_args |= dict(freeze_depth=freeze_depth) if freeze_depth else {}
+    frozen = _freeze_depth(model, freeze_depth)
+    train_args = dict(lr=lr, distill=distill, rate_jitter=rate_jitter, minutes=minutes, **frozen)
     train_args |= dict(warmup=warmup, init_from=init_from and str(init_from))
 
     def state(batch_in_epoch: int) -> dict:
@@ -266,7 +259,7 @@ def train_v2(
         ):
             if i < pr.skip:
                 continue
-            frac = pr.step / max_steps if max_steps else pr.spent / budget
+            frac = pr.step / max_steps if max_steps else pr.spent / (minutes * 60.0)
             if frac >= 1.0:
                 done = True
                 pr.skip = i
@@ -280,7 +273,7 @@ def train_v2(
             now = time.monotonic()
             if progress and now - last_report > 20.0:
                 last_report = now
-                _report(pr, out, budget)
+                _report(pr, out, minutes * 60.0)
             if now - last_save > save_every:
                 _save(path, state(i + 1))
                 last_save = now
@@ -292,6 +285,15 @@ def train_v2(
     (ckpt_dir / "train.json").write_text(json.dumps(pr.log.to_dict()))
     model.eval()
     return model, pr.log
+
+
+def _freeze_depth(model, freeze: bool) -> dict:
+    """Keep the depth decoder's weights as they start (a warm start's depth decoder, trained
+    further on its own, is kept): AdamW skips a parameter whose grad stays None. Its loss
+    still reaches the temporal LM, so the hidden states it reads stay the kind it knows."""
+    for p in model.depth.parameters() if freeze else ():
+        p.requires_grad_(False)
+    return {"freeze_depth": True} if freeze else {}
 
 
 def _checkpoint(model, opt, pr: _Progress, tcfg, dcfg, batch_in_epoch, seed, train_set, train_args):
