@@ -231,7 +231,7 @@ def train_v2(
     init_other_corpus: bool = False,
     freeze_depth: bool = False,
 ) -> tuple[V2Model, TrainLog]:
-    """Train (or resume) for `minutes` of training time or `max_steps` (`_start`, `_freeze_depth`)."""
+    """Train (or resume) for `minutes` of training or `max_steps` (`_start`, `_freeze_depth`)."""
     ckpt_dir = Path(ckpt_dir).expanduser()
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / CKPT_NAME
