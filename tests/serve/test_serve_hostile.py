@@ -97,6 +97,13 @@ def test_a_lone_surrogate_in_other_fields_is_a_400_naming_them(client):
         refused(raw(client, body), 400, field)
 
 
+def test_text_with_nothing_to_say_is_refused_naming_input(client):
+    # Found by the fuzzing (test_serve_fuzz.py): the front end's "text: espeak-ng found
+    # nothing to say" reached the client as param "text", a field the API does not have.
+    err = refused(client.post(SPEECH, json={"input": ";", "seed": 1}), 400, "input")
+    assert "nothing to say" in err["message"]
+
+
 def test_invalid_utf8_is_invalid_json(client):
     refused(raw(client, b'{"input": "Hi \xff there"}'), 400, "body", code="invalid_json")
     refused(raw(client, b'{"input": "x", '), 400, "body", code="invalid_json")

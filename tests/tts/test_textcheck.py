@@ -162,3 +162,59 @@ def test_synth_reports_bad_text_in_one_line(tmp_path, capsys, argv, message):
     assert main(["synth", "--model", "reference", "-o", str(tmp_path / "o.wav"), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(message, err[0]), err
+
+
+# --------------------------------------------------------------------------- fuzzed files
+def _file_bytes():
+    from hypothesis import strategies as st
+
+    text = st.text(st.characters(exclude_categories=()), max_size=30)
+    utf8 = text.map(lambda t: t.encode("utf-8", "surrogatepass"))  # lone surrogates too
+    words = st.lists(
+        st.sampled_from(["Hello", " ", "world.", "\n", "\x00", "\r\n", "\u202e", "e\u0301"]),
+        max_size=10,
+    ).map(lambda w: "".join(w).encode())
+    prefix = st.sampled_from([b"", b"\xef\xbb\xbf", b"\xff\xfe", b"\x00"])
+    return st.tuples(prefix, st.one_of(st.binary(max_size=40), utf8, words)).map(b"".join)
+
+
+def test_any_text_file_bytes_are_refused_in_one_line_or_read_whole(tmp_path_factory):
+    """`codecspec synth --text-file` over arbitrary bytes (issue 51): a one-line ValueError
+    naming --text-file, or the file's text whole (whitespace joined), with nothing in it that
+    a C string or UTF-8 boundary would alter; espeak-ng then speaks it or finds nothing to
+    say (a ValueError naming `text`), never anything else."""
+    import argparse
+    import os
+
+    from hypothesis import given, settings
+
+    from codecspec.tts.commands import synth_text
+
+    espeak = shutil.which("espeak-ng") is not None
+    folder = tmp_path_factory.mktemp("text_files")
+    nightly = os.environ.get("CODECSPEC_FUZZ") == "nightly"
+    examples = int(os.environ.get("CODECSPEC_FUZZ_EXAMPLES", 2000 if nightly else 150))
+
+    @settings(max_examples=examples, derandomize=not nightly, deadline=None)
+    @given(data=_file_bytes())
+    def check(data):
+        f = folder / "t.txt"
+        f.write_bytes(data)
+        args = argparse.Namespace(text=None, text_file=f)
+        try:
+            text = synth_text(args)
+        except ValueError as e:
+            assert str(e).startswith("--text-file: ") and "\n" not in str(e), e
+            return
+        whole = data.decode("utf-8-sig")
+        assert text == " ".join(whole.split()), (data, text)
+        assert not refused_by_policy(whole), data
+        if espeak:
+            from codecspec.tts.phonemes import phonemize
+
+            try:
+                assert phonemize(text, "en-us")
+            except ValueError as e:
+                assert str(e).startswith("text: espeak-ng found nothing to say"), e
+
+    check()

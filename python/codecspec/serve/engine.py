@@ -292,7 +292,14 @@ class Engine(StreamLoop):
             self._ids += 1
             sid = self._ids
         gen = cs.Generator(int(req.seed)) if req.seed is not None else self._base.fork(sid)
-        state = self.family.prepare(req, gen)
+        try:
+            state = self.family.prepare(req, gen)
+        except ValueError as e:
+            # The front ends name their argument `text` (espeak-ng found nothing to say, a
+            # prompt over the talker's budget); a request's text is its `input`.
+            if str(e).startswith("text: "):
+                raise ValueError("input: " + str(e)[len("text: ") :]) from e
+            raise
         handle = StreamHandle(sid, state.frames, loop, on_cancel=self._cancel_queued)
         handle.tokens = state.tokens
         return _Stream(handle=handle, request=req, state=state)
