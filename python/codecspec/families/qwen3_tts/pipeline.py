@@ -28,6 +28,7 @@ from .checkpoint import Qwen3Checkpoint
 from .graphs import build_or_load, text_embedding_rows
 from .talker import Talker, TalkerSampler
 from .text import NONE, REF_FRAME, SPEAKER, Prompt, build_prompt, load_text_tokenizer
+from .text_stream import TextRows, TextStream, prompt_body_tokens, stream_layout
 
 __all__ = ["Qwen3TTS", "Qwen3Result", "ClonedVoice", "MODES"]
 
@@ -497,11 +498,15 @@ class Qwen3TTS:
         streaming_text=None,
     ):
         """A request checked and turned into (prompt, frames allowed + 1, the talker's
-        sampler, the code predictor's sampling params); the voice set on this runtime."""
+        sampler, the code predictor's sampling params); the voice set on this runtime.
+        `text` may be a TextStream: the prompt then waits for the text tokens its rows hold."""
+        source = text if isinstance(text, TextStream) else None
         text, speaker, language, instruct = self.check_request(
-            text, speaker, language, instruct, ref_audio, ref_text
+            "(streamed)" if source else text, speaker, language, instruct, ref_audio, ref_text
         )
         streaming_text = check_streaming_text(streaming_text)
+        if source is not None:
+            streaming_text = stream_layout(streaming_text)
         voice = self._voice(ref_audio, ref_text)
         self._xvector = None if voice is None else voice.xvector
         self._ref_codes = None if voice is None else voice.ref_codes
@@ -518,6 +523,10 @@ class Qwen3TTS:
             talk_p,
             self.ck.generation.min_new_tokens,
         )
+        ref_frames = 0 if self._ref_codes is None else len(self._ref_codes)
+        ids = None
+        if source is not None:  # waits for the first text tokens (or the text's end)
+            ids = source.prompt_ids(prompt_body_tokens(self.tok, ref_text, ref_frames))
         p = build_prompt(
             self.tok,
             self.spec,
@@ -528,7 +537,8 @@ class Qwen3TTS:
             streaming_text=streaming_text,
             speaker_vector=ref_audio is not None,
             ref_text=ref_text,
-            ref_frames=0 if self._ref_codes is None else len(self._ref_codes),
+            ref_frames=ref_frames,
+            ids=ids,
         )
         budget = self.talker.max_positions - len(p)
         if budget < 1:
@@ -584,6 +594,7 @@ class Qwen3TTS:
         g_talk, g_depth = g.fork(1), g.fork(2)
         t0 = time.perf_counter()
         embeds, trailing = self.prompt_embeds(p)
+        text_row = self._text_rows(text, p, trailing)
         hidden = self.talker.prefill(
             embeds, capacity=len(p) + min(max_new, TALKER_FIRST_FRAMES), fixed=p.fixed_rows
         )
@@ -607,10 +618,42 @@ class Qwen3TTS:
             secs["depth"] += t2 - t1
             yield "frame", codes
             e = self.frame_embed(codes)
-            e += trailing[step] if step < len(trailing) else self._pad_row
+            e += text_row(step)
             step += 1
             hidden = yield "talker", e
             secs["talker"] += time.perf_counter() - t2
+
+    def _text_rows(self, text, p: Prompt, trailing: np.ndarray):
+        """step -> the text row frame `step` adds: the trailing rows then tts_pad; for a
+        text still arriving when the prompt was built, `TextRows` (waits for each token)."""
+        if isinstance(text, TextStream) and text.rows_from is not None:
+            return TextRows(text, p, trailing[:-1], self._project, trailing[-1], self._pad_row)
+        pad = self._pad_row
+        return lambda step: trailing[step] if step < len(trailing) else pad
+
+    # ------------------------------------------------------------------ text in pieces
+    def text_stream(self, chunks=None) -> TextStream:
+        """A text that arrives in pieces, to give `generate_codes`, `iter_frames` or
+        `stream` in place of the text: over `chunks` (an iterator of str or UTF-8 bytes
+        pieces, pulled as frames need text), or fed with `push(piece)` / `end()` from
+        another thread. The codes are those of the whole text in the streaming-text layout
+        (`streaming_text=True`), whatever the split (text_stream.py)."""
+        return TextStream(self.tok, chunks)
+
+    def stream_text(self, chunks, info: Optional[dict] = None, **kw) -> Iterator[np.ndarray]:
+        """`stream` of a text that arrives in pieces (`chunks`: str or bytes pieces, e.g. an
+        LLM's tokens): audio starts once the first text token is known, and a frame whose
+        text token has not come yet waits for it. Keywords as `stream`'s; `streaming_text`
+        False (the whole-text layout) is a ValueError."""
+        return self.stream(self.text_stream(chunks), info=info, **kw)
+
+    def astream_text(self, chunks, info: Optional[dict] = None, **kw):
+        """`stream_text` as an async generator: `chunks` an async (or plain) iterator of
+        pieces, fed from the event loop while the frames are made in a worker thread
+        (`text_stream.astream`); closing the generator stops the utterance."""
+        from .text_stream import astream
+
+        return astream(self, chunks, info=info, **kw)
 
     # ------------------------------------------------------------------ audio
     def speech_decoder(self):

@@ -241,6 +241,7 @@ def build_prompt(
     speaker_vector: bool = False,
     ref_text: Optional[str] = None,
     ref_frames: int = 0,
+    ids: Optional[np.ndarray] = None,
 ) -> Prompt:
     """The official prompt rows for one request (arguments already validated).
     streaming_text: the layout; None = the official default of the request's mode
@@ -248,12 +249,14 @@ def build_prompt(
     speaker_vector: a Base checkpoint's x-vector takes the speaker row (its value is added by
     the caller; Prompt.speaker_id stays None); every Base request is a clone, so this is
     also what tells the clone mode apart. ref_text: the in-context clone's transcript of
-    a reference clip of `ref_frames` frames (their embeddings are the caller's too)."""
+    a reference clip of `ref_frames` frames (their embeddings are the caller's too).
+    ids: the tokenized assistant_text(text) where the caller has it instead of the text (a
+    text still arriving: the ids known so far and the template's suffix, text_stream.py)."""
     if streaming_text is None:
         streaming_text = official_streaming_text(clone=speaker_vector)
     streaming_text = bool(streaming_text)
     c, t = spec.codec, spec.text
-    ids = encode(tok, assistant_text(text))
+    ids = encode(tok, assistant_text(text)) if ids is None else np.asarray(ids, np.int64)
     ins = encode(tok, instruct_text(instruct)) if instruct else np.zeros(0, np.int64)
     lang_id = language_codec_id(spec, language, speaker)
     if lang_id is None:
