@@ -17,6 +17,13 @@ def chunk_frames_arg(value: str) -> int:
 
 def _input_and_output(p: argparse.ArgumentParser) -> None:
     options.text_input(p)
+    p.add_argument(
+        "--text-stdin",
+        action="store_true",
+        help="read the text from standard input, verbatim; with --stream and a Qwen3-TTS "
+        "folder as it arrives (an LLM's output piped in): speech starts after the first "
+        "words, and the codes are the whole text's in the streaming-text layout",
+    )
     p.add_argument("--phonemes", default=None, help="espeak-ng IPA instead of text")
     p.add_argument(
         "--max-frames",
@@ -29,7 +36,8 @@ def _input_and_output(p: argparse.ArgumentParser) -> None:
         "--stream",
         action="store_true",
         help="write the WAV chunk by chunk as frames are made, print time to first audio; "
-        "--text-file is spoken sentence by sentence",
+        "--text-file is spoken sentence by sentence; Qwen3-TTS with --text-stdin: the text "
+        "is read as it arrives",
     )
     p.add_argument(
         "--chunk-frames",

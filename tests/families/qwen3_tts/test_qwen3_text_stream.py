@@ -285,3 +285,75 @@ def test_whole_text_layout_and_reuse_are_refused(models):
         tts.generate_codes(s, max_frames=3, **_kw("custom_equal"))
     with pytest.raises(ValueError, match="^speaker: "):  # the request checked before any text
         tts.generate_codes(tts.text_stream(iter(())), speaker="nobody")
+
+
+# ---------------------------------------------------------------------- CLI
+def test_cli_reads_stdin_as_it_arrives(models, tmp_path):
+    """`codecspec synth --text-stdin --stream`, fed by a pipe that writes the text in pieces
+    with pauses (the last piece cut inside a character): audio is in the WAV before the text
+    has ended, and --codes-out holds the whole text's codes in the streaming-text layout."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    wav, codes = tmp_path / "out.wav", tmp_path / "codes.npy"
+    cmd = [sys.executable, "-m", "codecspec", "synth", "--text-stdin", "--stream", "--json"]
+    cmd += ["--model", str(TINY / "custom_equal"), "--speaker", "aiden", "--language", "english"]
+    cmd += ["--weights", "fp32", "--mode", "ar", "--seed", "0", "--max-frames", str(FRAMES)]
+    cmd += ["-o", str(wav), "--codes-out", str(codes)]
+    env = dict(os.environ, CODECSPEC_CACHE=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    data = SHORT.encode()
+    head, tail = data[:7], data[7:]  # "It's 12": its first tokens are final
+    proc.stdin.write(head)
+    proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not wav.exists() or wav.stat().st_size <= 44):
+        assert proc.poll() is None, "synth ended before the text did"
+        time.sleep(0.05)
+    assert wav.stat().st_size > 44, "no audio before the rest of the text came"
+    for i in range(0, len(tail), 3):
+        proc.stdin.write(tail[i : i + 3])
+        proc.stdin.flush()
+        time.sleep(0.02)
+    proc.stdin.close()
+    assert proc.wait(timeout=120) == 0
+    out = proc.stdout.read()
+    report = json.loads(out)
+    assert report["streaming_text"] is True
+    assert report["first_audio_after_first_text_ms"] is not None
+    want = _whole(models, "custom_equal", SHORT, mode="ar", seed=0)
+    np.testing.assert_array_equal(np.load(codes), want)
+
+
+def test_cli_refuses_the_whole_text_layout_with_stdin(tmp_path, capsys):
+    from codecspec.cli import main
+
+    rc = main(
+        ["synth", "--text-stdin", "--stream", "--no-streaming-text"]
+        + ["--model", str(TINY / "custom_equal"), "-o", str(tmp_path / "o.wav")]
+    )
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "error: --no-streaming-text: " in err and "\n" not in err
+
+
+def test_cli_reads_stdin_whole_without_stream(models, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    codes = tmp_path / "codes.npy"
+    cmd = [sys.executable, "-m", "codecspec", "synth", "--text-stdin", "--streaming-text"]
+    cmd += ["--model", str(TINY / "custom_equal"), "--speaker", "aiden", "--language", "english"]
+    cmd += ["--weights", "fp32", "--mode", "ar", "--seed", "0", "--max-frames", str(FRAMES)]
+    cmd += ["--codes-out", str(codes), "--json"]
+    env = dict(os.environ, CODECSPEC_CACHE=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out = subprocess.run(cmd, input=SHORT.encode(), capture_output=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    want = _whole(models, "custom_equal", SHORT, mode="ar", seed=0)
+    np.testing.assert_array_equal(np.load(codes), want)
+    bad = subprocess.run(cmd[:-3] + ["x"], input=b"y", capture_output=True, env=env)
+    assert bad.returncode == 2 and b"--text-stdin: give the text one way" in bad.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -46,33 +47,62 @@ def _layout(info: dict):
     return None if p is None else p.streaming_text
 
 
-def _stream(args, tts, text: str, mode: str, load_s: float) -> int:
-    """--stream: audio chunks go into the WAV as the decoder's streaming form emits them."""
+def _stream(args, tts, text, mode: str, load_s: float) -> int:
+    """--stream: audio chunks go into the WAV as the decoder's streaming form emits them;
+    `text` None: read from standard input as it arrives (--text-stdin)."""
     from codecspec.codec.audio import WavWriter
+    from codecspec.tts.commands import stdin_pieces
 
     info: dict = {}
+    frames: Optional[list] = [] if args.codes_out is not None else None
+    source = tts.text_stream(stdin_pieces()) if text is None else text
     t0 = time.perf_counter()
     first = None
     with WavWriter(args.output, tts.sample_rate, update_header=True) as w:
-        for chunk in tts.stream(text, info=info, **_request_kwargs(args, mode)):
+        for chunk in tts.stream(
+            source, info=info, frames_out=frames, **_request_kwargs(args, mode)
+        ):
             if first is None and chunk.size:
-                first = time.perf_counter() - t0
+                first = time.perf_counter()
             w.write(chunk)
         seconds = w.seconds
+    if frames is not None:
+        _write_codes(args.codes_out, np.asarray(frames, np.int64).reshape(len(frames), -1))
     report = {
         "output": str(args.output),
         "mode": mode,
         "streaming_text": _layout(info),
         "audio_seconds": seconds,
         "load_seconds": round(load_s, 3),
-        "time_to_first_audio_ms": None if first is None else round(1e3 * first, 1),
+        "time_to_first_audio_ms": None if first is None else round(1e3 * (first - t0), 1),
         "total_seconds": round(time.perf_counter() - t0, 3),
         "hit_max_frames": info.get("hit_max_frames"),
+        "codes_out": None if frames is None else str(args.codes_out),
     }
+    if text is None:  # from the first text that arrived, not from the start of the command
+        since = getattr(source, "first_text_at", None)
+        ms = None if first is None or since is None else round(1e3 * (first - since), 1)
+        report["first_audio_after_first_text_ms"] = ms
     print(
         json.dumps(report) if args.json else "\n".join(f"{k:>24}: {v}" for k, v in report.items())
     )
     return 0
+
+
+def _synth_text(args) -> Optional[str]:
+    """The text, or None where --stream --text-stdin reads it as it arrives (it is then
+    spoken in the streaming-text layout, the only one that needs no text ahead)."""
+    from codecspec.tts.commands import check_stdin_alone, synth_text
+
+    if not (args.stream and args.text_stdin):
+        return synth_text(args)
+    check_stdin_alone(args)
+    if args.streaming_text is False:
+        raise ValueError(
+            "--no-streaming-text: text read as it arrives (--stream --text-stdin) is spoken in "
+            "the streaming-text layout; the whole-text layout needs all of it first"
+        )
+    return None
 
 
 def _precision_note(args, tts) -> None:
@@ -110,19 +140,17 @@ def _speculation_note(args, tts, mode: str) -> None:
 
 def synth(args) -> int:
     """Text -> codes (-> 16-bit 24 kHz WAV) with a Qwen3-TTS checkpoint folder."""
-    from codecspec.tts.commands import check_output, synth_text
+    from codecspec.tts.commands import check_output
 
     from .checkpoint import Qwen3Checkpoint
     from .pipeline import Qwen3TTS, check_request, load_reference
 
-    if args.stream and args.codes_out is not None:
-        raise ValueError("--codes-out: not with --stream")
     if args.phonemes is not None:
         raise ValueError("--phonemes: Qwen3-TTS reads text, not phonemes")
-    text = synth_text(args)
+    text = _synth_text(args)
     ck = Qwen3Checkpoint(args.model)
-    check_request(
-        ck, text, args.speaker, args.language, args.instruct, args.ref_audio, args.ref_text
+    check_request(  # a text still to come: the other arguments are checked now
+        ck, text or "x", args.speaker, args.language, args.instruct, args.ref_audio, args.ref_text
     )
     if args.ref_audio is not None:
         load_reference(args.ref_audio)  # a bad WAV fails before any graph is built

@@ -502,7 +502,12 @@ class Qwen3TTS:
         `text` may be a TextStream: the prompt then waits for the text tokens its rows hold."""
         source = text if isinstance(text, TextStream) else None
         text, speaker, language, instruct = self.check_request(
-            "(streamed)" if source else text, speaker, language, instruct, ref_audio, ref_text
+            "(streamed)" if source is not None else text,
+            speaker,
+            language,
+            instruct,
+            ref_audio,
+            ref_text,
         )
         streaming_text = check_streaming_text(streaming_text)
         if source is not None:
@@ -682,13 +687,19 @@ class Qwen3TTS:
         wav = dec.decode(r.codes) if len(r.codes) else np.zeros(0, np.float32)
         return np.asarray(wav, np.float32).reshape(-1)
 
-    def stream(self, text: str, info: Optional[dict] = None, **kw) -> Iterator[np.ndarray]:
+    def stream(
+        self, text: str, info: Optional[dict] = None, frames_out: Optional[list] = None, **kw
+    ) -> Iterator[np.ndarray]:
         """Float32 audio chunks as frames are made: the decoder's streaming form fed by the
-        frame iterator (`iter_frames` arguments; `info` gets prompt / seconds / hit_max_frames)."""
+        frame iterator (`iter_frames` arguments; `info` gets prompt / seconds / hit_max_frames;
+        `frames_out` gets each frame's codes, int64 [G], as it is made)."""
         dec = self.speech_decoder()
         info = {} if info is None else info
+        frames = self.iter_frames(text, info=info, **kw)
+        if frames_out is not None:
+            frames = _kept(frames, frames_out)
         # The decoder's stream takes blocks of codes [n, 16]: one block per frame made.
-        blocks = (f[None, :] for f in self.iter_frames(text, info=info, **kw))
+        blocks = (f[None, :] for f in frames)
         voice = kw.get("ref_audio")
         if kw.get("ref_text") or (isinstance(voice, ClonedVoice) and voice.ref_codes is not None):
             yield from _stream_after_reference(dec, blocks, info)
@@ -707,6 +718,12 @@ class Qwen3TTS:
             "graphs": str(self.entry),
             "weights": self.weights,
         }
+
+
+def _kept(frames: Iterator[np.ndarray], out: list) -> Iterator[np.ndarray]:
+    for f in frames:
+        out.append(f)
+        yield f
 
 
 # ---------------------------------------------------------------------- in-context audio
