@@ -48,6 +48,7 @@ from codecspec.serve.audio import (
     wav_header,
 )
 from codecspec.serve.engine import Engine, Overloaded, SpeechRequest, StreamFailed
+from codecspec.serve.heap import HeapTrimmer
 from codecspec.tts.phonemes import PhonemizerError
 
 log = logging.getLogger("codecspec.serve")
@@ -368,12 +369,14 @@ def create_app(
     vocoder_iters: int = 32,
     api_key: Optional[str] = None,
     metrics_open: bool = False,
+    heap_trim_seconds: float = 10.0,
 ) -> FastAPI:
     """The HTTP app over the engine that `engine_factory` returns (created at start-up).
     `vocoder_iters`: Griffin-Lim iterations per chunk (the codec's default 32; fewer trade
     quality for CPU, which the vocoder dominates at many streams). `api_key`: required as
     `Authorization: Bearer <key>` on every path but /health (and /metrics when
-    `metrics_open`)."""
+    `metrics_open`). `heap_trim_seconds`: how often freed heap memory is handed back to the
+    system while requests are answered (`serve.heap.HeapTrimmer`)."""
     from contextlib import asynccontextmanager
 
     if api_key is not None and not api_key.strip():
@@ -383,7 +386,11 @@ def create_app(
     async def lifespan(app: FastAPI):
         app.state.engine = await run_in_threadpool(engine_factory)
         app.state.formats = await run_in_threadpool(available_formats)
+        # Memory freed after requests goes back to the system (serve/heap.py: glibc kept it)
+        trimmer = HeapTrimmer(lambda: sum(app.state.requests.values()), heap_trim_seconds)
+        app.state.heap = trimmer.start()
         yield
+        trimmer.stop()
         # Uvicorn has already waited for in-flight responses; finish anything left over.
         await run_in_threadpool(app.state.engine.shutdown, True, drain_timeout)
 

@@ -83,6 +83,9 @@ def cmd_serve(args) -> int:
     uvicorn, create_app, Engine = serve_modules()
     key = api_key_of(args)
     check_model(args)
+    from codecspec.serve.heap import limit_arenas
+
+    limit_arenas(2)  # before the engine's and the app's threads allocate (serve/heap.py)
     # The model is loaded here, before uvicorn starts: a broken folder is then the CLI's one
     # line (registry.ModelLoadError naming the file), not a traceback from the app's start-up.
     engine = Engine(
