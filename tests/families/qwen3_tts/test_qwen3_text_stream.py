@@ -55,10 +55,17 @@ def tok():
 def models(tmp_path_factory):
     cache = tmp_path_factory.mktemp("qwen3_text_stream")
     load = lambda d: Qwen3TTS.load(d, cache_dir=cache, weights="fp32", threads=1)  # noqa: E731
+    # a random folder's vocabulary splits "assistant" in two: the template's suffix is six
+    # tokens, so the whole text's ids[3:-5] end with its first one (`SUFFIX_TOKENS`)
+    from codecspec.families.qwen3_tts.random_checkpoint import write_random_checkpoint
+
+    random_tiny = tmp_path_factory.mktemp("qwen3_random_tiny") / "m"
+    write_random_checkpoint("tiny", random_tiny, seed=0)
     return {
         "custom_equal": load(TINY / "custom_equal"),
         "base_xvector": load(TINY / "base_xvector"),
         "base_icl": load(CLONE / "base_icl"),
+        "random_tiny": load(random_tiny),
     }
 
 
@@ -171,7 +178,7 @@ def test_bad_pieces_name_the_argument_and_leave_the_stream_usable(tok):
 
 # ---------------------------------------------------------------------- codes
 def _kw(name: str) -> dict:
-    if name == "custom_equal":
+    if name in ("custom_equal", "random_tiny"):
         return dict(speaker="aiden", language="english")
     if name == "base_xvector":
         return dict(ref_audio=TINY / "ref.wav")
@@ -205,6 +212,8 @@ CONFIGS = [
     ("base_xvector", dict(mode="ar", seed=3)),
     ("base_icl", dict(mode="ar", seed=1)),
     ("base_icl", dict(mode="spec", seed=4)),
+    ("random_tiny", dict(mode="ar", seed=0)),
+    ("random_tiny", dict(mode="spec", seed=1)),
 ]
 
 
@@ -357,3 +366,26 @@ def test_cli_reads_stdin_whole_without_stream(models, tmp_path):
     np.testing.assert_array_equal(np.load(codes), want)
     bad = subprocess.run(cmd[:-3] + ["x"], input=b"y", capture_output=True, env=env)
     assert bad.returncode == 2 and b"--text-stdin: give the text one way" in bad.stderr
+
+
+def test_a_consumer_that_stops_stops_the_worker(models):
+    """aspeak closed while its frames wait for text that never comes: the worker thread
+    stops (the runtime is free again) by the time aclose returns."""
+    from codecspec.families.qwen3_tts.text_stream import aspeak
+
+    tts = models["custom_equal"].replica()
+
+    async def run():
+        s = tts.text_stream()
+        s.push("It's 12, café and more")  # never ended
+        gen = aspeak(tts, s, max_frames=FRAMES, **_kw("custom_equal"), seed=0)
+        first = await gen.__anext__()
+        t0 = time.perf_counter()
+        await gen.aclose()
+        return first, time.perf_counter() - t0
+
+    before = threading.active_count()
+    first, closing = asyncio.run(run())
+    assert first.size > 0 and closing < 5.0
+    assert threading.active_count() == before
+    assert not [t for t in threading.enumerate() if t.name == "qwen3-text-stream"]

@@ -631,10 +631,13 @@ class Qwen3TTS:
     def _text_rows(self, text, p: Prompt, trailing: np.ndarray):
         """step -> the text row frame `step` adds: the trailing rows then tts_pad; for a
         text still arriving when the prompt was built, `TextRows` (waits for each token)."""
-        if isinstance(text, TextStream) and text.rows_from is not None:
-            return TextRows(text, p, trailing[:-1], self._project, trailing[-1], self._pad_row)
         pad = self._pad_row
-        return lambda step: trailing[step] if step < len(trailing) else pad
+        rows = lambda step: trailing[step] if step < len(trailing) else pad  # noqa: E731
+        if not isinstance(text, TextStream):
+            return rows
+        if text.rows_from is not None:
+            rows = TextRows(text, p, trailing[:-1], self._project, trailing[-1], pad)
+        return text.watched(rows)  # a cancelled stream stops at its next frame
 
     # ------------------------------------------------------------------ text in pieces
     def text_stream(self, chunks=None) -> TextStream:

@@ -55,11 +55,14 @@ __all__ = [
     "stream_layout",
     "prompt_body_tokens",
     "astream",
+    "aspeak",
 ]
 
 PREFIX = "<|im_start|>assistant\n"  # assistant_text's head, before the text
 _SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"  # and its tail, after it
-SUFFIX_TOKENS = 5  # "<|im_end|>", "\n", "<|im_start|>", "assistant", "\n": build_prompt's -5
+# build_prompt's -5: the official code cuts the text's ids as ids[3:-5], the template's
+# suffix being "<|im_end|>", "\n", "<|im_start|>", "assistant", "\n" with Qwen's vocabulary
+SUFFIX_TOKENS = 5
 _QWEN2_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -211,6 +214,11 @@ class TextStream:
         self._cv = threading.Condition()
         self.first_text_at: Optional[float] = None  # perf_counter of the first non-empty piece
         self._suffix = list(tok.encode(_SUFFIX).ids)
+        # A suffix of more than 5 tokens (a vocabulary without "assistant", e.g. a random
+        # folder's) puts its first ones into the trailing text, after every text token, so
+        # each committed token is still known to be spoken. With fewer, the last text tokens
+        # fall outside the cut and only the end tells which: nothing is committed before it.
+        self._early = self._early and len(self._suffix) >= SUFFIX_TOKENS
         self._used = False
         # the assistant id at which the frames' text rows start, where the prompt was built
         # before the text ended (None: built from the whole text)
@@ -260,6 +268,17 @@ class TextStream:
             if self._error is None:
                 self._error = error
             self._cv.notify_all()
+
+    def watched(self, rows):
+        """`rows` (step -> text row) that first raises the stream's failure, if any: a
+        cancelled stream stops at the next frame even when its text is all known."""
+
+        def row(step: int) -> np.ndarray:
+            if self._error is not None:
+                raise self._error
+            return rows(step)
+
+        return row
 
     def cancel(self) -> None:
         """The consumer is gone: `wait` raises TextCancelled from now on."""
@@ -328,7 +347,8 @@ class TextStream:
         if ended:
             return ids
         self.rows_from = 3 + body
-        return np.asarray(list(ids[: 3 + body]) + self._suffix, np.int64)
+        # five stand-ins for the suffix: what build_prompt cuts off
+        return np.asarray(list(ids[: 3 + body]) + self._suffix[-SUFFIX_TOKENS:], np.int64)
 
     def _pull(self) -> None:
         try:
@@ -410,31 +430,13 @@ class TextRows:
 
 async def astream(tts, chunks, info: Optional[dict] = None, **kw):
     """Audio chunks (float32, 24 kHz) of a text whose pieces come from `chunks`, an async
-    iterator (or a plain one) of str or bytes pieces: `tts.stream` over a `TextStream` runs
-    in a worker thread while the event loop feeds it. A bad piece ends the stream with its
+    iterator (or a plain one) of str or bytes pieces, fed from the event loop while
+    `aspeak` makes the audio in a worker thread. A bad piece ends the stream with its
     ValueError; a consumer that stops (closes this generator, or is cancelled) stops the
-    worker at its next frame or text wait."""
+    worker within a frame."""
     import asyncio
 
-    stream, loop = tts.text_stream(), asyncio.get_running_loop()
-    out: asyncio.Queue = asyncio.Queue()
-    stop = threading.Event()
-
-    def post(item) -> None:
-        try:
-            loop.call_soon_threadsafe(out.put_nowait, item)
-        except RuntimeError:  # the loop closed: nobody is listening any more
-            stop.set()
-
-    def speak() -> None:
-        try:
-            for audio in tts.stream(stream, info=info, **kw):
-                if stop.is_set():
-                    return
-                post(("audio", audio))
-            post(("done", None))
-        except BaseException as e:  # handed to the consumer, raised there
-            post(("error", e))
+    stream = tts.text_stream()
 
     async def feed() -> None:
         try:
@@ -448,8 +450,41 @@ async def astream(tts, chunks, info: Optional[dict] = None, **kw):
         except Exception as e:
             stream.fail(e)
 
-    threading.Thread(target=speak, name="qwen3-text-stream", daemon=True).start()
     feeder = asyncio.ensure_future(feed())
+    try:
+        async for audio in aspeak(tts, stream, info=info, **kw):
+            yield audio
+    finally:
+        feeder.cancel()
+
+
+async def aspeak(tts, stream: TextStream, info: Optional[dict] = None, **kw):
+    """Audio chunks of `stream` (fed elsewhere: `push` / `end`) as `tts.stream` makes them
+    in a worker thread (one runtime speaks one utterance at a time: give each concurrent
+    one a `tts.replica()`). Closing or cancelling this generator cancels the stream (the
+    worker stops at its next frame) and waits for the worker to have stopped, so the
+    runtime is free again when it returns."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    out: asyncio.Queue = asyncio.Queue()
+
+    def post(item) -> None:
+        try:
+            loop.call_soon_threadsafe(out.put_nowait, item)
+        except RuntimeError:  # the loop closed: nobody is listening any more
+            stream.cancel()
+
+    def speak() -> None:
+        try:
+            for audio in tts.stream(stream, info=info, **kw):
+                post(("audio", audio))
+            post(("done", None))
+        except BaseException as e:  # handed to the consumer, raised there
+            post(("error", e))
+
+    worker = threading.Thread(target=speak, name="qwen3-text-stream", daemon=True)
+    worker.start()
     try:
         while True:
             kind, value = await out.get()
@@ -459,6 +494,5 @@ async def astream(tts, chunks, info: Optional[dict] = None, **kw):
                 return
             yield value
     finally:
-        stop.set()
         stream.cancel()
-        feeder.cancel()
+        await asyncio.shield(loop.run_in_executor(None, worker.join))
