@@ -399,6 +399,7 @@ def create_app(
     app.state.replica = secrets.token_hex(4)
     app.state.first_audio = FirstAudio()
     app.state.vocoder_iters = int(vocoder_iters)
+    app.state.api_key = api_key  # the WebSocket route checks it itself (serve/text_socket.py)
     open_paths = ("/health", "/metrics") if metrics_open else ("/health",)
     app.add_middleware(
         KeyCheck, key=api_key, open_paths=open_paths, on_refuse=lambda s: _count(app, s)
@@ -474,6 +475,10 @@ def _add_routes(app: FastAPI) -> None:
     @app.post("/v1/audio/speech")
     async def speech(body: SpeechBody, request: Request):
         return await _speech(app, body, request)
+
+    from codecspec.serve.text_socket import add_text_socket
+
+    add_text_socket(app)  # text in as it arrives, audio out: a WebSocket
 
 
 def served_models(engine: Engine) -> tuple:

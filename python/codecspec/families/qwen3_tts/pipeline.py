@@ -655,6 +655,14 @@ class Qwen3TTS:
         False (the whole-text layout) is a ValueError."""
         return self.stream(self.text_stream(chunks), info=info, **kw)
 
+    def aspeak(self, stream: TextStream, info: Optional[dict] = None, **kw):
+        """Async generator of the audio of `stream` (a `text_stream()` fed elsewhere with
+        push / end), made in a worker thread; closing it cancels the stream and returns once
+        the worker stopped (`text_stream.aspeak`: the WebSocket endpoint's)."""
+        from .text_stream import aspeak
+
+        return aspeak(self, stream, info=info, **kw)
+
     def astream_text(self, chunks, info: Optional[dict] = None, **kw):
         """`stream_text` as an async generator: `chunks` an async (or plain) iterator of
         pieces, fed from the event loop while the frames are made in a worker thread

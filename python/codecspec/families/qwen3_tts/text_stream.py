@@ -321,6 +321,10 @@ class TextStream:
     def ended(self) -> bool:
         return self._ended
 
+    @property
+    def cancelled(self) -> bool:
+        return isinstance(self._error, TextCancelled)
+
     def wait(self, n: int) -> tuple:
         """(ids known, ended) once n ids are known or the text ended; pulls `chunks` when
         the stream was made over them, else waits for `push` / `end`."""
