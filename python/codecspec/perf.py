@@ -45,6 +45,9 @@ family is None, a stage it lacks is simply absent):
                              chunk (median of a few; families that stream)
     ttfa_cold_prefix_s float optional: the same for a voice's first request (Qwen3-TTS: the
                              talker's prompt-prefix cache emptied before each run)
+    text_stream       dict   optional: a text fed at an LLM's pace (Qwen3-TTS: 30 tokens/s):
+                             first_audio_ms after its first token, underruns and late_ms of
+                             the audio played from its first chunk on, tokens_per_second
     cpu_simd          list   optional: the CPU's SIMD flags (kernel ratios differ by them)
     pipeline_end_to_end dict optional: text -> waveform run whole, AR and speculative at a
                              controlled acceptance ({acceptance, frames, ar_ms, spec_ms,
@@ -616,6 +619,13 @@ def render_table(record: dict) -> str:
         if r.get("ttfa_cold_prefix_s") is not None:
             line += f" (a voice's first request: {r['ttfa_cold_prefix_s']:.2f} s)"
         out.append(line)
+    ts = r.get("text_stream") or {}
+    if ts.get("first_audio_ms") is not None:
+        out.append(
+            f"text at {ts['tokens_per_second']:g} tokens/s: first audio {ts['first_audio_ms']:.0f}"
+            f" ms after its first token; {ts['underruns']} of {ts['chunks']} chunks late"
+            f" (by up to {ts['late_ms']:.0f} ms)"
+        )
     if r.get("cpu_simd"):
         out.append("CPU: " + " ".join(r["cpu_simd"]))
     chosen = (r.get("calibration") or {}).get("precision")

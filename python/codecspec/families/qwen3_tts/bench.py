@@ -213,6 +213,8 @@ def bench_qwen3(
         stages.append(_decoder_stage(tts, codes))
         warm, cold = time_to_first_audio(tts, seed, temperature, ref_audio)
         audio.update(ttfa_s=warm, ttfa_cold_prefix_s=cold)
+        log(f"text streamed at {TEXT_RATE:g} tokens/s: first audio, underruns")
+        audio["text_stream"] = from_the_text(tts, int(frames), seed, temperature, ref_audio)
         if acceptance is not None and ref_audio is None:
             log(f"pipeline end to end at acceptance {acceptance}")
             audio["pipeline_end_to_end"] = pipeline_at_acceptance(
@@ -429,6 +431,22 @@ def time_to_first_audio(tts: Qwen3TTS, seed: int, temperature, ref_audio, repeat
     finally:
         tts.talker.prefixes = kept
     return float(np.median(times["warm"][1:])), float(np.median(times["cold"][1:]))
+
+
+TEXT_RATE = 30.0  # tokens a second: an LLM writing the text as it is spoken
+
+
+def from_the_text(tts: Qwen3TTS, frames: int, seed: int, temperature, ref_audio) -> dict:
+    """Latency measured from the text (issue 49): the calibration text fed to
+    `stream_text` token by token at TEXT_RATE (`text_latency`): the first audio after the
+    first token, and the underruns of the audio played from its first chunk on."""
+    from .text_latency import text_stream_latency
+
+    text, lang = CALIBRATION_TEXTS[0]
+    kw = _request(tts, text, lang, 0, ref_audio)
+    return text_stream_latency(
+        tts, text, TEXT_RATE, seed=seed, temperature=temperature, max_frames=frames, **kw
+    )
 
 
 def _precision_choice(tts: Qwen3TTS) -> Optional[str]:
