@@ -288,10 +288,16 @@ def cmd_quality(args) -> int:
     for set_name, table in out.items():
         first = next(iter(table.values()))
         phon = f"; {first['phoneme_recognizer']}" if "phoneme_recognizer" in first else ""
+        # the floors may run on fewer seeds than the model's modes: name both
+        seeds = {m: r["seeds"] for m, r in table.items()}
+        most = max(seeds.values(), key=len)
+        fewer = sorted(m for m, s in seeds.items() if s != most)
+        note = f" ({', '.join(fewer)}: seeds {seeds[fewer[0]]})" if fewer else ""
+        words = first["reference_words"] // len(first["seeds"])
         print(
             f"intelligibility of {name} on the {set_name} set: {first['sentences']} sentences "
-            f"x seeds {first['seeds']} ({first['reference_words']} reference words per seed "
-            f"and row); {first['recognizer']}{phon}"
+            f"x seeds {most}{note} ({words} reference words per seed); "
+            f"{first['recognizer']}{phon}"
         )
         print(report_table(table))
         print()
