@@ -112,6 +112,8 @@ def cmd_train(args) -> int:
         aligned=getattr(args, "aligned", False),
     )
     dcfg = reference_depth_config(1024)
+    if args.init_from:  # a warm start is the folder's model: its shapes (stop_hidden, ...)
+        tcfg, dcfg = _folder_configs(args.init_from, args.ce_draft)
     log(f"train {train.stats()['frames']} frames, held-out {val.stats()['frames']} frames")
     _, curves = train_v2(
         train,
@@ -134,6 +136,17 @@ def cmd_train(args) -> int:
     )
     log(f"done: step {curves.steps[-1]}; held-out {curves.val[-1]}")
     return 0
+
+
+def _folder_configs(folder, ce_draft: bool):
+    """(temporal, depth) configurations of a shipped model folder (`ce_draft`: the run's own
+    choice, a module the folder never holds)."""
+    from codecspec.families.v2.torch_model import V2TemporalConfig
+    from codecspec.graphs.config import DepthDecoderConfig
+
+    meta = json.loads((Path(folder).expanduser() / "model.json").read_text())
+    tcfg = V2TemporalConfig(**{**meta["temporal_config"], "ce_draft": ce_draft})
+    return tcfg, DepthDecoderConfig.from_dict(meta["depth_config"])
 
 
 def _folder_frontend(folder):
