@@ -24,6 +24,7 @@ resumable exactly as v2's.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -135,6 +136,8 @@ def cmd_listen(args) -> int:
     rep = evaluate(synthesize, texts[: args.texts], [0], recognizer=Recognizer(threads=1))
     lo, hi = rep["words_recognised_ci"]
     log(f"{folder}: {rep['words_recognised']:.1%} of words recognised ({lo:.1%}-{hi:.1%})")
+    if args.json:  # per-clip records: paired comparisons of two folders on the same texts
+        Path(args.json).write_text(json.dumps(rep, indent=1, default=float))
     return 0
 
 
@@ -521,6 +524,7 @@ def main(argv=None) -> int:
     li.add_argument("--model", default=str(SHIP_DIR), help="a v3 folder")
     li.add_argument("--export", default=None, help="export the current checkpoint here first")
     li.add_argument("--texts", type=int, default=12)
+    li.add_argument("--json", default=None, help="write the report (every clip) here")
     li.add_argument("--temperature", type=float, default=0.6)
     li.add_argument("--top-k", type=int, default=20)
     li.set_defaults(fn=cmd_listen, aligned=True)
