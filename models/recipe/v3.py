@@ -427,6 +427,43 @@ def cmd_stop(args) -> int:
 STOP_KEYS = "temporal.decoder.stop_head."
 
 
+def cmd_compare(args) -> int:
+    """Two `listen --json` reports of the same held-out texts, paired: words recognised by
+    each, and the difference B - A with a bootstrap 95% interval over texts, for all texts
+    and per text source (fortunes, or corpus.py's varied texts)."""
+    import corpus
+
+    a, b = (json.loads(Path(p).read_text()) for p in (args.a, args.b))
+    fortunes = set(corpus.load_texts("en", 1, 10_000))
+    hits = {}
+    for name, rep in (("a", a), ("b", b)):
+        texts = {s["id"]: s["text"] for s in rep["per_sentence"]}
+        for c in rep["per_clip"]:
+            key = (texts[c["sentence_id"]], c["seed"])
+            hits.setdefault(key, {})[name] = (c["hits"], c["ref_words"])
+    paired = [(k[0], v["a"], v["b"]) for k, v in hits.items() if len(v) == 2]
+    rng = np.random.default_rng(0)
+    for source in ("all", "fortunes", "varied"):
+        rows = [
+            r for r in paired if source == "all" or (r[0] in fortunes) == (source == "fortunes")
+        ]
+        if not rows:
+            continue
+        # words A recognised, words B recognised, reference words: one entry per text
+        ha, hb, n = np.array([(ra[0], rb[0], ra[1]) for _, ra, rb in rows], float).T
+        diffs = []
+        for _ in range(2000):
+            i = rng.integers(len(rows), size=len(rows))
+            diffs.append((hb[i].sum() - ha[i].sum()) / n[i].sum())
+        lo, hi = np.percentile(diffs, [2.5, 97.5])
+        log(
+            f"{source}: {len(rows)} texts, {int(n.sum())} words: A {ha.sum() / n.sum():.1%}, "
+            f"B {hb.sum() / n.sum():.1%}, B - A {100 * (hb.sum() - ha.sum()) / n.sum():+.1f} "
+            f"points ({100 * lo:+.1f} to {100 * hi:+.1f})"
+        )
+    return 0
+
+
 def cmd_temporal(args) -> int:
     """model.json's "temporal_speculation_pays" (what `temporal="auto"` runs) from a
     bench/speed_quality.py run on the shipped folder: exact temporal speculation pays if it
@@ -485,6 +522,10 @@ def main(argv=None) -> int:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--threads", type=int, default=2)
     sp.set_defaults(fn=cmd_stop)
+    cp = sub.add_parser("compare", help="two `listen --json` reports, paired per text")
+    cp.add_argument("a", help="the report of the folder compared against")
+    cp.add_argument("b", help="the report of the candidate")
+    cp.set_defaults(fn=cmd_compare)
     tq = sub.add_parser(
         "temporal", help="record whether temporal speculation pays (after speed_quality.py)"
     )
