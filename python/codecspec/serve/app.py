@@ -27,6 +27,7 @@ import hmac
 import json
 import logging
 import math
+import os
 import secrets
 import time
 from typing import Callable, Literal, Optional, Union
@@ -396,7 +397,6 @@ def create_app(
 
     app = FastAPI(title="codecspec speech server", lifespan=lifespan)
     app.state.requests = {}
-    app.state.replica = secrets.token_hex(4)
     app.state.first_audio = FirstAudio()
     app.state.vocoder_iters = int(vocoder_iters)
     app.state.api_key = api_key  # the WebSocket route checks it itself (serve/text_socket.py)
@@ -615,7 +615,7 @@ async def _speech(app: FastAPI, body: SpeechBody, request: Request):
         handle.cancel()
         _count(app, 499)
         return Response(status_code=499)
-    headers = _headers(engine, handle, body, app.state.replica)
+    headers = _headers(engine, handle, body, replica_name())
     ignored = _ignored(engine, body)
     if ignored:
         headers["X-Codecspec-Ignored"] = ",".join(ignored)
@@ -658,12 +658,24 @@ async def _first_frame(handle):
     return first
 
 
+_REPLICA: list = [None, ""]  # (the process it was drawn in, the name)
+
+
+def replica_name() -> str:
+    """A random name for this serving process, drawn in the process that answers: Ray ships
+    one app object to every replica, so a name drawn with the app would be shared, and a
+    forked worker draws its own."""
+    if _REPLICA[0] != os.getpid():
+        _REPLICA[:] = [os.getpid(), secrets.token_hex(4)]
+    return _REPLICA[1]
+
+
 def _headers(engine: Engine, handle, body: SpeechBody, replica: str) -> dict:
     rate = engine.sample_rate if body.response_format == "wav" else OPENAI_RATE
     headers = {
         "X-Codecspec-Sample-Rate": str(rate),
-        # Which replica answered (scale-out tests): a random name drawn when the app is
-        # made, so that the header tells nothing about the process (it was the PID).
+        # Which replica answered (scale-out tests): a random name per process, so that the
+        # header tells nothing about the process (it was the PID).
         "X-Codecspec-Replica": replica,
     }
     if handle.frames is not None:  # known in advance (RVQ)
