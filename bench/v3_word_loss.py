@@ -413,6 +413,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--corpus-offset", type=int, default=0, help="skip the first k held-out corpus texts"
     )
+    ap.add_argument(
+        "--set",
+        default="everyday",
+        help="evaluation set of `codecspec quality --set` (everyday, sus, hard): where the "
+        "words go on text the recognizer cannot guess",
+    )
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--recognizer", default="base", choices=["base", "tiny.en"])
@@ -439,7 +445,7 @@ def main(argv=None) -> int:
     for c in args.conditions:
         parse_condition(c)  # fail before loading anything
 
-    from codecspec.tts.intelligibility import Recognizer, resolve_sentences
+    from codecspec.tts.intelligibility import Recognizer, load_sentences
     from codecspec.tts.registry import load_model
 
     if args.corpus_texts:
@@ -447,7 +453,7 @@ def main(argv=None) -> int:
         texts = corpus_texts("test", k + args.corpus_texts)[k:]
         rows = [{"id": f"c{k + i + 1:02d}", "text": t} for i, t in enumerate(texts)]
     else:
-        rows = resolve_sentences(args.sentences)
+        rows = load_sentences(args.sentences, set=args.set)
     seeds = list(range(args.seeds))
     out = Path(args.out).with_suffix(".json")
     res = {"conditions": {}}
@@ -459,7 +465,7 @@ def main(argv=None) -> int:
             f"held-out corpus texts {args.corpus_offset + 1}-"
             f"{args.corpus_offset + args.corpus_texts}"
             if args.corpus_texts
-            else "evaluation"
+            else f"evaluation ({args.set})"
         ),
         texts=[r["text"] for r in rows],
         seeds=seeds,
