@@ -64,7 +64,7 @@ class SpeechRequest:
     input: str
     input_format: str = "text"  # "ipa": `input` is espeak-ng IPA (no phonemizer needed)
     voice: Optional[str] = None
-    language: str = "en"
+    language: Optional[str] = None  # None: the family's `default_language` (Qwen3: auto)
     speed: float = 1.0
     mode: str = "auto"
     seed: Optional[int] = None

@@ -543,7 +543,7 @@ def _checked(app: FastAPI, body: SpeechBody):
         input=body.input,
         input_format=body.input_format,
         voice=voices[name],
-        language=engine.family.default_language if body.language is None else body.language,
+        language=body.language,  # None: the family's default (Engine.check)
         speed=body.speed,
         mode=body.mode,
         seed=body.seed,

@@ -24,6 +24,7 @@ streams share the batch. The queue in front of the slots is bounded: `submit` ra
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
 import time
@@ -200,7 +201,11 @@ class Engine(StreamLoop):
         return self.family.languages
 
     def check(self, req: SpeechRequest) -> SpeechRequest:
-        """Validates a request; ValueError names the offending field."""
+        """Validates a request (ValueError names the offending field) and returns it with the
+        family's default language when it names none (the official default for Qwen3-TTS,
+        "auto", not English)."""
+        if req.language is None:
+            req = dataclasses.replace(req, language=self.family.default_language)
         if not isinstance(req.input, str) or not req.input.strip():
             raise ValueError("input: expected a non-empty string")
         if len(req.input) > self.max_input_chars:
@@ -255,7 +260,7 @@ class Engine(StreamLoop):
         """Validates, phonemizes and encodes `req` in the caller's thread and queues it.
         Raises ValueError (naming the field) or Overloaded."""
         t0 = time.perf_counter()
-        self.check(req)
+        req = self.check(req)
         with self._cv:
             busy = self._overloaded()
         if busy is not None:

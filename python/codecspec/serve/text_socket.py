@@ -191,7 +191,7 @@ def _session_kwargs(app, start: StreamStart) -> dict:
     req = SpeechRequest(
         input="x",  # the text comes later; everything else is checked now
         voice=voices[name],
-        language=family.default_language if start.language is None else start.language,
+        language=start.language,  # None: the family's default (Engine.check)
         mode=start.mode,
         seed=start.seed,
         temperature=start.temperature,
@@ -200,7 +200,7 @@ def _session_kwargs(app, start: StreamStart) -> dict:
         instructions=start.instructions if family.takes_instructions else None,
         streaming_text=True,
     )
-    engine.check(req)
+    req = engine.check(req)
     kw = family.request_kwargs(req)
     kw.pop("streaming_text", None)
     tts = engine.tts

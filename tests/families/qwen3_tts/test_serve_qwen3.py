@@ -167,12 +167,22 @@ def test_concurrent_ar_streams_share_one_depth_loop(custom):
     assert lanes > 1.5 * calls, (calls, lanes)  # one loop each: lanes == calls
 
 
+def test_a_request_that_names_no_language_gets_the_official_auto(custom, reference):
+    """The Python engine API as over HTTP: no language is the official default ("Auto": the
+    nothink prefix), not English, whose language tag gives other codes."""
+    ref = reference("custom_equal")
+    got = codes(custom.engine.submit(SpeechRequest(TEXT, voice="aiden", seed=7, temperature=0)))
+    assert np.array_equal(
+        got, ref.generate_codes(TEXT, speaker="aiden", seed=7, temperature=0).codes
+    )
+    english = ref.generate_codes(TEXT, speaker="aiden", language="english", seed=7, temperature=0)
+    assert not np.array_equal(got, english.codes)  # the comparison can fail
+
+
 def test_a_different_seed_gives_different_codes(custom, reference):
     # the broken variant of the identity above: the comparison can fail
     got = codes(custom.engine.submit(SpeechRequest(TEXT, voice="aiden", seed=7)))
-    want = reference("custom_equal").generate_codes(
-        TEXT, speaker="aiden", language="english", seed=9
-    )
+    want = reference("custom_equal").generate_codes(TEXT, speaker="aiden", seed=9)
     assert not np.array_equal(got, want.codes)
 
 
@@ -181,7 +191,7 @@ def test_a_stream_ends_at_eos_without_an_extra_frame(custom, reference):
     frames (the step that samples eos emits none)."""
     ref = reference("custom_equal")
     for seed in range(20):
-        r = ref.generate_codes(TEXT, speaker="eric", language="english", seed=seed)
+        r = ref.generate_codes(TEXT, speaker="eric", seed=seed)  # no language: both "auto"
         if not r.hit_max_frames:
             break
     else:
@@ -205,7 +215,7 @@ def test_a_slot_left_mid_stream_serves_the_next_stream_exactly(custom, reference
     hs = engine.submit_many([SpeechRequest(TEXT, voice="vivian", seed=k) for k in (32, 33)])
     ref = reference("custom_equal")
     for k, h in zip((32, 33), hs):
-        want = ref.generate_codes(TEXT, speaker="vivian", language="english", seed=k)
+        want = ref.generate_codes(TEXT, speaker="vivian", seed=k)
         assert np.array_equal(codes(h), want.codes)
 
 
@@ -253,9 +263,7 @@ def test_base_checkpoint_needs_a_reference_recording(cache, folders, reference):
     e = Engine(base, max_streams=1, threads=1, cache_dir=cache, ref_audio=wav)
     try:
         got = codes(e.submit(SpeechRequest(TEXT, seed=3, temperature=0)))
-        want = reference("base_xvector").generate_codes(
-            TEXT, language="english", ref_audio=wav, seed=3, temperature=0
-        )
+        want = reference("base_xvector").generate_codes(TEXT, ref_audio=wav, seed=3, temperature=0)
         assert np.array_equal(got, want.codes)
         assert_idle(e)
     finally:
@@ -335,9 +343,9 @@ def test_instructions_reach_a_voice_design_prompt(design, reference):
     ref = reference("design_wide")
     h = design.engine.submit(SpeechRequest(TEXT, seed=5, temperature=0, instructions=STYLE))
     got = codes(h)
-    want = ref.generate_codes(TEXT, language="english", instruct=STYLE, seed=5, temperature=0)
+    want = ref.generate_codes(TEXT, instruct=STYLE, seed=5, temperature=0)
     assert np.array_equal(got, want.codes)
-    plain = ref.generate_codes(TEXT, language="english", seed=5, temperature=0)
+    plain = ref.generate_codes(TEXT, seed=5, temperature=0)
     assert len(want.prompt) > len(plain.prompt)  # the instruction rows are in the prompt
     assert not np.array_equal(plain.codes, want.codes)  # and they change the codes
 
