@@ -56,6 +56,36 @@ def _quality(q: dict, qpath: Path, words: dict | None) -> list:
     return lines + table + ["", f"![speed vs words]({png})", ""]
 
 
+SET_ROWS = (
+    ("ar", "v3 AR"),
+    ("temporal", "v3 exact temporal speculation"),
+    ("codec", "espeak-ng through the v1 codec (ceiling)"),
+    ("lookup", "aligned lookup (floor)"),
+)
+
+
+def _sets(sets: dict) -> list:
+    """Words and phonemes recognised per evaluation set (`codecspec quality --set all
+    --floors`): the everyday sentences flatter; the SUS and hard sets do not."""
+    lines = [
+        "## Words on sentences the recognizer cannot guess",
+        "",
+        "`codecspec quality --model v3 --modes ar temporal --floors --set all --seeds 3` "
+        "(`docs/quality_v3_sets.json`):",
+        "",
+        "| row | " + " | ".join(sets) + " |",
+        "|---|" + "---|" * len(sets),
+    ]
+    for key, name in SET_ROWS:
+        cells = []
+        for rows in sets.values():
+            r = rows[key]
+            ph = r.get("phonemes", {}).get("recognised")
+            cells.append(_pct(r["words_recognised"]) + (f" ({_pct(ph)} ph.)" if ph else ""))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + ["", "Words recognised (phonemes recognised by hama in brackets).", ""]
+
+
 def _training(t: dict) -> str:
     """The training paragraph; a warm start names what it started from."""
     a = t["train_args"]
@@ -141,7 +171,9 @@ def _ablation(model: Path) -> list:
     return [head + md.read_text().strip(), ""]
 
 
-def card(model: Path, q: dict | None, qpath: Path = None, words: dict | None = None) -> str:
+def card(
+    model: Path, q: dict | None, qpath: Path = None, words: dict | None = None, sets=None
+) -> str:
     rep = json.loads((model / "report.json").read_text())
     meta = json.loads((model / "model.json").read_text())
     sizes = rep["sizes"]
@@ -159,6 +191,7 @@ def card(model: Path, q: dict | None, qpath: Path = None, words: dict | None = N
     ]
     none = ["(No speed-quality table yet: run bench/speed_quality.py.)", ""]
     lines += _quality(q, qpath, words) if q else none
+    lines += _sets(sets) if sets else []
     lines += [
         "## Speculation on this model",
         "",
@@ -210,12 +243,14 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=str(ROOT / "python" / "codecspec" / "models" / "v3"))
     ap.add_argument("--quality", default=str(ROOT / "docs" / "speed_quality_rounds.json"))
     ap.add_argument("--words", default=str(ROOT / "docs" / "quality_v3_rounds.json"))
+    ap.add_argument("--sets", default=str(ROOT / "docs" / "quality_v3_sets.json"))
     args = ap.parse_args(argv)
     model = Path(args.model)
     qp, wp = Path(args.quality), Path(args.words)
     q = json.loads(qp.read_text()) if qp.is_file() else None
     words = json.loads(wp.read_text()) if wp.is_file() else None
-    (model / "MODEL_CARD.md").write_text(card(model, q, qp, words))
+    sets = json.loads(Path(args.sets).read_text()) if Path(args.sets).is_file() else None
+    (model / "MODEL_CARD.md").write_text(card(model, q, qp, words, sets))
     print(model / "MODEL_CARD.md")
     return 0
 
