@@ -84,43 +84,13 @@ def _add_lengths(report: dict, clips: list) -> None:
     report["runaway_share"] = report["runaways"] / len(clips)
 
 
-def quality_reports(
-    model=None,
-    modes=("ar",),
-    *,
-    sentences=None,
-    seeds=(0,),
-    recognizer=None,
-    threads: Optional[int] = None,
-    provider: str = "auto",
-    params=None,
-    beta: float = 0.3,
-    theta: Optional[float] = None,
-    progress: bool = True,
-    phonemes=None,
-    floor_seeds: int = 1,
-    lookup_texts: Optional[int] = None,
-) -> dict:
+def quality_reports(model=None, modes=("ar",), *, sentences=None, **kw) -> dict:
     """{mode: report} for a model name or folder (or "espeak-ng"), every mode on the same
-    sentences and seeds; floor rows (`codecspec.tts.floors.FLOORS`) among `modes` on the
-    first `floor_seeds` seeds. `phonemes`: a phoneme recognizer that scores every clip too.
-    The recognizer is loaded first: a missing [quality] extra fails before any synthesis."""
-    return set_reports(
-        model,
-        modes,
-        {None: sentences},
-        seeds=seeds,
-        recognizer=recognizer,
-        threads=threads,
-        provider=provider,
-        params=params,
-        beta=beta,
-        theta=theta,
-        progress=progress,
-        phonemes=phonemes,
-        floor_seeds=floor_seeds,
-        lookup_texts=lookup_texts,
-    )[None]
+    sentences and seeds: `set_reports` on one set (its keywords: seeds, recognizer, threads,
+    provider, params, beta, theta, progress, phonemes, floor_seeds, lookup_texts). Floor rows
+    among `modes` run on the first `floor_seeds` seeds; the recognizer is loaded first, so a
+    missing [quality] extra fails before any synthesis."""
+    return set_reports(model, modes, {None: sentences}, **kw)[None]
 
 
 def set_reports(
