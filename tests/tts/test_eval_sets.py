@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import pytest
+from degraded_speech import load_clips, shuffled_blocks
 from paths import DATA, REPO
 
 from codecspec.tts import intelligibility as intel
@@ -29,7 +30,6 @@ from codecspec.tts.phoneme_recognition import (
     phoneme_errors,
 )
 
-CLIPS = DATA / "espeak_eval_clips.npz"
 TINY_V3 = DATA / "tiny_v3"
 # Onset and coda clusters of English the SUS set must contain, inside one word.
 CLUSTERS = (
@@ -193,21 +193,7 @@ def test_score_transcripts_keeps_working_without_phonemes():
 # -------------------------------------------------------- the recognizers on degraded audio
 @pytest.fixture(scope="module")
 def clips():
-    with np.load(CLIPS) as z:
-        sr = int(z["sample_rate"])
-        return [
-            (k, 0, z[k].astype(np.float32) / 32768.0, sr)
-            for k in sorted(z.files)
-            if k != "sample_rate"
-        ]
-
-
-def _shuffled(wav, sr, block_s=0.08, seed=0):
-    """The clip with its 80 ms blocks in a random order: the same sounds, no words."""
-    n = int(block_s * sr)
-    blocks = [wav[i : i + n] for i in range(0, len(wav), n)]
-    order = np.random.default_rng(seed).permutation(len(blocks))
-    return np.concatenate([blocks[i] for i in order])
+    return load_clips()
 
 
 def _noise(wav, seed=0):
@@ -215,7 +201,7 @@ def _noise(wav, seed=0):
     return (np.random.default_rng(seed).standard_normal(wav.size) * wav.std()).astype(np.float32)
 
 
-def test_phoneme_recognizer_reads_espeak_and_not_shuffled_blocks_or_noise(clips):
+def test_phoneme_recognizer_reads_espeak_and_notshuffled_blocks_blocks_or_noise(clips):
     """Phonemes alone (no Whisper): espeak-ng's clips are read back phoneme by phoneme, the
     same sounds in shuffled 80 ms blocks and noise of their loudness are not."""
     pytest.importorskip("hama", reason="the [quality] extra's phoneme recognizer is absent")
@@ -230,7 +216,7 @@ def test_phoneme_recognizer_reads_espeak_and_not_shuffled_blocks_or_noise(clips)
         return sum(x.hits for x in e) / sum(x.ref_words for x in e)
 
     good = recognised(lambda w, sr: w)
-    shuffled = recognised(_shuffled)
+    shuffled = recognised(shuffled_blocks)
     noise = recognised(lambda w, sr: _noise(w))
     assert good >= 0.65, good
     assert shuffled <= good - 0.3 and noise <= 0.15, (good, shuffled, noise)
@@ -252,7 +238,7 @@ def test_words_and_phonemes_both_score_degraded_audio_far_worse(clips):
         cl = [(s, seed, make(w, sr), sr) for s, seed, w, sr in clips]
         return intel.score(cl, recognizer=rec, phonemes=phon, resamples=200)
 
-    good, shuffled, noise = run(lambda w, sr: w), run(_shuffled), run(lambda w, sr: _noise(w))
+    good, shuffled, noise = run(lambda w, sr: w), run(shuffled_blocks), run(lambda w, sr: _noise(w))
     assert good["phoneme_recognizer"].startswith("hama")
     for bad in (shuffled, noise):
         assert good["words_recognised"] - bad["words_recognised"] >= 0.4

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from degraded_speech import load_clips, shuffled_blocks
 from paths import DATA
 
 from codecspec.tts import intelligibility as intel
@@ -29,7 +30,6 @@ from codecspec.tts.intelligibility import (
     word_errors,
 )
 
-CLIPS = DATA / "espeak_eval_clips.npz"
 TINY_V2 = DATA / "tiny_v2"
 FLOOR = 0.75  # espeak-ng's clips: every word of them was recognised when they were made
 CEILING = 0.35  # their shuffled copies
@@ -330,27 +330,13 @@ def recognizer():
 
 @pytest.fixture(scope="module")
 def clips():
-    with np.load(CLIPS) as z:
-        sr = int(z["sample_rate"])
-        return [
-            (k, 0, z[k].astype(np.float32) / 32768.0, sr)
-            for k in sorted(z.files)
-            if k != "sample_rate"
-        ]
+    return load_clips()
 
 
-def _shuffled(wav, sr, block_s=0.08, seed=0):
-    """The clip with its 80 ms blocks in a random order: the same sounds, no words."""
-    n = int(block_s * sr)
-    blocks = [wav[i : i + n] for i in range(0, len(wav), n)]
-    order = np.random.default_rng(seed).permutation(len(blocks))
-    return np.concatenate([blocks[i] for i in order])
-
-
-def test_recognizer_reads_espeak_and_not_its_shuffled_copy(recognizer, clips):
+def test_recognizer_reads_espeak_and_not_itsshuffled_blocks_copy(recognizer, clips):
     good = intel.score(clips, recognizer=recognizer, resamples=200)
     bad = intel.score(
-        [(s, seed, _shuffled(w, sr), sr) for s, seed, w, sr in clips],
+        [(s, seed, shuffled_blocks(w, sr), sr) for s, seed, w, sr in clips],
         recognizer=recognizer,
         resamples=200,
     )
