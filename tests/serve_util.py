@@ -3,6 +3,7 @@ background thread for the tests; and the IPA the tests speak (no espeak-ng neede
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -91,3 +92,15 @@ def assert_idle(engine, grace: float = 5.0) -> None:
     cancel_all(engine)
     wait_for(lambda: not engine._active and not engine._pending, timeout=60)
     raise AssertionError(f"the test left {left[0]} active and {left[1]} queued streams")
+
+
+class Tracebacks(logging.Handler):
+    """Every log record at ERROR or above, or with an exception attached."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        if record.levelno >= logging.ERROR or record.exc_info:
+            self.records.append(record)

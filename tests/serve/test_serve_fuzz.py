@@ -27,7 +27,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from serve_util import wait_for  # noqa: E402
+from serve_util import Tracebacks, wait_for  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from codecspec.serve.app import OPENAI_VOICES, SpeechBody, create_app  # noqa: E402
@@ -44,16 +44,6 @@ FUZZ = settings(
 )
 FIELDS = tuple(SpeechBody.model_fields)
 ALLOWED_CONTROLS = "\t\n\x0b\x0c\r"
-
-
-class Tracebacks(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.records = []
-
-    def emit(self, record):
-        if record.levelno >= logging.ERROR or record.exc_info:
-            self.records.append(record)
 
 
 @pytest.fixture(scope="module")

@@ -12,25 +12,13 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from serve_util import HELLO  # noqa: E402
+from serve_util import HELLO, Tracebacks  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from codecspec.serve.app import MAX_BODY_BYTES, create_app  # noqa: E402
 from codecspec.serve.engine import Engine  # noqa: E402
 
 SPEECH = "/v1/audio/speech"
-
-
-class Tracebacks(logging.Handler):
-    """Every log record at ERROR or above, or with an exception attached."""
-
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.records = []
-
-    def emit(self, record):
-        if record.levelno >= logging.ERROR or record.exc_info:
-            self.records.append(record)
 
 
 @pytest.fixture(scope="module")
