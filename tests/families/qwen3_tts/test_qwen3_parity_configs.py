@@ -266,3 +266,26 @@ def test_cli_greedy_codes_are_the_official_ones_by_default(tmp_path, capsys):
 def test_cli_greedy_on_quantised_weights_says_how_to_get_the_official_codes(tmp_path, capsys):
     _, err = _synth_codes(tmp_path, capsys, "--weights", "int8")
     assert "weights int8" in err and "--weights fp32" in err
+
+
+def test_cli_subtalker_flags_set_the_code_predictors_law_alone(tmp_path, capsys):
+    """`--temperature 0 --subtalker-temperature 1.5`: the talker greedy, the code predictor
+    sampled, the codes of the Python call with those keywords (the official methods'
+    subtalker_temperature)."""
+    from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
+
+    greedy, _ = _synth_codes(tmp_path, capsys)
+    extra = ("--subtalker-temperature", "1.5", "--seed", "1")
+    sampled, _ = _synth_codes(tmp_path, capsys, *extra)
+    assert greedy[0, 0] == sampled[0, 0] and not np.array_equal(greedy, sampled)
+    case = _fixture("frame_limit")[0][0]
+    tts = Qwen3TTS.load(DATA / "frame_limit", cache_dir=tmp_path / "cache", weights="fp32")
+    want = tts.generate_codes(
+        case["text"],
+        speaker=case["speaker"],
+        language=case["language"],
+        temperature=0,
+        subtalker_temperature=1.5,
+        seed=1,
+    ).codes
+    assert np.array_equal(sampled, want)

@@ -679,10 +679,38 @@ def test_sampling_defaults_and_overrides(models):
     assert (talk.temperature, talk.top_k, talk.top_p) == (pytest.approx(0.9), 50, 1.0)
     assert talk.repetition_penalty == pytest.approx(1.05) and depth.repetition_penalty == 1.0
     talk, depth = tts.sampling(0, 5, 0.5)
-    assert talk.greedy and depth.greedy and talk.top_k == depth.top_k == 5
+    assert talk.greedy and depth.greedy and (talk.top_k, talk.top_p) == (5, 0.5)
     assert talk.repetition_penalty == pytest.approx(1.05)
     with pytest.raises(ValueError, match="top_p"):
         tts.generate_codes("Hi.", speaker="aiden", top_p=2.0)
+    with pytest.raises(ValueError, match="^subtalker_top_p"):
+        tts.generate_codes("Hi.", speaker="aiden", subtalker_top_p=2.0)
+
+
+def test_sampling_overrides_are_each_models_own(models):
+    """As the official methods' keywords: temperature / top_k / top_p are the talker's,
+    subtalker_* the code predictor's (generate_custom_voice(text, temperature=0.7) samples the
+    code predictor at the checkpoint's 0.9); temperature 0 alone is greedy for both."""
+    tts = models["custom_equal"]
+    _, default_depth = tts.sampling()
+    talk, depth = tts.sampling(0.7, 5, 0.5)
+    assert (talk.temperature, talk.top_k, talk.top_p) == (pytest.approx(0.7), 5, 0.5)
+    assert depth == default_depth
+    talk, depth = tts.sampling(subtalker_temperature=0.3, subtalker_top_k=7, subtalker_top_p=0.8)
+    assert (depth.temperature, depth.top_k) == (pytest.approx(0.3), 7)
+    assert depth.top_p == pytest.approx(0.8)
+    assert talk == tts.sampling()[0]
+    talk, depth = tts.sampling(0, subtalker_temperature=0.5)
+    assert talk.greedy and depth.temperature == pytest.approx(0.5)
+    # the law reaches the codes: a sampled code predictor draws other codes than a greedy one
+    kw = dict(speaker="aiden", temperature=0, max_frames=6, seed=3)
+    greedy = tts.generate_codes("Hello there.", **kw).codes
+    again = tts.generate_codes("Hello there.", subtalker_temperature=0, **kw).codes
+    sampled = tts.generate_codes("Hello there.", subtalker_temperature=1.5, **kw).codes
+    assert np.array_equal(greedy, again)
+    assert greedy[0, 0] == sampled[0, 0]  # the talker's first c0: greedy in both runs
+    n = min(len(greedy), len(sampled))
+    assert not np.array_equal(greedy[:n, 1:], sampled[:n, 1:])
 
 
 @pytest.mark.parametrize(

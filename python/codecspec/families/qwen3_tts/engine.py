@@ -16,19 +16,21 @@ The talker's eos decides the length (`known_length = False`): the step that samp
 the stream without a frame. Audio is the 12 Hz speech decoder (24 kHz), one decoder state per
 stream fed chunk by chunk (`chunk_decoder`), so the chunks join exactly as a whole decode.
 
-Request fields: `voice` is a CustomVoice speaker (OpenAI's voice names map onto the speakers;
-VoiceDesign and Base checkpoints have none); `instructions` is the official `instruct` where
-the checkpoint reads it (`Qwen3Checkpoint.accepts_instruct`); `language` is a language of the
-checkpoint or its ISO 639-1 code; temperature / top_k / top_p override both the talker's and
-the depth loop's law as in `Qwen3TTS.sampling`; `streaming_text` picks the prompt layout
-(absent: the official default of the checkpoint's mode, streaming text for a Base voice clone
-and whole text for CustomVoice / VoiceDesign, as `Qwen3TTS.generate_codes`). `speed` other
-than 1 is refused: the model has no rate control. A Base (voice-cloning) checkpoint is served
-with a reference recording given at load (`ref_audio`), whose voice every stream then speaks
-in (x-vector only), or with a folder of voices (`voices_dir`: NAME.wav + NAME.txt, its
-transcript), each encoded once at load and cloned in context; `voice` picks one by NAME
-(OpenAI's voice names map onto them as onto speakers), and its audio is decoded after the
-voice's reference codes, as the official generate_voice_clone decodes it.
+Request fields: `voice` is a CustomVoice speaker (OpenAI's voice names map onto the
+speakers; VoiceDesign and Base checkpoints have none); `instructions` is the official
+`instruct` where the checkpoint reads it (`Qwen3Checkpoint.accepts_instruct`); `language` is
+a language of the checkpoint or its ISO 639-1 code; temperature / top_k / top_p override the
+talker's law as the official methods' keywords of those names do (the code predictor keeps
+the checkpoint's subtalker law; temperature 0 is greedy for both, `Qwen3TTS.sampling`);
+`streaming_text` picks the prompt layout (absent: the official default of the checkpoint's
+mode, streaming text for a Base voice clone and whole text for CustomVoice / VoiceDesign, as
+`Qwen3TTS.generate_codes`). `speed` other than 1 is refused: the model has no rate control.
+A Base (voice-cloning) checkpoint is served with a reference recording given at load
+(`ref_audio`), whose voice every stream then speaks in (x-vector only), or with a folder of
+voices (`voices_dir`: NAME.wav + NAME.txt, its transcript), each encoded once at load and
+cloned in context; `voice` picks one by NAME (OpenAI's voice names map onto them as onto
+speakers), and its audio is decoded after the voice's reference codes, as the official
+generate_voice_clone decodes it.
 
 What it does not do: batch the talker's steps (a batched GroupQueryAttention over caches of
 other lengths rounds differently, ~2e-7, enough to flip sampled codes of speculative

@@ -25,6 +25,28 @@ def _synth(p: argparse.ArgumentParser) -> None:
         help="Qwen3-TTS Base: what --ref-audio says; clones in context (the clip's speech codes "
         "and transcript in the prompt), as the official generate_voice_clone does by default",
     )
+    # the code predictor's own law, as the official methods' subtalker_* keywords: --temperature
+    # / --top-k / --top-p are the talker's alone (the shared sampling flags)
+    p.add_argument(
+        "--subtalker-temperature",
+        type=float,
+        default=None,
+        help="Qwen3-TTS: the code predictor's temperature (default: the checkpoint's "
+        "generation_config.json; 0 greedy). --temperature sets the talker's only, as the "
+        "official methods do, except --temperature 0, greedy for both",
+    )
+    p.add_argument(
+        "--subtalker-top-k",
+        type=int,
+        default=None,
+        help="Qwen3-TTS: the code predictor's top-k (default: generation_config.json)",
+    )
+    p.add_argument(
+        "--subtalker-top-p",
+        type=float,
+        default=None,
+        help="Qwen3-TTS: the code predictor's top-p (default: generation_config.json)",
+    )
     # None unless given: the official default of the checkpoint's mode, resolved with the
     # request (text.official_streaming_text), so that no flag gives the official codes
     p.add_argument(

@@ -361,19 +361,45 @@ class Qwen3TTS:
             self._speaker = SpeakerEncoder(tensors, self.ck.root.get("speaker_encoder_config"))
         return self._speaker(wav)
 
-    def sampling(self, temperature=None, top_k=None, top_p=None):
-        """(talker params, depth params) from generation_config.json; an override applies to
-        both models. temperature 0 = greedy for both (do_sample=False,
-        subtalker_dosample=False), with the talker's penalty and suppression kept."""
+    def sampling(
+        self,
+        temperature=None,
+        top_k=None,
+        top_p=None,
+        *,
+        subtalker_temperature=None,
+        subtalker_top_k=None,
+        subtalker_top_p=None,
+    ):
+        """(talker params, depth params) from generation_config.json, each argument given
+        overriding it for its own model as the official methods' keywords do: temperature,
+        top_k and top_p are the talker's, subtalker_* the code predictor's (so temperature=0.7
+        leaves the code predictor at the checkpoint's 0.9, as generate_custom_voice does).
+        temperature 0 is the deterministic run of both (the official do_sample=False,
+        subtalker_dosample=False) unless subtalker_temperature says otherwise; the talker's
+        penalty and suppression are kept."""
         gd = self.ck.generation
         t_talk = gd.temperature if gd.do_sample else 0.0
         t_depth = gd.subtalker_temperature if gd.subtalker_dosample else 0.0
         if temperature is not None:
-            t_talk = t_depth = float(temperature)
-        k_talk, k_depth = (gd.top_k, gd.subtalker_top_k) if top_k is None else (top_k, top_k)
-        p_talk, p_depth = (gd.top_p, gd.subtalker_top_p) if top_p is None else (top_p, top_p)
-        talk = cs.SamplingParams(t_talk, k_talk, p_talk, repetition_penalty=gd.repetition_penalty)
-        depth = cs.SamplingParams(t_depth, k_depth, p_depth)
+            t_talk = float(temperature)
+            t_depth = 0.0 if t_talk == 0.0 else t_depth
+        if subtalker_temperature is not None:
+            t_depth = float(subtalker_temperature)
+        talk = cs.SamplingParams(
+            t_talk,
+            gd.top_k if top_k is None else top_k,
+            gd.top_p if top_p is None else top_p,
+            repetition_penalty=gd.repetition_penalty,
+        )
+        try:
+            depth = cs.SamplingParams(
+                t_depth,
+                gd.subtalker_top_k if subtalker_top_k is None else subtalker_top_k,
+                gd.subtalker_top_p if subtalker_top_p is None else subtalker_top_p,
+            )
+        except ValueError as e:  # name the keyword the caller gave
+            raise ValueError(f"subtalker_{e}") from None
         return talk, depth
 
     # ------------------------------------------------------------------ embeddings
@@ -427,6 +453,9 @@ class Qwen3TTS:
         temperature: Optional[float] = None,
         top_k: Optional[int] = None,
         top_p: Optional[float] = None,
+        subtalker_temperature: Optional[float] = None,
+        subtalker_top_k: Optional[int] = None,
+        subtalker_top_p: Optional[float] = None,
         seed: int = 0,
         max_frames: Optional[int] = None,
         streaming_text: Optional[bool] = None,
@@ -448,6 +477,9 @@ class Qwen3TTS:
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
+            subtalker_temperature=subtalker_temperature,
+            subtalker_top_k=subtalker_top_k,
+            subtalker_top_p=subtalker_top_p,
             seed=seed,
             max_frames=max_frames,
             streaming_text=streaming_text,
@@ -462,12 +494,13 @@ class Qwen3TTS:
 
     def iter_frames(self, text: str, **kw) -> Iterator[np.ndarray]:
         """Codes int64 [G] frame by frame (the order the speech decoder consumes them).
-        Keywords: speaker, language, instruct, ref_audio, ref_text, mode, temperature, top_k, top_p,
-        seed, max_frames, streaming_text (None: the official layout of the request's mode),
-        info; `trace` collects (talker hidden state, c0)
-        of every frame (the calibration corpus); `generator`: draw from this one instead of
-        `Generator(seed)` (the serving engine's per-stream generator; a fresh
-        `Generator(s)` gives exactly what `seed=s` gives).
+        Keywords: speaker, language, instruct, ref_audio, ref_text, mode, temperature, top_k,
+        top_p (the talker's), subtalker_temperature, subtalker_top_k, subtalker_top_p (the code
+        predictor's), seed, max_frames, streaming_text (None: the official layout of the
+        request's mode), info; `trace` collects (talker hidden state, c0) of every frame (the
+        calibration corpus); `generator`: draw from this one instead of `Generator(seed)` (the
+        serving engine's per-stream generator; a fresh `Generator(s)` gives exactly what
+        `seed=s` gives).
 
         The serving engine's loop with one slot, run in the caller's thread
         (`codecspec.pipeline.loop.run_inline`): the slot's runtime is this one, so its
@@ -519,7 +552,7 @@ class Qwen3TTS:
         max_new = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
         if max_new < 1:
             raise ValueError(f"max_frames: must be >= 0, got {max_frames}")
-        talk_p, depth_p = self.sampling(*sampling)
+        talk_p, depth_p = self.sampling(**sampling)
         self.depth.params = depth_p
         sampler = TalkerSampler(
             self.spec.vocab_size,
@@ -566,6 +599,9 @@ class Qwen3TTS:
         temperature=None,
         top_k=None,
         top_p=None,
+        subtalker_temperature=None,
+        subtalker_top_k=None,
+        subtalker_top_p=None,
         seed=0,
         max_frames=None,
         streaming_text=None,
@@ -588,7 +624,14 @@ class Qwen3TTS:
             instruct=instruct,
             ref_audio=ref_audio,
             ref_text=ref_text,
-            sampling=(temperature, top_k, top_p),
+            sampling=dict(
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                subtalker_temperature=subtalker_temperature,
+                subtalker_top_k=subtalker_top_k,
+                subtalker_top_p=subtalker_top_p,
+            ),
             max_frames=max_frames,
             streaming_text=streaming_text,
         )
