@@ -194,3 +194,84 @@ def test_pipeline_end_to_end_at_an_acceptance(tts):
     assert out["codes_equal_ar"] is True and 1 <= out["frames"] <= 5
     assert out["ar_ms"] > 0 and out["spec_ms"] > 0 and out["speedup"] > 0
     assert tts.depth.draft_control is None  # the pipeline is left as found
+
+
+@pytest.mark.parametrize("frame_s", [0.005, 0.15, 1.2, 4.0])
+def test_the_plan_fits_its_budget_or_runs_the_fewest_frames(frame_s):
+    """Whatever a frame costs (int4 on a fast CPU to fp32 1.7B under load), the planned work
+    is capped: it fits the seconds left, or is the least the figures need (MIN_FRAMES frames,
+    one repeat), and never more frames, rounds or timed calls than the caps."""
+    from codecspec.families.qwen3_tts.bench import (
+        LEVELS,
+        MIN_FRAMES,
+        FrameCosts,
+        plan_bench,
+        plan_seconds,
+    )
+
+    costs = FrameCosts(frame=frame_s, depth=0.6 * frame_s, prefill=frame_s, decoder=0.1 * frame_s)
+    for decoder, pipeline in ((False, False), (True, False), (True, True)):
+        for seconds in (1.0, 60.0, 1e4):
+            p = plan_bench(costs, seconds, 300, acceptance=True, decoder=decoder, pipeline=pipeline)
+            assert MIN_FRAMES <= p.frames <= 300 and p.decoder == decoder
+            assert p.pipeline_rounds <= LEVELS[0][0] and p.ttfa_repeats <= LEVELS[0][1]
+            assert 0 < p.chain_calls <= LEVELS[0][2]
+            assert p.seconds == plan_seconds(p, costs)
+            least = p.frames == MIN_FRAMES and (p.pipeline_rounds, p.ttfa_repeats) == (1, 1)
+            assert p.seconds <= seconds or least
+            if p.seconds <= seconds and p.frames < 300:  # the most frames that fit
+                bigger = type(p)(**{**p.as_dict(), "frames": p.frames + 1})
+                assert plan_seconds(bigger, costs) > seconds
+    # fewer frames asked than MIN_FRAMES: those; a chain asked for: no calls timed for one
+    p = plan_bench(costs, 0.0, 4, acceptance=True, decoder=True, pipeline=True, choose_chain=False)
+    assert p.frames == 4 and p.chain_calls == 0
+    with pytest.raises(ValueError, match="^frames:"):
+        plan_bench(costs, 10.0, 0, acceptance=False, decoder=False, pipeline=False)
+
+
+def test_a_bench_over_its_budget_runs_the_planned_least(cache, monkeypatch):
+    """A budget already spent (a slow machine): the talker stops at MIN_FRAMES frames, every
+    later stage runs those frames once per repeat, and the end-to-end runs are the plan's."""
+    from codecspec.families.qwen3_tts import bench
+    from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
+
+    runs = []
+    synthesize = Qwen3TTS.synthesize
+
+    def counted(self, text, **kw):
+        runs.append(kw["max_frames"])
+        return synthesize(self, text, **kw)
+
+    monkeypatch.setattr(Qwen3TTS, "synthesize", counted)
+    rec = bench.bench_qwen3(
+        DATA / "custom_equal",
+        frames=40,
+        cache_dir=cache,
+        weights="int8",
+        acceptance=0.6,
+        budget=1e-6,
+    )
+    plan = rec["plan"]
+    assert rec["talker_frames"] == rec["frames"] == plan["frames"] == bench.MIN_FRAMES
+    assert (plan["pipeline_rounds"], plan["ttfa_repeats"], plan["chain_calls"]) == (1, 1, 10)
+    assert plan["budget_s"] == 1e-6 and plan["bench_s"] > plan["load_s"] > 0
+    assert rec["calls_per_frame"]["ar"] == 15 and rec["greedy_spec_equals_ar"] is True
+    # a warm-up run of WARM_UP_FRAMES per mode, then one timed run per mode
+    assert sorted(runs) == [bench.WARM_UP_FRAMES] * 2 + [bench.MIN_FRAMES] * 2
+    assert rec["pipeline_end_to_end"]["frames"] == bench.MIN_FRAMES
+
+
+def test_cli_bench_no_pipeline_times_the_loops_only(cache, capsys):
+    from codecspec.cli import main
+
+    argv = ["bench", "--model", str(DATA / "custom_equal"), "--cache-dir", str(cache)]
+    argv += ["--frames", "6", "--acceptance", "0.6", "--weights", "int8", "--no-pipeline"]
+    assert main(argv + ["--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    names = {s["name"] for s in rec["stages"]}
+    assert "speech decoder" not in names and {"talker step", "depth loop"} <= names
+    assert rec["ttfa_s"] is None and rec["pipeline_end_to_end"] is None
+    assert rec["plan"]["decoder"] is False and rec["plan"]["budget_s"] == 90.0
+    assert main(argv + ["--budget", "0"]) == 0  # no limit: every stage runs --frames
+    out = capsys.readouterr().out
+    assert "bench: 6 talker frames, 6 frames per later stage" in out and "no time limit" in out

@@ -10,11 +10,20 @@ audio. `acceptance=A` replaces the drafts by controlled ones whose top candidate
 probability A (decode.depth.ControlledDrafts, greedy depth loop, a chain of `draft_depth`
 drafts): with random weights of a real shape this times the real graphs at the acceptance a
 trained checkpoint would give (the paper reports 2.47 codes per call for Qwen3-TTS 0.6B).
+
+How much work each stage does is planned, not fixed (`plan_bench`, issue 53 item 6): a frame
+costs ~8x more at fp32 than at int4, and 300 frames through every stage (the pipeline end to
+end alone ran 9 x 300 frames) took over an hour at fp32 on a 0.6B folder. The talker's frames
+come first, for at most a quarter of the time left after loading; their measured costs then
+size the other stages (frames, rounds, repeats) to what is left of `budget` seconds, never
+below MIN_FRAMES frames. The record's "plan" says what was run and what it was predicted to
+cost.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 import numpy as np
@@ -25,6 +34,11 @@ from .calibrate import CALIBRATION_TEXTS, _request
 from .pipeline import SAMPLE_RATE, SAMPLES_PER_FRAME, Qwen3TTS
 
 __all__ = [
+    "BENCH_SECONDS",
+    "BenchPlan",
+    "FrameCosts",
+    "plan_bench",
+    "plan_seconds",
     "shipped_qwen3_map",
     "bench_qwen3",
     "depth_bytes",
@@ -34,6 +48,113 @@ __all__ = [
 ]
 
 FRAME_MS = 1e3 * SAMPLES_PER_FRAME / SAMPLE_RATE  # 80 ms of audio per frame
+
+BENCH_SECONDS = 90.0  # what a bench aims at, loading included, at any precision
+MIN_FRAMES = 8  # the fewest frames a stage is timed on (fewer when fewer were asked)
+GOOD_FRAMES = 24  # a plan level with fewer frames gives way to one with fewer repeats
+TALKER_SHARE = 0.25  # of the seconds left after loading, for the talker's frames
+HEAD_FRAMES = 8  # speculative frames on which the heads a verify call reads are counted
+# Plan levels, most repetition first: (pipeline rounds, TTFA repeats, timed calls per
+# call shape when the chain is chosen here).
+LEVELS = ((3, 3, 30), (2, 2, 20), (1, 1, 10))
+ROW_COST = 0.6  # each extra row of a verify call, in AR calls (AVX2 int4 measured ~0.5-0.6)
+
+
+@dataclass(frozen=True)
+class FrameCosts:
+    """Seconds measured in this run that the plan scales by."""
+
+    frame: float  # one frame of free generation: talker step, AR depth loop, host work
+    depth: float  # the AR depth loop of one frame
+    prefill: float  # one request's prompt prefill
+    decoder: float  # the speech decoder per frame (0 when it is not run)
+    calls: int = 15  # graph calls of an AR depth frame
+    chain: int = 3  # the longest draft chain (choose_draft_depth times chain + 1 shapes)
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """The work of a bench after its talker frames: `frames` frames through the depth loop
+    (AR and speculative, each once; with an acceptance also the greedy truth), the speech
+    decoder, the text stream and each end-to-end run; `chain_calls` timed calls per call
+    shape when the chain is chosen here (0: not chosen); TTFA `ttfa_repeats` times each
+    way; the pipeline end to end `pipeline_rounds` times per mode; `seconds` predicted."""
+
+    frames: int
+    chain_calls: int
+    ttfa_repeats: int
+    pipeline_rounds: int
+    acceptance: bool
+    decoder: bool
+    pipeline: bool
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_seconds(plan: BenchPlan, c: FrameCosts) -> float:
+    """Predicted seconds of `plan` at costs `c`: each stage's runs times what a run costs,
+    a speculative frame counted as an AR one (an upper bound where speculation pays)."""
+    n = plan.frames
+    s = (n + 1) * 2 * c.depth + min(n, HEAD_FRAMES) * c.depth  # AR + spec (+ warm-ups), heads
+    if plan.acceptance:
+        s += n * c.depth  # the greedy truth the controlled drafts follow
+        call = c.depth / max(c.calls, 1)
+        shapes = sum(1 + ROW_COST * q for q in range(c.chain + 1))
+        s += (plan.chain_calls + 3) * call * shapes if plan.chain_calls else 0.0
+    if plan.decoder:
+        whole = c.frame + c.decoder  # a frame from the talker to audio
+        s += (n + 4) * c.decoder  # the decoder stage (and its warm-up)
+        s += (plan.ttfa_repeats + 1) * (3 * c.prefill + 2 * whole)  # cold: two prefills
+        s += c.prefill + n * whole + 0.5  # the text stream (its first tokens arrive paced)
+        if plan.pipeline:
+            s += c.prefill + n * c.frame  # the AR truth
+            s += 2 * (c.prefill + 2 * whole)  # a short warm-up run per mode
+            s += 2 * plan.pipeline_rounds * (c.prefill + n * whole)
+    return float(s)
+
+
+def plan_bench(
+    costs: FrameCosts,
+    seconds: float,
+    frames: int,
+    *,
+    acceptance: bool,
+    decoder: bool,
+    pipeline: bool,
+    choose_chain: bool = True,
+) -> BenchPlan:
+    """The most work that fits in `seconds` at `costs`, at most `frames` frames: the first
+    level of LEVELS (most repetition first) at which GOOD_FRAMES frames fit (or all asked),
+    else the last level's best; never fewer than MIN_FRAMES frames (or `frames` when fewer
+    were asked), so a machine too slow for the budget still gets figures, over it."""
+    if int(frames) < 1:
+        raise ValueError(f"frames: expected an integer >= 1, got {frames!r}")
+    frames = int(frames)
+    floor = min(MIN_FRAMES, frames)
+
+    def make(n, level):
+        rounds, repeats, calls = level
+        calls = calls if acceptance and choose_chain else 0
+        p = BenchPlan(n, calls, repeats, rounds, acceptance, decoder, decoder and pipeline)
+        return BenchPlan(**{**p.as_dict(), "seconds": plan_seconds(p, costs)})
+
+    best = None
+    for level in LEVELS:
+        # plan_seconds grows with n: the largest n that fits, by bisection
+        lo, hi = floor - 1, frames
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if make(mid, level).seconds <= seconds:
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo >= floor:
+            best = make(lo, level)
+            if lo >= min(frames, GOOD_FRAMES):
+                return best
+    return best if best is not None else make(floor, LEVELS[-1])
 
 
 def _head_bytes(model_path, num_heads: int) -> int:
@@ -61,51 +182,104 @@ def depth_bytes(tts: Qwen3TTS) -> dict:
     return {"transformer": total - (tts.depth.G - 1) * head, "head": head}
 
 
-def _talker_frames(tts: Qwen3TTS, frames: int, seed: int, temperature, ref_audio, log):
-    """(hiddens, c0s, codes, seconds per stage) of `frames` talker frames (AR depth loop)."""
+def _talker_frames(
+    tts: Qwen3TTS,
+    frames: int,
+    seed: int,
+    temperature,
+    ref_audio,
+    log,
+    deadline: float = float("inf"),
+    progress: bool = False,
+):
+    """(hiddens, c0s, codes, seconds per stage) of up to `frames` talker frames (AR depth
+    loop); past `deadline` (a time.perf_counter() value) it stops once MIN_FRAMES frames are
+    made."""
     trace: list = []
-    codes: list = []
-    secs = {"talker": 0.0, "depth": 0.0, "wall": 0.0}
-    i = 0
-    while len(codes) < frames and i < 2 * len(CALIBRATION_TEXTS):
+    secs = {"talker": 0.0, "depth": 0.0, "wall": 0.0, "prefill": 0.0, "requests": 0}
+    made = _each(
+        progress,
+        _free_frames(tts, frames, seed, temperature, ref_audio, deadline, trace, secs),
+        "bench: talker frames",
+        frames,
+    )
+    codes = list(made)
+    log(f"talker: {len(codes)} frames")
+    if not codes:
+        raise ValueError("model: the talker ended every text before its first frame")
+    hiddens = np.stack([h for h, _ in trace[: len(codes)]]).astype(np.float32)
+    c0s = np.asarray([c for _, c in trace[: len(codes)]], np.int64)
+    return hiddens, c0s, np.stack(codes), secs
+
+
+def _free_frames(tts, frames: int, seed: int, temperature, ref_audio, deadline, trace, secs):
+    """The frames of `_talker_frames`, text after text; `secs` and `trace` filled as made."""
+    floor, made, i = min(MIN_FRAMES, frames), 0, 0
+
+    def done() -> bool:
+        return made >= frames or (made >= floor and time.perf_counter() > deadline)
+
+    while not done() and i < 2 * len(CALIBRATION_TEXTS):
         text, lang = CALIBRATION_TEXTS[i % len(CALIBRATION_TEXTS)]
         info: dict = {}
         t0 = time.perf_counter()
-        for f in tts.iter_frames(
+        it = tts.iter_frames(
             text,
             mode="ar",
             seed=seed + i,
             temperature=temperature,
-            max_frames=frames - len(codes),
+            max_frames=frames - made,
             info=info,
             trace=trace,
             **_request(tts, text, lang, i, ref_audio),
-        ):
-            codes.append(f)
-        secs["wall"] += time.perf_counter() - t0 - info["seconds"]["prefill"]
-        secs["talker"] += info["seconds"]["talker"]
-        secs["depth"] += info["seconds"]["depth"]
+        )
+        try:
+            for f in it:
+                made += 1
+                yield f
+                if done():
+                    break
+        finally:
+            it.close()
+            if "seconds" in info:
+                secs["wall"] += time.perf_counter() - t0 - info["seconds"]["prefill"]
+                secs["prefill"] += info["seconds"]["prefill"]
+                secs["talker"] += info["seconds"]["talker"]
+                secs["depth"] += info["seconds"]["depth"]
+                secs["requests"] += 1
         i += 1
-        log(f"talker: {len(codes)}/{frames} frames")
-    if not codes:
-        raise ValueError("model: the talker ended every text before its first frame")
-    hiddens = np.stack([h for h, _ in trace]).astype(np.float32)
-    c0s = np.asarray([c for _, c in trace], np.int64)
-    return hiddens, c0s, np.stack(codes), secs
 
 
-def greedy_truth(dec, hiddens, c0s) -> list:
+def _each(progress: bool, it, desc: str, total: Optional[int] = None):
+    """`it` behind codecspec.progress.bar when `progress`, else as it is."""
+    if not progress:
+        return it
+    from codecspec.progress import bar
+
+    return bar(it, desc=desc, total=total)
+
+
+def greedy_truth(dec, hiddens, c0s, progress: bool = False) -> list:
     """The greedy AR codes of every frame: what controlled drafts are right about."""
     saved = dec.params, dec.draft_control
     dec.params, dec.draft_control = cs.SamplingParams(0.0, 0, 1.0), None
+    pairs = _each(progress, list(zip(hiddens, c0s)), "bench: greedy truth")
     try:
-        return [dec.decode_frame(h, int(c), cs.Generator(0), "ar") for h, c in zip(hiddens, c0s)]
+        return [dec.decode_frame(h, int(c), cs.Generator(0), "ar") for h, c in pairs]
     finally:
         dec.params, dec.draft_control = saved
 
 
 def controlled_depth_run(
-    dec, hiddens, c0s, frames: int, acceptance, draft_depth, seed: int, truth=None
+    dec,
+    hiddens,
+    c0s,
+    frames: int,
+    acceptance,
+    draft_depth,
+    seed: int,
+    truth=None,
+    progress: bool = False,
 ):
     """The depth loop AR vs speculative on the same frames (decode.timing.interleaved_ar_spec);
     with `acceptance`, greedy and with controlled drafts on a chain of `draft_depth`
@@ -119,7 +293,7 @@ def controlled_depth_run(
         if acceptance is not None:
             dec.params = cs.SamplingParams(0.0, 0, 1.0)
             dec.set_tree(cs.DraftTree.chain(int(draft_depth)))
-            truth = greedy_truth(dec, hiddens, c0s) if truth is None else truth
+            truth = greedy_truth(dec, hiddens, c0s, progress) if truth is None else truth
             dec.draft_control = ControlledDrafts(acceptance, dec.V, seed)
             dec.draft_control.truth = truth[0]  # the warm-up decodes frame 0
 
@@ -127,13 +301,13 @@ def controlled_depth_run(
                 dec.draft_control.truth = truth[j]
 
         dec.stats.reset()
-        run = interleaved_ar_spec(dec, hiddens, c0s, frames, seed, False, before_frame=hook)
+        run = interleaved_ar_spec(dec, hiddens, c0s, frames, seed, progress, before_frame=hook)
         stats = {"acceptance": dec.stats.acceptance}
         # The heads a speculative call reads, counted on a few frames apart from the timing.
         dec.stats.reset()
         dec.stats.head_reads = 0
         g = cs.Generator(seed)
-        for j in range(min(frames, 8)):
+        for j in range(min(frames, HEAD_FRAMES)):
             if hook is not None:
                 hook(j)
             dec.decode_frame(hiddens[j], int(c0s[j]), g, "spec")
@@ -182,47 +356,90 @@ def bench_qwen3(
     acceptance: Optional[float] = None,
     draft_depth: Optional[int] = None,
     decoder: bool = True,
+    budget: Optional[float] = BENCH_SECONDS,
+    progress: bool = False,
     log=None,
 ) -> dict:
-    """The bench record (codecspec.perf's schema, plus Qwen3 keys; see the module doc)."""
+    """The bench record (codecspec.perf's schema, plus Qwen3 keys; see the module doc).
+    `frames` caps every stage's frames; `budget` (seconds from this call, loading included;
+    None: no limit) sizes them (`plan_bench`); `progress` shows a bar per stage on stderr."""
     from codecspec.graphs.row_probe import cpu_simd_flags
     from codecspec.perf import graph_reads, peak_rss_mb, reset_peak_rss, stage
 
+    start = time.perf_counter()
     log = log or (lambda m: None)
     if acceptance is not None and not (0.0 <= float(acceptance) <= 1.0):
         raise ValueError(f"acceptance: expected a number in [0, 1], got {acceptance!r}")
     if int(frames) < 2:
         raise ValueError(f"frames: expected at least 2, got {frames!r}")
+    if budget is not None and not float(budget) > 0:
+        raise ValueError(f"budget: expected a number of seconds > 0, got {budget!r}")
+    budget = float("inf") if budget is None else float(budget)
     tts = Qwen3TTS.load(
         model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights, log=log
     )
+    loaded = time.perf_counter()
     reset_peak_rss()  # the peak of the loaded model at work, not of a first run's build
     dec = tts.depth
     _check_draft_depth(dec, draft_depth)
-    hiddens, c0s, codes, secs = _talker_frames(tts, int(frames), seed, temperature, ref_audio, log)
-    n = len(codes)
-    draft_depth, choice = _resolve_draft_depth(dec, acceptance, draft_depth)
+    left = budget - (loaded - start)
+    hiddens, c0s, codes, secs = _talker_frames(
+        tts, int(frames), seed, temperature, ref_audio, log, loaded + TALKER_SHARE * left, progress
+    )
+    n_talker = len(codes)
+    pipeline = acceptance is not None and ref_audio is None
+    dec_s = _decoder_warm_up(tts, codes) if decoder else 0.0
+    costs = FrameCosts(
+        frame=secs["wall"] / n_talker,
+        depth=secs["depth"] / n_talker,
+        prefill=secs["prefill"] / max(secs["requests"], 1),
+        decoder=dec_s,
+        calls=dec.G - 1,
+        chain=_longest_chain(dec),
+    )
+    plan = plan_bench(
+        costs,
+        budget - (time.perf_counter() - start),
+        n_talker,
+        acceptance=acceptance is not None,
+        decoder=decoder,
+        pipeline=pipeline,
+        choose_chain=draft_depth in (None, "auto"),
+    )
+    n = plan.frames
+    log(
+        f"plan: {n} frames per stage, about {plan.seconds:.0f} s more "
+        f"(a frame {1e3 * costs.frame:.0f} ms, its depth loop {1e3 * costs.depth:.0f} ms)"
+    )
+    draft_depth, choice = _resolve_draft_depth(
+        dec, acceptance, draft_depth, plan.chain_calls, progress
+    )
     log(f"depth loop: {n} frames, AR and speculative")
-    run, stats = controlled_depth_run(dec, hiddens, c0s, n, acceptance, draft_depth, seed)
+    run, stats = controlled_depth_run(
+        dec, hiddens[:n], c0s[:n], n, acceptance, draft_depth, seed, progress=progress
+    )
     depth_row, depth_extra = _depth_stage(tts, run, stats, n, depth_bytes(tts))
-    talker_ms = 1e3 * secs["talker"] / n
+    talker_ms = 1e3 * secs["talker"] / n_talker
     talker_bytes = graph_reads(tts.talker.graph.path).per_call(1)
     stages = [stage("talker step", talker_ms, talker_ms, talker_bytes, talker_bytes), depth_row]
     audio: dict = {"ttfa_s": None, "ttfa_cold_prefix_s": None, "pipeline_end_to_end": None}
     if decoder:
-        stages.append(_decoder_stage(tts, codes))
-        warm, cold = time_to_first_audio(tts, seed, temperature, ref_audio)
+        log("speech decoder")
+        stages.append(_decoder_stage(tts, codes[:n]))
+        warm, cold = time_to_first_audio(
+            tts, seed, temperature, ref_audio, plan.ttfa_repeats, progress
+        )
         audio.update(ttfa_s=warm, ttfa_cold_prefix_s=cold)
         log(f"text streamed at {TEXT_RATE:g} tokens/s: first audio, underruns")
-        audio["text_stream"] = from_the_text(tts, int(frames), seed, temperature, ref_audio)
-        if acceptance is not None and ref_audio is None:
+        audio["text_stream"] = from_the_text(tts, n, seed, temperature, ref_audio)
+        if pipeline:
             log(f"pipeline end to end at acceptance {acceptance}")
             audio["pipeline_end_to_end"] = pipeline_at_acceptance(
-                tts, float(acceptance), draft_depth, int(frames), seed
+                tts, float(acceptance), draft_depth, n, seed, plan.pipeline_rounds, progress
             )
     bank = tts.talker.head  # the c0 head's matrix-vector product, once per frame (float32)
     head = 4 * bank.vocab_size * bank.hidden_size
-    host_ms = 1e3 * (secs["wall"] - secs["talker"] - secs["depth"]) / n
+    host_ms = 1e3 * (secs["wall"] - secs["talker"] - secs["depth"]) / n_talker
     stages.append(stage("host (c0 head, sampling)", host_ms, host_ms, head, head))
     record = {
         "family": "qwen3",
@@ -231,6 +448,7 @@ def bench_qwen3(
         "threads": threads,
         "weights": tts.weights,
         "frames": n,
+        "talker_frames": n_talker,
         "acceptance": None if acceptance is None else float(acceptance),
         "draft_depth": draft_depth if acceptance is not None else int(dec.tree.max_depth),
         "draft_depth_choice": choice,
@@ -240,10 +458,28 @@ def bench_qwen3(
         "depth_speedup": run.median_ms("ar") / max(run.median_ms("spec"), 1e-9),
         "calibration": {"depth": _calibrated(tts), "precision": _precision_choice(tts)},
         "cpu_simd": cpu_simd_flags(),
+        "plan": {
+            **plan.as_dict(),
+            "budget_s": None if budget == float("inf") else budget,
+            "load_s": loaded - start,
+            "costs_s": asdict(costs),
+        },
         **audio,
         **depth_extra,
     }
-    return _finish(record, tts, run, greedy=acceptance is not None or dec.params.temperature == 0)
+    record = _finish(record, tts, run, greedy=acceptance is not None or dec.params.temperature == 0)
+    record["plan"]["bench_s"] = time.perf_counter() - start
+    return record
+
+
+def _decoder_warm_up(tts: Qwen3TTS, codes: np.ndarray) -> float:
+    """Seconds per frame of the speech decoder's first call on a few frames (it opens the
+    decoder; the plan's estimate of a decoder frame, on the high side)."""
+    sd = tts.speech_decoder()
+    k = min(len(codes), 4)
+    t0 = time.perf_counter()
+    sd.decode(codes[:k])
+    return (time.perf_counter() - t0) / k
 
 
 def _longest_chain(dec) -> int:
@@ -258,20 +494,27 @@ def _check_draft_depth(dec, draft_depth) -> None:
     raise ValueError(f"draft_depth: expected 'auto' or 1..{K}, got {draft_depth!r}")
 
 
-def _resolve_draft_depth(dec, acceptance, draft_depth) -> tuple:
+def _resolve_draft_depth(
+    dec, acceptance, draft_depth, calls: int = 30, progress: bool = False
+) -> tuple:
     """(chain, choice record): with an acceptance, the chain asked or chosen here
-    (`choose_draft_depth`); without one the chain is unused and "auto" stands for K."""
+    (`choose_draft_depth`, `calls` timed calls per shape); without one the chain is unused
+    and "auto" stands for K."""
     auto = draft_depth in (None, "auto")
     if acceptance is None:
         return (_longest_chain(dec) if auto else draft_depth), None
-    choice = choose_draft_depth(dec, float(acceptance), None if auto else draft_depth)
+    calls = max(int(calls), 1)
+    asked = None if auto else draft_depth
+    choice = choose_draft_depth(dec, float(acceptance), asked, calls, progress)
     return choice["depth"], choice
 
 
 SHORTER_CHAIN_MARGIN = 1.03  # choose_draft_depth: a longer chain must be predicted 3% faster
 
 
-def choose_draft_depth(dec, acceptance: float, asked: Optional[int] = None, calls: int = 30):
+def choose_draft_depth(
+    dec, acceptance: float, asked: Optional[int] = None, calls: int = 30, progress: bool = False
+):
     """The chain (drafts per round) this device pays most for at a controlled `acceptance`,
     or `asked`'s prediction beside the others: every chain's verify call timed against the AR
     call (the decoder's bound calls, interleaved, medians), and the frame's calls predicted by
@@ -282,7 +525,7 @@ def choose_draft_depth(dec, acceptance: float, asked: Optional[int] = None, call
     from codecspec.calibrate.device import predict_tree
 
     depths = range(1, _longest_chain(dec) + 1)
-    ms = _call_ms(dec, depths, calls)
+    ms = _call_ms(dec, depths, calls, progress) if progress else _call_ms(dec, depths, calls)
     ar = (dec.G - 1) * ms[1]  # the prefill and 14 steps, one row each
 
     def cost(q, prefill=False):
@@ -307,7 +550,7 @@ def choose_draft_depth(dec, acceptance: float, asked: Optional[int] = None, call
     }
 
 
-def _call_ms(dec, depths, calls: int) -> dict:
+def _call_ms(dec, depths, calls: int, progress: bool = False) -> dict:
     """{rows: median ms} of the AR call (1 row) and each chain's verify call (d + 1 rows),
     interleaved; the decoder's tree is restored after."""
     saved = dec.tree
@@ -319,7 +562,7 @@ def _call_ms(dec, depths, calls: int) -> dict:
     for q, call in bound.items():
         call.heads[:q] = np.arange(1, q + 1)  # levels 1..q: each row a valid head
     times: dict = {q: [] for q in bound}
-    for i in range(calls + 3):
+    for i in _each(progress, range(calls + 3), "bench: verify-call costs"):
         for q, call in bound.items():
             t0 = time.perf_counter()
             call.run()
@@ -329,12 +572,12 @@ def _call_ms(dec, depths, calls: int) -> dict:
 
 
 def _decoder_stage(tts: Qwen3TTS, codes: np.ndarray) -> dict:
-    """The 12 Hz speech decoder's stage row: one warm decode of the utterance's codes."""
+    """The 12 Hz speech decoder's stage row: one warm decode of the utterance's codes (the
+    bench warmed the decoder up before, `_decoder_warm_up`)."""
     from codecspec.perf import graph_reads, stage
 
     n = len(codes)
     sd = tts.speech_decoder()
-    sd.decode(codes[: min(n, 4)])  # warm-up
     t0 = time.perf_counter()
     sd.decode(codes)
     ms = 1e3 * (time.perf_counter() - t0) / n
@@ -363,13 +606,23 @@ def _finish(record: dict, tts: Qwen3TTS, run, greedy: bool) -> dict:
     return record
 
 
+WARM_UP_FRAMES = 2  # the frames of pipeline_at_acceptance's warm-up run per mode
+
+
 def pipeline_at_acceptance(
-    tts: Qwen3TTS, acceptance: float, draft_depth: int, frames: int, seed: int, rounds: int = 3
+    tts: Qwen3TTS,
+    acceptance: float,
+    draft_depth: int,
+    frames: int,
+    seed: int,
+    rounds: int = 3,
+    progress: bool = False,
 ) -> dict:
     """The whole pipeline, text -> codes -> waveform, run end to end AR and speculatively
     with controlled drafts (top candidate right with probability `acceptance`), interleaved
-    over `rounds`, medians in ms per frame. Greedy: the speculative codes are the AR codes
-    (an exact mode), so frame j's drafts are set from the AR run's frame j."""
+    over `rounds` after a short warm-up run per mode (WARM_UP_FRAMES frames), medians in ms
+    per frame. Greedy: the speculative codes are the AR codes (an exact mode), so frame j's
+    drafts are set from the AR run's frame j."""
     text, lang = CALIBRATION_TEXTS[0]
     kw = dict(temperature=0, seed=seed, max_frames=frames, **_request(tts, text, lang, 0))
     from codecspec.decode.depth import SequencedDrafts
@@ -382,15 +635,18 @@ def pipeline_at_acceptance(
     dec.draft_control = control
     times: dict = {"ar": [], "spec": []}
     same = True
+    runs = [
+        (r, m) for r in range(int(rounds) + 1) for m in (("ar", "spec"), ("spec", "ar"))[r % 2 == 0]
+    ]
+    warm = {**kw, "max_frames": min(frames, WARM_UP_FRAMES)}
     try:
-        for r in range(int(rounds) + 1):
-            for mode in ("ar", "spec") if r % 2 else ("spec", "ar"):
-                control.rewind()
-                t0 = time.perf_counter()
-                wav, res = tts.synthesize(text, mode=mode, **kw)
-                if r:  # round 0 warms up
-                    times[mode].append(1e3 * (time.perf_counter() - t0) / max(len(res.codes), 1))
-                same = same and np.array_equal(res.codes, truth)
+        for r, mode in _each(progress, runs, "bench: pipeline end to end"):
+            control.rewind()
+            t0 = time.perf_counter()
+            wav, res = tts.synthesize(text, mode=mode, **(kw if r else warm))
+            if r:  # round 0 warms up
+                times[mode].append(1e3 * (time.perf_counter() - t0) / max(len(res.codes), 1))
+            same = same and np.array_equal(res.codes, truth[: len(res.codes)])
     finally:
         dec.draft_control = saved[1]
         dec.set_tree(saved[0])
@@ -405,7 +661,9 @@ def pipeline_at_acceptance(
     }
 
 
-def time_to_first_audio(tts: Qwen3TTS, seed: int, temperature, ref_audio, repeats: int = 3):
+def time_to_first_audio(
+    tts: Qwen3TTS, seed: int, temperature, ref_audio, repeats: int = 3, progress: bool = False
+):
     """(warm, cold prefix) median seconds from `stream()` to its first audio chunk, the graphs
     loaded and the speech decoder open: prompt, prefill, the first frame and its decoder call.
     Warm: the voice's prompt prefix is in the talker's prefix cache (a repeated voice); cold:
@@ -417,7 +675,8 @@ def time_to_first_audio(tts: Qwen3TTS, seed: int, temperature, ref_audio, repeat
     kept = tts.talker.prefixes
     times: dict = {"cold": [], "warm": []}
     try:
-        for r in range(repeats + 1):  # the first round warms the stream's own allocations
+        rounds = _each(progress, range(repeats + 1), "bench: time to first audio")
+        for r in rounds:  # the first round warms the stream's own allocations
             for kind in ("cold", "warm"):
                 if kind == "cold":
                     tts.talker.prefixes = PrefixCache()

@@ -239,6 +239,9 @@ def bench_command(args) -> int:
         weights=args.weights,
         acceptance=args.acceptance,
         draft_depth=args.draft_depth,
+        decoder=not args.no_pipeline,
+        budget=args.budget or None,
+        progress=not args.json,
         log=log,
     )
     # The bench record (codecspec.perf), completed where the bench left a figure out: the
@@ -248,8 +251,23 @@ def bench_command(args) -> int:
     if res.get("bandwidth_gbps") is None:
         res["bandwidth_gbps"] = stream_bandwidth(threads=int(res.get("threads") or 1)) / 1e9
     finish_record(res)
-    print(json.dumps(res) if args.json else render_table(res))
+    print(json.dumps(res) if args.json else render_table(res) + "\n" + plan_line(res))
     return 0
+
+
+def plan_line(res: dict) -> str:
+    """What the bench ran (bench.plan_bench), for the table's foot."""
+    p = res.get("plan") or {}
+    if not p:
+        return ""
+    runs = f"{res['talker_frames']} talker frames, {p['frames']} frames per later stage"
+    if p["decoder"]:
+        runs += f", TTFA {p['ttfa_repeats']}x each way"
+    if p["pipeline"]:
+        runs += f", pipeline end to end {p['pipeline_rounds']}x per mode"
+    budget = p.get("budget_s")
+    aim = "no time limit" if budget is None else f"aimed at {budget:g} s"
+    return f"bench: {runs}; {p['bench_s']:.0f} s including {p['load_s']:.0f} s loading ({aim})"
 
 
 def random_checkpoint_command(args) -> int:

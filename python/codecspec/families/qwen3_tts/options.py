@@ -89,6 +89,14 @@ def _bench(p: argparse.ArgumentParser) -> None:
         help="Qwen3-TTS with --acceptance: drafts per round, a chain of 1..K (default auto: "
         "the chain this device pays most for, from its measured verify-call costs)",
     )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=90.0,
+        help="Qwen3-TTS: seconds the bench aims to take, loading included (default 90; 0: no "
+        "limit, every stage runs --frames frames): the talker's first frames are timed, then "
+        "each stage's frames and repeats are sized to fit, at least 8 frames each",
+    )
 
 
 def _calibrate(p: argparse.ArgumentParser) -> None:
