@@ -21,7 +21,7 @@ A round (`TemporalLoop.next_round`, then `finish_round`):
 With `draft_len=0` a round is one target call and a zero-draft verification, i.e. plain
 autoregressive decoding: AR is the degenerate case of this loop, not a copy of it. The
 serving engine runs the same rounds for many streams and batches all their frames' depth
-loops into one call (`codecspec.families.v2.engine`).
+loops into one call (`codecspec.families.v2.model`).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class Round:
 class TemporalLoop:
     """Speculative (or, with draft_len 0, autoregressive) decoding of one utterance, a round
     at a time: the serving engine's step runs each stream's round (`round_steps`,
-    `frame_jobs`, `finish_round`; `codecspec.families.v2.engine.V2Family`), and `generate`
+    `frame_jobs`, `finish_round`; `codecspec.families.v2.model.V2Family`), and `generate`
     is that engine with one slot.
 
     target / draft: `V2Stepper`s of the same utterance (draft may be None when draft_len is

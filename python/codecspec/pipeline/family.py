@@ -21,8 +21,8 @@ A request is a `SpeechRequest` (what the server's `/v1/audio/speech` body and th
 for); the engine (`codecspec.serve.engine`) re-exports it.
 
 Nothing here names a family: the families' adapters
-(`codecspec.families.reference.engine.ReferenceFamily`,
-`codecspec.families.fsq.engine.FSQFamily`, `codecspec.families.v2.engine.V2Family`,
+(`codecspec.families.reference.model.ReferenceFamily`,
+`codecspec.families.fsq.model.FSQFamily`, `codecspec.families.v2.model.V2Family`,
 `codecspec.families.qwen3_tts.engine.Qwen3Family`) subclass `Family`, and the registry names
 them by module path only.
 """
@@ -47,6 +47,7 @@ __all__ = [
     "StreamState",
     "guard",
     "guard_value",
+    "length_guard",
     "model_format",
     "sampling_params",
 ]
@@ -75,6 +76,8 @@ class SpeechRequest:
     # the prompt layout, for families with more than one (Qwen3-TTS: True streaming text,
     # False whole text); None: the official default of the request's mode
     streaming_text: Optional[bool] = None
+    # at most this many frames (a Python caller's guard; None: the family's own rule)
+    max_frames: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ class StreamState:
     expected: int
     limit: int
     tokens: int = 0  # input phoneme ids (usage reports)
+    phonemes: str = ""  # what the stream says, as its family read it (a result reports it)
+    mode: str = ""  # how it is decoded, as a result names it ("ar", "spec", ...)
 
 
 @dataclass
@@ -144,6 +149,15 @@ def sampling_params(base: cs.SamplingParams, req, top_k_max: int) -> cs.Sampling
     if not (np.isfinite(p) and 0.0 < p <= 1.0):
         raise ValueError(f"top_p: expected a finite number in (0, 1], got {p!r}")
     return cs.SamplingParams(float(t), int(k), float(p))
+
+
+def length_guard(req, default: int) -> int:
+    """The frames a request may run to: its `max_frames` (a positive int), else `default`
+    (the family's own guard for its text); ValueError naming `max_frames`."""
+    n = default if req.max_frames is None else req.max_frames
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"max_frames: expected a positive int, got {req.max_frames!r}")
+    return int(n)
 
 
 def model_format(folder) -> Optional[str]:

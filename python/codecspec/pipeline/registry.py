@@ -200,7 +200,7 @@ FAMILIES = (
         "v2",  # formats v2 and v3 (v3: the v2 runtime told espeak-ng's phoneme timing)
         formats=("codecspec-v2-tts/1",),
         model="codecspec.families.v2.model:V2TTS",
-        engine="codecspec.families.v2.engine:V2Family",
+        engine="codecspec.families.v2.model:V2Family",
         model_options=("depth",),  # --depth: the positional or the shared depth decoder
         cli_options="codecspec.families.v2.options:add_options",
         hooks=(
@@ -213,7 +213,7 @@ FAMILIES = (
         "fsq",
         formats=("codecspec-fsq-tts/1",),
         model="codecspec.families.fsq.model:FSQTTS",
-        engine="codecspec.families.fsq.engine:FSQFamily",
+        engine="codecspec.families.fsq.model:FSQFamily",
         cli_options="codecspec.families.fsq.options:add_options",
         hooks=(
             ("bench", "codecspec.families.fsq.cli:bench_command"),
@@ -224,7 +224,7 @@ FAMILIES = (
         "reference",
         formats=("codecspec-reference-tts/1",),
         model="codecspec.families.reference.model:ReferenceTTS",
-        engine="codecspec.families.reference.engine:ReferenceFamily",
+        engine="codecspec.families.reference.model:ReferenceFamily",
         hooks=(("bench", "codecspec.families.reference.cli:bench_command"),),
     ),
 )

@@ -5,9 +5,9 @@ model family's adapter (`codecspec.pipeline.Family`): for the RVQ reference one 
 temporal call, one c0 draw per sampling law, then the depth loop batched across streams
 (`BatchedDepth`: AR and speculative streams side by side, ragged trees verified in one core
 call); for the FSQ family one batched step call and the factorised heads + stop head
-(`codecspec.families.fsq.engine`); for v2/v3 one temporal round per stream (speculative or
+(`codecspec.families.fsq.model`); for v2/v3 one temporal round per stream (speculative or
 AR) and the depth loops of all the frames it emitted in one batched loop, so a speculative
-stream gets several frames per step (`codecspec.families.v2.engine`); for a Qwen3-TTS
+stream gets several frames per step (`codecspec.families.v2.model`); for a Qwen3-TTS
 checkpoint folder each stream's own frame loop (`codecspec.families.qwen3_tts.engine`).
 Streams join and leave only between steps (frame boundaries): a stream ends at its planned
 length (RVQ), its stop head (FSQ, v2) or its eos token (Qwen3-TTS); one whose client went

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from typing import Optional
 
 import numpy as np
 
@@ -23,19 +24,21 @@ class PhonemizerError(RuntimeError):
     """espeak-ng is missing or failed: text cannot be turned into phonemes here."""
 
 
-def encode_input(tts, req, max_phonemes: int) -> np.ndarray:
-    """bos + phoneme ids + eos (int64) of a serving request (`req.input`, `input_format`,
-    `language`), for the phoneme families' frontends; ValueError naming `input`."""
+def encode_input(tts, req, max_phonemes: Optional[int], strict: bool = True) -> tuple:
+    """(IPA, bos + phoneme ids + eos int64) of a request (`req.input`, `input_format`,
+    `language`), for the phoneme families' frontends; ValueError naming `input`. `strict`:
+    IPA given must be the model's own symbols (a client's; a Python caller's may map to unk,
+    as espeak-ng's may); `max_phonemes` None: no limit."""
     ipa = req.input
     if req.input_format == "text":
         ipa = phonemize(req.input, tts.meta["voices"][req.language])
-    try:  # IPA from a client must be the model's own symbols; espeak-ng's may map to unk
-        ids = tts.frontend.vocab.encode(ipa, strict=req.input_format == "ipa")
+    try:
+        ids = tts.frontend.vocab.encode(ipa, strict=strict and req.input_format == "ipa")
     except ValueError as e:
         raise ValueError(f"input: {e}") from e
-    if len(ids) + 2 > max_phonemes:
+    if max_phonemes is not None and len(ids) + 2 > max_phonemes:
         raise ValueError(f"input: {len(ids)} phonemes, more than the limit")
-    return np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
+    return ipa, np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
 
 
 def phonemize(text: str, voice: str) -> str:

@@ -1,12 +1,12 @@
-"""Streaming synthesis, shared by the model families: frames -> audio chunks as they come.
+"""A loaded model's `generate` and `stream`, shared by the phoneme families: a request
+prepared by the family (`Family.prepare`, the serving engine's), its frames from the one loop
+with one slot (`codecspec.pipeline.loop.run_inline`), and the codec.
 
-A family prepares each utterance as a `FramePlan`: its frames as the one loop hands them out
-(`codecspec.pipeline.loop.run_inline` over the family's serving adapter with one slot) and
-the frame guard. `AudioStream` feeds every frame to a `codecspec.codec.streaming.ChunkVocoder`
-over the family's codec, yielding float32 waveform chunks as soon as each is ready. Several
-plans (the sentences of a long text) play as one continuous stream through one vocoder, so
-sentence joins are cross-faded like any other chunk boundary. A family plugs in with a
-`plan` giving FramePlans and any codec with `decode(codes, seed=...)`.
+`run_request` is one utterance's frames; `stream_request` feeds every frame to a
+`codecspec.codec.streaming.ChunkVocoder` over the family's codec (`AudioStream`), yielding
+float32 waveform chunks as soon as each is ready. Several utterances (the sentences of a long
+text) play as one continuous stream through one vocoder, so sentence joins are cross-faded
+like any other chunk boundary.
 
     s = tts.stream("Hello there.", chunk_frames=8)
     for chunk in s:            # float32 [samples] at s.sample_rate
@@ -16,23 +16,26 @@ sentence joins are cross-faded like any other chunk boundary. A family plugs in 
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
 
+import codecspec as cs
 from codecspec.codec.streaming import ChunkVocoder, codec_sample_rate
+from codecspec.pipeline.family import Family, SpeechRequest, StreamState
+from codecspec.pipeline.loop import run_inline
 from codecspec.tts.text import split_sentences as _split
 
 __all__ = [
-    "FramePlan",
     "AudioStream",
-    "stream_model",
     "DEFAULT_CHUNK_FRAMES",
     "check_chunk_frames",
+    "run_request",
+    "speech_request",
+    "stream_request",
 ]
 
 DEFAULT_CHUNK_FRAMES = 8  # 0.64 s at 12.5 frames/s
@@ -47,20 +50,10 @@ def check_chunk_frames(chunk_frames, name: str = "chunk_frames") -> int:
     return int(chunk_frames)
 
 
-@dataclass
-class FramePlan:
-    """One utterance ready to stream (one stream): its frames from the one loop."""
-
-    frames: Iterator  # (codes int64 [C], stopped, ...) per frame, as the loop hands them out
-    max_frames: int  # the stream's guard
-    phonemes: str = ""
-    frontend_seconds: float = 0.0  # text -> phonemes -> encoder graph
-    mode: str = ""  # the family's decode mode ("ar", "spec", "fsq", ...)
-
-
 class AudioStream:
-    """Iterator of float32 waveform chunks for a sequence of `FramePlan`s (lazily consumed:
-    a plan is built only when the previous utterance has been played out).
+    """Iterator of float32 waveform chunks for a sequence of utterances, each (its frames,
+    its `StreamState`, the seconds its preparation took), lazily consumed: an utterance is
+    prepared only when the previous one has been played out.
 
     Statistics, filled in as it runs: `time_to_first_audio` (seconds from `t_start`, default
     the construction, to the first chunk being ready), `frames`, `chunks`, `samples`,
@@ -71,7 +64,7 @@ class AudioStream:
 
     def __init__(
         self,
-        plans: Iterable[FramePlan],
+        utterances: Iterable[tuple],
         codec,
         *,
         sample_rate: Optional[int] = None,
@@ -101,7 +94,7 @@ class AudioStream:
         self.stopped = True
         self.phonemes: list = []
         self._codes: list = []
-        self._it = self._run(iter(plans))
+        self._it = self._run(iter(utterances))
 
     def __iter__(self):
         return self
@@ -147,78 +140,102 @@ class AudioStream:
         self.vocoder_seconds += time.perf_counter() - t0
         return out
 
-    def _run(self, plans):
+    def _run(self, utterances):
         try:
             while True:
                 t0 = time.perf_counter()
-                plan = next(plans, None)  # a lazy plan phonemizes and encodes here
-                if plan is None:
+                item = next(utterances, None)  # a lazy utterance phonemizes and encodes here
+                if item is None:
                     break
-                if not plan.frontend_seconds:
-                    plan.frontend_seconds = time.perf_counter() - t0
-                self.frontend_seconds += plan.frontend_seconds
+                frames, state, seconds = item
+                self.frontend_seconds += seconds or time.perf_counter() - t0
                 self.sentences += 1
-                self.phonemes.append(plan.phonemes)
-                yield from self._plan_frames(plan)
+                self.phonemes.append(state.phonemes)
+                yield from self._frames(frames)
+                self.stopped = self.stopped and _stopped(state)
             for c in self._vocode():
                 yield self._emit(c)
         finally:
             self._t_end = time.perf_counter()
 
-    def _plan_frames(self, plan: FramePlan):
+    def _frames(self, frames):
         """One utterance's frames through the vocoder, as the loop hands them out."""
-        stopped, t0 = False, time.perf_counter()
-        for codes, stop, *_ in plan.frames:
+        t0 = time.perf_counter()
+        for codes in frames:
             self.step_seconds += time.perf_counter() - t0
             frame = np.asarray(codes, np.int64)
             self._codes.append(frame)
             self.frames += 1
             self.steps += 1
-            stopped = bool(stop)
             for c in self._vocode(frame):
                 yield self._emit(c)
             t0 = time.perf_counter()
-        self.stopped = self.stopped and stopped
 
 
-def stream_model(
-    model,
-    text: str,
+def _stopped(state: StreamState) -> bool:
+    """Whether the stream ended by its own rule: its stop head (a `stopped` flag), or its
+    planned length (a family without a stop head)."""
+    return bool(getattr(state, "stopped", state.frames is not None))
+
+
+def speech_request(text, phonemes: Optional[str], *, speaker, rate, **fields) -> SpeechRequest:
+    """A phoneme family's `generate` keywords as the serving engine's request: IPA
+    `phonemes` when given, else `text`; `speaker` is the voice, `rate` the speed."""
+    if phonemes is not None:
+        return SpeechRequest(phonemes, "ipa", voice=speaker, speed=rate, **fields)
+    return SpeechRequest(text, voice=speaker, speed=rate, **fields)
+
+
+def run_request(family: Family, req: SpeechRequest) -> tuple:
+    """(state, frames, seconds): `req` prepared by `family` (an adapter with one slot:
+    checked, phonemized, encoded; `seconds` that took), and an iterator of its frames'
+    codes from the one loop, `cs.Generator(req.seed)` drawing. The stream takes its slot
+    here, so a bad argument fails at the call."""
+    t0 = time.perf_counter()
+    family.check(req)
+    state = family.prepare(req, cs.Generator(req.seed))
+    frames = run_inline(family, state)
+    return state, frames, time.perf_counter() - t0
+
+
+def stream_request(
+    family: Family,
+    req: SpeechRequest,
     *,
-    sample_rate: Optional[int] = None,
     chunk_frames: int = DEFAULT_CHUNK_FRAMES,
     split_sentences: bool = False,
-    seed: int = 0,
     vocoder: Optional[dict] = None,
-    **plan_kwargs,
 ) -> AudioStream:
-    """The families' `stream`: `model.plan(text, seed=..., **plan_kwargs) -> FramePlan` for
-    the text (or for each of its sentences, sentence i seeded `seed + i`, built lazily) and
-    `model.codec` for the vocoder (`sample_rate`: None = the codec's). The first plan is
-    built here, so bad arguments fail at the call, before any audio; `time_to_first_audio`
-    counts from the call."""
+    """The families' `stream`: `req` through `run_request` (or each sentence of its text,
+    sentence i seeded `req.seed + i`, prepared lazily), vocoded by `family.codec`. The first
+    utterance is prepared here, so bad arguments fail at the call, before any audio;
+    `time_to_first_audio` counts from the call."""
     t_start = time.perf_counter()
     chunk_frames = check_chunk_frames(chunk_frames)
-    vocoder = dict(vocoder or {})
+    if split_sentences and req.input_format != "text":
+        raise ValueError("phonemes: split_sentences splits text; give text, not phonemes")
+    sentences = [req.input]
     if split_sentences:
-        if plan_kwargs.get("phonemes") is not None:
-            raise ValueError("phonemes: split_sentences splits text; give text, not phonemes")
-        sentences = _split(text) if isinstance(text, str) else []
+        sentences = _split(req.input) if isinstance(req.input, str) else []
         if not sentences:
             raise ValueError("text: expected a non-empty string")
-        first = model.plan(sentences[0], seed=seed, **plan_kwargs)
-        rest = (model.plan(t, seed=seed + i, **plan_kwargs) for i, t in enumerate(sentences[1:], 1))
-        plans = itertools.chain([first], rest)
-    else:
-        first = model.plan(text, seed=seed, **plan_kwargs)
-        plans = iter([first])
+    reqs = [replace(req, input=t, seed=req.seed + i) for i, t in enumerate(sentences)]
+    first = run_request(family, reqs[0])
+    rest = (run_request(family, r) for r in reqs[1:])
     return AudioStream(
-        plans,
-        model.codec,
-        sample_rate=sample_rate,
+        _chain(first, rest),
+        family.codec,
         chunk_frames=chunk_frames,
-        seed=seed,
-        mode=first.mode,
+        seed=req.seed,
+        mode=first[0].mode,
         t_start=t_start,
-        **vocoder,
+        **dict(vocoder or {}),
     )
+
+
+def _chain(first, rest) -> Iterator:
+    """(frames, state, seconds) of each utterance, `first` prepared already."""
+    state, frames, seconds = first
+    yield frames, state, seconds
+    for state, frames, seconds in rest:
+        yield frames, state, seconds

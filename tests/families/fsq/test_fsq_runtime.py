@@ -18,8 +18,7 @@ from test_perf import check_record
 
 import codecspec as cs
 from codecspec.families.fsq.bench import _batched
-from codecspec.families.fsq.engine import FSQFamily
-from codecspec.families.fsq.model import FSQ_FILES, FSQTTS, default_fsq_dir
+from codecspec.families.fsq.model import FSQ_FILES, FSQTTS, FSQFamily, default_fsq_dir
 from codecspec.pipeline.loop import run_inline, run_together
 from codecspec.tts.registry import load_model, model_family, resolve_model_dir
 
@@ -90,19 +89,19 @@ def test_batch_gives_each_stream_its_own_output(tts, texts):
     """Streams run together through the engine's loop (one step call for all of them) get
     the codes each gets alone: padding and batch-mates do not change a stream's bits."""
     us = texts[:3]
-    family = FSQFamily.over(tts, 3, 400, 400)
+    family = FSQFamily(tts, 3, 400, 400)
     batch = run_together(family, _states(tts, family, us, 5))
     assert len({len(c) for c in batch}) > 1  # they end at different steps
     assert family.slots.calls == max(len(c) for c in batch)
     for b in range(3):
-        alone = FSQFamily.over(tts, 1, 400, 400)
+        alone = FSQFamily(tts, 1, 400, 400)
         state = _states(tts, alone, us, 5)[b]
         np.testing.assert_array_equal(np.stack(list(run_inline(alone, state))), batch[b])
 
 
 def test_the_batched_bench_runs_the_streams_together(tts, texts):
     res = _batched(tts, texts[:3], 5)
-    family = FSQFamily.over(tts, 3, 400, 400)
+    family = FSQFamily(tts, 3, 400, 400)
     lengths = [len(c) for c in run_together(family, _states(tts, family, texts[:3], 5))]
     assert res["batch"] == 3 and res["batch_step_calls"] == max(lengths)
     assert res["batch_ms_per_step"] > 0 and res["batch_frames_per_second"] > 0

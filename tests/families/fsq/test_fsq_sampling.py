@@ -17,8 +17,7 @@ import pytest
 from stats import law_violations, np_warp
 
 import codecspec as cs
-from codecspec.families.fsq.engine import FSQFamily, FSQState
-from codecspec.families.fsq.model import FSQFrameDecoder, stop_logits_from_prob
+from codecspec.families.fsq.model import FSQFamily, FSQFrameDecoder, FSQState, stop_logits_from_prob
 from codecspec.pipeline.loop import run_together
 
 LEVELS = (8, 7, 6, 6) * 2  # two groups keep the test fast; the law is per head anyway
@@ -207,7 +206,7 @@ def _family(stops) -> FSQFamily:
     """`FSQFamily` over the fake step graph, sampling with `FSQFrameDecoder` (its own)."""
     family = FSQFamily.__new__(FSQFamily)
     family.tts = SimpleNamespace(frame_decoder=FSQFrameDecoder(LEVELS, PARAMS))
-    family.slots, family.frame_rate = _Slots(stops), 12.5
+    family.slots, family.frame_rate, family.inline = _Slots(stops), 12.5, False
     family.stream_steps = family.codes_out = 0
     family.sample_seconds = 0.0
     return family

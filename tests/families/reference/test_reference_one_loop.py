@@ -1,5 +1,5 @@
 """The RVQ reference (v1): `generate` and `stream` run the serving engine's loop with one slot,
-inline (`codecspec.pipeline.loop.run_inline` over `ReferenceFamily.over`); the frame loop they
+inline (`codecspec.pipeline.loop.run_inline` over a one-slot `ReferenceFamily`); the frame loop they
 replaced (`SlotStepper` + `RVQStepper` + `RVQFrameDecoder` through `run_frame_loop`, kept as
 the oracle in tests/reference_oracle.py and tests/frame_loop_oracle.py) gives bit-identical
 codes and lengths, depth AR and speculative, several seeds and voices, greedy too. IPA input:

@@ -1,5 +1,5 @@
 """Reference models v2 and v3: `generate` and `stream` run the serving engine's loop with one
-slot, inline (`codecspec.pipeline.loop.run_inline` over `V2Family.over`); the round loop they
+slot, inline (`codecspec.pipeline.loop.run_inline` over a one-slot `V2Family`); the round loop they
 replaced (`TemporalLoop.frames`, kept as the oracle: tests/v2_oracle.py) gives bit-identical
 codes, lengths and stop decisions: temporal AR and speculative, depth AR, speculative and pcg,
 several seeds, ended by the stop head or by a max_frames guard."""
@@ -102,4 +102,4 @@ def test_v2_stream_gives_generates_codes(v2):
 @pytest.mark.parametrize("bad", [0, -2, 2.5, True])
 def test_a_bad_guard_is_refused_at_the_call(v2, bad):
     with pytest.raises(ValueError, match="max_frames"):
-        v2.plan("", phonemes=HELLO, max_frames=bad)
+        v2.generate("", phonemes=HELLO, max_frames=bad, decode_audio=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 import codecspec as cs
-from codecspec.families.fsq.model import FSQTTS
+from codecspec.families.fsq.model import FSQTTS, FSQFamily
 from codecspec.pipeline.loop import run_together
 
 __all__ = ["load_bench_texts", "bench_fsq", "record_fsq", "synth_lines"]
@@ -43,12 +43,10 @@ def _one(tts: FSQTTS, u: dict, seed: int, vocoder: bool):
 def _batched(tts: FSQTTS, utts: list, seed: int) -> dict:
     """len(utts) streams together, one slot each, through the engine's loop: step calls, ms
     per step, frames per second (the encoder calls included)."""
-    from codecspec.families.fsq.engine import FSQFamily  # that module imports the model
-
     ids = [tts.tokens("", u["phonemes"], u["language"])[1] for u in utts]
     guards = [tts.max_frames_for(len(i)) for i in ids]
     t0 = time.perf_counter()
-    family = FSQFamily.over(tts, len(utts), max(guards), max(len(i) for i in ids))
+    family = FSQFamily(tts, len(utts), max(guards), max(len(i) for i in ids))
     gens = [cs.Generator(seed).fork(b) for b in range(len(utts))]
     states = [
         family.state(i, *tts.ids(u["language"], u["speaker"]), tts.params, g, guard)

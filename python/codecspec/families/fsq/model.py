@@ -5,10 +5,19 @@ frontend -> encoder graph (cross-attention K/V) -> per frame ONE step graph call
 (`FSQStepper`, slots of the serving engine's `FSQSlots`) whose outputs are all 32 channel
 heads' logits and the stop logit ->
 `FSQFrameDecoder` (`cs.sample_factorized` + `cs.sample_stop`) -> the frame's channels fed
-back -> `FSQCodec.decode` (the v1 vocoder). `generate` and `stream` run the serving engine's
-loop with one slot in the caller's thread (`codecspec.pipeline.loop.run_inline` over
-`codecspec.families.fsq.engine.FSQFamily`); the step graph has a batch axis, so B streams
-share each call (the engine, and the batched bench: `codecspec.pipeline.loop.run_together`).
+back -> `FSQCodec.decode` (the v1 vocoder). `FSQTTS` is the loaded folder; `FSQFamily` the
+family over it (the `codecspec.pipeline.Family` the serving engine runs), which prepares every
+request: `generate` and `stream` are its `prepare` with one slot, the one loop in the
+caller's thread and the codec (`codecspec.tts.stream`); the step graph has a batch axis, so B
+streams share each call (the engine, and the batched bench: `run_together`).
+
+The FSQ step graph needs no graph surgery to serve: each slot owns rows of preallocated
+self-attention K/V and cross K/V blocks (`FSQSlots`); a step feeds the active slots' rows cut
+to the longest stream, with `past_bias` hiding the positions a stream has not written and
+`cross_bias` the phonemes it does not have. Attention has no positional term (position enters
+through `pace`), so a stream's outputs are its own single-stream ones; on onnxruntime CPU they
+are bit-identical (tests/families/fsq/test_serve_fsq.py). A stream ends at its stop head's
+first stop, or at the max-length guard `FSQTTS.max_frames_for` its text.
 
 No PyTorch: every network is an ONNX graph, every sampling step codecspec's own.
 """
@@ -18,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -27,15 +36,31 @@ import numpy as np
 import codecspec as cs
 from codecspec.families.fsq.codec import FSQCodec, check_levels
 from codecspec.model_store import named_model_dir
-from codecspec.pipeline.loop import run_inline
+from codecspec.pipeline.family import (
+    Check,
+    Family,
+    Frame,
+    StreamState,
+    guard,
+    length_guard,
+    sampling_params,
+)
 from codecspec.pipeline.result import Result
 from codecspec.runtime.session import open_session
 from codecspec.runtime.slots import SlotCache
-from codecspec.tts.phonemes import phonemize
-from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
+from codecspec.tts.phonemes import encode_input, phonemize
+from codecspec.tts.stream import (
+    DEFAULT_CHUNK_FRAMES,
+    AudioStream,
+    run_request,
+    speech_request,
+    stream_request,
+)
 from codecspec.tts.text import BOS, EOS, PAD, Frontend, PhonemeModel
 
 __all__ = [
+    "FSQFamily",
+    "FSQState",
     "FSQTTS",
     "FSQSynthesis",
     "FSQStepper",
@@ -329,45 +354,6 @@ class FSQTTS(PhonemeModel):
         ids = self.frontend.vocab.encode(phonemes)
         return phonemes, np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
 
-    def plan(
-        self,
-        text: str,
-        *,
-        language: str = "en",
-        speaker: Optional[str] = None,
-        seed: int = 0,
-        phonemes: Optional[str] = None,
-        max_frames: Optional[int] = None,
-        mode: str = "auto",
-        rate: float = 1.0,
-    ) -> FramePlan:
-        """One utterance ready to run: phonemes, the encoder graph and its frames from the
-        one loop (`codecspec.pipeline.loop.run_inline` over a one-slot `FSQFamily`, the
-        serving engine's adapter): `plan.frames` yields (codes int64 [C], stopped) per frame,
-        `cs.Generator(seed)` drawing, ended by the stop head or the guard (`max_frames`,
-        default `max_frames_for` the text). `mode`/`rate` as in `generate`."""
-        from codecspec.families.fsq.engine import FSQFamily  # that module imports this one
-
-        if mode not in ("auto", "ar"):
-            raise ValueError(
-                f"mode: the fsq family has one decode loop ('auto' or 'ar'), got {mode!r}"
-            )
-        if rate != 1.0:
-            raise ValueError(f"rate: the fsq family's stop head sets the length; got {rate!r}")
-        lang_id, spk_id = self.ids(language, speaker)
-        phonemes, ids = self.tokens(text, phonemes, language)
-        guard = self.max_frames_for(len(ids)) if max_frames is None else max_frames
-        if isinstance(guard, bool) or not isinstance(guard, int) or guard < 1:
-            raise ValueError(f"max_frames: expected a positive int, got {max_frames!r}")
-        t0 = time.perf_counter()  # the encoder graph (FSQSynthesis counts it as temporal)
-        family = FSQFamily.over(self, 1, guard, len(ids))
-        state = family.state(ids, lang_id, spk_id, self.params, cs.Generator(seed), guard)
-        frontend = time.perf_counter() - t0
-        frames = ((codes, state.stopped) for codes in run_inline(family, state))
-        plan = FramePlan(frames, guard, phonemes, frontend, mode="fsq")
-        plan.family, plan.state = family, state  # generate's statistics
-        return plan
-
     def generate(
         self,
         text: str,
@@ -386,38 +372,32 @@ class FSQTTS(PhonemeModel):
         (`max_frames`, default `max_frames_for` the text) does: see `FSQSynthesis.stopped`.
         `mode` and `rate` exist for CLI parity with the RVQ family: one decode loop only
         ("auto"/"ar"), and the stop head, not a rate, sets the length (rate must be 1).
-        The frames are the serving engine's with one slot, in this thread (`plan`)."""
-        plan = self.plan(
-            text,
-            language=language,
-            speaker=speaker,
-            seed=seed,
-            phonemes=phonemes,
-            max_frames=max_frames,
-            mode=mode,
-            rate=rate,
+        The request is the serving engine's, prepared by `FSQFamily` with one slot and run
+        by the one loop, in this thread."""
+        req = speech_request(
+            text, phonemes, speaker=speaker, rate=rate, language=language, mode=mode, seed=seed
         )
-        frames = plan.frames
+        family = FSQFamily(self)
+        state, frames, frontend = run_request(family, replace(req, max_frames=max_frames))
         if progress:
             from codecspec.progress import bar
 
-            frames = bar(frames, desc="synth fsq", total=plan.max_frames)
+            frames = bar(frames, desc="synth fsq", total=state.limit)
         t0 = time.perf_counter()
-        codes = np.stack([c for c, _ in frames]).astype(np.int64)
+        codes = np.stack(list(frames)).astype(np.int64)
         t1 = time.perf_counter()
-        family = plan.family
         # temporal: the step graph and all of the loop's own work, so that the two stages
         # add up to the loop's wall time (the bench's ms_per_frame shows its overhead)
-        temporal = plan.frontend_seconds + (t1 - t0) - family.sample_seconds
+        temporal = frontend + (t1 - t0) - family.sample_seconds
         wav = self.codec.decode(codes, seed=seed) if decode_audio and len(codes) else None
         return FSQSynthesis(
             codes=codes,
             wav=wav,
             sample_rate=self.codec.sample_rate,
-            phonemes=plan.phonemes,
+            phonemes=state.phonemes,
             graph_calls=family.slots.calls,
-            stopped=plan.state.stopped,
-            max_frames=plan.max_frames,
+            stopped=state.stopped,
+            max_frames=state.limit,
             temporal_seconds=temporal,
             sampling_seconds=family.sample_seconds,
             decode_seconds=time.perf_counter() - t1 if wav is not None else 0.0,
@@ -440,18 +420,155 @@ class FSQTTS(PhonemeModel):
         **vocoder,
     ) -> AudioStream:
         """`generate` as a stream of float32 waveform chunks (`AudioStream`): the RVQ
-        family's `ReferenceTTS.stream`, on this family's plan and codec."""
-        return stream_model(
-            self,
-            text,
+        family's `ReferenceTTS.stream`, on this family's requests and codec."""
+        req = speech_request(
+            text, phonemes, speaker=speaker, rate=rate, language=language, mode=mode, seed=seed
+        )
+        return stream_request(
+            FSQFamily(self),
+            replace(req, max_frames=max_frames),
             chunk_frames=chunk_frames,
             split_sentences=split_sentences,
-            seed=seed,
             vocoder=vocoder,
-            language=language,
-            speaker=speaker,
-            phonemes=phonemes,
-            max_frames=max_frames,
-            mode=mode,
-            rate=rate,
         )
+
+
+@dataclass
+class FSQState(StreamState):
+    pace: np.float32 = np.float32(0.0)  # pace per frame: 1 / (tokens x pace_unit)
+    cross: tuple = ()
+    prev: np.ndarray = None  # the last frame's channels, the next step's input
+    stopped: bool = False  # the stop head ended the stream (not the max-length guard)
+
+
+class FSQFamily(Family):
+    """The FSQ family over a loaded `FSQTTS`: frames decoded by `FSQFrameDecoder` (one
+    generator per stream),
+    ended by the stop head or the max-length guard. `speed` must be 1 (the stop head, not a
+    rate, sets the length) and `mode` ar/auto (one decode loop), as in `FSQTTS.generate`."""
+
+    name = "fsq"
+    formats = ("codecspec-fsq-tts/1",)
+    model_names = ("codecspec-fsq",)
+    known_length = False  # the stop head decides
+    modes = ("ar",)
+
+    def __init__(self, tts: FSQTTS, slots=1, max_frames=None, max_phonemes=None, step=None):
+        """Over a loaded `tts`: `slots` streams of at most `max_frames` frames and
+        `max_phonemes` ids each, on the step session `step` (default the model's). Without
+        limits it is `generate`'s: one stream at a time, its slot sized to each stream as it
+        loads, and IPA symbols not in the vocabulary read as unknown, as a Python caller's
+        always were (a client's are refused)."""
+        self.tts = tts
+        self.max_frames, self.max_phonemes = max_frames, max_phonemes
+        self.inline = max_frames is None
+        self.step_graph = tts.step_graph if step is None else step
+        self.slots = (
+            None if self.inline else FSQSlots(self.step_graph, slots, max_frames, max_phonemes)
+        )
+        self.codec = tts.codec
+        self.sample_rate = int(self.codec.sample_rate)
+        self.frame_rate = float(self.codec.frame_rate)
+        self.hop = int(round(self.sample_rate / self.frame_rate))
+        self.stream_steps = self.codes_out = 0
+        self.sample_seconds = 0.0  # the frame decoder's time (FSQSynthesis.sampling_seconds)
+
+    @classmethod
+    def open(cls, folder, slots, max_frames, max_phonemes, provider, threads) -> FSQFamily:
+        tts = FSQTTS(folder, provider=provider, threads=threads)
+        # A session of its own: FSQTTS.generate on tts.step_graph may run beside the engine.
+        step = open_session(str(tts.dir / "step.onnx"), provider=provider, threads=threads)
+        return cls(tts, slots, max_frames, max_phonemes, step)
+
+    def check(self, req) -> None:
+        super().check(req)
+        if req.speed != 1.0:
+            raise ValueError(
+                f"speed: the fsq family's stop head, not a rate, sets the length; got {req.speed}"
+            )
+
+    def params(self, req) -> cs.SamplingParams:
+        return sampling_params(self.tts.params, req, max(self.tts.frame_decoder.head_sizes))
+
+    def prepare(self, req, generator: cs.Generator) -> FSQState:
+        tts = self.tts
+        lang_id, spk_id = tts.ids(req.language, req.voice)
+        ipa, ids = encode_input(tts, req, self.max_phonemes, strict=not self.inline)
+        limit = length_guard(req, tts.max_frames_for(len(ids)))
+        if self.max_frames is not None and limit > self.max_frames:
+            raise ValueError(f"input: may need {limit} frames, more than {self.max_frames}")
+        state = self.state(ids, lang_id, spk_id, self.params(req), generator, limit)
+        state.phonemes = ipa
+        return state
+
+    def state(self, ids, lang_id: int, spk_id: int, params, generator, limit: int) -> FSQState:
+        """A stream of phoneme ids `ids` (bos/eos included) under `params`, ended by its stop
+        head or after `limit` frames: the encoder call and the step's inputs."""
+        tts = self.tts
+        cross = tts.encoder.run(
+            None,
+            {
+                "phonemes": ids[None],
+                "phoneme_lengths": np.array([len(ids)], np.int64),
+                "language": np.array([lang_id], np.int64),
+                "speaker": np.array([spk_id], np.int64),
+            },
+        )
+        unit = np.float32(tts.meta["pace_unit"])
+        return FSQState(
+            generator=generator,
+            params=params,
+            speaker=spk_id,
+            frames=None,
+            expected=int(np.ceil(len(ids) * unit)),
+            limit=limit,
+            tokens=len(ids),
+            # FSQStepper's float32 arithmetic, so the pace input is the same bits
+            pace=np.float32(1.0) / (np.float32(len(ids)) * unit),
+            cross=tuple(cross),
+            prev=np.zeros(len(tts.frame_decoder.head_sizes), np.int64),
+            mode="fsq",
+        )
+
+    def load(self, slot: int, state: FSQState) -> None:
+        cross, state.cross = state.cross, ()
+        if self.inline:  # sized to this stream (its guard, its phonemes)
+            self.slots = FSQSlots(self.step_graph, 1, state.limit, state.tokens)
+        self.slots.load(slot, *cross)
+
+    def step(self, streams: list, check: Check) -> list:
+        states = [s.state for s in streams]
+        pace = [np.float32(s.t + 0.5) * s.state.pace for s in streams]
+        h, logits, stop = self.slots.step(
+            [s.slot for s in streams],
+            np.stack([st.prev for st in states]),
+            pace,
+            [st.speaker for st in states],
+        )
+        t1 = time.perf_counter()
+        self.stream_steps += len(streams)
+        rows = zip(streams, h, logits, stop)
+        frames = [self._frame(s, check, hi, li[None], si[None]) for s, hi, li, si in rows]
+        self.sample_seconds += time.perf_counter() - t1
+        return frames
+
+    def _frame(self, s, check: Check, hidden, logits, stop) -> Frame:
+        out = {}
+
+        def sample():
+            check(s, hidden, logits, stop)
+            out["codes"], out["stop"] = self._sample(s.state, logits, stop)
+
+        error = guard(sample)
+        if error is not None:
+            return Frame(error=error)
+        s.state.prev, s.state.stopped = out["codes"], bool(out["stop"])
+        self.codes_out += len(out["codes"])
+        return Frame(codes=out["codes"], ended=bool(out["stop"]) or s.t + 1 >= s.state.limit)
+
+    def _sample(self, st: FSQState, logits, stop):
+        # FSQTTS.generate's draws (FSQFrameDecoder), with the stream's own sampling law
+        return self.tts.frame_decoder.sample_stream(logits, stop, st.params, st.generator)
+
+    def counters(self) -> dict:
+        return {"calls": self.slots.calls, "lane_calls": self.stream_steps, "codes": self.codes_out}

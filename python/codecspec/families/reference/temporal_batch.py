@@ -8,7 +8,7 @@ share one padded call. Attention in this model has no positional term (position 
 through `progress`), so a padded, masked key set gives the same result as the stream's own
 keys. `BatchedTemporal` keeps each utterance in a slot of preallocated caches; the serving
 engine runs every active stream through it, and `ReferenceTTS.generate` is that engine with
-one slot (`ReferenceFamily.over`): one stepper for both.
+one slot (`ReferenceFamily` without limits): one stepper for both.
 """
 
 from __future__ import annotations

@@ -8,6 +8,21 @@ the depth decoder (AR or tree-speculative) gives c1..c15, and a Bernoulli draw o
 logit ends the utterance (a max-length guard stops a text whose stop never fires, and says
 so). Codec v2 turns codes into audio. Because a step reads c0 only, n drafted frames can be
 scored in one call (`V2Stepper.score`), which the temporal speculation loop builds on.
+
+`V2TTS` is the loaded folder; `V2Family` the family over it (the `codecspec.pipeline.Family`
+the serving engine runs), which prepares every request: `generate` and `stream` are its
+`prepare` with one slot, the one loop and the codec (`codecspec.tts.stream`). An engine step
+runs one round of `TemporalLoop` (`codecspec.decode.temporal`) for every active stream: with
+temporal speculation the draft LM's proposals, one target call and the verification; in AR
+one target call. Each stream's round is a coroutine (`TemporalLoop.round_steps`) asking for
+draft and target calls, and one call of the batch-axis variant of each step graph
+(`StepBatch`, `codecspec.families.v2.step_batch`) answers every stream's request of that
+kind. Then the depth loops of every frame that step emitted, across all streams, run in one
+batched depth loop (`codecspec.decode.batched_depth`), and each stream draws its stop head
+frame by frame: a speculative stream hands out several frames per step, bit-identical to
+`generate` with the same seed whatever streams share the engine
+(tests/families/v2/test_serve_v2.py). The sampling law is the model's calibrated one: a
+request's temperature, top_k or top_p is refused, naming the field.
 """
 
 from __future__ import annotations
@@ -16,6 +31,8 @@ import json
 import math
 import time
 import weakref
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -24,23 +41,39 @@ import numpy as np
 import codecspec as cs
 from codecspec.calibrate.decision import auto_mode, speculation_pays
 from codecspec.codec.codec import Codec
+from codecspec.decode.batched_depth import decode_frames
 from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder, stage_params
-from codecspec.decode.temporal import Acceptance, TemporalLoop
+from codecspec.decode.temporal import Acceptance, TemporalLoop, run_round
 from codecspec.families.v2.codec import CodecV2
 from codecspec.model_store import named_model_dir
-from codecspec.pipeline.loop import run_inline
+from codecspec.pipeline.family import (
+    Check,
+    Family,
+    Frame,
+    StreamState,
+    guard,
+    guard_value,
+    length_guard,
+)
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session
-from codecspec.tts.phonemes import phonemize
-from codecspec.tts.stream import DEFAULT_CHUNK_FRAMES, AudioStream, FramePlan, stream_model
+from codecspec.tts.phonemes import encode_input, phonemize
+from codecspec.tts.stream import (
+    DEFAULT_CHUNK_FRAMES,
+    AudioStream,
+    run_request,
+    speech_request,
+    stream_request,
+)
 from codecspec.tts.synthesis import Synthesis
 from codecspec.tts.text import BOS, EOS, Frontend, PhonemeModel
 
 __all__ = [
+    "V2Family",
+    "V2State",
     "V2TTS",
     "V2Stepper",
     "StepBatch",
-    "V2FrameDecoder",
     "V2_FILES",
     "V2_FORMAT",
     "default_v2_dir",
@@ -256,23 +289,6 @@ class StepBatch:
         bias = np.where(visible, 0.0, -1e9).astype(np.float32)[:, None, None, :]
         self._cross = (key, (keys, values, bias))
         return self._cross[1]
-
-
-class V2FrameDecoder:
-    """c0 by `cs.sample`, c1.. by the depth loop, then the stop head's Bernoulli draw."""
-
-    def __init__(self, tts: V2TTS, mode: str = "ar"):
-        self.tts, self.mode = tts, mode
-        self.depth_seconds = 0.0
-
-    def decode(self, step_output, generator: cs.Generator):
-        h, logits, stop_logit = step_output
-        c0 = cs.sample(logits, self.tts.params, generator)
-        t0 = time.perf_counter()
-        codes = self.tts.depth.decode_frame(h, c0, generator, self.mode)
-        self.depth_seconds += time.perf_counter() - t0
-        stop = cs.sample_stop(np.asarray(stop_logit, np.float32), generator)
-        return codes[None].astype(np.int64), stop
 
 
 class V2TTS(PhonemeModel):
@@ -573,7 +589,70 @@ class V2TTS(PhonemeModel):
             depth_mode=depth_mode,
         )
 
-    def plan(
+    def generate(
+        self,
+        text: str,
+        *,
+        progress: bool = False,
+        decode_audio: bool = True,
+        **keywords,
+    ) -> Synthesis:
+        """Synthesise `text` (or IPA `phonemes`) until the stop head ends it or the guard
+        (`max_frames`, default `max_frames_for` the text) does: `Synthesis.hit_max_frames`.
+
+        Keywords: language, speaker, seed, rate, phonemes, max_frames; mode: the depth
+        loop, "ar" / "spec" (same law) / "pcg" (group law at `depth_theta`) / "auto" (spec
+        where calibration found it pays); temporal: "ar" or "spec" (draft LM + one target call
+        per round, `draft_len` drafts, `accept` an `Acceptance` or a rule name). The request
+        is the serving engine's, prepared by `V2Family` with one slot and run by the one
+        loop."""
+        family, req = self._inline(text, **keywords)
+        state, frames, frontend = run_request(family, req)
+        calls0 = self.depth_calls()
+        if progress:
+            from codecspec.progress import bar
+
+            frames = bar(frames, desc=f"synth v2 {state.mode}", total=state.limit)
+        t1 = time.perf_counter()
+        codes = np.stack(list(frames))
+        t2 = time.perf_counter()
+        wav = self.codec.decode(codes, seed=req.seed) if decode_audio else None
+        st = state.loop.stats
+        return Synthesis(
+            codes=codes,
+            wav=wav,
+            sample_rate=self.codec.sample_rate,
+            phonemes=state.phonemes,
+            mode=state.mode,
+            depth_calls=self.depth_calls() - calls0,
+            depth_codes=len(codes) * (codes.shape[1] - 1),
+            depth_seconds=st.depth_seconds,
+            temporal_seconds=t2 - t1 - st.depth_seconds,
+            decode_seconds=time.perf_counter() - t2,
+            frame_rate=self.codec.frame_rate,
+            frontend_seconds=frontend,
+            hit_max_frames=not state.stopped,
+            max_frames=state.limit,
+            temporal_stats=st,
+        )
+
+    def stream(
+        self,
+        text: str,
+        *,
+        chunk_frames: int = DEFAULT_CHUNK_FRAMES,
+        split_sentences: bool = False,
+        vocoder: Optional[dict] = None,
+        **keywords,
+    ) -> AudioStream:
+        """`generate` as a stream of float32 waveform chunks (docs/streaming.md); keywords as
+        in `generate` (the guard per sentence defaults to `max_frames_for`)."""
+        family, req = self._inline(text, **keywords)
+        return stream_request(
+            family, req, chunk_frames=chunk_frames, split_sentences=split_sentences, vocoder=vocoder
+        )
+
+    def _inline(
         self,
         text: str,
         *,
@@ -585,117 +664,222 @@ class V2TTS(PhonemeModel):
         phonemes: Optional[str] = None,
         max_frames: Optional[int] = None,
         temporal: str = "auto",
-        accept=None,
-        draft_len: int = 3,
-        depth_theta: Optional[float] = None,
-        c0_space: Optional[str] = None,
-    ) -> FramePlan:
-        """One utterance ready to run: phonemes, the encoder graph and its round loop
-        (`TemporalLoop`, as `plan.loop`) on one slot of the serving engine's adapter
-        (`V2Family.over`), run inline by `codecspec.pipeline.loop.run_inline`: `plan.frames`
-        yields (codes int64 [G], stopped, None) per frame; arguments as in `generate`."""
-        from codecspec.families.v2.engine import V2Family, V2State  # they import this module
-
-        if isinstance(max_frames, bool) or not isinstance(max_frames, (int, type(None))):
-            raise ValueError(f"max_frames: expected a positive int, got {max_frames!r}")
-        mode = auto_mode(mode, self.speculation_pays)
-        if mode not in MODES + (COARSE_MODE,):
-            raise ValueError(f"mode: must be one of {MODES + (COARSE_MODE, 'auto')}, got {mode!r}")
-        t0 = time.perf_counter()
-        phonemes, ids, _, spk_id, enc, track = self.prepare_text(
-            text, phonemes, language, speaker, rate
-        )
-        expected = self.expected_frames(len(ids) - 2, language, rate) if track is None else track
-        guard = self.max_frames_for(expected) if max_frames is None else max_frames
-        loop = self.temporal_loop(
-            enc,
-            spk_id,
-            expected,
-            temporal=temporal,
-            accept=accept,
-            draft_len=draft_len,
-            depth_mode=mode,
-            depth_theta=depth_theta,
-            c0_space=c0_space,
-        )
-        if guard < 1:
-            raise ValueError(f"max_frames: expected a positive int, got {guard!r}")
-        g = cs.Generator(seed)
-        label = mode if loop.draft_len == 0 else f"spec-{loop.accept.label}/{mode}"
-        frontend = time.perf_counter() - t0
-        state = V2State(g, self.params, spk_id, None, guard, guard, len(ids), loop=loop)
-        family = V2Family.over(self, 1, loop.draft_len, guard)
-        frames = ((c, state.stopped, None) for c in run_inline(family, state))
-        plan = FramePlan(frames, guard, phonemes, frontend, label)
-        plan.loop, plan.state = loop, state
-        return plan
-
-    def stream(
-        self,
-        text: str,
-        *,
-        chunk_frames: int = DEFAULT_CHUNK_FRAMES,
-        split_sentences: bool = False,
-        seed: int = 0,
-        vocoder: Optional[dict] = None,
-        **plan_kwargs,
-    ) -> AudioStream:
-        """`generate` as a stream of float32 waveform chunks (docs/streaming.md); the plan's
-        arguments as in `generate` (the guard per sentence defaults to `max_frames_for`)."""
-        return stream_model(
-            self,
+        **loops,
+    ) -> tuple:
+        """(the one-slot family with `generate`'s loop keywords, the request): `mode` is
+        the depth loop's, `temporal` the temporal loop's."""
+        req = speech_request(
             text,
-            chunk_frames=chunk_frames,
-            split_sentences=split_sentences,
+            phonemes,
+            speaker=speaker,
+            rate=rate,
+            language=language,
+            mode=mode,
             seed=seed,
-            vocoder=vocoder,
-            **plan_kwargs,
+            max_frames=max_frames,
+        )
+        return V2Family(self, loops=dict(loops, temporal=temporal)), req
+
+
+DRAFT_LEN = 3  # drafts per temporal round (V2TTS.temporal_loop's default)
+
+
+@dataclass
+class V2State(StreamState):
+    plan: tuple = ()  # (encoder outputs, speaker id, expected frames, mode) until the slot
+    loop: Optional[object] = None  # the stream's TemporalLoop
+    stopped: bool = False  # the stop head ended the stream (not the max-length guard)
+
+
+class V2Family(Family):
+    """`V2TTS` in the engine: one temporal round per stream per step, all the step's frames
+    through one batched depth loop."""
+
+    name = "v2"
+    formats = ("codecspec-v2-tts/1",)
+    model_names = ("codecspec-v2",)
+    known_length = False  # the stop head decides
+    modes = ("ar", "spec")
+    # The one-stream cases of the batched step (every step of `V2TTS.generate`, and of a lone
+    # served stream): the stream's own step graphs instead of their batch-axis variants, and
+    # one frame's depth loop on the decoder itself instead of the batched loop. The same bits
+    # either way (`StepBatch`, `decode_frames`); they stay because they pay: without them
+    # v3's generate took ~7% longer per frame with its default loops and ~13% in AR
+    # (medians of per-sentence ratios, 24 interleaved sentences each, 2-core CPU).
+    solo_graphs = True
+    solo_depth = True
+
+    def __init__(self, tts: V2TTS, slots=1, max_frames=None, max_phonemes=None, loops=None):
+        """Over a loaded `tts`: `slots` streams of at most `max_frames` frames and
+        `max_phonemes` ids each. Without limits it is `generate`'s: its `loops` keywords
+        (temporal, accept, draft_len, depth_theta, c0_space: `V2TTS.temporal_loop`'s) set
+        every stream's round loop, its depth mode may be "pcg" too, and IPA symbols not in
+        the vocabulary read as unknown, as a Python caller's always were (a client's are
+        refused). A served stream's loops follow its `mode` alone."""
+        self.tts = tts
+        self.inline = max_frames is None
+        self.loops = {"draft_len": DRAFT_LEN, **(loops or {})}
+        if self.inline:
+            self.modes = MODES + (COARSE_MODE,)
+        if tts.aligned:  # reference model v3: the same runtime, its own name
+            self.name, self.model_names = "v3", ("codecspec-v3",)
+        self.max_frames, self.max_phonemes = max_frames, max_phonemes
+        self.codec = tts.codec
+        self.sample_rate = int(self.codec.sample_rate)
+        self.frame_rate = float(self.codec.frame_rate)
+        self.hop = int(round(self.sample_rate / self.frame_rate))
+        # room for every slot's longest round
+        self.depth = tts.round_depth(slots * (self.loops["draft_len"] + 1))
+        self.stream_steps = 0
+
+    @classmethod
+    def open(cls, folder, slots, max_frames, max_phonemes, provider, threads) -> V2Family:
+        tts = V2TTS(folder, provider=provider, threads=threads)
+        return cls(tts, slots, max_frames, max_phonemes)
+
+    def check(self, req) -> None:
+        super().check(req)
+        for name in ("temperature", "top_k", "top_p"):
+            if getattr(req, name) is not None:
+                raise ValueError(f"{name}: the v2 family serves its calibrated sampling law only")
+
+    def params(self, req) -> cs.SamplingParams:
+        return self.tts.params
+
+    def prepare(self, req, generator: cs.Generator) -> V2State:
+        tts = self.tts
+        lang_id, spk_id = tts.ids(req.language, req.voice)
+        if tts.aligned:  # v3: the pace is espeak-ng's phoneme track of the text
+            ipa, ids, enc, expected = self._aligned_input(req)
+        else:
+            ipa, ids = encode_input(tts, req, self.max_phonemes, strict=not self.inline)
+            expected = tts.expected_frames(len(ids) - 2, req.language, float(req.speed))
+        limit = length_guard(req, tts.max_frames_for(expected))
+        if self.max_frames is not None and limit > self.max_frames:
+            raise ValueError(f"input: may need {limit} frames, more than {self.max_frames}")
+        if not tts.aligned:
+            enc = tts.encoder.run(
+                None,
+                {
+                    "phonemes": ids[None],
+                    "language": np.array([lang_id], np.int64),
+                    "speaker": np.array([spk_id], np.int64),
+                },
+            )
+        # mode "auto": the depth loop's calibration, and the temporal loop's measurement in
+        # model.json; a served request's explicit mode sets both loops, generate's `temporal`
+        # keyword the temporal one
+        depth = auto_mode(req.mode, tts.speculation_pays)
+        temporal = self.loops.get("temporal") or ("auto" if req.mode == "auto" else req.mode)
+        return V2State(
+            generator=generator,
+            params=tts.params,
+            speaker=spk_id,
+            frames=None,
+            expected=int(np.ceil(expected if np.ndim(expected) == 0 else len(expected))),
+            limit=limit,
+            tokens=len(ids),
+            phonemes=ipa,
+            plan=(enc, spk_id, expected, depth, temporal),
         )
 
-    def generate(
-        self,
-        text: str,
-        *,
-        progress: bool = False,
-        decode_audio: bool = True,
-        **plan_kwargs,
-    ) -> Synthesis:
-        """Synthesise `text` (or IPA `phonemes`) until the stop head ends it or the guard
-        (`max_frames`, default `max_frames_for` the text) does: `Synthesis.hit_max_frames`.
+    def _aligned_input(self, req):
+        """(mnemonics, ids, encoder outputs, phoneme track) of a request to an aligned model:
+        text only (its phonemes and their timing both come from espeak-ng)."""
+        if req.input_format != "text":  # named as its caller gave it
+            name = "phonemes" if self.inline else "input_format"
+            raise ValueError(f"{name}: this model reads text (espeak-ng times its phonemes)")
+        ipa, ids, _, _, enc, track = self.tts.prepare_text(
+            req.input, None, req.language, req.voice, float(req.speed)
+        )
+        if self.max_phonemes is not None and len(ids) > self.max_phonemes:
+            raise ValueError(f"input: {len(ids) - 2} phonemes, more than the limit")
+        return ipa, ids, enc, track
 
-        Keywords (`plan`): language, speaker, seed, rate, phonemes, max_frames; mode: the depth
-        loop, "ar" / "spec" (same law) / "pcg" (group law at `depth_theta`) / "auto" (spec
-        where calibration found it pays); temporal: "ar" or "spec" (draft LM + one target call
-        per round, `draft_len` drafts, `accept` an `Acceptance` or a rule name)."""
+    def load(self, slot: int, state: V2State) -> None:
+        enc, spk_id, expected, depth, temporal = state.plan
+        state.plan = ()
+        loops = dict(self.loops, temporal=temporal)
+        state.loop = loop = self.tts.temporal_loop(enc, spk_id, expected, depth_mode=depth, **loops)
+        state.mode = depth if loop.draft_len == 0 else f"spec-{loop.accept.label}/{depth}"
+
+    def step(self, streams: list, check: Check) -> list:
+        frames: list = [None] * len(streams)
+        rounds, jobs = [], []
+        for i, (s, rnd) in enumerate(zip(streams, self._rounds(streams))):
+            error = rnd if isinstance(rnd, Exception) else guard(partial(check, s, rnd.hidden))
+            if error is not None:
+                frames[i] = Frame(error=error)
+                continue
+            rounds.append((i, rnd, len(jobs)))
+            jobs += s.state.loop.frame_jobs(rnd, s.state.generator)
         t0 = time.perf_counter()
-        plan = self.plan(text, **plan_kwargs)
-        t1 = time.perf_counter()
-        loop, calls0 = plan.loop, self.depth_calls()
-        frames = plan.frames
-        if progress:
-            from codecspec.progress import bar
+        codes = self._depth(jobs)
+        dt = time.perf_counter() - t0
+        for i, rnd, at in rounds:
+            # the step's depth loops ran together: each stream's stats count the call
+            streams[i].state.loop.stats.depth_seconds += dt
+            frames[i] = self._finish(streams[i], rnd, codes[at : at + len(rnd)])
+        return frames
 
-            frames = bar(frames, desc=f"synth v2 {plan.mode}", total=plan.max_frames)
-        codes = np.stack([c for c, _, _ in frames])
-        stopped = plan.state.stopped
-        t2 = time.perf_counter()
-        seed = plan_kwargs.get("seed", 0)
-        wav = self.codec.decode(codes, seed=seed) if decode_audio else None
-        st = loop.stats
-        return Synthesis(
-            codes=codes,
-            wav=wav,
-            sample_rate=self.codec.sample_rate,
-            phonemes=plan.phonemes,
-            mode=plan.mode,
-            depth_calls=self.depth_calls() - calls0,
-            depth_codes=len(codes) * (codes.shape[1] - 1),
-            depth_seconds=st.depth_seconds,
-            temporal_seconds=t2 - t1 - st.depth_seconds,
-            decode_seconds=time.perf_counter() - t2,
-            frame_rate=self.codec.frame_rate,
-            frontend_seconds=t1 - t0,
-            hit_max_frames=not stopped,
-            max_frames=plan.max_frames,
-            temporal_stats=st,
-        )
+    def _rounds(self, streams: list) -> list:
+        """Every stream's round (or the exception that ended it), their graph calls batched:
+        each stream's `round_steps` coroutine asks for draft and target calls; all pending
+        draft requests run as one call of the draft graph, and the target requests wait
+        until no stream drafts any more, so they all run as one target call."""
+        steps = [s.state.loop.round_steps(s.state.generator, s.state.limit) for s in streams]
+        if len(steps) == 1 and self.solo_graphs:  # one stream: its own graphs (see solo_graphs)
+            return [guard_value(lambda: run_round(steps[0]))]
+        results: list = [None] * len(streams)
+        pending: dict = {}
+
+        def advance(i: int, value) -> None:
+            try:
+                pending[i] = steps[i].send(value)
+            except StopIteration as done:
+                results[i] = done.value
+            except Exception as e:  # this stream's own failure (its verification, its input)
+                results[i] = e
+
+        for i in range(len(steps)):
+            advance(i, None)
+        while pending:
+            drafts = [i for i, (st, _) in pending.items() if st.is_draft]
+            group = drafts or list(pending)
+            outs = self.tts.step_batch(draft=bool(drafts)).score([pending.pop(i) for i in group])
+            for i, out in zip(group, outs):
+                advance(i, out)
+        return results
+
+    def _depth(self, jobs: list) -> list:
+        if self.depth is not None and not (len(jobs) == 1 and self.solo_depth):
+            return decode_frames(self.depth, jobs)
+        # a depth decoder without a batched form, or one frame: frame by frame, same generators
+        dec = self.tts.depth
+        return [
+            guard_value(lambda j=j: dec.decode_frame(j.hidden, j.c0, j.generator, j.mode))
+            for j in jobs
+        ]
+
+    def _finish(self, s, rnd, codes: list) -> Frame:
+        st = s.state
+        box = {}
+        error = guard(lambda: box.update(out=st.loop.finish_round(rnd, codes, st.generator)))
+        if error is not None:
+            return Frame(error=error)
+        out, stopped = box["out"]
+        st.stopped = stopped
+        self.stream_steps += 1
+        ended = stopped or len(st.loop.c0s) >= st.limit
+        return Frame(codes=out, ended=ended)
+
+    def prebuffer_steps(self, state: V2State) -> int:
+        return 1 if state.loop is not None and state.loop.draft_len > 0 else 0
+
+    def counters(self) -> dict:
+        # the frame stage's graph calls: the batched depth loop's (as for the reference family)
+        d = self.depth
+        if d is None:
+            s = self.tts.depth.stats
+            return {"calls": s.calls, "lane_calls": s.calls, "codes": s.codes}
+        return {"calls": d.calls, "lane_calls": d.lane_calls, "codes": d.codes_out}
