@@ -129,16 +129,40 @@ def cmd_listen(args) -> int:
     params = cs.SamplingParams(args.temperature, args.top_k, 1.0)
     tts = V2TTS(folder, provider="cpu", threads=1, params=params)
 
+    ends = []  # per clip: (frames, espeak-ng's frames for the text, max-length guard hit)
+
     def synthesize(text, seed):
         s = tts.generate(text, seed=seed, speaker="f1", mode="ar", temporal="ar")
+        track = tts.phoneme_track(text, "en", "f1")[1]
+        ends.append((len(s.codes), len(track), bool(s.hit_max_frames)))
         return s.wav, s.sample_rate
 
-    rep = evaluate(synthesize, texts[: args.texts], [0], recognizer=Recognizer(threads=1))
+    seeds = list(range(args.seeds))
+    rep = evaluate(synthesize, texts[: args.texts], seeds, recognizer=Recognizer(threads=1))
+    for clip, (frames, track, runaway) in zip(rep["per_clip"], ends):
+        clip.update(frames=frames, espeak_frames=track, runaway=runaway)
+    rep |= _length_summary(ends)
     lo, hi = rep["words_recognised_ci"]
-    log(f"{folder}: {rep['words_recognised']:.1%} of words recognised ({lo:.1%}-{hi:.1%})")
+    log(
+        f"{folder}: {rep['words_recognised']:.1%} of words recognised ({lo:.1%}-{hi:.1%}); "
+        f"{rep['runaways']} of {len(ends)} at the max-length guard; "
+        f"{rep['length_within_15']:.0%} within 15% of espeak-ng's length"
+    )
     if args.json:  # per-clip records: paired comparisons of two folders on the same texts
         Path(args.json).write_text(json.dumps(rep, indent=1, default=float))
     return 0
+
+
+def _length_summary(ends: list) -> dict:
+    """Where utterances end, from (frames, espeak-ng's frames, guard hit) per clip: the
+    runaways (ended by the max-length guard, not the stop head) and the share whose length is
+    within 15% of espeak-ng's rendering of the text."""
+    ratio = np.array([f / max(t, 1) for f, t, _ in ends])
+    return {
+        "runaways": sum(r for _, _, r in ends),
+        "length_within_15": float(np.mean(np.abs(ratio - 1.0) <= 0.15)),
+        "length_ratio_median": float(np.median(ratio)),
+    }
 
 
 def cmd_depth(args) -> int:
@@ -248,6 +272,8 @@ def cmd_checkpoint(args) -> int:
     passes = [json.loads(Path(r).expanduser().read_text()) for r in args.depth_reports]
     for p in passes:  # a shipped report names no path of the machine that built it
         p["checkpoint_step"] = _portable_path(str(p["checkpoint_step"]))
+    # a folder made from a shipped one carries the passes its decoder already had
+    passes = [p for p in report.get("depth_passes", []) if p not in passes] + passes
     ck = {k: report[k] for k in ("step", "seconds", "train_args", "stop_refit") if k in report}
     ck |= {
         "state_dict": model.state_dict(),
@@ -293,11 +319,14 @@ def _with_previous_frames(depth, frames: int, rank: int = 64):
     return PreviousFrames()
 
 
-def past_end_frames(model, ds, utterances: int, extend: int, params: dict, seed: int):
-    """Teacher-forced h_t of `utterances` utterances of `ds`, each followed by `extend` frames
-    past its track's end (the track held at its last value, as the runtime holds it; c0 drawn
-    from the model at `params`): (h [N, D], stop labels [N], past-end mask [N], lengths [U]).
-    Labels: 1 on an utterance's last frame and on every frame past it."""
+def past_end_frames(
+    model, ds, utterances: int, extend: int, params: dict, seed: int, free: bool = False
+):
+    """h_t of `utterances` utterances of `ds`, teacher-forced (`free`: c0 drawn by the model
+    from the first frame on), each followed by `extend` frames past its track's end (the track
+    held at its last value, as the runtime holds it; c0 drawn from the model at `params`):
+    (h [N, D], stop labels [N], past-end mask [N], lengths [U]). Labels: 1 on an utterance's
+    last frame and on every frame past it."""
     import torch
 
     from codecspec.families.v2.train import to_tensors
@@ -310,13 +339,16 @@ def past_end_frames(model, ds, utterances: int, extend: int, params: dict, seed:
                 break
             t = to_tensors(b)
             n = int(t["frame_mask"][0].sum())
-            c0, track = t["codes"][0, :n, 0].clone(), t["track"][0, :n]
-            for e in range(extend + 1):  # the last pass gives every frame's h_t
-                seq = torch.cat([c0, c0[:1]])[None]  # the appended input is never read
-                trk = torch.cat([track, track[-1:].expand(e + 1)])[None]
+            track = t["track"][0, :n]
+            # free: the model draws every c0 itself, as it does at synthesis (where a run-on
+            # starts from the model's own frames, not from a rendering's)
+            c0 = t["codes"][0, :0, 0] if free else t["codes"][0, :n, 0].clone()
+            for _ in range(n + extend - len(c0) + 1):  # the last pass gives every h_t
+                seq = torch.cat([c0, t["codes"][0, :1, 0]])[None]  # its last input is unread
+                trk = torch.cat([track, track[-1:].expand(extend + 1)])[: seq.shape[1]][None]
                 out = tm(t["phonemes"], t["phoneme_lengths"], t["language"], t["speaker"],
                          seq, t["frames_per_phoneme"], trk)  # fmt: skip
-                if e == extend:
+                if len(c0) == n + extend:
                     break
                 c0 = torch.cat([c0, _draw(out[1][0, -1], params, g)])
             hs.append(out[0][0, : n + extend])
@@ -374,26 +406,44 @@ def cmd_stop(args) -> int:
 
     from codecspec.families.v2.torch_model import stop_head
     from codecspec.tts.dataset import TTSDataset
+    from codecspec.tts.text import Frontend
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
-    model, ck = load_checkpoint(work / "train" / "ckpt.pt")
+    model, ck = load_checkpoint(Path(args.checkpoint or work / "train" / "ckpt.pt").expanduser())
     codes = work / "codec" / "codes.npz"
-    train = TTSDataset(corpus, codes, "train")
+    frontend = Frontend.from_dict(ck["frontend"]) if "frontend" in ck else None
+    train = TTSDataset(corpus, codes, "train", frontend=frontend)
     held = TTSDataset(corpus, codes, "test", frontend=train.frontend)
     t0 = time.monotonic()
-    h, y, past, _ = past_end_frames(model, train, args.utterances, args.extend, V3_SAMPLING, 1)
-    hh, _, _, held_len = past_end_frames(model, held, args.held, args.extend, V3_SAMPLING, 0)
-    log(f"{len(h)} training frames ({int(past.sum())} past the end), {len(hh)} held-out")
+
+    def frames(ds, utterances, seed, free=False):
+        return past_end_frames(model, ds, utterances, args.extend, V3_SAMPLING, seed, free)
+
+    h, y, past, _ = frames(train, args.utterances, 1)
+    if args.free:  # beside them, utterances the model speaks itself from the first frame
+        hf, yf, pf, _ = frames(train, args.free, 2, free=True)
+        h, y, past = torch.cat([h, hf]), torch.cat([y, yf]), torch.cat([past, pf])
+    held_sets = {"teacher_forced": frames(held, args.held, 0)}
+    if args.free:
+        held_sets["free_running"] = frames(held, args.held, 3, free=True)
+    log(f"{len(h)} training frames ({int(past.sum())} past the end), held-out {args.held}")
     dec = model.temporal.decoder
 
     def held_report(head):
         with torch.no_grad():
-            return stop_report(torch.sigmoid(head(hh)[:, 0]).numpy(), held_len, args.extend)
+            return {
+                name: stop_report(torch.sigmoid(head(hh)[:, 0]).numpy(), lens, args.extend)
+                for name, (hh, _, _, lens) in held_sets.items()
+            }
 
     before = held_report(dec.stop_head)
-    head = dec.stop_head if args.hidden == 0 else stop_head(h.shape[1], args.hidden)
+    if args.hidden < 0:  # the checkpoint's head, fitted further from its weights
+        args.hidden = ck["temporal_config"].get("stop_hidden", 0)
+        head = dec.stop_head
+    else:
+        head = dec.stop_head if args.hidden == 0 else stop_head(h.shape[1], args.hidden)
     opt = torch.optim.Adam(head.parameters(), lr=args.lr)
     gen = torch.Generator().manual_seed(args.seed)
     for _ in range(args.steps):
@@ -405,7 +455,8 @@ def cmd_stop(args) -> int:
     dec.stop_head = head.eval()
     after = held_report(head)
     record = {
-        "hidden": args.hidden, "utterances": args.utterances, "held_out_utterances": args.held,
+        "hidden": args.hidden, "utterances": args.utterances, "free_running": args.free,
+        "held_out_utterances": args.held,
         "frames_past_end": args.extend, "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "seconds": round(time.monotonic() - t0, 1), "held_out_before": before,
         "held_out_after": after,
@@ -441,6 +492,12 @@ def cmd_compare(args) -> int:
         for c in rep["per_clip"]:
             key = (texts[c["sentence_id"]], c["seed"])
             hits.setdefault(key, {})[name] = (c["hits"], c["ref_words"])
+    for name, rep in (("A", a), ("B", b)):
+        if "runaways" in rep:
+            log(
+                f"{name}: {rep['runaways']} of {len(rep['per_clip'])} clips at the max-length "
+                f"guard; {rep['length_within_15']:.0%} within 15% of espeak-ng's length"
+            )
     paired = [(k[0], v["a"], v["b"]) for k, v in hits.items() if len(v) == 2]
     rng = np.random.default_rng(0)
     for source in ("all", "fortunes", "varied"):
@@ -515,7 +572,18 @@ def main(argv=None) -> int:
     sp.add_argument("--utterances", type=int, default=800, help="training utterances")
     sp.add_argument("--held", type=int, default=120, help="held-out utterances")
     sp.add_argument("--extend", type=int, default=24, help="frames past each track's end")
-    sp.add_argument("--hidden", type=int, default=64, help="0: refit the linear head")
+    sp.add_argument(
+        "--checkpoint", default=None, help="the checkpoint to refit (default <work>/train/ckpt.pt)"
+    )
+    sp.add_argument(
+        "--free", type=int, default=0, help="also fit on this many utterances the model speaks"
+    )
+    sp.add_argument(
+        "--hidden",
+        type=int,
+        default=64,
+        help="0: refit the linear head; -1: refit the checkpoint's own head from its weights",
+    )
     sp.add_argument("--steps", type=int, default=2000)
     sp.add_argument("--batch", type=int, default=4096, help="frames per step")
     sp.add_argument("--lr", type=float, default=1e-3)
@@ -565,6 +633,7 @@ def main(argv=None) -> int:
     li.add_argument("--model", default=str(SHIP_DIR), help="a v3 folder")
     li.add_argument("--export", default=None, help="export the current checkpoint here first")
     li.add_argument("--texts", type=int, default=12)
+    li.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per text")
     li.add_argument("--json", default=None, help="write the report (every clip) here")
     li.add_argument("--temperature", type=float, default=0.6)
     li.add_argument("--top-k", type=int, default=20)
