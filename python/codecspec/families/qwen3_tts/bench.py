@@ -363,18 +363,11 @@ def bench_qwen3(
     """The bench record (codecspec.perf's schema, plus Qwen3 keys; see the module doc).
     `frames` caps every stage's frames; `budget` (seconds from this call, loading included;
     None: no limit) sizes them (`plan_bench`); `progress` shows a bar per stage on stderr."""
-    from codecspec.graphs.row_probe import cpu_simd_flags
-    from codecspec.perf import graph_reads, peak_rss_mb, reset_peak_rss, stage
+    from codecspec.perf import reset_peak_rss
 
     start = time.perf_counter()
     log = log or (lambda m: None)
-    if acceptance is not None and not (0.0 <= float(acceptance) <= 1.0):
-        raise ValueError(f"acceptance: expected a number in [0, 1], got {acceptance!r}")
-    if int(frames) < 2:
-        raise ValueError(f"frames: expected at least 2, got {frames!r}")
-    if budget is not None and not float(budget) > 0:
-        raise ValueError(f"budget: expected a number of seconds > 0, got {budget!r}")
-    budget = float("inf") if budget is None else float(budget)
+    budget = _check_bench_args(acceptance, frames, budget)
     tts = Qwen3TTS.load(
         model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights, log=log
     )
@@ -388,88 +381,158 @@ def bench_qwen3(
     )
     n_talker = len(codes)
     pipeline = acceptance is not None and ref_audio is None
-    dec_s = _decoder_warm_up(tts, codes) if decoder else 0.0
-    costs = FrameCosts(
-        frame=secs["wall"] / n_talker,
-        depth=secs["depth"] / n_talker,
-        prefill=secs["prefill"] / max(secs["requests"], 1),
-        decoder=dec_s,
-        calls=dec.G - 1,
-        chain=_longest_chain(dec),
-    )
-    plan = plan_bench(
-        costs,
-        budget - (time.perf_counter() - start),
-        n_talker,
-        acceptance=acceptance is not None,
-        decoder=decoder,
-        pipeline=pipeline,
-        choose_chain=draft_depth in (None, "auto"),
-    )
+    costs = _frame_costs(tts, secs, n_talker, _decoder_warm_up(tts, codes) if decoder else 0.0)
+    stages_run = dict(acceptance=acceptance is not None, decoder=decoder, pipeline=pipeline)
+    left = budget - (time.perf_counter() - start)
+    plan = _plan(costs, left, n_talker, stages_run, draft_depth in (None, "auto"), log)
     n = plan.frames
-    log(
-        f"plan: {n} frames per stage, about {plan.seconds:.0f} s more "
-        f"(a frame {1e3 * costs.frame:.0f} ms, its depth loop {1e3 * costs.depth:.0f} ms)"
-    )
     draft_depth, choice = _resolve_draft_depth(
         dec, acceptance, draft_depth, plan.chain_calls, progress
     )
     log(f"depth loop: {n} frames, AR and speculative")
-    run, stats = controlled_depth_run(
-        dec, hiddens[:n], c0s[:n], n, acceptance, draft_depth, seed, progress=progress
+    frames_in = (hiddens[:n], c0s[:n])
+    run, depth_row, depth_extra = _depth_loop(
+        tts, frames_in, acceptance, draft_depth, seed, progress
     )
-    depth_row, depth_extra = _depth_stage(tts, run, stats, n, depth_bytes(tts))
-    talker_ms = 1e3 * secs["talker"] / n_talker
-    talker_bytes = graph_reads(tts.talker.graph.path).per_call(1)
-    stages = [stage("talker step", talker_ms, talker_ms, talker_bytes, talker_bytes), depth_row]
+    talker_row, host_row = _talker_and_host_stages(tts, secs, n_talker)
+    stages = [talker_row, depth_row]
     audio: dict = {"ttfa_s": None, "ttfa_cold_prefix_s": None, "pipeline_end_to_end": None}
     if decoder:
         log("speech decoder")
         stages.append(_decoder_stage(tts, codes[:n]))
-        warm, cold = time_to_first_audio(
-            tts, seed, temperature, ref_audio, plan.ttfa_repeats, progress
-        )
-        audio.update(ttfa_s=warm, ttfa_cold_prefix_s=cold)
-        log(f"text streamed at {TEXT_RATE:g} tokens/s: first audio, underruns")
-        audio["text_stream"] = from_the_text(tts, n, seed, temperature, ref_audio)
-        if pipeline:
-            log(f"pipeline end to end at acceptance {acceptance}")
-            audio["pipeline_end_to_end"] = pipeline_at_acceptance(
-                tts, float(acceptance), draft_depth, n, seed, plan.pipeline_rounds, progress
-            )
-    bank = tts.talker.head  # the c0 head's matrix-vector product, once per frame (float32)
-    head = 4 * bank.vocab_size * bank.hidden_size
-    host_ms = 1e3 * (secs["wall"] - secs["talker"] - secs["depth"]) / n_talker
-    stages.append(stage("host (c0 head, sampling)", host_ms, host_ms, head, head))
+        sampling = (seed, temperature, ref_audio)
+        pipe = (float(acceptance), draft_depth) if pipeline else None
+        audio.update(_audio_stages(tts, n, plan, sampling, pipe, progress, log))
+    stages.append(host_row)
     record = {
-        "family": "qwen3",
-        "model": str(tts.ck.dir),
-        "provider": dec.graph.provider,
-        "threads": threads,
-        "weights": tts.weights,
+        **_run_identity(tts, threads),
         "frames": n,
         "talker_frames": n_talker,
         "acceptance": None if acceptance is None else float(acceptance),
         "draft_depth": draft_depth if acceptance is not None else int(dec.tree.max_depth),
         "draft_depth_choice": choice,
         "stages": stages,
-        "audio_ms_per_frame": FRAME_MS,
-        "peak_rss_mb": peak_rss_mb(),
         "depth_speedup": run.median_ms("ar") / max(run.median_ms("spec"), 1e-9),
-        "calibration": {"depth": _calibrated(tts), "precision": _precision_choice(tts)},
-        "cpu_simd": cpu_simd_flags(),
-        "plan": {
-            **plan.as_dict(),
-            "budget_s": None if budget == float("inf") else budget,
-            "load_s": loaded - start,
-            "costs_s": asdict(costs),
-        },
+        **_machine_and_calibration(tts),
+        "plan": _plan_record(plan, budget, loaded - start, costs),
         **audio,
         **depth_extra,
     }
     record = _finish(record, tts, run, greedy=acceptance is not None or dec.params.temperature == 0)
     record["plan"]["bench_s"] = time.perf_counter() - start
     return record
+
+
+def _frame_costs(tts: Qwen3TTS, secs: dict, n_talker: int, decoder_s: float) -> FrameCosts:
+    """What a frame of each stage cost in the talker's timed frames (the plan's input)."""
+    dec = tts.depth
+    return FrameCosts(
+        frame=secs["wall"] / n_talker,
+        depth=secs["depth"] / n_talker,
+        prefill=secs["prefill"] / max(secs["requests"], 1),
+        decoder=decoder_s,
+        calls=dec.G - 1,
+        chain=_longest_chain(dec),
+    )
+
+
+def _plan(costs: FrameCosts, left: float, n_talker: int, stages_run: dict, choose_chain, log):
+    """`plan_bench` for the seconds left, logged."""
+    plan = plan_bench(costs, left, n_talker, choose_chain=choose_chain, **stages_run)
+    log(
+        f"plan: {plan.frames} frames per stage, about {plan.seconds:.0f} s more "
+        f"(a frame {1e3 * costs.frame:.0f} ms, its depth loop {1e3 * costs.depth:.0f} ms)"
+    )
+    return plan
+
+
+def _talker_and_host_stages(tts: Qwen3TTS, secs: dict, n_talker: int):
+    """The talker step's stage row and the host's (the c0 head's float32 matrix-vector
+    product and sampling, once per frame), each with the bytes it reads."""
+    from codecspec.perf import graph_reads, stage
+
+    talker_ms = 1e3 * secs["talker"] / n_talker
+    talker_bytes = graph_reads(tts.talker.graph.path).per_call(1)
+    bank = tts.talker.head
+    head = 4 * bank.vocab_size * bank.hidden_size
+    host_ms = 1e3 * (secs["wall"] - secs["talker"] - secs["depth"]) / n_talker
+    return (
+        stage("talker step", talker_ms, talker_ms, talker_bytes, talker_bytes),
+        stage("host (c0 head, sampling)", host_ms, host_ms, head, head),
+    )
+
+
+def _run_identity(tts: Qwen3TTS, threads) -> dict:
+    return {
+        "family": "qwen3",
+        "model": str(tts.ck.dir),
+        "provider": tts.depth.graph.provider,
+        "threads": threads,
+        "weights": tts.weights,
+    }
+
+
+def _depth_loop(tts: Qwen3TTS, frames_in, acceptance, draft_depth, seed: int, progress):
+    """The depth loop timed AR and speculative on the talker's own frames: the run, its
+    stage row and its extra record keys."""
+    hiddens, c0s = frames_in
+    n = len(c0s)
+    run, stats = controlled_depth_run(
+        tts.depth, hiddens, c0s, n, acceptance, draft_depth, seed, progress=progress
+    )
+    row, extra = _depth_stage(tts, run, stats, n, depth_bytes(tts))
+    return run, row, extra
+
+
+def _plan_record(plan, budget: float, load_s: float, costs: FrameCosts) -> dict:
+    return {
+        **plan.as_dict(),
+        "budget_s": None if budget == float("inf") else budget,
+        "load_s": load_s,
+        "costs_s": asdict(costs),
+    }
+
+
+def _machine_and_calibration(tts: Qwen3TTS) -> dict:
+    """The peak memory, the CPU's SIMD flags and what calibration chose: beside every figure
+    because ratios and rounding differ between CPU kinds."""
+    from codecspec.graphs.row_probe import cpu_simd_flags
+    from codecspec.perf import peak_rss_mb
+
+    return {
+        "audio_ms_per_frame": FRAME_MS,
+        "peak_rss_mb": peak_rss_mb(),
+        "calibration": {"depth": _calibrated(tts), "precision": _precision_choice(tts)},
+        "cpu_simd": cpu_simd_flags(),
+    }
+
+
+def _check_bench_args(acceptance, frames, budget) -> float:
+    """The budget in seconds (inf: none), after checking the arguments a user passes."""
+    if acceptance is not None and not (0.0 <= float(acceptance) <= 1.0):
+        raise ValueError(f"acceptance: expected a number in [0, 1], got {acceptance!r}")
+    if int(frames) < 2:
+        raise ValueError(f"frames: expected at least 2, got {frames!r}")
+    if budget is not None and not float(budget) > 0:
+        raise ValueError(f"budget: expected a number of seconds > 0, got {budget!r}")
+    return float("inf") if budget is None else float(budget)
+
+
+def _audio_stages(tts: Qwen3TTS, n: int, plan, sampling, pipe, progress, log) -> dict:
+    """What a listener waits for: first audio (warm and cold prefix), text streamed at
+    TEXT_RATE, and with `pipe` = (acceptance, draft_depth) the pipeline end to end."""
+    seed, temperature, ref_audio = sampling
+    warm, cold = time_to_first_audio(tts, seed, temperature, ref_audio, plan.ttfa_repeats, progress)
+    out: dict = {"ttfa_s": warm, "ttfa_cold_prefix_s": cold}
+    log(f"text streamed at {TEXT_RATE:g} tokens/s: first audio, underruns")
+    out["text_stream"] = from_the_text(tts, n, seed, temperature, ref_audio)
+    if pipe is not None:
+        acceptance, draft_depth = pipe
+        log(f"pipeline end to end at acceptance {acceptance}")
+        out["pipeline_end_to_end"] = pipeline_at_acceptance(
+            tts, acceptance, draft_depth, n, seed, plan.pipeline_rounds, progress
+        )
+    return out
 
 
 def _decoder_warm_up(tts: Qwen3TTS, codes: np.ndarray) -> float:

@@ -641,11 +641,7 @@ class Qwen3TTS:
         g = cs.Generator(seed) if generator is None else generator
         g_talk, g_depth = g.fork(1), g.fork(2)
         t0 = time.perf_counter()
-        embeds, trailing = self.prompt_embeds(p)
-        text_row = self._text_rows(text, p, trailing)
-        hidden = self.talker.prefill(
-            embeds, capacity=len(p) + min(max_new, TALKER_FIRST_FRAMES), fixed=p.fixed_rows
-        )
+        hidden, text_row = self._prefill(text, p, max_new)
         secs["prefill"] = time.perf_counter() - t0
         history: list[int] = []
         eos = self.spec.codec["eos"]
@@ -670,6 +666,16 @@ class Qwen3TTS:
             step += 1
             hidden = yield "talker", e
             secs["talker"] += time.perf_counter() - t2
+
+    def _prefill(self, text, p: Prompt, max_new: int):
+        """The talker's hidden state after the prompt, and step -> the text row each frame
+        adds (the cache holds the first frames; it grows past them as a frame needs it)."""
+        embeds, trailing = self.prompt_embeds(p)
+        text_row = self._text_rows(text, p, trailing)
+        hidden = self.talker.prefill(
+            embeds, capacity=len(p) + min(max_new, TALKER_FIRST_FRAMES), fixed=p.fixed_rows
+        )
+        return hidden, text_row
 
     def _text_rows(self, text, p: Prompt, trailing: np.ndarray):
         """step -> the text row frame `step` adds: the trailing rows then tts_pad; for a
