@@ -7,7 +7,7 @@ import wave
 from pathlib import Path
 
 import codecspec
-from codecspec.tts import espeak
+from codecspec.frontend import espeak
 
 
 def main(work: Path) -> int:

@@ -125,8 +125,8 @@ class Reference:
     def __call__(self, text: str) -> dict:
         if text not in self.cache:
             from codecspec.codec.audio import resample
-            from codecspec.tts.aligned import phoneme_track
-            from codecspec.tts.espeak import render
+            from codecspec.frontend.aligned import phoneme_track
+            from codecspec.frontend.espeak import render
 
             voice, rate, pitch = VOICE_RATE_PITCH
             r = render(text, voice, rate, pitch)

@@ -13,7 +13,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.families.reference.temporal_batch import BatchedTemporal
-from codecspec.tts.text import BOS, EOS
+from codecspec.frontend.text import BOS, EOS
 
 
 class SlotStepper:

@@ -33,8 +33,8 @@ def tiny_v2_configs(frontend=None, window: int = 4, **temporal):
     """(V2TemporalConfig, DepthDecoderConfig) a 2-core CPU trains and exports in seconds;
     `frontend` sets the table sizes (default: the one `V2_ROWS` gives)."""
     from codecspec.families.v2.torch_model import V2TemporalConfig
+    from codecspec.frontend.text import Frontend
     from codecspec.graphs import small_depth
-    from codecspec.tts.text import Frontend
 
     fe = frontend or Frontend.from_manifest(V2_ROWS)
     base = dict(
@@ -134,7 +134,7 @@ def tiny_v2_folder(
     from codecspec.codec.codec import CodecConfig
     from codecspec.families.v2.codec import CodecV2, V2Config
     from codecspec.families.v2.model import V2_FORMAT
-    from codecspec.tts.text import Frontend
+    from codecspec.frontend.text import Frontend
 
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -223,7 +223,7 @@ def write_v2_golden(path, seed: int = 3):
     import torch
 
     from codecspec.families.v2.torch_model import V2Model
-    from codecspec.tts.text import Frontend
+    from codecspec.frontend.text import Frontend
 
     fe = Frontend.from_manifest(V2_ROWS)
     model = tiny_v2_model(V2_GOLDEN_WINDOW, -50.0, 0, fe, 6.0)

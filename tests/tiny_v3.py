@@ -23,7 +23,7 @@ def tiny_v3_model(stop_bias=None, seed: int = 0, window: int = 4, logit_scale: f
     import torch
 
     from codecspec.families.v2.torch_model import V2Model
-    from codecspec.tts.text import Frontend
+    from codecspec.frontend.text import Frontend
 
     fe = Frontend.from_manifest(V3_ROWS)
     tcfg, dcfg = tiny_v2_configs(fe, window=window, aligned=True)

@@ -274,7 +274,7 @@ def synth_timed(job: dict) -> dict:
 
     The audio is not trimmed, so the times stay valid: row ``events`` = [[mnemonic, start_ms],
     ...] and ``end_ms`` on the written 16 kHz file's time axis (the aligned model's input)."""
-    from codecspec.tts.espeak import render
+    from codecspec.frontend.espeak import render
 
     out = Path(job["root"]) / job["path"]
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -151,7 +151,7 @@ def _folder_configs(folder, ce_draft: bool):
 
 def _folder_frontend(folder):
     """The phoneme, language and speaker tables a shipped model folder was trained with."""
-    from codecspec.tts.text import Frontend
+    from codecspec.frontend.text import Frontend
 
     meta = json.loads((Path(folder).expanduser() / "model.json").read_text())
     return Frontend.from_dict(meta["frontend"])
@@ -310,7 +310,7 @@ def row_pace(tts, r: dict, num_phonemes: int):
     """A held-out row's pace: v2's expected length, or v3's track from the row's timing."""
     if not getattr(tts, "aligned", False):
         return tts.expected_frames(num_phonemes, r["language"])
-    from codecspec.tts.aligned import phoneme_track
+    from codecspec.frontend.aligned import phoneme_track
 
     starts = [float(t) for _, t in r["events"]]
     return phoneme_track(starts, float(r["end_ms"]), 1000.0 / tts.codec.frame_rate)
@@ -527,8 +527,8 @@ def export_folder(args, out: Path):
 
     from codecspec.families.v2.model import V2_FORMAT
     from codecspec.families.v2.torch_model import export_onnx
+    from codecspec.frontend.text import Frontend
     from codecspec.tts.dataset import TTSDataset
-    from codecspec.tts.text import Frontend
 
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
     out.mkdir(parents=True, exist_ok=True)

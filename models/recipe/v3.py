@@ -13,7 +13,7 @@
 
 What changes from v2 (docs/reference_model_v3.md): the corpus keeps espeak-ng's own phoneme
 timing (`corpus.py --timed`), the temporal LM reads the phoneme track u_t of
-`codecspec.tts.aligned` instead of an expected progress (its cross-attention gets a prior
+`codecspec.frontend.aligned` instead of an expected progress (its cross-attention gets a prior
 centred on the phoneme being spoken), and the codec is v1's, which keeps the words (67.5% of
 words recognised after resynthesis against v2's 55%, docs/quality.md).
 Everything else — the depth decoder, the draft LM, the ring cache, the stop head, the ship
@@ -237,8 +237,8 @@ def _folder_model(folder: Path):
 
     from codecspec.families.v2.torch_model import V2Model, V2TemporalConfig
     from codecspec.families.v2.train_init import load_folder_weights
+    from codecspec.frontend.text import Frontend
     from codecspec.graphs.config import DepthDecoderConfig
-    from codecspec.tts.text import Frontend
 
     meta = json.loads((folder / "model.json").read_text())
     tcfg = V2TemporalConfig(**{**meta["temporal_config"], "ce_draft": False})
@@ -405,8 +405,8 @@ def cmd_stop(args) -> int:
     from v2 import load_checkpoint
 
     from codecspec.families.v2.torch_model import stop_head
+    from codecspec.frontend.text import Frontend
     from codecspec.tts.dataset import TTSDataset
-    from codecspec.tts.text import Frontend
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -15,7 +15,7 @@ from codecspec.families.reference.model import (
     TemporalStepper,
     default_model_dir,
 )
-from codecspec.tts.text import BOS, EOS
+from codecspec.frontend.text import BOS, EOS
 
 pytestmark = pytest.mark.skipif(
     not all((default_model_dir() / f).is_file() for f in MODEL_FILES),

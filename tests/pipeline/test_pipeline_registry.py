@@ -172,11 +172,11 @@ def test_tts_keeps_no_alias_of_a_family_module():
 
 def test_no_family_borrows_another_familys_members():
     """The phoneme families' text side (`languages`, `speakers`, `ids`) is the shared
-    `codecspec.tts.text.PhonemeModel`'s; no family's model derives from another's."""
+    `codecspec.frontend.text.PhonemeModel`'s; no family's model derives from another's."""
     from codecspec.families.fsq.model import FSQTTS
     from codecspec.families.reference.model import ReferenceTTS
     from codecspec.families.v2.model import V2TTS
-    from codecspec.tts.text import PhonemeModel
+    from codecspec.frontend.text import PhonemeModel
 
     models = (ReferenceTTS, V2TTS, FSQTTS)
     for cls in models:

@@ -34,7 +34,7 @@ from codecspec.codec.audio import WavWriter, read_wav, write_wav
 from codecspec.codec.features import log_spectral_distance, stft
 from codecspec.codec.streaming import ChunkVocoder, chunk_seed, stream_decode
 from codecspec.families.reference.model import MODEL_FILES, ReferenceTTS, default_model_dir
-from codecspec.tts.text import split_sentences
+from codecspec.frontend.text import split_sentences
 
 HAVE_MODEL = all((default_model_dir() / f).is_file() for f in MODEL_FILES)
 needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="no shipped reference model")

@@ -4,13 +4,13 @@ Loading a model must not pull in PyTorch-side training or ablation code, so `dec
 `calibrate/` import nothing from `codecspec.train`, not even inside a function (the check
 reads every import statement, module level or not). The shared packages (the pipeline's
 protocol and registry, decoding, the runtime, the graph builders, the codec, calibration, the
-serving engine and server, the text front end in tts/) name no family either: they import
+serving engine and server, the text front end in frontend/) name no family either: they import
 nothing from `codecspec.families` or `codecspec.train` (the registry names families by module
 path strings, which are not imports). The CLI and train/'s shared training code name no
 family (the CLI reaches a family's own commands through the registry's hooks; it may run
 train/'s ablation), and no CLI module defines a flag that a family's `cli_options` adds: a
 family's flags come from the family. No family imports another family's package: what two
-share is shared code (`codecspec.tts.text.PhonemeModel`, `codecspec.train.networks`, ...).
+share is shared code (`codecspec.frontend.text.PhonemeModel`, `codecspec.train.networks`, ...).
 And the top-level subpackages import each other in no cycle (lazy imports included): a
 helper two packages share lives in the lower one; nor do the files of the package (or of the
 model recipe, models/recipe) import each other in a circle, bar the named exceptions in
@@ -30,7 +30,17 @@ PACKAGE = Path(codecspec.__file__).resolve().parent
 RECIPE = REPO / "models" / "recipe"
 LOWER = ("decode", "calibrate")
 FORBIDDEN = "codecspec.train"
-SHARED = ("pipeline", "decode", "runtime", "graphs", "codec", "calibrate", "serve", "tts")
+SHARED = (
+    "pipeline",
+    "decode",
+    "runtime",
+    "graphs",
+    "codec",
+    "calibrate",
+    "serve",
+    "tts",
+    "frontend",
+)
 FAMILY_CODE = ("codecspec.families", "codecspec.train")
 # Shared too, but allowed training code: `codecspec ablate` runs train/ablate.py, and train/
 # is where the families' shared training parts live.

@@ -66,7 +66,7 @@ def tracebacks():
 
 def altered_at_a_boundary(text: str) -> bool:
     """Whether a C string or UTF-8 boundary would alter `text` (restated from Unicode's
-    categories, independently of tts/textcheck.py)."""
+    categories, independently of frontend/textcheck.py)."""
     return any(
         unicodedata.category(c) == "Cs"
         or (unicodedata.category(c) == "Cc" and c not in ALLOWED_CONTROLS)

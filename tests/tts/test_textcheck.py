@@ -1,4 +1,4 @@
-"""The text policy (tts/textcheck.py) at every boundary where a string could be cut or fail:
+"""The text policy (frontend/textcheck.py) at every boundary where a string could be cut or fail:
 espeak-ng's library and command-line tool (C strings), the Qwen3-TTS tokenizer path, and
 `codecspec synth`'s text and --text-file (issue 51)."""
 
@@ -9,7 +9,7 @@ import unicodedata
 
 import pytest
 
-from codecspec.tts.textcheck import check_text, text_problem
+from codecspec.frontend.textcheck import check_text, text_problem
 
 ALLOWED_CONTROLS = "\t\n\x0b\x0c\r"
 
@@ -65,7 +65,7 @@ def test_a_non_string_names_the_argument():
 
 # --------------------------------------------------------------------------- espeak-ng
 def _espeak_library():
-    from codecspec.tts import espeak
+    from codecspec.frontend import espeak
 
     if not espeak.available():
         pytest.skip("espeak-ng's library is not available")
@@ -83,7 +83,7 @@ def test_the_espeak_library_refuses_a_nul_instead_of_cutting(call):
 
 def test_the_c_boundary_itself_refuses_nul_and_surrogates():
     # The timing worker loads _espeak_lib alone (python -I): its own guard must hold.
-    from codecspec.tts._espeak_lib import Library, _c_text
+    from codecspec.frontend._espeak_lib import Library, _c_text
 
     assert _c_text("Hi") == b"Hi\x00"
     for bad in ("Hi\x00 there", "Hi \ud800"):
@@ -97,7 +97,7 @@ def test_the_c_boundary_itself_refuses_nul_and_surrogates():
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 def test_phonemize_refuses_a_nul_for_the_command_line_tool_too():
-    from codecspec.tts.phonemes import phonemize
+    from codecspec.frontend.phonemes import phonemize
 
     with pytest.raises(ValueError, match="^text: contains"):
         phonemize("Hi\x00 this is a much longer sentence.", "en-us")
@@ -210,7 +210,7 @@ def test_any_text_file_bytes_are_refused_in_one_line_or_read_whole(tmp_path_fact
         assert text == " ".join(whole.split()), (data, text)
         assert not refused_by_policy(whole), data
         if espeak:
-            from codecspec.tts.phonemes import phonemize
+            from codecspec.frontend.phonemes import phonemize
 
             try:
                 assert phonemize(text, "en-us")

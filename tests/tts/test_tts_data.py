@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from codecspec.codec.data import save_codes
-from codecspec.tts import (
+from codecspec.frontend.text import (
     BOS,
     EOS,
     PAD,
@@ -22,10 +22,10 @@ from codecspec.tts import (
     Frontend,
     IdTable,
     PhonemeVocab,
-    TTSDataset,
     normalize,
     tokenize,
 )
+from codecspec.tts.dataset import TTSDataset
 
 SR, FRAME = 16000, 1280
 

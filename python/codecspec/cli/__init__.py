@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
     )
+    from codecspec.frontend.phonemes import PhonemizerError
     from codecspec.tts.intelligibility import RecognizerUnavailable
-    from codecspec.tts.phonemes import PhonemizerError
 
     try:
         return args.func(args)

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from codecspec.frontend.phonemes import PhonemizerError
 from codecspec.serve.audio import (
     FORMATS,
     MEDIA_TYPES,
@@ -50,7 +51,6 @@ from codecspec.serve.audio import (
 )
 from codecspec.serve.engine import Engine, Overloaded, SpeechRequest, StreamFailed
 from codecspec.serve.heap import HeapTrimmer
-from codecspec.tts.phonemes import PhonemizerError
 
 log = logging.getLogger("codecspec.serve")
 

@@ -34,9 +34,9 @@ from typing import Callable, Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.frontend.textcheck import check_text
 from codecspec.pipeline.family import Family, SpeechRequest
 from codecspec.pipeline.loop import LoopStats, Outlet, Stream, StreamLoop
-from codecspec.tts.textcheck import check_text
 
 MAX_INPUT_CHARS = 400
 SPEED_RANGE = (0.25, 4.0)

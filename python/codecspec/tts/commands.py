@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from codecspec.frontend.textcheck import check_text
 from codecspec.perf import peak_rss_mb
-from codecspec.tts.textcheck import check_text
 
 
 def params_from_args(args):

@@ -19,8 +19,8 @@ from typing import Iterator, Optional
 import numpy as np
 
 from codecspec.codec.data import load_codes, load_manifest
-from codecspec.tts.aligned import phoneme_track
-from codecspec.tts.text import PAD, Frontend
+from codecspec.frontend.aligned import phoneme_track
+from codecspec.frontend.text import PAD, Frontend
 
 __all__ = ["Utterance", "Batch", "TTSDataset"]
 

@@ -69,7 +69,7 @@ class Reference:
     def __call__(self, text: str) -> dict:
         if text not in self.cache:
             from codecspec.codec.audio import resample
-            from codecspec.tts.espeak import render
+            from codecspec.frontend.espeak import render
 
             codec = _codec(self.tts, "codec")
             r = render(text, *self.voice)
@@ -143,7 +143,7 @@ class Lookup:
 
     def _build(self, texts: list) -> dict:
         from codecspec.codec.audio import resample
-        from codecspec.tts.espeak import render
+        from codecspec.frontend.espeak import render
 
         sums: dict = {}
         t0 = time.monotonic()
@@ -163,7 +163,7 @@ class Lookup:
     def _cache_path(self, texts: list) -> Path:
         """<cache>/lookup/<hash of texts, voice, espeak-ng version, codebooks>.npz."""
         from codecspec.cache import cache_root
-        from codecspec.tts.espeak import library_info
+        from codecspec.frontend.espeak import library_info
 
         h = hashlib.sha256()
         h.update(json.dumps([texts, self.voice, library_info()["version"]]).encode())
@@ -212,7 +212,7 @@ class Lookup:
         """int64 [frames, levels]: the table's latents along espeak-ng's timing of `text`
         (the timing the model is given), quantised by the codec's RVQ."""
         from codecspec.codec.rvq import rvq_encode
-        from codecspec.tts.espeak import timing
+        from codecspec.frontend.espeak import timing
 
         r = timing(text, *self.voice)
         frames = int(np.ceil(r.end_ms / self.frame_ms - 1e-9))

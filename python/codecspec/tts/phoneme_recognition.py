@@ -176,7 +176,7 @@ def reference_phonemes(row: dict) -> list:
     same reference), else espeak-ng's IPA of its text now."""
     ipa = row.get("phonemes")
     if not ipa:
-        from codecspec.tts.phonemes import phonemize
+        from codecspec.frontend.phonemes import phonemize
 
         ipa = phonemize(row["text"], REFERENCE_VOICE)
     return english_phonemes(ipa)

@@ -25,9 +25,9 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.codec.streaming import ChunkVocoder, codec_sample_rate
+from codecspec.frontend.text import split_sentences as _split
 from codecspec.pipeline.family import Family, SpeechRequest, StreamState
 from codecspec.pipeline.loop import run_inline
-from codecspec.tts.text import split_sentences as _split
 
 __all__ = [
     "AudioStream",

@@ -90,8 +90,8 @@ def test_an_aligned_model_is_served_bit_identical_to_generate():
     stream; IPA input is refused (the model needs espeak-ng's timing of the text)."""
 
     from codecspec.families.v2.model import V2TTS
+    from codecspec.frontend import espeak
     from codecspec.serve.engine import SpeechRequest
-    from codecspec.tts import espeak
 
     if not espeak.available():
         pytest.skip("libespeak-ng.so.1 is not installed (apt-get install espeak-ng)")

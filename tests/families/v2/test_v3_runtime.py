@@ -9,8 +9,8 @@ from paths import DATA
 import codecspec as cs
 from codecspec.codec.codec import Codec
 from codecspec.families.v2.model import V2TTS
-from codecspec.tts import espeak
-from codecspec.tts.aligned import FIRST_PHONEME
+from codecspec.frontend import espeak
+from codecspec.frontend.aligned import FIRST_PHONEME
 
 FIXTURE = DATA / "tiny_v3"
 TEXT = "Hello world, a big feel."

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from codecspec.families.v2.model import V2_FILES, V2TTS, default_v3_dir
-from codecspec.tts import espeak
+from codecspec.frontend import espeak
 from codecspec.tts.registry import resolve_model_dir
 
 MODEL = default_v3_dir()

@@ -107,7 +107,7 @@ def test_training_data_with_other_speaker_ids_is_refused():
     """The embedding rows stand for the folder's symbols: data whose tables name other voices
     must not be trained from these weights."""
     from codecspec.families.v2.train_init import load_folder_weights
-    from codecspec.tts.text import Frontend
+    from codecspec.frontend.text import Frontend
 
     d = json.loads((MODEL / "model.json").read_text())["frontend"]
     load_folder_weights(_fresh_model(), MODEL, Frontend.from_dict(d))  # the same tables: fine

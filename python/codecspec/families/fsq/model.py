@@ -35,6 +35,8 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.families.fsq.codec import FSQCodec, check_levels
+from codecspec.frontend.phonemes import encode_input, phonemize
+from codecspec.frontend.text import BOS, EOS, PAD, Frontend, PhonemeModel
 from codecspec.model_store import named_model_dir
 from codecspec.pipeline.family import (
     Check,
@@ -48,7 +50,6 @@ from codecspec.pipeline.family import (
 from codecspec.pipeline.result import Result
 from codecspec.runtime.session import open_session
 from codecspec.runtime.slots import SlotCache
-from codecspec.tts.phonemes import encode_input, phonemize
 from codecspec.tts.stream import (
     DEFAULT_CHUNK_FRAMES,
     AudioStream,
@@ -56,7 +57,6 @@ from codecspec.tts.stream import (
     speech_request,
     stream_request,
 )
-from codecspec.tts.text import BOS, EOS, PAD, Frontend, PhonemeModel
 
 __all__ = [
     "FSQFamily",
@@ -297,7 +297,7 @@ def _read_meta(d: Path) -> dict:
 class FSQTTS(PhonemeModel):
     """Loads an FSQ model folder (FSQ_FILES; default: the shipped python/codecspec/models/fsq).
     Its text side (`languages`, `speakers`, `ids`) is the shared
-    `codecspec.tts.text.PhonemeModel`'s."""
+    `codecspec.frontend.text.PhonemeModel`'s."""
 
     family = "fsq"
 

@@ -20,9 +20,9 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.decode.batched_depth import FrameJob
+from codecspec.frontend.textcheck import check_text
 from codecspec.pipeline.result import Result
 from codecspec.runtime.npy_rows import open_rows
-from codecspec.tts.textcheck import check_text
 
 from .checkpoint import Qwen3Checkpoint
 from .graphs import build_or_load, text_embedding_rows

@@ -42,7 +42,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from codecspec.tts.textcheck import check_text
+from codecspec.frontend.textcheck import check_text
 
 from .text import assistant_text, encode, reference_text
 

@@ -32,10 +32,11 @@ from codecspec.codec.codec import Codec
 from codecspec.decode.batched_depth import BatchedDepth, DepthLane, sample_roots
 from codecspec.decode.depth import MODES, DepthDecoder
 from codecspec.families.reference.temporal_batch import BatchedTemporal, batched_temporal_session
+from codecspec.frontend.phonemes import encode_input
+from codecspec.frontend.text import Frontend, PhonemeModel
 from codecspec.model_store import named_model_dir
 from codecspec.pipeline.family import Check, Family, Frame, StreamState, guard, sampling_params
 from codecspec.runtime.session import open_session
-from codecspec.tts.phonemes import encode_input
 from codecspec.tts.stream import (
     DEFAULT_CHUNK_FRAMES,
     AudioStream,
@@ -44,7 +45,6 @@ from codecspec.tts.stream import (
     stream_request,
 )
 from codecspec.tts.synthesis import Synthesis
-from codecspec.tts.text import Frontend, PhonemeModel
 
 __all__ = [
     "default_model_dir",
@@ -114,7 +114,7 @@ class TemporalStepper:
 
 class ReferenceTTS(PhonemeModel):
     """Loads a model folder (see MODEL_FILES; default: the shipped one). Its text side
-    (`languages`, `speakers`, `ids`) is the shared `codecspec.tts.text.PhonemeModel`'s."""
+    (`languages`, `speakers`, `ids`) is the shared `codecspec.frontend.text.PhonemeModel`'s."""
 
     def __init__(
         self,

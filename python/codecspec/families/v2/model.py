@@ -45,6 +45,8 @@ from codecspec.decode.batched_depth import decode_frames
 from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder, stage_params
 from codecspec.decode.temporal import Acceptance, TemporalLoop, run_round
 from codecspec.families.v2.codec import CodecV2
+from codecspec.frontend.phonemes import encode_input, phonemize
+from codecspec.frontend.text import BOS, EOS, Frontend, PhonemeModel
 from codecspec.model_store import named_model_dir
 from codecspec.pipeline.family import (
     Check,
@@ -57,7 +59,6 @@ from codecspec.pipeline.family import (
 )
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session
-from codecspec.tts.phonemes import encode_input, phonemize
 from codecspec.tts.stream import (
     DEFAULT_CHUNK_FRAMES,
     AudioStream,
@@ -66,7 +67,6 @@ from codecspec.tts.stream import (
     stream_request,
 )
 from codecspec.tts.synthesis import Synthesis
-from codecspec.tts.text import BOS, EOS, Frontend, PhonemeModel
 
 __all__ = [
     "V2Family",
@@ -293,7 +293,7 @@ class StepBatch:
 
 class V2TTS(PhonemeModel):
     """Loads a v2 model folder (V2_FILES; default: the shipped one). Its text side
-    (`languages`, `speakers`, `ids`) is the shared `codecspec.tts.text.PhonemeModel`'s.
+    (`languages`, `speakers`, `ids`) is the shared `codecspec.frontend.text.PhonemeModel`'s.
 
     depth: "positional" (depth.onnx, the per-position decoder) or "shared" (depth_shared.npz,
     the shared-parameter decoder, `codecspec.decode.shared_depth`); a folder needs the files
@@ -464,8 +464,8 @@ class V2TTS(PhonemeModel):
     def phoneme_track(self, text: str, language: str, speaker, rate: float = 1.0):
         """(mnemonics, track u_t) of `text` as espeak-ng times it for this voice; `rate`
         scales the words per minute the model was trained around."""
-        from codecspec.tts.aligned import phoneme_track
-        from codecspec.tts.espeak import RATE_RANGE, timing
+        from codecspec.frontend.aligned import phoneme_track
+        from codecspec.frontend.espeak import RATE_RANGE, timing
 
         if not (isinstance(rate, (int, float)) and 0.25 <= rate <= 4.0):
             raise ValueError(f"rate: expected a number in [0.25, 4], got {rate!r}")

@@ -76,7 +76,7 @@ class V2TemporalConfig:
     # a second draft trained on cross-entropy alone, beside the distilled one: the ablation
     # of distillation at full training length for ~5% more compute (not exported)
     ce_draft: bool = False
-    # v3: `progress` is the phoneme track u_t of `codecspec.tts.aligned` (espeak-ng's timing):
+    # v3: `progress` is the phoneme track u_t of `codecspec.frontend.aligned` (espeak-ng's timing):
     # the frame input reads the position inside the phoneme and cross-attention gets a prior
     # centred on the phoneme being spoken, of width `align_sigma` phonemes
     aligned: bool = False

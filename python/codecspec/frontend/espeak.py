@@ -3,7 +3,7 @@
 The aligned reference model (v3) conditions its temporal LM frame by frame on which phoneme
 is being spoken. espeak-ng knows that: initialised with phoneme events, its synthesis callback
 reports every phoneme's mnemonic with its position in the audio (ms). The command-line tool
-cannot print those timings without an MBROLA voice, so `codecspec.tts._espeak_lib` talks to
+cannot print those timings without an MBROLA voice, so `codecspec.frontend._espeak_lib` talks to
 the library directly: the one the `espeakng-loader` wheel carries (a dependency of codecspec),
 or a system ``libespeak-ng.so.1`` where that wheel is absent.
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from codecspec.tts._espeak_lib import EspeakError, Library, locate
-from codecspec.tts.textcheck import check_text
+from codecspec.frontend._espeak_lib import EspeakError, Library, locate
+from codecspec.frontend.textcheck import check_text
 
 __all__ = [
     "Rendering",

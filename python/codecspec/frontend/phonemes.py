@@ -14,8 +14,8 @@ from typing import Optional
 
 import numpy as np
 
-from codecspec.tts.text import BOS, EOS
-from codecspec.tts.textcheck import check_text
+from codecspec.frontend.text import BOS, EOS
+from codecspec.frontend.textcheck import check_text
 
 __all__ = ["PhonemizerError", "encode_input", "phonemize"]
 
@@ -44,7 +44,7 @@ def encode_input(tts, req, max_phonemes: Optional[int], strict: bool = True) -> 
 def phonemize(text: str, voice: str) -> str:
     """IPA of `text` by espeak-ng (clauses joined with " | ", as in the training corpus): its
     command-line tool where installed (what the corpora of the IPA-input models were made
-    with), else its library (`codecspec.tts.espeak.ipa`, the espeakng-loader wheel's: the same
+    with), else its library (`codecspec.frontend.espeak.ipa`, the espeakng-loader wheel's: the same
     strings for the same version; 1.52 against 1.51 differs in a few vowels, e.g. oː / ɔː)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: expected a non-empty string")
@@ -69,7 +69,7 @@ def phonemize(text: str, voice: str) -> str:
 
 
 def _library_ipa(text: str, voice: str) -> str:
-    from codecspec.tts.espeak import EspeakError, ipa
+    from codecspec.frontend.espeak import EspeakError, ipa
 
     try:
         out = ipa(text, voice)

@@ -4,7 +4,7 @@ v2 learned where in the text each frame is from an expected progress (t + 0.5) /
 cross-attention, and that alignment never formed at the training budget here (its speech was
 babble to a recognizer, docs/quality.md). v3 is told instead, as
 Qwen3-TTS feeds one text token per frame and Kyutai's delayed-streams TTS aligns a text stream
-with the audio: espeak-ng's own phoneme timing (`codecspec.tts.espeak`) gives every frame t a
+with the audio: espeak-ng's own phoneme timing (`codecspec.frontend.espeak`) gives every frame t a
 *phoneme position*
 
     u_t = i + (c_t - start_i) / duration_i,   c_t = (t + 0.5) * frame_ms,

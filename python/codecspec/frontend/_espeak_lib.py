@@ -6,7 +6,7 @@ package), then a system library (Debian's ``libespeak-ng1``) as the fallback. Th
 and the runtime both load it through here, so the phoneme track at synthesis comes from the
 library the model's corpus was timed with.
 
-`codecspec.tts.espeak` builds on this; run as a script (``python -I _espeak_lib.py`` with a
+`codecspec.frontend.espeak` builds on this; run as a script (``python -I _espeak_lib.py`` with a
 JSON request on stdin) it answers with the phoneme timing of one text from a freshly
 initialised library. The library keeps state from one synthesis to the next (its waveform
 generator's phase), which moves phoneme times by a few ms from call to call; a fresh process
@@ -60,7 +60,7 @@ _CALLBACK = ctypes.CFUNCTYPE(
 def _c_text(text: str) -> bytes:
     """`text` as the NUL-terminated UTF-8 the library reads. The library stops at the first
     NUL, so a NUL inside would cut the text silently: refused here, at the boundary, as is
-    a lone surrogate (no UTF-8 form). `codecspec.tts.textcheck` refuses both earlier, with
+    a lone surrogate (no UTF-8 form). `codecspec.frontend.textcheck` refuses both earlier, with
     the caller's argument name; this module must also work alone (the timing worker)."""
     nul = text.find("\0")
     if nul >= 0:
