@@ -12,7 +12,7 @@ set:
 * phonemes by class (stops, affricates, fricatives, nasals, liquids, glides, vowels,
   diphthongs): the share of the reference phonemes of that class the phoneme recognizer found,
   from the minimum-edit alignment of its output with espeak-ng's phonemes of the sentence
-  (`codecspec.tts.phoneme_recognition.align`), and beside it the same share relative to the
+  (`codecspec.evaluation.phoneme_recognition.align`), and beside it the same share relative to the
   espeak-ng row's (1.0 = as well as espeak-ng itself);
 * SUS only: words recognised per SUS template.
 """
@@ -30,8 +30,8 @@ try:
 except ImportError:  # a checkout whose package is not installed
     sys.path.insert(0, str(ROOT / "python"))
 
-from codecspec.tts.intelligibility import load_sentences  # noqa: E402
-from codecspec.tts.phoneme_recognition import (  # noqa: E402
+from codecspec.evaluation.intelligibility import load_sentences  # noqa: E402
+from codecspec.evaluation.phoneme_recognition import (  # noqa: E402
     CLASS_OF,
     CLASSES,
     align,

@@ -68,9 +68,9 @@ def held_out_rows(corpus: Path, n: int) -> list:
 
 def cmd_run(args) -> int:
     from codecspec.codec.audio import read_wav
+    from codecspec.evaluation.quality import dtw_log_mel_distance
     from codecspec.families.v2.model import V2TTS
     from codecspec.progress import bar
-    from codecspec.tts.quality import dtw_log_mel_distance
 
     k, n = (int(x) for x in args.shard.split("/"))
     tts = V2TTS(args.model, provider="cpu", threads=args.threads)
@@ -125,7 +125,7 @@ def cmd_run(args) -> int:
 
 
 def summarise(recs: list, tts) -> dict:
-    from codecspec.tts.quality import mean_ci, swap_distortion
+    from codecspec.evaluation.quality import mean_ci, swap_distortion
 
     by = {}
     for r in recs:

@@ -48,8 +48,8 @@ MODES = (
 
 
 def run(model: str, sentences, seeds, threads: int, recognizer: str) -> dict:
+    from codecspec.evaluation.intelligibility import Recognizer, resolve_sentences, score
     from codecspec.progress import bar
-    from codecspec.tts.intelligibility import Recognizer, resolve_sentences, score
     from codecspec.tts.quality_commands import mode_kwargs
     from codecspec.tts.registry import load_model, model_family
 

@@ -243,7 +243,7 @@ def depth_teacher_forced(tts, ref, text: str, tf_stats: dict) -> None:
 # ------------------------------------------------------------------------------ lookup floor
 # The aligned-lookup floor is `codecspec quality`'s `lookup` row; here it is built from the
 # v3 corpus's own training-split texts (`corpus_texts`) instead of fortunes drawn at random.
-from codecspec.tts.floors import Lookup  # noqa: E402
+from codecspec.evaluation.floors import Lookup  # noqa: E402
 
 
 def corpus_texts(split: str, n: int) -> list:
@@ -290,8 +290,8 @@ def per_sentence_counts(report: dict) -> dict:
 
 
 def run_condition(name, tts, ref, rows, seeds, rec, lookup=None) -> dict:
+    from codecspec.evaluation.intelligibility import score
     from codecspec.progress import bar
-    from codecspec.tts.intelligibility import score
 
     cond = parse_condition(name)
     kind = cond["kind"]
@@ -445,7 +445,7 @@ def main(argv=None) -> int:
     for c in args.conditions:
         parse_condition(c)  # fail before loading anything
 
-    from codecspec.tts.intelligibility import Recognizer, load_sentences
+    from codecspec.evaluation.intelligibility import Recognizer, load_sentences
     from codecspec.tts.registry import load_model
 
     if args.corpus_texts:

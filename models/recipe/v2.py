@@ -474,9 +474,9 @@ def speech_distance(v2, rows, corpus: Path, seed: int) -> dict:
     """DTW log-mel distance to espeak-ng's rendering (the corpus wav) of each held-out text,
     for v2 and the shipped v1, and the length error of both."""
     from codecspec.codec.audio import read_wav
+    from codecspec.evaluation.quality import dtw_log_mel_distance, mean_ci
     from codecspec.families.reference.model import ReferenceTTS
     from codecspec.progress import bar
-    from codecspec.tts.quality import dtw_log_mel_distance, mean_ci
 
     v1 = ReferenceTTS()
     cfg = v1.codec.cfg

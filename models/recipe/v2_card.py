@@ -57,9 +57,9 @@ def plot_spectrograms(model: Path, corpus: Path, path: Path) -> None:
 
     from codecspec.codec.audio import read_wav
     from codecspec.codec.data import load_manifest
+    from codecspec.evaluation.quality import log_mel
     from codecspec.families.reference.model import ReferenceTTS
     from codecspec.families.v2.model import V2TTS
-    from codecspec.tts.quality import log_mel
 
     r = sorted(
         (r for r in load_manifest(corpus) if r["split"] == "test" and r["language"] == "en"),

@@ -117,8 +117,8 @@ def cmd_listen(args) -> int:
     first) and that chose the shipped sampling default (--temperature / --top-k)."""
     import codecspec as cs
     from codecspec.codec.data import load_manifest
+    from codecspec.evaluation.intelligibility import Recognizer, evaluate
     from codecspec.families.v2.model import V2TTS
-    from codecspec.tts.intelligibility import Recognizer, evaluate
 
     folder = Path(args.model)
     if args.export:

@@ -40,6 +40,7 @@ SHARED = (
     "serve",
     "tts",
     "frontend",
+    "evaluation",
 )
 FAMILY_CODE = ("codecspec.families", "codecspec.train")
 # Shared too, but allowed training code: `codecspec ablate` runs train/ablate.py, and train/
@@ -63,7 +64,7 @@ FILE_CYCLES_KNOWN = {
     ("codecspec.serve.app", "codecspec.serve.text_socket"),
     # tts/'s command bodies and its evaluation: issue 52 item 2 moves them out of tts/
     ("codecspec.tts.commands", "codecspec.tts.quality_commands"),
-    ("codecspec.tts.intelligibility", "codecspec.tts.phoneme_recognition"),
+    ("codecspec.evaluation.intelligibility", "codecspec.evaluation.phoneme_recognition"),
     # the FSQ recipe and its ship step share helpers both ways (models/recipe: not ours now)
     ("fsq", "fsq_ship"),
 }

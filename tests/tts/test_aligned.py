@@ -90,7 +90,7 @@ def test_stress_marks_of_newer_libraries_are_stripped_from_phoneme_events():
 def test_every_evaluation_sentence_speaks_only_phonemes_the_default_model_knows():
     """The library's mnemonics must be the vocabulary v3 was trained on (espeak-ng 1.52's
     stressed events, unstripped, fell outside it and cost most of the words)."""
-    from codecspec.tts import intelligibility as intel
+    from codecspec.evaluation import intelligibility as intel
     from codecspec.tts.registry import load_model
 
     tts = load_model("v3")
@@ -130,8 +130,8 @@ def test_the_library_speaks_the_command_line_tools_ipa_at_the_same_version():
     import subprocess
     import sys
 
+    from codecspec.evaluation import intelligibility as intel
     from codecspec.frontend.phonemes import phonemize
-    from codecspec.tts import intelligibility as intel
 
     system = ctypes.util.find_library("espeak-ng")
     assert system and shutil.which("espeak-ng"), ".ci/run installs espeak-ng for this test"

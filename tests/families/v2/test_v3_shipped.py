@@ -54,7 +54,7 @@ def _shuffled(wav, hop, seed):
 
 def test_whisper_understands_it_and_not_its_shuffled_copy(tts):
     pytest.importorskip("faster_whisper", reason="the [quality] extra is not installed")
-    from codecspec.tts import intelligibility as intel
+    from codecspec.evaluation import intelligibility as intel
 
     rows = intel.resolve_sentences(6)
     rec = intel.Recognizer("base", threads=2)

@@ -211,7 +211,7 @@ def _group_fidelity(tts, codes: dict, sp: list, spec_kw: dict, theta, seed: int)
 def _swap_quality(tts, codes: dict, spec_kw: dict, theta, seed: int) -> dict:
     """{"theta": theta} and, with a theta, the swap stress test on the AR codes (every code
     swapped within its group) for each loop that used groups."""
-    from codecspec.tts.quality import swap_distortion
+    from codecspec.evaluation.quality import swap_distortion
 
     q: dict = {"theta": theta}
     if theta is None:

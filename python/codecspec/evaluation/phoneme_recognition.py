@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from codecspec.tts.intelligibility import (
+from codecspec.evaluation.intelligibility import (
     RecognizerUnavailable,
     WordErrors,
     _as_16k,
@@ -231,7 +231,7 @@ class PhonemeRecognizer:
         try:
             import hama
         except ImportError:
-            from codecspec.tts.intelligibility import EXTRA_HINT
+            from codecspec.evaluation.intelligibility import EXTRA_HINT
 
             raise RecognizerUnavailable(
                 f"phonemes: the phoneme recognizer (hama) is not installed: {EXTRA_HINT}"

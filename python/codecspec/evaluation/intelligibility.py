@@ -16,7 +16,7 @@ Scores pool words over all clips; 95% confidence intervals come from a two-level
 (sentences resampled with replacement, then each drawn sentence's seeds), percentile method,
 with a fixed resampling seed so a report is reproducible.
 
-    from codecspec.tts.intelligibility import evaluate
+    from codecspec.evaluation.intelligibility import evaluate
     rep = evaluate(lambda text, seed: my_tts(text, seed), seeds=[0, 1])
     rep["words_recognised"], rep["words_recognised_ci"]
 
@@ -603,7 +603,7 @@ def _reference_phonemes(rows: Sequence[dict], phonemes) -> Optional[dict]:
     """{sentence id: reference phonemes} when a phoneme recognizer scores the clips too."""
     if phonemes is None:
         return None
-    from codecspec.tts.phoneme_recognition import reference_phonemes
+    from codecspec.evaluation.phoneme_recognition import reference_phonemes
 
     return {r["id"]: reference_phonemes(r) for r in rows}
 
@@ -613,7 +613,7 @@ def _transcribed(sid, seed: int, text: str, wav, sr, rec, phonemes, ref_phonemes
     `phoneme_recognition.PhonemeRecognizer`) is given."""
     record = _record(sid, seed, text, rec.transcribe(wav, sr))
     if phonemes is not None:
-        from codecspec.tts.phoneme_recognition import phoneme_errors
+        from codecspec.evaluation.phoneme_recognition import phoneme_errors
 
         heard = phonemes.transcribe(wav, sr)
         record["phoneme_transcript"] = heard
