@@ -26,7 +26,7 @@ SECONDS_PER_SENTENCE = 4.0  # espeak-ng's bench sentences last 3-6 s
 
 def texts_for(seconds: float) -> str:
     sys.path.insert(0, str(ROOT / "python"))
-    from codecspec.tts.bench import load_bench_texts
+    from codecspec.pipeline.depth_bench import load_bench_texts
 
     en = [t["text"] for t in load_bench_texts() if t["language"] == "en"]
     n = max(1, round(seconds / SECONDS_PER_SENTENCE))

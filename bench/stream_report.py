@@ -3,7 +3,7 @@
     python bench/stream_report.py seams [--texts 8] [--model fsq]  # chunks vs whole utterance
     python bench/stream_report.py ttfa [--repeats 3]       # synth vs synth --stream (CLI)
 
-`seams`: for the held-out sentences of tts/bench_texts.json (shipped reference model, AR,
+`seams`: for the held-out sentences of pipeline/bench_texts.json (shipped reference model, AR,
 seed = index), the log-spectral distance between the streamed and the whole rendering over
 the distance between two whole renderings with different seeds (Griffin-Lim's own spread),
 and the log-mel error against the codec's target spectrum in the 8 STFT columns around each
@@ -29,7 +29,7 @@ import numpy as np
 from codecspec.codec.features import log_spectral_distance, stft
 from codecspec.codec.streaming import stream_decode
 
-TEXTS = Path(__file__).resolve().parents[1] / "python/codecspec/tts/bench_texts.json"
+TEXTS = Path(__file__).resolve().parents[1] / "python/codecspec/pipeline/bench_texts.json"
 PARAGRAPH = (
     "The library keeps the output law of the model while it cuts the number of calls. "
     "A small draft proposes the next codes, and one call of the target checks them all. "
@@ -48,7 +48,7 @@ def _colmel_error(codec, codes, y):
 
 
 def seams(n_texts: int, model: str = "reference", chunks=(4, 8)) -> dict:
-    from codecspec.tts.registry import load_model
+    from codecspec.pipeline.registry import load_model
 
     tts = load_model(model, provider="cpu", threads=1)
     codec = tts.codec

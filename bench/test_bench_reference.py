@@ -15,7 +15,7 @@ cs = pytest.importorskip("codecspec")
 
 from codecspec.decode import DepthDecoder  # noqa: E402
 from codecspec.families.reference.model import default_model_dir  # noqa: E402
-from codecspec.tts.bench import load_frames  # noqa: E402
+from codecspec.pipeline.depth_bench import load_frames  # noqa: E402
 
 GROUP = "depth frame, reference model"
 FRAMES = 32

@@ -446,7 +446,7 @@ def main(argv=None) -> int:
         parse_condition(c)  # fail before loading anything
 
     from codecspec.evaluation.intelligibility import Recognizer, load_sentences
-    from codecspec.tts.registry import load_model
+    from codecspec.pipeline.registry import load_model
 
     if args.corpus_texts:
         k = args.corpus_offset

@@ -61,7 +61,7 @@ def child(variant: str, runs: int, threads: int) -> dict:
     blas = [t for t in os.listdir("/proc/self/task") if int(t) != threading.get_native_id()]
     if variant == "numpy":
         numpy_products()
-    from codecspec.tts.registry import load_model
+    from codecspec.pipeline.registry import load_model
 
     tts = load_model("v3", threads=threads)
 

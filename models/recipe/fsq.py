@@ -245,7 +245,7 @@ def plot_usage(usage: list, path: Path) -> None:
 
 # ---------------------------------------------------------------------------- train stage
 def datasets(corpus: Path, out: Path):
-    from codecspec.tts.dataset import TTSDataset
+    from codecspec.train.dataset import TTSDataset
 
     codes = out / "codec" / "codes.npz"
     if not codes.is_file():

@@ -230,9 +230,9 @@ def main(argv=None) -> int:
     import codecspec as cs
     from codecspec.calibrate.device import calibrate
     from codecspec.codec.codec import Codec
+    from codecspec.pipeline.depth_bench import bench_depth_loop
     from codecspec.train.ablate import ablate
-    from codecspec.tts.bench import bench_depth_loop
-    from codecspec.tts.dataset import TTSDataset
+    from codecspec.train.dataset import TTSDataset
 
     t0 = time.monotonic()
     trained, corpus = Path(args.trained).expanduser(), Path(args.corpus).expanduser()

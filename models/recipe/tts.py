@@ -33,8 +33,8 @@ def cmd_train(args) -> int:
     from codecspec.codec.codec import Codec
     from codecspec.families.reference.train import train_tts
     from codecspec.train.common import reference_depth_config
+    from codecspec.train.dataset import TTSDataset
     from codecspec.train.networks import TemporalConfig
-    from codecspec.tts.dataset import TTSDataset
 
     torch.set_num_threads(args.threads)
     corpus, codec_dir = Path(args.corpus).expanduser(), Path(args.codec).expanduser()

@@ -89,7 +89,7 @@ def cmd_train(args) -> int:
     from codecspec.families.v2.torch_model import V2TemporalConfig
     from codecspec.families.v2.train import train_v2
     from codecspec.train.common import reference_depth_config
-    from codecspec.tts.dataset import TTSDataset
+    from codecspec.train.dataset import TTSDataset
 
     torch.set_num_threads(args.threads)
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
@@ -206,7 +206,7 @@ def frozen_frames(
     decoder trains and is judged on with the temporal LM frozen (`prev` > 0: each h_t
     followed by the codes of the `prev` frames before it, see `teacher_forced`; `frontend`:
     the model's tables, default the corpus's own)."""
-    from codecspec.tts.dataset import TTSDataset
+    from codecspec.train.dataset import TTSDataset
 
     codes = work / "codec" / "codes.npz"
     train_ds = TTSDataset(corpus, codes, "train", frontend=frontend)
@@ -528,7 +528,7 @@ def export_folder(args, out: Path):
     from codecspec.families.v2.model import V2_FORMAT
     from codecspec.families.v2.torch_model import export_onnx
     from codecspec.frontend.text import Frontend
-    from codecspec.tts.dataset import TTSDataset
+    from codecspec.train.dataset import TTSDataset
 
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -600,8 +600,8 @@ def cmd_ship(args) -> int:
     from codecspec.codec.data import load_manifest
     from codecspec.decode.depth import stage_params
     from codecspec.families.v2.model import V2TTS
+    from codecspec.pipeline.depth_bench import bench_depth_loop
     from codecspec.train.ablate import ablate
-    from codecspec.tts.bench import bench_depth_loop
 
     t0 = time.monotonic()
     corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
@@ -766,7 +766,7 @@ def _measure_decoder(name, make_decoder, graph_path, heads, calib_dir, hiddens, 
 
     import codecspec as cs
     from codecspec.calibrate.device import calibrate
-    from codecspec.tts.bench import bench_decoder
+    from codecspec.pipeline.depth_bench import bench_decoder
 
     params = cs.SamplingParams(**SAMPLING)
     profile = None

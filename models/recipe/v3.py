@@ -406,7 +406,7 @@ def cmd_stop(args) -> int:
 
     from codecspec.families.v2.torch_model import stop_head
     from codecspec.frontend.text import Frontend
-    from codecspec.tts.dataset import TTSDataset
+    from codecspec.train.dataset import TTSDataset
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -191,7 +191,7 @@ def test_shipped_folders_decide_as_their_profile_says(profile):
 def test_a_model_folder_decides_through_the_one_reader(tmp_path):
     """The reference family's model: its shipped profile, then a decision.json written over
     it, then neither (AR)."""
-    from codecspec.tts.registry import load_model, resolve_model_dir
+    from codecspec.pipeline.registry import load_model, resolve_model_dir
 
     src = resolve_model_dir("reference")
     dst = tmp_path / "reference"

@@ -99,7 +99,7 @@ def test_a_folder_that_is_no_model_still_says_so(tmp_path):
     ],
 )
 def test_a_file_that_cannot_be_read_is_a_model_load_error(tmp_path, name, says):
-    from codecspec.tts.registry import load_model
+    from codecspec.pipeline.registry import load_model
 
     d = _reference_with(tmp_path, name)
     if name == "tree.json":

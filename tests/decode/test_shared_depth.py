@@ -215,7 +215,7 @@ def test_bad_input(tmp_path):
         (tmp_path / f).write_bytes(b"")
     with pytest.raises(FileNotFoundError, match=SHARED_FILE):
         V2TTS(tmp_path, depth="shared")
-    from codecspec.tts.bench import bench_depth_loop
+    from codecspec.pipeline.depth_bench import bench_depth_loop
 
     with pytest.raises(ValueError, match="depth"):
         bench_depth_loop(tmp_path, 4, depth="both")

@@ -71,7 +71,7 @@ def reference(engine, text, seed, **kw) -> np.ndarray:
 
 
 def test_the_registry_finds_the_family_of_its_folders(registered, folder):
-    from codecspec.tts.registry import load_model, model_family
+    from codecspec.pipeline.registry import load_model, model_family
 
     assert registry.family_of(str(folder)) is ENTRY and model_family(str(folder)) == ENTRY.name
     assert registry.formats()[FORMAT] == ENTRY.name

@@ -1,6 +1,6 @@
 """The one table of model families (`codecspec.pipeline.registry`): folders and names map to
 families, nothing is imported before a family is asked for, options a family does not take
-are refused, and the old entry points (`codecspec.tts.registry`, `codecspec.serve.family`)
+are refused, and the old entry points (`codecspec.pipeline.registry`, `codecspec.serve.family`)
 answer as before."""
 
 import json
@@ -40,7 +40,7 @@ def test_a_qwen3_folder_is_detected_by_its_config(tmp_path):
     (d / "config.json").write_text(json.dumps({"model_type": "qwen3_tts"}))
     assert registry.family_of(str(d)).name == "qwen3-tts"
     # the old entry point reads model.json only, as it always did
-    from codecspec.tts.registry import model_family
+    from codecspec.pipeline.registry import model_family
 
     with pytest.raises(ValueError, match="^model: .* neither a model name"):
         model_family(d)
@@ -60,11 +60,8 @@ def test_unknown_folders_and_formats_name_the_model(tmp_path):
 def test_the_default_and_the_shipped_names():
     assert registry.family_of(None).name == "v2"  # v3 is the v2 family's runtime
     assert registry.family_of("fsq").name == "fsq"
-    from codecspec.tts import registry as old
-
-    assert old.DEFAULT_MODEL == registry.DEFAULT_MODEL == "v3"
-    assert old.model_family("fsq") == "fsq"
-    assert old.FAMILIES == registry.formats()
+    assert registry.DEFAULT_MODEL == "v3"
+    assert registry.model_family("fsq") == "fsq"
 
 
 def test_every_entry_names_importable_code():
@@ -97,7 +94,7 @@ def test_looking_a_folder_up_imports_no_family_code():
         "import sys\n"
         "from codecspec.pipeline import registry\n"
         "registry.family_of('fsq'); registry.family_of(None)\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('codecspec.tts.', "
+        "print(sorted(m for m in sys.modules if m.startswith(('codecspec.cli', "
         "'codecspec.serve.', 'codecspec.families.', 'codecspec.train'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -13,7 +13,7 @@ import pytest
 from codecspec.families.fsq.model import FSQSynthesis
 from codecspec.families.qwen3_tts.pipeline import Qwen3Result
 from codecspec.pipeline.result import Result
-from codecspec.tts.synthesis import Synthesis
+from codecspec.pipeline.synthesis import Synthesis
 
 CODES = np.zeros((4, 16), np.int64)
 

@@ -373,7 +373,7 @@ def test_synth_json_reports_time_to_first_audio(tmp_path, capsys):
 @needs_model
 def test_synth_stream_interrupted_keeps_a_valid_wav(tmp_path, capsys, monkeypatch):
     from codecspec.cli import main
-    from codecspec.tts.stream import AudioStream
+    from codecspec.pipeline.stream import AudioStream
 
     real = AudioStream.__next__
 

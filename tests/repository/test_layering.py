@@ -395,8 +395,8 @@ def test_the_file_circle_check_sees_a_circle_through_lazy_and_relative_imports(t
 def test_loading_a_model_and_decoding_loads_no_training_module():
     code = (
         "import sys\n"
-        "import codecspec.decode, codecspec.calibrate, codecspec.tts.registry\n"
-        "from codecspec.tts.registry import load_model\n"
+        "import codecspec.decode, codecspec.calibrate, codecspec.pipeline.registry\n"
+        "from codecspec.pipeline.registry import load_model\n"
         "load_model()\n"
         "print([m for m in sys.modules if m.startswith('codecspec.train')])\n"
     )

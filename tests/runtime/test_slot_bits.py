@@ -10,7 +10,7 @@ import pytest
 import codecspec.runtime.slots as slots_module
 from codecspec.families.fsq.model import FSQSlots
 from codecspec.families.reference.temporal_batch import BatchedTemporal
-from codecspec.tts.registry import load_model
+from codecspec.pipeline.registry import load_model
 
 PHONEMES = (23, 7, 41)  # three streams with different phoneme counts
 STEPS = 20

@@ -91,7 +91,7 @@ def test_every_evaluation_sentence_speaks_only_phonemes_the_default_model_knows(
     """The library's mnemonics must be the vocabulary v3 was trained on (espeak-ng 1.52's
     stressed events, unstripped, fell outside it and cost most of the words)."""
     from codecspec.evaluation import intelligibility as intel
-    from codecspec.tts.registry import load_model
+    from codecspec.pipeline.registry import load_model
 
     tts = load_model("v3")
     for row in intel.resolve_sentences(30):
@@ -100,7 +100,7 @@ def test_every_evaluation_sentence_speaks_only_phonemes_the_default_model_knows(
 
 
 def test_a_foreign_mnemonic_is_caught_by_the_vocabulary_check():
-    from codecspec.tts.registry import load_model
+    from codecspec.pipeline.registry import load_model
 
     vocab = load_model("v3").frontend.vocab
     with pytest.raises(ValueError, match="not in the vocabulary"):

@@ -124,7 +124,7 @@ def test_eval_sentences_are_held_out():
     assert len(rows) == 30 and len({r["id"] for r in rows}) == 30
     assert sum(len(normalize_text(r["text"])) for r in rows) >= 240
     assert all(r["language"] == "en" and r["phonemes"] for r in rows)
-    from codecspec.tts.bench import BENCH_TEXTS
+    from codecspec.pipeline.depth_bench import BENCH_TEXTS
 
     bench_texts = {t["text"] for t in json.loads(BENCH_TEXTS.read_text())["texts"]}
     assert not bench_texts & {r["text"] for r in rows}

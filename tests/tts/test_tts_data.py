@@ -25,7 +25,7 @@ from codecspec.frontend.text import (
     normalize,
     tokenize,
 )
-from codecspec.tts.dataset import TTSDataset
+from codecspec.train.dataset import TTSDataset
 
 SR, FRAME = 16000, 1280
 

@@ -41,7 +41,7 @@ def _ablation_source(model: Path):
         raise FileNotFoundError(f"model: no depth.onnx in {model}")
     if not (model / "frames.npz").is_file():
         return onnx_path, None
-    from codecspec.tts.bench import load_frames
+    from codecspec.pipeline.depth_bench import load_frames
 
     return onnx_path, load_frames(model)
 

@@ -3,7 +3,7 @@
 `interleaved_ar_spec` decodes each frame in both modes, alternating which goes first, so that
 load drifting on a shared machine hits both alike; `ideal_speedup` times the decoder's own
 bound graph calls bare and predicts the speed-up if host work cost nothing. `codecspec bench`
-(tts/bench.py, the families' benches) and the speed-up map of calibration
+(pipeline/depth_bench.py, the families' benches) and the speed-up map of calibration
 (calibrate/speedup_map.py) both time with these, so they sit here, below both.
 """
 

@@ -1,6 +1,6 @@
 """One table of model families: which folders each reads, where its code lives, the default.
 
-Every place that picks a family (`codecspec.tts.registry.load_model`, the serving engine,
+Every place that picks a family (`load_model` below, the serving engine,
 the CLI's synth / bench / calibrate / serve) asks this table instead of naming families in
 an if-chain. Entries name their code by module path ("module:attribute") and nothing is
 imported until a family is asked for, so looking a folder up loads no model code, and
@@ -46,7 +46,9 @@ __all__ = [
     "find",
     "formats",
     "import_path",
+    "load_model",
     "loading",
+    "model_family",
     "register",
     "resolve_model_dir",
     "take_options",
@@ -376,3 +378,19 @@ def take_options(entry: Optional[Entry], flags: bool = False, **given) -> dict:
             label = "--" + name.replace("_", "-") if flags else name
             raise ValueError(f"{label}: only for {' or '.join(titles)} folders")
     return {k: v for k, v in given.items() if k in takes}
+
+
+def model_family(name_or_dir=None) -> str:
+    """The family name of a shipped name or a folder with a model.json ("reference", "fsq",
+    "v2"; no detection of checkpoint layouts). Raises ValueError naming `model`."""
+    return family_of(name_or_dir, detect=False).name
+
+
+def load_model(name_or_dir=None, **kwargs):
+    """The loaded model of a name or folder (`ReferenceTTS`, `FSQTTS`, `V2TTS`: whichever
+    family its model.json names; None: the default, v3); kwargs go to its constructor. A
+    broken folder is a `ModelLoadError` naming the file."""
+    d = resolve_model_dir(name_or_dir)
+    model = family_of(d, detect=False).load("model")
+    with loading(d):
+        return model(d, **kwargs)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from codecspec.tts.registry import MODEL_NAMES
+from codecspec.pipeline.registry import MODEL_NAMES
 
 KEY_ENV = "CODECSPEC_API_KEY"
 SERVE_EXTRA = "codecspec serve needs the serve extra: pip install 'codecspec[serve]'"

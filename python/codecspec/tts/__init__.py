@@ -1,11 +1,5 @@
-"""The phoneme families' training data (`dataset`), the streaming loop (`stream`), the
-depth-loop families' result type (`synthesis`), evaluation, and the bench / synth / quality
-commands (the text front end is `codecspec.frontend`).
+"""The bench / synth / quality command bodies, until they move into `codecspec.cli`.
 
-The models themselves are packages under `codecspec.families` (the reference v1 model is
-`codecspec.families.reference.model.ReferenceTTS`); nothing here imports them.
+The rooms tts/ held are `codecspec.frontend` (text front end), `codecspec.evaluation`,
+`codecspec.train.dataset` and `codecspec.pipeline` (`stream`, `synthesis`, `depth_bench`).
 """
-
-from codecspec.tts.dataset import Batch, TTSDataset, Utterance
-
-__all__ = ["Batch", "TTSDataset", "Utterance"]

@@ -15,7 +15,7 @@ from codecspec.perf import peak_rss_mb
 def params_from_args(args):
     """SamplingParams from --temperature/--top-k/--top-p over the model's own defaults."""
     import codecspec as cs
-    from codecspec.tts.registry import resolve_model_dir
+    from codecspec.pipeline.registry import resolve_model_dir
 
     if args.temperature is None and args.top_k is None and args.top_p is None:
         return None
@@ -205,8 +205,8 @@ def cmd_synth(args) -> int:
 
     from codecspec.codec.audio import write_wav
     from codecspec.pipeline import registry
+    from codecspec.pipeline.registry import load_model
     from codecspec.runtime.threads import threads_in_use
-    from codecspec.tts.registry import load_model
 
     args.output_given = args.output is not None
     if args.output is None:
@@ -368,7 +368,7 @@ def cmd_bench(args) -> int:
 
 def bench_common(args) -> tuple:
     """(keyword arguments every family's bench takes, the model's folder)."""
-    from codecspec.tts.registry import resolve_model_dir
+    from codecspec.pipeline.registry import resolve_model_dir
 
     common = dict(
         seed=args.seed,

@@ -145,7 +145,7 @@ def set_reports(
             name: {ESPEAK: evaluate(synth, rows, [0], desc=ESPEAK, **common)}
             for name, rows in rows_of.items()
         }
-    from codecspec.tts.registry import load_model, model_family
+    from codecspec.pipeline.registry import load_model, model_family
 
     family = model_family(model)
     tts = load_model(model, provider=provider, threads=threads, params=params)

@@ -26,7 +26,7 @@ from codecspec.families.fsq.torch_model import (  # noqa: E402
 )
 from codecspec.families.fsq.train import frames_per_phoneme_token, train_fsq  # noqa: E402
 from codecspec.runtime.session import open_session  # noqa: E402
-from codecspec.tts.dataset import TTSDataset  # noqa: E402
+from codecspec.train.dataset import TTSDataset  # noqa: E402
 
 LEVELS, GROUPS = (3, 2), 2
 CFG = FSQModelConfig(

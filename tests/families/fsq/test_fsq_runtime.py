@@ -20,7 +20,7 @@ import codecspec as cs
 from codecspec.families.fsq.bench import _batched
 from codecspec.families.fsq.model import FSQ_FILES, FSQTTS, FSQFamily, default_fsq_dir
 from codecspec.pipeline.loop import run_inline, run_together
-from codecspec.tts.registry import load_model, model_family, resolve_model_dir
+from codecspec.pipeline.registry import load_model, model_family, resolve_model_dir
 
 DIR = default_fsq_dir()
 REPO_FSQ = REPO / "python" / "codecspec" / "models" / "fsq"

@@ -15,7 +15,7 @@ from codecspec.codec.audio import read_wav
 from codecspec.decode import DepthDecoder
 from codecspec.families.reference.model import MODEL_FILES, ReferenceTTS, default_model_dir
 from codecspec.fidelity import per_position_pvalues
-from codecspec.tts.bench import load_frames
+from codecspec.pipeline.depth_bench import load_frames
 
 MODEL = default_model_dir()
 BENCH_KEYS = {
@@ -248,7 +248,7 @@ def test_bad_input(tts, tmp_path):
         tts.generate("", phonemes=HELLO * 20, max_frames=10)
     with pytest.raises(FileNotFoundError, match="model_dir"):
         ReferenceTTS(tmp_path)
-    from codecspec.tts.bench import bench_depth_loop, load_bench_texts
+    from codecspec.pipeline.depth_bench import bench_depth_loop, load_bench_texts
 
     with pytest.raises(ValueError, match="frames"):
         bench_depth_loop(MODEL, frames=1)

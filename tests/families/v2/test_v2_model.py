@@ -151,7 +151,7 @@ def _corpus(path, seed=0):
 
 def test_train_v2_resumes_where_it_stopped(tmp_path, capsys):
     from codecspec.families.v2.train import CKPT_NAME, train_v2
-    from codecspec.tts.dataset import TTSDataset
+    from codecspec.train.dataset import TTSDataset
 
     corpus = _corpus(tmp_path / "corpus")
     train = TTSDataset(corpus, corpus / "codes.npz", "train")
@@ -188,7 +188,7 @@ def test_train_v2_freeze_depth_keeps_the_depth_decoder_and_trains_the_rest(tmp_p
     """--freeze-depth (a warm start whose depth decoder was trained further alone): the
     depth decoder's weights end as they started, the temporal LM's move."""
     from codecspec.families.v2.train import train_v2
-    from codecspec.tts.dataset import TTSDataset
+    from codecspec.train.dataset import TTSDataset
 
     corpus = _corpus(tmp_path / "corpus")
     train = TTSDataset(corpus, corpus / "codes.npz", "train")
@@ -211,7 +211,7 @@ def test_train_v2_after_a_crash_continues_as_if_never_interrupted(tmp_path, monk
     (no dropout, no rate jitter, every frame in the depth loss: nothing random but the data
     order, the optimiser state and the torch RNG, which the checkpoint carries)."""
     from codecspec.families.v2.train import CKPT_NAME, train_v2
-    from codecspec.tts.dataset import TTSDataset
+    from codecspec.train.dataset import TTSDataset
 
     corpus = _corpus(tmp_path / "corpus")
     train = TTSDataset(corpus, corpus / "codes.npz", "train")

@@ -14,7 +14,7 @@ from codecspec.cli import main
 from codecspec.decode import DepthDecoder
 from codecspec.families.v2.model import V2_FILES, V2TTS, default_v2_dir
 from codecspec.fidelity import per_position_pvalues
-from codecspec.tts.bench import load_frames
+from codecspec.pipeline.depth_bench import load_frames
 
 MODEL = default_v2_dir()
 HELLO = "həlˈoʊ wˈɜːld | ðɪs ɪz ɐ tˈɛst"  # espeak-ng's IPA for "Hello world. This is a test."

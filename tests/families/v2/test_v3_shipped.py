@@ -9,7 +9,7 @@ import pytest
 
 from codecspec.families.v2.model import V2_FILES, V2TTS, default_v3_dir
 from codecspec.frontend import espeak
-from codecspec.tts.registry import resolve_model_dir
+from codecspec.pipeline.registry import resolve_model_dir
 
 MODEL = default_v3_dir()
 pytestmark = [

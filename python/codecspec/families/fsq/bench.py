@@ -124,7 +124,7 @@ def record_fsq(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) ->
     """The bench record (codecspec.perf) of `codecspec bench --model fsq`: one step-graph
     call per frame, so every speculative figure is None."""
     from codecspec import perf
-    from codecspec.tts.bench import codec_reads
+    from codecspec.pipeline.depth_bench import codec_reads
 
     d = Path(model_dir)
     frames, utts = max(int(res["frames"]), 1), int(res["utterances"])

@@ -8,7 +8,7 @@ heads' logits and the stop logit ->
 back -> `FSQCodec.decode` (the v1 vocoder). `FSQTTS` is the loaded folder; `FSQFamily` the
 family over it (the `codecspec.pipeline.Family` the serving engine runs), which prepares every
 request: `generate` and `stream` are its `prepare` with one slot, the one loop in the
-caller's thread and the codec (`codecspec.tts.stream`); the step graph has a batch axis, so B
+caller's thread and the codec (`codecspec.pipeline.stream`); the step graph has a batch axis, so B
 streams share each call (the engine, and the batched bench: `run_together`).
 
 The FSQ step graph needs no graph surgery to serve: each slot owns rows of preallocated
@@ -48,15 +48,15 @@ from codecspec.pipeline.family import (
     sampling_params,
 )
 from codecspec.pipeline.result import Result
-from codecspec.runtime.session import open_session
-from codecspec.runtime.slots import SlotCache
-from codecspec.tts.stream import (
+from codecspec.pipeline.stream import (
     DEFAULT_CHUNK_FRAMES,
     AudioStream,
     run_request,
     speech_request,
     stream_request,
 )
+from codecspec.runtime.session import open_session
+from codecspec.runtime.slots import SlotCache
 
 __all__ = [
     "FSQFamily",
@@ -289,7 +289,7 @@ def _read_meta(d: Path) -> dict:
     if meta.get("format") != FORMAT:
         raise ValueError(
             f"model_dir: {d} is a {meta.get('format')!r} model folder, not {FORMAT!r} "
-            "(load it with codecspec.tts.registry.load_model, which picks the family)"
+            "(load it with codecspec.pipeline.registry.load_model, which picks the family)"
         )
     return meta
 

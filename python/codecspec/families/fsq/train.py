@@ -20,7 +20,7 @@ import torch
 
 from codecspec.families.fsq.torch_model import FSQModelConfig, FSQTrainModel
 from codecspec.train.common import TrainLog, lr_schedule
-from codecspec.tts.dataset import Batch, TTSDataset
+from codecspec.train.dataset import Batch, TTSDataset
 
 __all__ = ["to_tensors", "evaluate", "train_fsq", "frames_per_phoneme_token"]
 

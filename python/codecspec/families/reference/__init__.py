@@ -9,7 +9,7 @@ recipe's `TemporalStepper`), `temporal_batch` (the temporal step graph given a b
 `torch_model` / `train` (its PyTorch model and training loop, the [train] extra). Its codec
 is `codecspec.codec.codec`; the text front end (`codecspec.frontend.text`,
 `codecspec.frontend.phonemes`), `generate` / `stream` over the family
-(`codecspec.tts.stream`) and the result type (`codecspec.tts.synthesis.Synthesis`) are
+(`codecspec.pipeline.stream`) and the result type (`codecspec.pipeline.synthesis.Synthesis`) are
 shared with the other phoneme-input families. The registry (`codecspec.pipeline.registry`)
 names these by module path. Importing this package imports none of them.
 """

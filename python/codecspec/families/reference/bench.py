@@ -1,7 +1,7 @@
 """`codecspec bench` for reference (v1) folders: the whole pipeline users run
 (`bench_pipeline`: text -> codes -> waveform on fixed held-out sentences, every stage timed),
 AR and speculative alternating, and the record (`record_reference`). The depth loop alone
-and the record's shared parts are `codecspec.tts.bench`'s (the depth-loop families share
+and the record's shared parts are `codecspec.pipeline.depth_bench`'s (the depth-loop families share
 them).
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec import perf
-from codecspec.tts.bench import (
+from codecspec.pipeline.depth_bench import (
     base_record,
     depth_alone_stage,
     depth_choice,

@@ -12,7 +12,7 @@ __all__ = ["bench_command"]
 
 def bench_command(args) -> int:
     """The RVQ reference (registry hook): the depth loop alone and inside synthesis."""
-    from codecspec.tts.bench import bench_depth_loop
+    from codecspec.pipeline.depth_bench import bench_depth_loop
     from codecspec.tts.commands import bench_common, bench_report
 
     from .bench import bench_pipeline, record_reference

@@ -10,7 +10,7 @@ the speaking rate. The codec turns codes into audio (Griffin-Lim).
 `ReferenceTTS` is the loaded folder; `ReferenceFamily` the family over it (the
 `codecspec.pipeline.Family` the serving engine runs), which prepares every request, served or
 not: `generate` and `stream` are its `prepare` with one slot, the one loop and the codec
-(`codecspec.tts.stream`).
+(`codecspec.pipeline.stream`).
 
 No PyTorch: every network is an ONNX graph, every sampling step codecspec's own.
 """
@@ -36,15 +36,15 @@ from codecspec.frontend.phonemes import encode_input
 from codecspec.frontend.text import Frontend, PhonemeModel
 from codecspec.model_store import named_model_dir
 from codecspec.pipeline.family import Check, Family, Frame, StreamState, guard, sampling_params
-from codecspec.runtime.session import open_session
-from codecspec.tts.stream import (
+from codecspec.pipeline.stream import (
     DEFAULT_CHUNK_FRAMES,
     AudioStream,
     run_request,
     speech_request,
     stream_request,
 )
-from codecspec.tts.synthesis import Synthesis
+from codecspec.pipeline.synthesis import Synthesis
+from codecspec.runtime.session import open_session
 
 __all__ = [
     "default_model_dir",

@@ -18,8 +18,8 @@ from codecspec.codec.codec import Codec
 from codecspec.families.reference.torch_model import TTSModel
 from codecspec.graphs.config import DepthDecoderConfig
 from codecspec.train.common import TrainLog, adamw, lr_schedule
+from codecspec.train.dataset import Batch, TTSDataset
 from codecspec.train.networks import TemporalConfig
-from codecspec.tts.dataset import Batch, TTSDataset
 
 __all__ = ["to_tensors", "train_tts", "frame_latents", "evaluate"]
 

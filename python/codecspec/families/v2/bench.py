@@ -23,7 +23,7 @@ from codecspec.decode.temporal import (  # LOOPS, speculation_config: re-exporte
     speculation_config,
 )
 from codecspec.fidelity import homogeneity_pvalue
-from codecspec.tts.bench import (
+from codecspec.pipeline.depth_bench import (
     base_record,
     depth_alone_stage,
     depth_choice,
@@ -243,7 +243,7 @@ def record_v2(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> 
     }
     totals = res.get("pipeline_totals")
     if totals is None:  # --no-pipeline: the depth loop is all that ran
-        from codecspec.tts.bench import frame_ms
+        from codecspec.pipeline.depth_bench import frame_ms
 
         from .codec import CodecV2
 

@@ -11,7 +11,7 @@ __all__ = ["bench_command"]
 
 def bench_command(args) -> int:
     """v2/v3: temporal and depth loops, AR vs speculation, both on the pipeline."""
-    from codecspec.tts.bench import bench_depth_loop
+    from codecspec.pipeline.depth_bench import bench_depth_loop
     from codecspec.tts.commands import bench_common, bench_report
 
     from .bench import bench_v2, record_v2

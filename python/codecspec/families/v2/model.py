@@ -11,7 +11,7 @@ scored in one call (`V2Stepper.score`), which the temporal speculation loop buil
 
 `V2TTS` is the loaded folder; `V2Family` the family over it (the `codecspec.pipeline.Family`
 the serving engine runs), which prepares every request: `generate` and `stream` are its
-`prepare` with one slot, the one loop and the codec (`codecspec.tts.stream`). An engine step
+`prepare` with one slot, the one loop and the codec (`codecspec.pipeline.stream`). An engine step
 runs one round of `TemporalLoop` (`codecspec.decode.temporal`) for every active stream: with
 temporal speculation the draft LM's proposals, one target call and the verification; in AR
 one target call. Each stream's round is a coroutine (`TemporalLoop.round_steps`) asking for
@@ -57,16 +57,16 @@ from codecspec.pipeline.family import (
     guard_value,
     length_guard,
 )
-from codecspec.runtime.kv import RingKVCache
-from codecspec.runtime.session import open_session
-from codecspec.tts.stream import (
+from codecspec.pipeline.stream import (
     DEFAULT_CHUNK_FRAMES,
     AudioStream,
     run_request,
     speech_request,
     stream_request,
 )
-from codecspec.tts.synthesis import Synthesis
+from codecspec.pipeline.synthesis import Synthesis
+from codecspec.runtime.kv import RingKVCache
+from codecspec.runtime.session import open_session
 
 __all__ = [
     "V2Family",

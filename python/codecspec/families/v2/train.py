@@ -24,7 +24,7 @@ import torch
 from codecspec.families.v2.torch_model import V2Model, V2TemporalConfig, jittered_rate
 from codecspec.graphs.config import DepthDecoderConfig
 from codecspec.train.common import TrainLog, adamw, lr_schedule
-from codecspec.tts.dataset import Batch, TTSDataset
+from codecspec.train.dataset import Batch, TTSDataset
 
 __all__ = ["to_tensors", "train_v2", "evaluate", "CKPT_NAME"]
 
