@@ -363,11 +363,19 @@ def _past_capacity(graph: DepthGraph, past_keys, past_values) -> int:
         or len(shape) != 4
         or (shape[0], shape[1], shape[3]) != (c.num_layers, c.num_kv_heads, c.head_dim)
         or getattr(past_values, "shape", None) != shape
-        or not past_keys.flags.c_contiguous
-        or not past_values.flags.c_contiguous
+        or not _contiguous(graph, past_keys)
+        or not _contiguous(graph, past_values)
     ):
         raise ValueError(
             f"past_keys: expected C-contiguous keys and values [{c.num_layers}, "
             f"{c.num_kv_heads}, P, {c.head_dim}] each, got {shape}"
         )
     return shape[2]
+
+
+def _contiguous(graph: DepthGraph, kv: np.ndarray) -> bool:
+    """An in-place graph binds the cache layer by layer, so each layer must be contiguous
+    (a slot of a buffer several caches share, `KVCache.over`); the others bind it whole."""
+    if graph.kv_in_place:
+        return all(kv[i].flags.c_contiguous for i in range(kv.shape[0]))
+    return kv.flags.c_contiguous

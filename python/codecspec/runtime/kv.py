@@ -67,6 +67,21 @@ class KVCache:
         self.capacity = capacity
         self.length = 0
 
+    @classmethod
+    def over(cls, keys: np.ndarray, values: np.ndarray, length: int = 0) -> KVCache:
+        """A cache whose keys / values [layers, kv_heads, capacity, head_dim] are the given
+        arrays, not copies: a slot of a buffer several caches share (the Qwen3 talker's
+        batched step, families/qwen3_tts/talker_rows.py). Each layer must be C-contiguous."""
+        if np.shape(keys) != np.shape(values) or len(np.shape(keys)) != 4:
+            raise ValueError(
+                f"keys: expected keys and values of one 4-d shape, got {np.shape(keys)}"
+            )
+        cache = cls.__new__(cls)
+        cache.joined, cache.kv = False, None
+        cache.keys, cache.values = keys, values
+        cache.capacity, cache.length = int(keys.shape[2]), int(length)
+        return cache
+
     @property
     def past(self) -> tuple:
         """The arrays a graph call binds as its past (`DepthGraph.bind`'s past_keys and

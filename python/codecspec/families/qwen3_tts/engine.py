@@ -32,10 +32,18 @@ cloned in context; `voice` picks one by NAME (OpenAI's voice names map onto them
 speakers), and its audio is decoded after the voice's reference codes, as the official
 generate_voice_clone decodes it.
 
-What it does not do: batch the talker's steps (a batched GroupQueryAttention over caches of
-other lengths rounds differently, ~2e-7, enough to flip sampled codes of speculative
-streams, and served streams stay bit-identical to generate_codes), nor the speculative depth
-loops of several streams.
+The talker steps of all streams run as one graph call where that is bit-identical
+(talker_rows.py): each slot's talker keeps its K/V in its slot of one slot-major buffer
+(`TalkerSlots`, growing by doubling as streams need rows), and a row-batched twin of the
+talker graph steps one row per stream, each at its own position over its own cache length
+(GroupQueryAttention's per-row seqlens_k). A lone stream takes its own one-row call. Whether
+a batched row is the row alone is measured at load on the loaded graphs (`rows_agree`): on
+the 2-core AVX-512 + AMX Xeon it holds at fp32 and int4 (blocks of 32) and fails at int8
+(MatMulNBits in blocks of 128 computes a lone row by another kernel than rows together),
+where the talker then steps per stream as before.
+
+What it does not do: batch the speculative depth loops of several streams (each runs on its
+stream's own decoder), nor the speech decoder across streams.
 """
 
 from __future__ import annotations
@@ -157,6 +165,8 @@ class Qwen3Family(Family):
 
         # every stream's AR depth loop of a step in one batched loop over the shared graph
         self.depth = BatchedDepth(self.tts.depth, slots, provider, threads)
+        # every stream's talker step of a step in one call, where that is bit-identical here
+        self.talker_rows = talker_rows(self.tts.talker, slots, provider, threads)
 
     @classmethod
     def over(cls, tts, limit: int) -> Qwen3Family:
@@ -168,6 +178,7 @@ class Qwen3Family(Family):
 
         family = cls.__new__(cls)
         family.tts, family.runtimes, family.depth = tts, {0: tts}, None
+        family.talker_rows = None
         family.max_frames = int(limit)
         family.frame_rate = SAMPLE_RATE / SAMPLES_PER_FRAME
         return family
@@ -295,6 +306,8 @@ class Qwen3Family(Family):
         rt = self.runtimes.get(slot)
         if rt is None:
             rt = self.runtimes[slot] = self.tts.replica()
+        if self.talker_rows is not None and rt.talker.home is None:
+            self.talker_rows.attach(rt.talker, slot)  # its cache: this slot of the shared buffer
         kw, state.request = dict(state.request), None
         text = kw.pop("text")
         state.slot_rt = rt
@@ -305,18 +318,9 @@ class Qwen3Family(Family):
         # 1. every stream to its next request: a newcomer prefills on its own talker and asks
         #    for its first depth loop; the others ask for their talker step
         reqs = {i: self._advance(s, None) for i, s in enumerate(streams)}
-        # 2. each stream's talker step on its own talker, then to its depth request. Not one
-        #    batched call: GroupQueryAttention's sums over a past of another length round
-        #    differently (~2e-7), which flips sampled codes of speculative streams, and a
-        #    served stream must stay bit-identical to generate_codes.
-        for i, r in reqs.items():
-            if isinstance(r, tuple) and r[0] == "talker":
-                talker = streams[i].state.slot_rt.talker
-                hidden = guard_value(lambda t=talker, e=r[1]: t.step(e))
-                if isinstance(hidden, Exception):
-                    reqs[i] = hidden
-                else:
-                    reqs[i] = self._advance(streams[i], hidden)
+        # 2. every talker step, as one call where it is bit-identical (`talker_rows`),
+        #    then each stream to its depth request
+        self._talk(streams, reqs)
         # 3. one batched depth loop for every AR frame, then each stream's frame
         jobs = {}
         for i, r in reqs.items():
@@ -338,6 +342,26 @@ class Qwen3Family(Family):
             else:
                 frames[i] = Frame(codes=r[1], ended=s.t + 1 >= s.state.limit)
         return frames
+
+    def _talk(self, streams: list, reqs: dict) -> None:
+        """Answers every ("talker", row) request in `reqs` (in place) with the stream's next
+        request: the steps of several streams as one batched call when the engine has one
+        (`TalkerSlots`), else each on its own talker. One step alone takes its own talker's
+        one-row call either way (the same bits, and no padding rows)."""
+        asks = [i for i, r in reqs.items() if isinstance(r, tuple) and r[0] == "talker"]
+        if self.talker_rows is not None and len(asks) > 1:
+            talkers = [streams[i].state.slot_rt.talker for i in asks]
+            rows, live = [reqs[i][1] for i in asks], [s.slot for s in streams]
+            got = guard_value(lambda: self.talker_rows.step(talkers, rows, live))
+            hiddens = got if isinstance(got, list) else [got] * len(asks)
+        else:
+            hiddens = [
+                guard_value(lambda t=streams[i].state.slot_rt.talker, e=reqs[i][1]: t.step(e))
+                for i in asks
+            ]
+        for i, hidden in zip(asks, hiddens):
+            failed = isinstance(hidden, Exception)
+            reqs[i] = hidden if failed else self._advance(streams[i], hidden)
 
     @staticmethod
     def _advance(s, reply):
@@ -400,6 +424,24 @@ class _AfterReference:
             self.stream.feed(self.ref_codes)
             self.ref_codes = None
         return self.stream.feed(codes)
+
+
+def talker_rows(talker, slots: int, provider, threads):
+    """The engine's shared talker buffer and batched step (`TalkerSlots`), or None where a
+    batched step would not give every stream the bits of its own step on this device at
+    these weights (`rows_agree`; int8's MatMulNBits in blocks of 128 computes a row alone by
+    another kernel than rows together on AVX-512), or with one slot."""
+    from codecspec.runtime.session import open_session
+
+    from .talker_rows import TalkerSlots, rows_agree, rows_graph_path
+
+    graph = talker.graph
+    if slots < 2 or not graph.kv_in_place or graph.path is None:
+        return None
+    session = open_session(str(rows_graph_path(graph.path)), provider=provider, threads=threads)
+    if not rows_agree(graph, session, slots):
+        return None
+    return TalkerSlots(session, graph.config, slots, talker.max_positions)
 
 
 def check_folder(model_dir, ref_audio=None, voices_dir=None) -> Optional[tuple]:

@@ -126,6 +126,9 @@ class Talker:
             self.bank = cs.HeadBank(np.ascontiguousarray(codec_head, np.float32)[None])
         self.cache: KVCache | None = None
         self._step = None
+        # (TalkerSlots, slot): the cache is that slot of a buffer the serving engine's
+        # talkers share, so their steps can run as one call (talker_rows.py)
+        self.home = None
         self.prefixes = PrefixCache() if prefixes is None else prefixes
 
     @property
@@ -147,14 +150,25 @@ class Talker:
     def _alloc(self, capacity: int) -> None:
         c = self.config
         old = self.cache
+        if self.home is not None:  # a slot of a shared buffer: its rows stay where they are
+            slots, slot = self.home
+            slots.reserve(capacity)
+            self.cache = slots.view(slot, 0 if old is None else old.length)
+            self._bind_step()
+            return
         self.cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, capacity)
         if old is not None and old.length:
             n = old.length
             self.cache.keys[:, :, :n] = old.keys[:, :, :n]
             self.cache.values[:, :, :n] = old.values[:, :, :n]
             self.cache.length = n
+        self._bind_step()
+
+    def _bind_step(self) -> None:
+        """The one-row step call over the current cache (again after a shared buffer grew)."""
+        capacity = self.cache.capacity
         self._step = self.graph.bind(1, self.cache.keys, self.cache.values)
-        self._step.ids[:] = zero_row(c)  # all inputs come through input_embeds
+        self._step.ids[:] = zero_row(self.config)  # all inputs come through input_embeds
         self._step.bias[...] = -np.inf
         self._step.bias[0, : self.cache.length] = 0.0
         self._step.bias[0, capacity] = 0.0
@@ -219,11 +233,7 @@ class Talker:
 
     def step(self, embed: np.ndarray) -> np.ndarray:
         """One position after the cached ones; grows the cache when it is full."""
-        n = self.cache.length
-        if n + 1 > self.max_positions:
-            raise ValueError(f"max_frames: the talker holds at most {self.max_positions} positions")
-        if n >= self.cache.capacity:
-            self._alloc(min(2 * self.cache.capacity, self.max_positions))
+        n = self.next_position()
         s = self._step
         s.embeds[0] = embed
         s.pos[0] = n
@@ -231,3 +241,20 @@ class Talker:
         self._commit(self.cache, s, 1)
         s.bias[0, n] = 0.0
         return s.hidden[0].copy()
+
+    def next_position(self) -> int:
+        """The position the next step writes, after growing a full cache (ValueError when
+        the talker holds no more positions)."""
+        n = self.cache.length
+        if n + 1 > self.max_positions:
+            raise ValueError(f"max_frames: the talker holds at most {self.max_positions} positions")
+        if n >= self.cache.capacity:
+            self._alloc(min(2 * self.cache.capacity, self.max_positions))
+        return n
+
+    def stepped(self) -> None:
+        """A step of this talker's position ran elsewhere (a batched call wrote its K/V into
+        this cache's slot): the cache and the one-row call take it in."""
+        n = self.cache.length
+        self.cache.length = n + 1
+        self._step.bias[0, n] = 0.0
