@@ -49,9 +49,9 @@ MODES = (
 
 def run(model: str, sentences, seeds, threads: int, recognizer: str) -> dict:
     from codecspec.evaluation.intelligibility import Recognizer, resolve_sentences, score
+    from codecspec.evaluation.reports import mode_kwargs
     from codecspec.pipeline.registry import load_model, model_family
     from codecspec.progress import bar
-    from codecspec.tts.quality_commands import mode_kwargs
 
     rows = resolve_sentences(sentences)
     rec = Recognizer(recognizer, threads=threads)

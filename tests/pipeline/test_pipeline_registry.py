@@ -128,7 +128,8 @@ def test_a_family_is_a_package_and_its_old_paths_are_gone(family, package):
         moved = importlib.import_module("codecspec.families.qwen3_tts.engine")
         assert entry.hook("serve_check") is moved.check_serve_args
     # its `codecspec bench` is in its package too (shared CLI code imports no family)
-    assert entry.hook("bench").__module__ == f"codecspec.families.{package}.cli"
+    bench = entry.hook("bench") or entry.hook("bench_figures")
+    assert bench.__module__ == f"codecspec.families.{package}.cli"
     old = {"reference": ("tts.model", "tts.temporal_batch", "serve.batched")}.get(
         family, (f"serve.{package.split('_')[0]}",)
     )

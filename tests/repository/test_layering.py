@@ -62,8 +62,7 @@ FILE_CYCLES_KNOWN = {
     # the WebSocket route reads the app's error body, key check and voice map (serve/ is the
     # live-streaming work's, issue 52's order: not both half-done)
     ("codecspec.serve.app", "codecspec.serve.text_socket"),
-    # tts/'s command bodies and its evaluation: issue 52 item 2 moves them out of tts/
-    ("codecspec.tts.commands", "codecspec.tts.quality_commands"),
+    # the word and phoneme recognizers share their extra's hint and scoring helpers
     ("codecspec.evaluation.intelligibility", "codecspec.evaluation.phoneme_recognition"),
     # the FSQ recipe and its ship step share helpers both ways (models/recipe: not ours now)
     ("fsq", "fsq_ship"),
@@ -214,6 +213,39 @@ def test_shared_packages_import_no_family_and_no_training_code():
 
 def test_cli_and_shared_training_code_import_no_family():
     assert violations(PACKAGE, NO_FAMILY, FAMILIES) == []
+
+
+def below_the_cli(package_dir: Path) -> list:
+    """Every top-level subpackage but cli/ itself: the floors a command goes down into."""
+    return sorted(
+        p.name for p in package_dir.iterdir() if (p / "__init__.py").is_file() and p.name != "cli"
+    )
+
+
+def test_nothing_below_the_cli_imports_it():
+    """The CLI owns its commands: their bodies are in cli/, and no module below it (a
+    family's own command included) imports cli/ back; what a family's command shares with
+    the CLI's sits below both (frontend/text_input.py, codec/audio.py's check_output)."""
+    assert violations(PACKAGE, below_the_cli(PACKAGE), ("codecspec.cli",)) == []
+
+
+def test_the_cli_check_sees_a_module_below_it_that_imports_it(tmp_path):
+    pkg = tmp_path / "codecspec"
+    for sub, text in (
+        ("families/toy", "def bench(args):\n    from codecspec.cli.bench import bench_report\n"),
+        ("evaluation", "from ..cli import options\n"),  # relative, at module level
+        ("cli", "from codecspec.cli import options\n"),  # the CLI itself: fine
+    ):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "m.py").write_text(text)
+    for sub in ("families", "evaluation", "cli"):
+        (pkg / sub / "__init__.py").write_text("")
+    assert below_the_cli(pkg) == ["evaluation", "families"]
+    found = violations(pkg, below_the_cli(pkg), ("codecspec.cli",))
+    assert found == [
+        "evaluation/m.py imports codecspec.cli",
+        "families/toy/m.py imports codecspec.cli.bench",
+    ]
 
 
 def family_flags(commands) -> dict:

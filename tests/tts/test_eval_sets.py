@@ -293,7 +293,8 @@ def test_floors_are_rows_of_quality_on_several_sets(capsys, monkeypatch, tmp_pat
 
 
 def test_floor_rows_need_a_model():
-    from codecspec.tts.quality_commands import quality_rows, set_reports
+    from codecspec.cli.quality import quality_rows
+    from codecspec.evaluation.reports import set_reports
 
     assert quality_rows(["ar", "codec"], floors=True) == ["espeak", "lookup", "ar", "codec"]
     assert quality_rows(["ar", "ar"], floors=False) == ["ar"]

@@ -268,7 +268,7 @@ def test_recognizer_rejects_bad_arguments(kw, match):
 
 
 def test_model_synthesizer_speaks_stored_phonemes_unless_aligned():
-    from codecspec.tts.quality_commands import model_synthesizer
+    from codecspec.evaluation.reports import model_synthesizer
 
     class Fake:
         aligned = False
@@ -299,8 +299,8 @@ def test_model_synthesizer_speaks_stored_phonemes_unless_aligned():
 
 
 def test_quality_modes_are_checked():
-    from codecspec.tts.commands import bench_quality_modes
-    from codecspec.tts.quality_commands import mode_kwargs
+    from codecspec.cli.bench import bench_quality_modes
+    from codecspec.evaluation.reports import mode_kwargs
 
     assert mode_kwargs("reference", "ar") == {"mode": "ar"}
     assert mode_kwargs("v2", "ar") == {"mode": "ar", "temporal": "ar"}

@@ -128,7 +128,7 @@ def test_qwen3_requests_refuse_what_the_tokenizer_would_fail_on(kw, arg):
 
 # --------------------------------------------------------------------------- synth
 def test_text_file_with_a_nul_is_refused_naming_the_option(tmp_path):
-    from codecspec.tts.commands import read_text_file
+    from codecspec.frontend.text_input import read_text_file
 
     f = tmp_path / "t.txt"
     f.write_bytes(b"Hello\x00 world, this is the rest.\n")
@@ -138,7 +138,7 @@ def test_text_file_with_a_nul_is_refused_naming_the_option(tmp_path):
 
 
 def test_text_file_naming_a_directory_says_so(tmp_path):
-    from codecspec.tts.commands import read_text_file
+    from codecspec.frontend.text_input import read_text_file
 
     with pytest.raises(ValueError, match="is a directory"):
         read_text_file(tmp_path)
@@ -188,7 +188,7 @@ def test_any_text_file_bytes_are_refused_in_one_line_or_read_whole(tmp_path_fact
 
     from hypothesis import given, settings
 
-    from codecspec.tts.commands import synth_text
+    from codecspec.frontend.text_input import synth_text
 
     espeak = shutil.which("espeak-ng") is not None
     folder = tmp_path_factory.mktemp("text_files")

@@ -1,15 +1,17 @@
-"""`codecspec bench`: its options (a family's own: the registry's `cli_options`), and the
-choice between the family's own bench (`codecspec.tts.commands.cmd_bench`, the registry's
-"bench" hook) and, with --streams, the serving engine's scaling bench
-(`codecspec.serve.commands.cmd_bench_streams`)."""
+"""`codecspec bench`: its options (a family's own: the registry's `cli_options`) and the
+command: with --streams the serving engine's scaling bench
+(`codecspec.serve.commands.cmd_bench_streams`), else the family's own bench, or the
+protocol's for a family without one (`codecspec.pipeline.bench`); the figures are reported
+here, with --quality's table after them."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from codecspec.cli import options
-from codecspec.cli.quality import quality_options
+from codecspec.cli.quality import quality_options, run_quality, summary
 
 
 def run(args) -> int:
@@ -18,8 +20,6 @@ def run(args) -> int:
         from codecspec.serve.commands import cmd_bench_streams
 
         return cmd_bench_streams(args)
-    from codecspec.tts.commands import cmd_bench
-
     return cmd_bench(args)
 
 
@@ -67,3 +67,106 @@ def register(sub: argparse._SubParsersAction) -> None:
     _scaling(p)
     options.family_options("bench", p)
     p.set_defaults(func=run)
+
+
+def cmd_bench(args) -> int:
+    """`codecspec bench`: a family whose bench is a command of its own (the registry's
+    "bench" hook: Qwen3-TTS) runs it; a family's own figures (its "bench_figures" hook: the
+    phoneme families) are reported here; any other family gets the protocol's bench
+    (`codecspec.pipeline.bench`: every decode mode it takes through the one loop, beside the
+    bound its `Family.stages()` give)."""
+    from codecspec.pipeline import registry
+
+    entry = registry.family_of(args.model)
+    whole = entry.hook("bench")
+    if whole is not None:
+        return whole(args)
+    figures = entry.hook("bench_figures")
+    if figures is None:  # the protocol's bench: prepare + the one loop, timed whole
+        from codecspec.pipeline.bench import bench_command
+
+        return bench_command(args)
+    common, model = bench_common(args)
+    res, record = figures(args, model, common)
+    return bench_report(args, entry.name, model, res, record)
+
+
+def bench_common(args) -> tuple:
+    """(keyword arguments every family's bench takes, the model's folder)."""
+    from codecspec.pipeline.registry import resolve_model_dir
+
+    common = dict(
+        seed=args.seed,
+        provider=args.provider,
+        threads=args.threads,
+        params=options.params_from_args(args),
+        progress=not args.json,
+    )
+    model = resolve_model_dir(args.model)
+    common.update(options.depth_kwargs(args))
+    return common, model
+
+
+def bench_report(args, family: str, model, res: dict, record) -> int:
+    """The bench's record (codecspec.perf: every stage next to its bandwidth bound, measured
+    in this run) joined to its figures; --quality's table after it. Prints the table and
+    verdict, or with --json one object (the record's keys win over older ones of the same
+    name: the family's older figures keep theirs, e.g. pipeline_ar_rtf, loop_ms_per_frame)."""
+    from codecspec.perf import peak_rss_mb, render_table, stream_bandwidth
+
+    rss = peak_rss_mb()  # before the bandwidth probe, whose buffer would be the peak
+    bandwidth = stream_bandwidth(threads=int(res.get("threads") or 1))
+    res.update(record(res, model, bandwidth=bandwidth, peak_rss_mb=rss))
+    table = _bench_quality(args, family, res)
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    print(render_table(res))
+    if "fidelity_min_p" in res:  # the depth loop alone: AR and speculative codes compared
+        ok = "pass" if res["fidelity_min_p"] > 1e-4 else "FAIL"
+        print(
+            f"fidelity: speculative vs AR codes per position, min p {res['fidelity_min_p']:.3g} "
+            f"over {args.frames} frames (> 1e-4): {ok}"
+        )
+    if res.get("batch", 1) > 1:
+        print(
+            f"batch of {res['batch']}: {res['batch_ms_per_step']:.2f} ms per step, "
+            f"{res['batch_frames_per_second']:.0f} frames/s"
+        )
+    return _print_table(table, args.json)
+
+
+def bench_quality_modes(family: str, loops, accept: str) -> list:
+    """AR and the speculative side the bench measured: the family's own ("quality_modes"
+    hook: v2's `loops[/accept]`), else AR and "spec" where its engine adapter speculates."""
+    from codecspec.pipeline import registry
+
+    entry = registry.by_name(family)
+    hook = entry.hook("quality_modes")
+    if hook is not None:
+        return hook(loops, accept)
+    return ["ar"] + [m for m in entry.load("engine").modes if m == "spec"]
+
+
+def _bench_quality(args, family: str, res: dict):
+    """--quality: intelligibility of AR and the bench's speculative modes. Adds the figures
+    to `res` ("intelligibility") and returns the table to print after the bench's lines."""
+    if not args.quality:
+        return None
+    from codecspec.evaluation.intelligibility import report_table
+
+    modes = bench_quality_modes(family, args.loops, args.accept)
+    reports = run_quality(args, args.model, modes, prefix="quality_")
+    res["intelligibility"] = summary(reports)
+    rec = next(iter(reports.values()))
+    res["intelligibility_recognizer"] = rec["recognizer"]
+    res["intelligibility_sentences"] = rec["sentences"]
+    return report_table(reports)
+
+
+def _print_table(table, as_json: bool) -> int:
+    """The intelligibility table after the bench's lines (in --json it is in the object)."""
+    if table is not None and not as_json:
+        print()
+        print(table)
+    return 0

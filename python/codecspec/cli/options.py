@@ -10,6 +10,7 @@ module here defines a family's flag (tests/repository/test_layering.py).
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
@@ -101,6 +102,34 @@ def fixed_params(args):
     import codecspec as cs
 
     return cs.SamplingParams(args.temperature, args.top_k, args.top_p)
+
+
+def params_from_args(args):
+    """SamplingParams from --temperature/--top-k/--top-p over the model's own defaults."""
+    import codecspec as cs
+    from codecspec.pipeline.registry import resolve_model_dir
+
+    if args.temperature is None and args.top_k is None and args.top_p is None:
+        return None
+    d = json.loads((resolve_model_dir(args.model) / "model.json").read_text())
+    base = d["sampling"]
+    return cs.SamplingParams(
+        base["temperature"] if args.temperature is None else args.temperature,
+        base["top_k"] if args.top_k is None else args.top_k,
+        base["top_p"] if args.top_p is None else args.top_p,
+    )
+
+
+def depth_kwargs(args) -> dict:
+    """{"depth": ...} for a v2 model when --depth is given; other families have one."""
+    if args.depth is None:
+        return {}
+    from codecspec.pipeline import registry
+
+    if "depth" not in registry.family_of(args.model, detect=False).model_options:
+        takers = [e.name for e in registry.families() if "depth" in e.model_options]
+        raise ValueError(f"depth: --depth applies to {' and '.join(takers)} models only")
+    return {"depth": args.depth}
 
 
 def family_options(command: str, p: argparse.ArgumentParser) -> None:

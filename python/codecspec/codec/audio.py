@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import struct
 import wave
 from pathlib import Path
@@ -66,6 +67,24 @@ def write_wav(path, wav, sample_rate: int) -> None:
         w.setsampwidth(2)
         w.setframerate(int(sample_rate))
         w.writeframes(pcm.tobytes())
+
+
+def check_output(path) -> None:
+    """Fails before synthesis, not after it, when the WAV cannot be written to `path`."""
+    import tempfile
+
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"--output: {p} is a directory")
+    parent = p.parent
+    while not parent.exists():  # write_wav creates missing folders: probe the first that exists
+        parent = parent.parent
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"--output: {p} is not writable")
+    try:  # os.access says yes to root everywhere, even on /proc: create a file to be sure
+        tempfile.TemporaryFile(dir=parent).close()
+    except OSError as e:
+        raise ValueError(f"--output: cannot write into {parent} ({e.strerror})") from None
 
 
 def _pcm16(x: np.ndarray) -> np.ndarray:

@@ -206,7 +206,7 @@ FAMILIES = (
         model_options=("depth",),  # --depth: the positional or the shared depth decoder
         cli_options="codecspec.families.v2.options:add_options",
         hooks=(
-            ("bench", "codecspec.families.v2.cli:bench_command"),
+            ("bench_figures", "codecspec.families.v2.cli:bench_figures"),
             ("quality_mode", "codecspec.families.v2.quality:mode_kwargs"),
             ("quality_modes", "codecspec.families.v2.quality:bench_modes"),
         ),
@@ -218,7 +218,7 @@ FAMILIES = (
         engine="codecspec.families.fsq.model:FSQFamily",
         cli_options="codecspec.families.fsq.options:add_options",
         hooks=(
-            ("bench", "codecspec.families.fsq.cli:bench_command"),
+            ("bench_figures", "codecspec.families.fsq.cli:bench_figures"),
             ("synth_lines", "codecspec.families.fsq.bench:synth_lines"),
         ),
     ),
@@ -227,7 +227,7 @@ FAMILIES = (
         formats=("codecspec-reference-tts/1",),
         model="codecspec.families.reference.model:ReferenceTTS",
         engine="codecspec.families.reference.model:ReferenceFamily",
-        hooks=(("bench", "codecspec.families.reference.cli:bench_command"),),
+        hooks=(("bench_figures", "codecspec.families.reference.cli:bench_figures"),),
     ),
 )
 

@@ -1,20 +1,21 @@
-"""The FSQ family's `codecspec bench` (the registry's "bench" hook for FSQ folders).
+"""The FSQ family's `codecspec bench` figures (the registry's "bench_figures" hook for FSQ
+folders).
 
-It sits in the family's package, not in `codecspec.tts.commands`, so that the shared CLI
-code imports no family: the shared command reaches it through the registry table.
+It sits in the family's package so that the CLI imports no family (it reaches this
+through the registry table), and it imports no CLI code: `codecspec.cli.bench` reports
+the figures it returns.
 """
 
 from __future__ import annotations
 
-__all__ = ["bench_command"]
+__all__ = ["bench_figures"]
 
 
-def bench_command(args) -> int:
-    """FSQ: one graph call per frame, its own figures."""
-    from codecspec.tts.commands import bench_common, bench_report
+def bench_figures(args, model, common) -> tuple:
+    """FSQ: one graph call per frame; (its figures, the record function) for `model`'s folder
+    with the bench's shared keywords `common`."""
 
     from .bench import bench_fsq, record_fsq
 
-    common, model = bench_common(args)
     res = bench_fsq(model, args.utterances, batch=args.batch, **common)
-    return bench_report(args, "fsq", model, res, record_fsq)
+    return res, record_fsq

@@ -54,7 +54,7 @@ def _stream(args, tts, text, mode: str, load_s: float) -> int:
     """--stream: audio chunks go into the WAV as the decoder's streaming form emits them;
     `text` None: read from standard input as it arrives (--text-stdin)."""
     from codecspec.codec.audio import WavWriter
-    from codecspec.tts.commands import stdin_pieces
+    from codecspec.frontend.text_input import stdin_pieces
 
     info: dict = {}
     frames: Optional[list] = [] if args.codes_out is not None else None
@@ -95,7 +95,7 @@ def _stream(args, tts, text, mode: str, load_s: float) -> int:
 def _synth_text(args) -> Optional[str]:
     """The text, or None where --stream --text-stdin reads it as it arrives (it is then
     spoken in the streaming-text layout, the only one that needs no text ahead)."""
-    from codecspec.tts.commands import check_stdin_alone, synth_text
+    from codecspec.frontend.text_input import check_stdin_alone, synth_text
 
     if not (args.stream and args.text_stdin):
         return synth_text(args)
@@ -143,7 +143,7 @@ def _speculation_note(args, tts, mode: str) -> None:
 
 def synth(args) -> int:
     """Text -> codes (-> 16-bit 24 kHz WAV) with a Qwen3-TTS checkpoint folder."""
-    from codecspec.tts.commands import check_output
+    from codecspec.codec.audio import check_output
 
     from .checkpoint import Qwen3Checkpoint
     from .pipeline import Qwen3TTS, check_request, load_reference

@@ -1,26 +1,26 @@
-"""The reference family's `codecspec bench` (the registry's "bench" hook for reference
-folders).
+"""The reference family's `codecspec bench` figures (the registry's "bench_figures" hook
+for reference folders).
 
-It sits in the family's package, not in `codecspec.tts.commands`, so that the shared CLI
-code imports no family: the shared command reaches it through the registry table.
+It sits in the family's package so that the CLI imports no family (it reaches this
+through the registry table), and it imports no CLI code: `codecspec.cli.bench` reports
+the figures it returns.
 """
 
 from __future__ import annotations
 
-__all__ = ["bench_command"]
+__all__ = ["bench_figures"]
 
 
-def bench_command(args) -> int:
-    """The RVQ reference (registry hook): the depth loop alone and inside synthesis."""
+def bench_figures(args, model, common) -> tuple:
+    """The RVQ reference: the depth loop alone and inside synthesis; (the figures, the
+    record function) for `model`'s folder with the bench's shared keywords `common`."""
     from codecspec.pipeline.depth_bench import bench_depth_loop
-    from codecspec.tts.commands import bench_common, bench_report
 
     from .bench import bench_pipeline, record_reference
 
-    common, model = bench_common(args)
     res = bench_depth_loop(model, args.frames, **common)
     if not args.no_pipeline:
         res.update(bench_pipeline(model, texts=args.texts, **common))
         # The issue this answers: the depth loop inside synthesis vs alone, same run.
         res["depth_in_pipeline_ratio"] = res["pipeline_depth_ms_per_frame"] / res["ar_ms_per_frame"]
-    return bench_report(args, "reference", model, res, record_reference)
+    return res, record_reference

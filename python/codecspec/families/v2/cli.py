@@ -1,22 +1,24 @@
-"""The v2 family's `codecspec bench` (the registry's "bench" hook for v2 and v3 folders).
+"""The v2 family's `codecspec bench` figures (the registry's "bench_figures" hook for v2
+and v3 folders).
 
-It sits in the family's package, not in `codecspec.tts.commands`, so that the shared CLI
-code imports no family: the shared command reaches it through the registry table.
+It sits in the family's package so that the CLI imports no family (it reaches this
+through the registry table), and it imports no CLI code: `codecspec.cli.bench` reports
+the figures it returns.
 """
 
 from __future__ import annotations
 
-__all__ = ["bench_command"]
+__all__ = ["bench_figures"]
 
 
-def bench_command(args) -> int:
-    """v2/v3: temporal and depth loops, AR vs speculation, both on the pipeline."""
+def bench_figures(args, model, common) -> tuple:
+    """v2/v3: temporal and depth loops, AR vs speculation, both on the pipeline; (the
+    figures, the record function) for `model`'s folder with the bench's shared keywords
+    `common`."""
     from codecspec.pipeline.depth_bench import bench_depth_loop
-    from codecspec.tts.commands import bench_common, bench_report
 
     from .bench import bench_v2, record_v2
 
-    common, model = bench_common(args)
     res = bench_depth_loop(model, args.frames, **common)
     if not args.no_pipeline:
         res.update(
@@ -31,4 +33,4 @@ def bench_command(args) -> int:
                 **common,
             )
         )
-    return bench_report(args, "v2", model, res, record_v2)
+    return res, record_v2

@@ -1,5 +1,6 @@
-"""`codecspec quality` and `codecspec bench --quality`: words recognised / WER of a model's
-speech on the held-out evaluation sentences, per decoding mode, with bootstrap CIs.
+"""Words recognised / WER of a model's speech on the held-out evaluation sentences, per
+decoding mode, with bootstrap CIs: the reports behind `codecspec quality` and
+`codecspec bench --quality` (their commands: `codecspec.cli.quality`).
 
 Modes: "ar" (every family); the RVQ reference v1: "spec" (depth speculation, exact); v2:
 LOOPS[/ACCEPT] with LOOPS in depth, temporal, both and ACCEPT in exact (default), ssd, pcg,
@@ -16,13 +17,10 @@ words (Whisper) and, unless `--no-phonemes`, by phonemes
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Callable, Optional
 
 __all__ = [
     "ESPEAK",
-    "cmd_quality",
     "mode_kwargs",
     "model_synthesizer",
     "quality_reports",
@@ -173,107 +171,3 @@ def set_reports(
             if name is not None:
                 reports[m]["set"] = name
     return out
-
-
-def run_quality(args, model, modes, prefix: str = "") -> dict:
-    from codecspec.evaluation.intelligibility import Recognizer
-    from codecspec.tts.commands import params_from_args
-
-    get = vars(args)
-    asr = get[f"{prefix}asr_model"]
-    rec = Recognizer(asr or get[f"{prefix}recognizer"], threads=args.threads)
-    return quality_reports(
-        model,
-        modes,
-        sentences=get[f"{prefix}sentences"],
-        seeds=list(range(args.seed, args.seed + get[f"{prefix}seeds"])),
-        recognizer=rec,
-        threads=args.threads,
-        provider=args.provider,
-        params=None if model == ESPEAK else params_from_args(args),
-        beta=args.beta,
-        theta=args.theta,
-        progress=not args.json,
-    )
-
-
-def summary(reports: dict) -> dict:
-    """The figures of {mode: report} without per-clip details (for bench's JSON and tables)."""
-    keys = ("words_recognised", "words_recognised_ci", "wer", "wer_ci", "wer_capped", "clips")
-    return {m: {k: r[k] for k in keys} for m, r in reports.items()}
-
-
-def quality_rows(modes, floors: bool) -> list:
-    """The rows of `codecspec quality`: `--modes`, after the floors where `--floors` asks
-    for them (a floor named in both is one row)."""
-    from codecspec.evaluation.floors import FLOORS
-
-    modes = list(dict.fromkeys(modes))
-    return [f for f in FLOORS if f not in modes] + modes if floors else modes
-
-
-def cmd_quality(args) -> int:
-    """Every row on every set of `--set`: {row: report} in the JSON for one set, {set: {row:
-    report}} for several."""
-    from codecspec.evaluation.intelligibility import (
-        Recognizer,
-        load_sentences,
-        report_table,
-        sentence_sets,
-    )
-    from codecspec.tts.commands import params_from_args
-
-    sets = sentence_sets(args.set)
-    rows = quality_rows(args.modes, args.floors)
-    rec = Recognizer(args.asr_model or args.recognizer, threads=args.threads)
-    phonemes = None
-    if not args.no_phonemes:
-        from codecspec.evaluation.phoneme_recognition import PhonemeRecognizer
-
-        phonemes = PhonemeRecognizer()
-    out = set_reports(
-        args.model,
-        rows,
-        {name: load_sentences(set=name)[: args.sentences] for name in sets},
-        seeds=list(range(args.seed, args.seed + args.seeds)),
-        recognizer=rec,
-        threads=args.threads,
-        provider=args.provider,
-        params=None if args.model == ESPEAK else params_from_args(args),
-        beta=args.beta,
-        theta=args.theta,
-        progress=not args.json,
-        phonemes=phonemes,
-        floor_seeds=args.floor_seeds,
-        lookup_texts=args.lookup_texts,
-    )
-    reports = out[sets[0]] if len(sets) == 1 else out
-    if args.output:
-        from pathlib import Path
-
-        Path(args.output).write_text(json.dumps(reports, indent=1))
-    if args.json:
-        print(json.dumps(reports))
-        return 0
-    name = args.model or "default model"
-    for set_name, table in out.items():
-        first = next(iter(table.values()))
-        phon = f"; {first['phoneme_recognizer']}" if "phoneme_recognizer" in first else ""
-        # the floors may run on fewer seeds than the model's modes: name both
-        seeds = {m: r["seeds"] for m, r in table.items()}
-        most = max(seeds.values(), key=len)
-        fewer = sorted(m for m, s in seeds.items() if s != most)
-        note = f" ({', '.join(fewer)}: seeds {seeds[fewer[0]]})" if fewer else ""
-        words = first["reference_words"] // len(first["seeds"])
-        print(
-            f"intelligibility of {name} on the {set_name} set: {first['sentences']} sentences "
-            f"x seeds {most}{note} ({words} reference words per seed); "
-            f"{first['recognizer']}{phon}"
-        )
-        print(report_table(table))
-        print()
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use: codecspec quality")
