@@ -1,7 +1,6 @@
 """The one table of model families (`codecspec.pipeline.registry`): folders and names map to
 families, nothing is imported before a family is asked for, options a family does not take
-are refused, and the old entry points (`codecspec.pipeline.registry`, `codecspec.serve.family`)
-answer as before."""
+are refused, and the old paths of moved modules are gone (no alias keeps them)."""
 
 import json
 import subprocess
@@ -102,12 +101,17 @@ def test_looking_a_folder_up_imports_no_family_code():
     assert out.stdout.strip() == "[]"
 
 
-def test_serve_family_still_exports_the_protocol():
-    from codecspec.pipeline import family as new
-    from codecspec.serve import family as old
+def test_the_old_homes_of_moved_modules_are_gone():
+    """No alias keeps an old path: the protocol's (serve/family.py), tts/'s rooms, and the
+    calibration names train/ re-exported."""
+    import importlib
 
-    for name in ("Family", "StreamState", "Frame", "guard", "guard_value", "sampling_params"):
-        assert getattr(old, name) is getattr(new, name)
+    for gone in ("serve.family", "tts", "tts.registry", "tts.commands", "tts.stream"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"codecspec.{gone}")
+    import codecspec.train
+
+    assert not hasattr(codecspec.train, "train_offsets")  # calibrate/'s, not re-exported
 
 
 @pytest.mark.parametrize(

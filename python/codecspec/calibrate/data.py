@@ -26,7 +26,7 @@ import numpy as np
 import codecspec as cs
 from codecspec.graphs.config import DepthDecoderConfig, embedding_row, zero_row
 
-log = logging.getLogger("codecspec.train")
+log = logging.getLogger("codecspec.calibrate")
 
 __all__ = [
     "synthetic_inputs",

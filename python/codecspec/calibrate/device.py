@@ -56,7 +56,7 @@ from codecspec.calibrate.offsets import (
 from codecspec.runtime.kv import split_kv
 from codecspec.runtime.session import session_threads
 
-log = logging.getLogger("codecspec.train")
+log = logging.getLogger("codecspec.calibrate")
 
 __all__ = [
     "Acceptance",

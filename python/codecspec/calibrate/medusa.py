@@ -24,7 +24,7 @@ from codecspec.calibrate.offsets import (
     train_val_split,
 )
 
-log = logging.getLogger("codecspec.train")
+log = logging.getLogger("codecspec.calibrate")
 
 __all__ = ["MedusaHeads", "train_medusa"]
 

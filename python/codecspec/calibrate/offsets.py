@@ -29,7 +29,7 @@ import numpy as np
 
 from codecspec.decode.offsets_file import config_hash, heads_hash, load_offsets
 
-log = logging.getLogger("codecspec.train")
+log = logging.getLogger("codecspec.calibrate")
 
 __all__ = [
     "Adam",

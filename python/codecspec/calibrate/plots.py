@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-log = logging.getLogger("codecspec.train")
+log = logging.getLogger("codecspec.calibrate")
 
 __all__ = [
     "have_matplotlib",
