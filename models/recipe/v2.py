@@ -333,14 +333,21 @@ class _Recorder:
         return h, lt, st
 
 
-def _generate(steps, decoder, generator, guard: int) -> tuple:
-    """(codes int64 [n, G], stopped) of one utterance: the frame decoder over the recorded
-    steps, each frame fed back, until the stop head fires (its frame included) or `guard`
-    frames (the recorder needs each step's outputs, so not the engine's loop)."""
+def _generate(steps, tts, generator, guard: int) -> tuple:
+    """(codes int64 [n, G], stopped) of one utterance, AR: per frame c0 drawn from the step's
+    logits, c1.. by the depth loop, then the stop head's Bernoulli draw (the runtime's frame
+    law, in its order of draws), each frame fed back, until the stop head fires (its frame
+    included) or `guard` frames (the recorder needs each step's outputs, so not the engine's
+    loop)."""
+    import codecspec as cs
+
     prev, codes = None, []
     for _ in range(guard):
-        frame, stop = decoder.decode(steps.step(prev), generator)
-        codes.append(np.asarray(frame[0], np.int64))
+        h, logits, stop_logit = steps.step(prev)
+        c0 = cs.sample(logits, tts.params, generator)
+        frame = tts.depth.decode_frame(h, c0, generator, "ar")[None].astype(np.int64)
+        stop = cs.sample_stop(np.asarray(stop_logit, np.float32), generator)
+        codes.append(frame[0])
         prev = frame
         if stop[0]:
             return np.stack(codes), True
@@ -351,7 +358,6 @@ def free_generation(tts, rows, seed: int) -> dict:
     """AR synthesis of held-out texts (their IPA, language and voice): per frame h_t, the codes
     and both LMs' c0 logits; per text frames, stop/guard and espeak-ng's frame count."""
     import codecspec as cs
-    from codecspec.families.v2.model import V2FrameDecoder
     from codecspec.progress import bar
 
     rec = dict(h=[], codes=[], lt=[], ld=[], frames=[], ref_frames=[], stopped=[])
@@ -359,8 +365,8 @@ def free_generation(tts, rows, seed: int) -> dict:
         _, ids, _, spk, enc = tts.encode_text(None, r["phonemes"], r["language"], r["variant"])
         expected = row_pace(tts, r, len(ids) - 2)
         steps = _Recorder(tts.stepper(enc, spk, expected), tts.stepper(enc, spk, expected, True))
-        dec, guard = V2FrameDecoder(tts, "ar"), tts.max_frames_for(expected)
-        codes, stopped = _generate(steps, dec, cs.Generator(seed + i), guard)
+        guard = tts.max_frames_for(expected)
+        codes, stopped = _generate(steps, tts, cs.Generator(seed + i), guard)
         n = len(codes)
         rec["h"].append(np.stack(steps.h[:n]))
         rec["lt"].append(np.stack(steps.lt[:n]))
