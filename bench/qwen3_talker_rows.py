@@ -40,6 +40,50 @@ def cpu() -> dict:
     return info
 
 
+def talker_only(tts, ns, threads: int, repeats: int = 7) -> list:
+    """The talker stage alone: B talkers (prompts of 20..40 rows) stepped one call each
+    against one batched call, interleaved, medians and minima over `repeats` (a noisy
+    machine moves both alike)."""
+    import time
+
+    import numpy as np
+
+    from codecspec.families.qwen3_tts.engine import talker_rows
+    from codecspec.families.qwen3_tts.talker import Talker
+
+    graph, head = tts.talker.graph, tts.talker.head
+    rng = np.random.default_rng(0)
+    H, out = graph.config.hidden_size, []
+    for b in ns:
+        if b < 2:
+            continue
+        slots = talker_rows(tts.talker, b, "cpu", threads)
+        talkers = [Talker(graph, head) for _ in range(b)]
+        for k, t in enumerate(talkers):
+            slots.attach(t, k)
+            t.prefill(rng.standard_normal((20 + 20 * k // b, H), np.float32) * 0.05, 512)
+        alone, together = [], []
+        for _ in range(repeats):
+            rows = rng.standard_normal((b, H), np.float32) * 0.05
+            t0 = time.perf_counter()
+            for t, r in zip(talkers, rows):
+                t.step(r)
+            t1 = time.perf_counter()
+            slots.step(talkers, rows)
+            together.append(time.perf_counter() - t1)
+            alone.append(t1 - t0)
+        row = {
+            "n": b,
+            "per_stream_ms": round(1e3 * float(np.median(alone)), 1),
+            "batched_ms": round(1e3 * float(np.median(together)), 1),
+            "per_stream_min_ms": round(1e3 * float(np.min(alone)), 1),
+            "batched_min_ms": round(1e3 * float(np.min(together)), 1),
+        }
+        print(f"talker stage n={b}: {row}", flush=True)
+        out.append(row)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="a Qwen3-TTS checkpoint folder")
@@ -49,9 +93,16 @@ def main() -> None:
     ap.add_argument("--max-frames", type=int, default=60)
     ap.add_argument("--mode", default="ar", choices=("ar", "spec"))
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--talker-only", action="store_true", help="the talker stage alone")
     args = ap.parse_args()
     ns = [int(x) for x in args.streams.split(",")]
     print(json.dumps({"cpu": cpu(), "onnxruntime": ort.__version__}), flush=True)
+    if args.talker_only:
+        from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
+
+        tts = Qwen3TTS.load(args.model, args.cache_dir, "cpu", args.threads, weights=args.weights)
+        print(json.dumps({"talker": talker_only(tts, ns, args.threads)}))
+        return
     engine = Engine(
         args.model,
         max_streams=max(ns),

@@ -21,6 +21,7 @@ from codecspec.graphs.quantize import (
     ROW_EXACT_LAYOUTS,
     default_weights,
     quantize_weights,
+    row_exact_block,
     row_exact_layout,
 )
 from codecspec.graphs.row_probe import (
@@ -325,7 +326,9 @@ def test_quantised_qwen3_folder_loads_and_speculation_is_exact(qwen3_cache, weig
     assert tts.weights == weights_kind
     # the code predictor in its row-exact block on this CPU (depth.int8.b64.onnx on AVX-512)
     assert tts.depth.graph.path.name.startswith(f"depth.{weights_kind}.")
-    ops = {n.op_type for n in onnx.load(str(tts.entry / f"talker.{weights_kind}.onnx")).graph.node}
+    # the talker in a block whose lone rows are exact (talker.int8.b64.onnx on AVX-512)
+    assert tts.talker.graph.path.name.startswith(f"talker.{weights_kind}.")
+    ops = {n.op_type for n in onnx.load(str(tts.talker.graph.path)).graph.node}
     assert "MatMulNBits" in ops and "MatMul" not in ops
     kw = dict(speaker="aiden", language="english", temperature=0, max_frames=12)
     ar = tts.generate_codes("Hello there.", mode="ar", **kw)
@@ -353,3 +356,28 @@ def test_bad_weights_for_a_folder_fail_before_building(tmp_path):
     with pytest.raises(ValueError, match="^weights:"):
         Qwen3TTS.load(QWEN3 / "custom_equal", cache_dir=tmp_path, weights="fp16")
     assert not any(tmp_path.iterdir())
+
+
+def test_the_talker_block_is_its_own_where_rows_agree_else_the_first_unpadded_one():
+    """The Qwen3 talker steps one row alone and several in the engine's batched call, and
+    cannot pad a step: its block is the own one where lone rows are exact, else the first
+    row-exact block with no padding (8 bits: 64 where 128 computes a lone row otherwise);
+    a chooser that keeps 128 regardless is caught."""
+    asked = []
+
+    def lone_128_differs(weights, block, multiple, threads):
+        asked.append((block, multiple))
+        return block != 128 and multiple == 1
+
+    assert row_exact_block("int8", probe=lone_128_differs) == 64
+    assert asked == [(128, 1), (64, 1)]  # never a padded layout
+    assert row_exact_block("int4", probe=lone_128_differs) == 32  # the own block holds
+    always = lambda weights, block, multiple, threads: True  # noqa: E731
+    assert row_exact_block("int8", probe=always) == BLOCK_SIZES["int8"]
+    never = lambda weights, block, multiple, threads: False  # noqa: E731
+    assert row_exact_block("int8", probe=never) == BLOCK_SIZES["int8"]  # engine: per stream
+    assert row_exact_block("int8", "accelerator", probe=never) == BLOCK_SIZES["int8"]
+    broken = lambda weights, provider="cpu", threads=None, probe=None: BLOCK_SIZES[weights]  # noqa: E731
+    assert broken("int8", probe=lone_128_differs) != 64  # the check above can fail
+    with pytest.raises(ValueError, match="^weights:"):
+        row_exact_block("fp32")

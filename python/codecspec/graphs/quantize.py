@@ -51,6 +51,7 @@ __all__ = [
     "check_weights",
     "default_weights",
     "quantize_weights",
+    "row_exact_block",
     "row_exact_layout",
 ]
 
@@ -142,6 +143,31 @@ def row_exact_layout(
         return own
     probe = _rows_alike if probe is None else probe
     return next((lay for lay in ROW_EXACT_LAYOUTS[weights] if probe(weights, *lay, threads)), own)
+
+
+def row_exact_block(
+    weights: str,
+    provider: str = "cpu",
+    threads: Optional[int] = None,
+    probe: Optional[Callable[[str, int, int, Optional[int]], bool]] = None,
+) -> int:
+    """The block size for a graph that runs a row alone and rows in calls of any size (the
+    Qwen3 talker: one stream's step, and the serving engine's step of several streams at
+    once), whose rows must be the same bits either way: the precision's own block where
+    `probe` says its rows are (row multiple 1), else the first such block of
+    `ROW_EXACT_LAYOUTS[weights]` (AVX-512: 8 bits in 64, where 128 computes a lone row by
+    another kernel), else the own block (its rows then differ, and the engine steps each
+    stream alone). No padding: a one-row step cannot pad to two rows without changing its
+    attention. Other providers keep the own block (the probe sees the CPU's kernels only)."""
+    check_weights(weights)
+    if weights == "fp32":
+        raise ValueError("weights: fp32 graphs are not quantised in blocks")
+    own = BLOCK_SIZES[weights]
+    if provider != "cpu":
+        return own
+    probe = _rows_alike if probe is None else probe
+    blocks = [own] + [b for b, m in ROW_EXACT_LAYOUTS[weights] if m == 1 and b != own]
+    return next((b for b in blocks if probe(weights, b, 1, threads)), own)
 
 
 @functools.cache

@@ -199,7 +199,7 @@ class Qwen3TTS:
         self.weights = resolve_weights(weights, provider, entry)
         self.tok = load_text_tokenizer(ck.dir) if tok is None else tok
         self.talker = Talker(
-            weights_graph(entry, "talker", self.weights, log),
+            weights_graph(entry, "talker", self.weights, log, self._talker_block()),
             np.load(entry / "codec_head.npy"),
             provider,
             threads,
@@ -283,6 +283,19 @@ class Qwen3TTS:
             return None, 1
         cpu = resolve(self.provider)[0] == "CPUExecutionProvider"
         return row_exact_layout(self.weights, "cpu" if cpu else "accelerator", self.threads)
+
+    def _talker_block(self) -> Optional[int]:
+        """The talker's quantisation block: one whose rows are the same bits alone and in
+        the serving engine's batched step on this device (graphs.quantize.row_exact_block:
+        8 bits in blocks of 64 on AVX-512, where 128 is not), so a served stream stays
+        `generate_codes`' while its steps run with others'; None at fp32."""
+        from codecspec.graphs.quantize import row_exact_block
+        from codecspec.runtime.providers import resolve
+
+        if self.weights == "fp32":
+            return None
+        cpu = resolve(self.provider)[0] == "CPUExecutionProvider"
+        return row_exact_block(self.weights, "cpu" if cpu else "accelerator", self.threads)
 
     def calibration_file(self, name: str) -> Path:
         return calibration_file(self.entry, name, self.weights)

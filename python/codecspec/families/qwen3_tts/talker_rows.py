@@ -183,11 +183,16 @@ class TalkerSlots:
         c = self.config
         new = max(int(capacity), min(2 * self.capacity, self.max_positions))
         shape = (c.num_layers, self.slots, c.num_kv_heads, new, c.head_dim)
-        old = (self.keys, self.values, self.capacity)
+        old_keys, old_values = self.keys, self.values
+        # np.zeros leaves pages untouched until written: only the rows streams hold are
+        # copied, so a slot's memory is what its own stream filled, not the longest one's
         self.keys, self.values = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
-        if old[2]:
-            self.keys[:, :, :, : old[2]] = old[0]
-            self.values[:, :, :, : old[2]] = old[1]
+        for slot in range(self.slots):
+            n = self._length(slot)
+            if not n:
+                continue
+            self.keys[:, slot, :, :n] = old_keys[:, slot, :, :n]
+            self.values[:, slot, :, :n] = old_values[:, slot, :, :n]
         self.capacity, self._calls = new, {}
         for slot, t in self.talkers.items():  # their views point at the old buffer
             if t.cache is not None:
