@@ -137,3 +137,27 @@ def test_building_the_parser_loads_no_family_code_and_no_onnxruntime():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-800:]
     assert out.stdout.split("\n")[:2] == ["[]", "[]"]
+
+
+@pytest.mark.parametrize(
+    "model, argv, refused",
+    [
+        ("fsq", ["--loops", "both"], "--loops: only for v2 / v3 model folders"),
+        ("fsq", ["--accept", "pcg"], "--accept: only for v2 / v3 model folders"),
+        (None, ["--ref-audio", "a.wav"], "--ref-audio: only for Qwen3-TTS checkpoint folders"),
+        # --no-streaming-text is a choice too (False, not the default None)
+        ("v3", ["--no-streaming-text"], "--streaming-text: only for Qwen3-TTS checkpoint"),
+    ],
+)
+def test_another_familys_flag_is_refused_not_ignored(model, argv, refused, capsys):
+    """synth refuses a flag only other families read, naming it, before any model loads."""
+    from codecspec.cli import main
+
+    model_arg = [] if model is None else ["--model", model]
+    assert main(["synth", "hello", "-o", "/nonexistent/x.wav", *model_arg, *argv]) == 2
+    assert refused in capsys.readouterr().err
+
+
+def test_a_familys_own_flags_are_not_refused():
+    args = build_parser().parse_args(["synth", "hi", "--loops", "both", "--accept", "pcg"])
+    options.refuse_other_families_flags(args, "synth", registry.by_name("v2"))

@@ -248,6 +248,68 @@ def test_the_cli_check_sees_a_module_below_it_that_imports_it(tmp_path):
     ]
 
 
+def family_literals() -> set:
+    """Every registered family's name and model.json formats, and the shipped model names."""
+    from codecspec.pipeline import registry
+
+    table = registry.families()
+    return (
+        {e.name for e in table} | set(registry.MODEL_NAMES) | {f for e in table for f in e.formats}
+    )
+
+
+def family_comparisons(package_dir: Path, literals: set) -> list:
+    """One line per comparison (==, !=, in, not in, ...) outside families/ that has a
+    family's name or format string as an operand, alone or in a tuple, list or set."""
+    found = []
+    subs = sorted(p.name for p in package_dir.iterdir() if p.is_dir() and p.name != "families")
+    paths = [p for p in package_dir.glob("*.py")] + [
+        p for sub in subs for p in (package_dir / sub).rglob("*.py")
+    ]
+    for path in sorted(paths):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            for operand in (node.left, *node.comparators):
+                elts = (
+                    operand.elts
+                    if isinstance(operand, (ast.Tuple, ast.List, ast.Set))
+                    else [operand]
+                )
+                hit = [e.value for e in elts if isinstance(e, ast.Constant) and e.value in literals]
+                if hit:
+                    found.append(
+                        f"{path.relative_to(package_dir)}:{node.lineno} compares {hit[0]!r}"
+                    )
+    return found
+
+
+def test_no_family_name_or_format_is_compared_outside_the_families():
+    """What differs per family is the family's to say (`Family`'s optional methods, the
+    registry's table): no shared module tells families apart by name or format string."""
+    literals = family_literals()
+    assert {"v2", "qwen3-tts", "codecspec-fsq-tts/1"} <= literals
+    assert family_comparisons(PACKAGE, literals) == []
+
+
+def test_the_family_comparison_check_sees_names_and_formats_compared(tmp_path):
+    pkg = tmp_path / "codecspec"
+    for sub, text in (
+        ("cli", "def f(tts):\n    return tts.meta.get('format') != 'codecspec-v2-tts/1'\n"),
+        ("evaluation", "def g(family):\n    if family in ('fsq', 'reference'):\n        pass\n"),
+        ("pipeline", "NAMES = ('v2', 'fsq')  # data, not a comparison\nx = 'v2'.upper()\n"),
+        ("families/v2", "def h(fmt):\n    return fmt == 'codecspec-v2-tts/1'\n"),  # its own
+    ):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "m.py").write_text(text)
+    (pkg / "top.py").write_text("def k(name):\n    return 'qwen3-tts' == name\n")
+    assert family_comparisons(pkg, family_literals()) == [
+        "cli/m.py:2 compares 'codecspec-v2-tts/1'",
+        "evaluation/m.py:2 compares 'fsq'",
+        "top.py:2 compares 'qwen3-tts'",
+    ]
+
+
 def family_flags(commands) -> dict:
     """Flag -> family, of every flag some registered family's `cli_options` adds to one of
     `commands` (each family asked about each command on a parser of its own)."""

@@ -267,12 +267,10 @@ def test_recognizer_rejects_bad_arguments(kw, match):
         intel.Recognizer(**kw)
 
 
-def test_model_synthesizer_speaks_stored_phonemes_unless_aligned():
+def test_model_synthesizer_speaks_stored_phonemes_where_the_model_takes_them():
     from codecspec.evaluation.reports import model_synthesizer
 
     class Fake:
-        aligned = False
-
         def __init__(self):
             self.calls = []
 
@@ -285,13 +283,12 @@ def test_model_synthesizer_speaks_stored_phonemes_unless_aligned():
             return S()
 
     rows = load_sentences(1)
-    for aligned, expected in (
-        (False, ("", rows[0]["phonemes"], 3)),
-        (True, (rows[0]["text"], None, 3)),
+    for phonemes_ok, expected in (
+        (True, ("", rows[0]["phonemes"], 3)),
+        (False, (rows[0]["text"], None, 3)),  # an aligned model (v3): its own frontend
     ):
         tts = Fake()
-        tts.aligned = aligned
-        wav, sr = model_synthesizer(tts, rows, mode="ar")(rows[0]["text"], 3)
+        wav, sr = model_synthesizer(tts, rows, phonemes_ok, mode="ar")(rows[0]["text"], 3)
         assert tts.calls == [expected] and sr == 16000
     tts = Fake()
     model_synthesizer(tts, rows)("Another text.", 0)  # not an evaluation sentence: its text
@@ -309,10 +306,15 @@ def test_quality_modes_are_checked():
     for family, mode in (("fsq", "spec"), ("v2", "sideways"), ("v2", "both/greedy")):
         with pytest.raises(ValueError, match="modes"):
             mode_kwargs(family, mode)
-    assert bench_quality_modes("v2", None, "exact") == ["ar", "both"]
-    assert bench_quality_modes("v2", "temporal", "pcg") == ["ar", "temporal/pcg"]
-    assert bench_quality_modes("reference", None, "exact") == ["ar", "spec"]
-    assert bench_quality_modes("fsq", None, "exact") == ["ar"]
+    from argparse import Namespace
+
+    def modes(family, loops, accept):
+        return bench_quality_modes(family, Namespace(loops=loops, accept=accept))
+
+    assert modes("v2", None, "exact") == ["ar", "both"]
+    assert modes("v2", "temporal", "pcg") == ["ar", "temporal/pcg"]
+    assert modes("reference", None, "exact") == ["ar", "spec"]
+    assert modes("fsq", None, "exact") == ["ar"]
 
 
 # ----------------------------------------------------------------- the recognizer itself

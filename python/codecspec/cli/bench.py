@@ -136,16 +136,12 @@ def bench_report(args, family: str, model, res: dict, record) -> int:
     return _print_table(table, args.json)
 
 
-def bench_quality_modes(family: str, loops, accept: str) -> list:
-    """AR and the speculative side the bench measured: the family's own ("quality_modes"
-    hook: v2's `loops[/accept]`), else AR and "spec" where its engine adapter speculates."""
+def bench_quality_modes(family: str, args) -> list:
+    """AR and the speculative side the bench measured with `args`, as the family called
+    `family` names them (`Family.quality_modes`: v2's `loops[/accept]`)."""
     from codecspec.pipeline import registry
 
-    entry = registry.by_name(family)
-    hook = entry.hook("quality_modes")
-    if hook is not None:
-        return hook(loops, accept)
-    return ["ar"] + [m for m in entry.load("engine").modes if m == "spec"]
+    return registry.by_name(family).load("engine").quality_modes(args)
 
 
 def _bench_quality(args, family: str, res: dict):
@@ -155,7 +151,7 @@ def _bench_quality(args, family: str, res: dict):
         return None
     from codecspec.evaluation.intelligibility import report_table
 
-    modes = bench_quality_modes(family, args.loops, args.accept)
+    modes = bench_quality_modes(family, args)
     reports = run_quality(args, args.model, modes, prefix="quality_")
     res["intelligibility"] = summary(reports)
     rec = next(iter(reports.values()))

@@ -132,6 +132,32 @@ def depth_kwargs(args) -> dict:
     return {"depth": args.depth}
 
 
+def refuse_other_families_flags(args, command: str, entry) -> None:
+    """A flag that only other families add to `command` (their `cli_options`), set away
+    from its default for a model of `entry`'s family, is a ValueError naming the flag and
+    whose folders read it (--loops for an FSQ folder, --ref-audio for a shipped model):
+    refused, not ignored."""
+    from codecspec.pipeline import registry
+
+    own = _family_flags(entry, command)
+    for other in registry.families():
+        for dest, action in _family_flags(other, command).items():
+            if dest not in own and getattr(args, dest, action.default) != action.default:
+                where = other.title or f"{other.name} model"
+                raise ValueError(f"{action.option_strings[0]}: only for {where} folders")
+
+
+def _family_flags(entry, command: str) -> dict:
+    """dest -> action of the flags `entry`'s `cli_options` add to `command`."""
+    from codecspec.pipeline import registry
+
+    if entry.cli_options is None:
+        return {}
+    p = argparse.ArgumentParser(add_help=False)
+    registry.import_path(entry.cli_options)(command, p)
+    return {a.dest: a for a in p._actions}
+
+
 def family_options(command: str, p: argparse.ArgumentParser) -> None:
     """Every registered family's own flags for `codecspec COMMAND` (the registry's
     `cli_options`, in table order), added after the shared ones. A flag already on `p` (a

@@ -122,41 +122,18 @@ def synthesis_report(s, output, threads: int) -> dict:
 
 
 def _stop_and_temporal(s) -> dict:
-    """Families with a stop head: did the guard end it; v2: the temporal loop's figures."""
+    """A result with a length guard (a stop head's family): did the guard end it; one with
+    a temporal speculation loop: that loop's figures."""
     out = {}
-    if getattr(s, "max_frames", None) is not None:
-        hit = getattr(s, "hit_max_frames", None)
-        if hit is None:  # the FSQ family says whether its stop head ended it
-            hit = not bool(getattr(s, "stopped", True))
-        out["hit_max_frames"] = bool(hit)
+    if s.max_frames is not None:
+        out["hit_max_frames"] = bool(s.hit_max_frames)
         out["max_frames"] = int(s.max_frames)
-    st = getattr(s, "temporal_stats", None)
+    st = s.temporal_stats
     if st is not None:
         out["temporal_tokens_per_call"] = st.tokens_per_call
         out["temporal_acceptance"] = st.acceptance
         out["temporal_host_share"] = st.host_share
     return out
-
-
-def _speculation_kwargs(args, tts) -> dict:
-    """generate() keywords from --loops/--accept/--beta/--theta/--draft-len (v2 family)."""
-    given = args.loops is not None or args.accept != "exact"
-    if getattr(tts, "meta", {}).get("format") != "codecspec-v2-tts/1":
-        if given:
-            raise ValueError("--loops/--accept: only the v2 family has these speculation options")
-        return {}
-    if args.loops is None:
-        return {"draft_len": args.draft_len}
-    from codecspec.decode.temporal import speculation_config
-
-    theta = args.theta
-    if args.accept == "pcg" and theta is None:
-        theta = float(tts.meta.get("pcg_theta", 0.95))
-    kw = speculation_config(args.loops, args.accept, args.beta, theta)
-    kw["draft_len"] = args.draft_len
-    if args.loops == "temporal":  # the depth loop keeps --mode
-        kw.pop("mode")
-    return kw
 
 
 def _synth_kwargs(args) -> dict:
@@ -188,13 +165,8 @@ def cmd_synth(args) -> int:
     hook = entry.hook("synth") if entry is not None else None
     if hook is not None:
         return hook(args)
-    # --no-streaming-text is a choice too (False, not None): refused like --streaming-text
-    qwen3_only = (args.instruct, args.streaming_text, args.ref_audio, args.ref_text)
-    if any(v is not None for v in qwen3_only):
-        raise ValueError(
-            "--instruct / --[no-]streaming-text / --ref-audio / --ref-text: Qwen3-TTS checkpoints "
-            "(--model DIR) only"
-        )
+    if entry is not None:  # else loading the model names what is wrong with it
+        options.refuse_other_families_flags(args, "synth", entry)
     if args.codes_out is not None and args.stream:
         raise ValueError("--codes-out: not with --stream")
     text = synth_text(args) if args.phonemes is None else (args.text or "")
@@ -206,10 +178,10 @@ def cmd_synth(args) -> int:
         params=options.params_from_args(args),
         **options.depth_kwargs(args),
     )
+    family = entry.load("engine")
     if args.stream:
-        return _synth_stream(args, tts, text)
-    kw = _synth_kwargs(args)
-    kw.update(_speculation_kwargs(args, tts))
+        return _synth_stream(args, tts, text, family)
+    kw = _synth_kwargs(args) | family.request_options(args, tts)
     t0 = time.perf_counter()
     s = tts.generate(text, progress=not (args.quiet or args.json), **kw)
     first_audio_s = time.perf_counter() - t0  # the whole utterance is the first audio
@@ -229,8 +201,7 @@ def cmd_synth(args) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    own = entry.hook("synth_lines") if entry is not None else None  # FSQ: no depth loop
-    lines = own(s, args.output) if own is not None else _synth_lines(s, args.output, report)
+    lines = family.synth_lines(s, args.output) or _synth_lines(s, args.output, report)
     for k, v in lines.items():
         print(f"{k:>22}: {v}")
     return 0
@@ -278,14 +249,13 @@ def stream_report(st, output, threads: int, interrupted: bool = False) -> dict:
     }
 
 
-def _synth_stream(args, tts, text) -> int:
+def _synth_stream(args, tts, text, family) -> int:
     """`synth --stream`: chunks go into the WAV as they come (a valid file at every chunk
     boundary, and after an interruption); --text-file is spoken sentence by sentence."""
     from codecspec.codec.audio import WavWriter
     from codecspec.runtime.threads import threads_in_use
 
-    kw = _synth_kwargs(args)
-    kw.update(_speculation_kwargs(args, tts))
+    kw = _synth_kwargs(args) | family.request_options(args, tts)
     split = args.text_file is not None and args.phonemes is None
     st = tts.stream(text, chunk_frames=args.chunk_frames, split_sentences=split, **kw)
     interrupted = False

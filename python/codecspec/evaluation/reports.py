@@ -17,7 +17,7 @@ words (Whisper) and, unless `--no-phonemes`, by phonemes
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 __all__ = [
     "ESPEAK",
@@ -31,32 +31,21 @@ ESPEAK = "espeak-ng"
 
 
 def mode_kwargs(family: str, mode: str, tts=None, beta: float = 0.3, theta=None) -> dict:
-    """generate() keywords of a quality mode for a model family: the family's own
-    ("quality_mode" hook of the registry: a family with more modes than ar/spec, v2's
-    `LOOPS[/ACCEPT]`), else {"mode": m} for a mode its engine adapter decodes; ValueError
-    naming `modes` for any other."""
+    """generate() keywords of a quality mode for the model family called `family`
+    (`Family.quality_mode`: {"mode": m} for a mode it decodes, v2's `LOOPS[/ACCEPT]`);
+    ValueError naming `modes` for any other."""
     from codecspec.pipeline import registry
 
-    entry = registry.by_name(family)
-    hook = entry.hook("quality_mode")
-    if hook is not None:
-        return hook(mode, tts, beta, theta)
-    allowed = ("ar",) + tuple(m for m in entry.load("engine").modes if m != "ar")
-    if mode not in allowed:
-        raise ValueError(
-            f"modes: {mode!r} is not a mode of the {family} family ({', '.join(allowed)})"
-        )
-    return {"mode": mode}
+    return registry.by_name(family).load("engine").quality_mode(mode, tts, beta, theta)
 
 
-def model_synthesizer(tts, sentences: list, **generate_kwargs) -> Callable:
+def model_synthesizer(tts, sentences: list, phonemes_ok: bool = True, **generate_kwargs):
     """`synthesize(text, seed) -> (wav, sample_rate)` through a loaded model. Texts of
     `sentences` are spoken from their stored espeak-ng phonemes (no espeak-ng needed); other
-    texts, and every text of a model that follows espeak-ng's phoneme timing (`aligned`,
-    which refuses bare phonemes), go through the model's own frontend. `synthesize.clips`
+    texts, and every text of a model that takes no bare phonemes (`phonemes_ok` False:
+    `Family.speaks_phonemes`), go through the model's own frontend. `synthesize.clips`
     collects (frames, whether the max-length guard ended it) per call, for the report."""
-    aligned = bool(getattr(tts, "aligned", False))
-    phonemes = {} if aligned else {s["text"]: s.get("phonemes") for s in sentences}
+    phonemes = {s["text"]: s.get("phonemes") for s in sentences} if phonemes_ok else {}
 
     def synthesize(text: str, seed: int):
         ph = phonemes.get(text)
@@ -143,10 +132,11 @@ def set_reports(
             name: {ESPEAK: evaluate(synth, rows, [0], desc=ESPEAK, **common)}
             for name, rows in rows_of.items()
         }
-    from codecspec.pipeline.registry import load_model, model_family
+    from codecspec.pipeline.registry import family_of, load_model
 
-    family = model_family(model)
+    family = family_of(model, detect=False).name
     tts = load_model(model, provider=provider, threads=threads, params=params)
+    phonemes_ok = family_of(model, detect=False).load("engine").speaks_phonemes(tts)
     # every mode checked before anything is synthesised
     kwargs = {m: mode_kwargs(family, m, tts, beta, theta) for m in modes if m not in FLOORS}
     # built before any synthesis (about 0.2 s a text, then cached on disk)
@@ -164,7 +154,7 @@ def set_reports(
                 )
                 reports[m]["mode"] = m
             else:
-                synth = model_synthesizer(tts, rows, **kwargs[m])
+                synth = model_synthesizer(tts, rows, phonemes_ok, **kwargs[m])
                 reports[m] = evaluate(synth, rows, seeds, desc=f"{label}{family} {m}", **common)
                 reports[m]["model_family"], reports[m]["mode"] = family, m
             _add_lengths(reports[m], synth.clips)

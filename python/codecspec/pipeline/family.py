@@ -15,7 +15,12 @@ that depends on the model family sits behind `Family`:
   per frame), the voices and languages, the frame and sample rates;
 - `stages()`: the model's stages per frame and the weight bytes each reads (`Stage`), so
   `codecspec bench` states a bound for a family that has no bench of its own
-  (`codecspec.pipeline.bench`).
+  (`codecspec.pipeline.bench`);
+- what the commands ask a family's class of a loaded model or its result, each optional
+  with a default: `request_options(args, tts)` (generate keywords from its own flags),
+  `synth_lines(s, output)` (synth's summary), `speaks_phonemes(tts)`, and the decode
+  modes `codecspec quality` names (`quality_mode`, `quality_modes`); so the CLI and the
+  evaluation compare no family's name, format or attribute (tests/repository).
 
 A request is a `SpeechRequest` (what the server's `/v1/audio/speech` body and the bench ask
 for); the engine (`codecspec.serve.engine`) re-exports it.
@@ -106,6 +111,9 @@ class StreamState:
     tokens: int = 0  # input phoneme ids (usage reports)
     phonemes: str = ""  # what the stream says, as its family read it (a result reports it)
     mode: str = ""  # how it is decoded, as a result names it ("ar", "spec", ...)
+    # a stop head's verdict: True it ended the stream, False the length guard did; None
+    # for a family without one (its planned length ends every stream)
+    stopped: Optional[bool] = None
 
 
 @dataclass
@@ -256,6 +264,45 @@ class Family:
         bench's bound (bytes ÷ bandwidth) beside the measured time; [] where the family
         does not say (the bench then states no bound)."""
         return []
+
+    # ------------------------------------------------------------------ the commands' questions
+    # Asked of the class, of a loaded model (`tts`) or its result: a command has those, not
+    # an engine adapter. The defaults are a family whose decode modes are `modes`, with no
+    # flags of its own and a depth loop to report.
+    @classmethod
+    def request_options(cls, args, tts) -> dict:
+        """`generate` / `stream` keywords from the family's own flags (its `cli_options`)
+        in parsed `args`."""
+        return {}
+
+    @classmethod
+    def synth_lines(cls, s, output) -> Optional[dict]:
+        """`codecspec synth`'s summary of the result `s` written to `output`, {label: value};
+        None: the shared one of a depth-loop result."""
+        return None
+
+    @classmethod
+    def speaks_phonemes(cls, tts) -> bool:
+        """Whether `tts` speaks espeak-ng IPA given in place of text (the evaluation sets'
+        stored phonemes); a model that follows espeak-ng's timing of the text does not."""
+        return True
+
+    @classmethod
+    def quality_mode(cls, mode: str, tts=None, beta: float = 0.3, theta=None) -> dict:
+        """`generate` keywords of a `codecspec quality` mode; ValueError naming `modes` for
+        one the family does not decode. `beta` / `theta`: the lossy rules' tolerances, for
+        a family that has them."""
+        allowed = ("ar",) + tuple(m for m in cls.modes if m != "ar")
+        if mode not in allowed:
+            raise ValueError(
+                f"modes: {mode!r} is not a mode of the {cls.name} family ({', '.join(allowed)})"
+            )
+        return {"mode": mode}
+
+    @classmethod
+    def quality_modes(cls, args) -> list:
+        """`bench --quality`'s rows: AR and the speculative mode the bench measured."""
+        return ["ar"] + [m for m in cls.modes if m == "spec"]
 
     def chunk_decoder(self, iters: int, seed: int, voice=None):
         """None: the app vocodes each chunk with `codec.decode(codes, iters, seed)` over a

@@ -57,6 +57,9 @@ __all__ = [
 
 MODEL_NAMES = ("reference", "fsq", "v2", "v3")  # shipped (or checked-out) models by name
 DEFAULT_MODEL = "v3"
+# What CODECSPEC_MODEL_DIR, where set, stands for: the default model and "reference" (the
+# v1 folder it named before there were others).
+ENV_MODEL_NAMES = (None, "reference")
 # Engine options every family is handed where it takes them and that the others ignore
 # (a graph cache folder: the CLI always has one).
 SHARED_OPTIONS = ("cache_dir",)
@@ -134,10 +137,12 @@ class Entry:
     `codecspec.pipeline.Family` adapter; `options`: the engine options only it takes;
     `model_options`: its single-stream model's options that only it takes (CLI flags);
     `title`: how messages name its folders; `hooks`: (command, "module:function") pairs,
-    the family's own CLI subcommands (see `hook`), and "synth_lines" (s, output) -> {label:
-    value}, synth's summary for a family that has no depth loop to report, and "quality_mode"
-    (mode, tts, beta, theta) -> generate() keywords / "quality_modes" (loops, accept) ->
-    [modes] for a family whose quality modes are more than ar/spec. `cli_options`:
+    a command the family runs whole ("synth", "bench", "calibrate": args -> int;
+    "serve_check") and "bench_figures" (args, model folder, common keywords) -> (figures,
+    record function), the figures `codecspec bench` reports for it: code that imports the
+    family's model, so not a `Family` method (model.py would import it back); what differs
+    per family inside the shared commands is `Family`'s (`request_options`, `synth_lines`,
+    `quality_mode`, ...). `cli_options`:
     "module:function(command, parser)" adding the family's own flags to the `codecspec`
     subcommand `command` (a name such as "synth"; nothing for the others), the shared options
     being the CLI's (`codecspec.cli.options.family_options`); its module imports argparse at
@@ -205,11 +210,8 @@ FAMILIES = (
         engine="codecspec.families.v2.model:V2Family",
         model_options=("depth",),  # --depth: the positional or the shared depth decoder
         cli_options="codecspec.families.v2.options:add_options",
-        hooks=(
-            ("bench_figures", "codecspec.families.v2.cli:bench_figures"),
-            ("quality_mode", "codecspec.families.v2.quality:mode_kwargs"),
-            ("quality_modes", "codecspec.families.v2.quality:bench_modes"),
-        ),
+        title="v2 / v3 model",
+        hooks=(("bench_figures", "codecspec.families.v2.cli:bench_figures"),),
     ),
     Entry(
         "fsq",
@@ -217,10 +219,7 @@ FAMILIES = (
         model="codecspec.families.fsq.model:FSQTTS",
         engine="codecspec.families.fsq.model:FSQFamily",
         cli_options="codecspec.families.fsq.options:add_options",
-        hooks=(
-            ("bench_figures", "codecspec.families.fsq.cli:bench_figures"),
-            ("synth_lines", "codecspec.families.fsq.bench:synth_lines"),
-        ),
+        hooks=(("bench_figures", "codecspec.families.fsq.cli:bench_figures"),),
     ),
     Entry(
         "reference",
@@ -321,7 +320,7 @@ def resolve_model_dir(name_or_dir=None) -> Path:
     from codecspec.model_store import named_model_dir
 
     env = os.environ.get("CODECSPEC_MODEL_DIR")
-    if env and name_or_dir in (None, "reference"):
+    if env and name_or_dir in ENV_MODEL_NAMES:
         return Path(env)
     if name_or_dir is None:
         name_or_dir = DEFAULT_MODEL

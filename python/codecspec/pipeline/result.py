@@ -22,6 +22,9 @@ __all__ = ["Result"]
 @dataclass
 class Result:
     codes: np.ndarray  # int64 [T, G]: one row per frame
+    # a temporal speculation loop's figures (`codecspec.decode.temporal.TemporalStats`)
+    # where one ran; a class attribute, not a field (a subclass may make it one)
+    temporal_stats = None
 
     @property
     def frames(self) -> int:

@@ -173,9 +173,9 @@ class AudioStream:
 
 
 def _stopped(state: StreamState) -> bool:
-    """Whether the stream ended by its own rule: its stop head (a `stopped` flag), or its
-    planned length (a family without a stop head)."""
-    return bool(getattr(state, "stopped", state.frames is not None))
+    """Whether the stream ended by its own rule: its stop head, or its planned length (a
+    family without a stop head)."""
+    return state.frames is not None if state.stopped is None else bool(state.stopped)
 
 
 def speech_request(text, phonemes: Optional[str], *, speaker, rate, **fields) -> SpeechRequest:

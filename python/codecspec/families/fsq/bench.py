@@ -19,7 +19,7 @@ import codecspec as cs
 from codecspec.families.fsq.model import FSQTTS, FSQFamily
 from codecspec.pipeline.loop import run_together
 
-__all__ = ["load_bench_texts", "bench_fsq", "record_fsq", "synth_lines"]
+__all__ = ["load_bench_texts", "bench_fsq", "record_fsq"]
 
 
 def load_bench_texts(model_dir) -> list:
@@ -164,17 +164,3 @@ def record_fsq(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) ->
         "calibration": None,
     }
     return perf.finish_record(rec)
-
-
-def synth_lines(s, output) -> dict:
-    """What `codecspec synth` prints for an FSQ synthesis."""
-    return {
-        "wrote": f"{output} ({s.sample_rate} Hz)",
-        "audio seconds": f"{s.audio_seconds:.2f}",
-        "frames": f"{len(s.codes)} x {s.codes.shape[1]} channels",
-        "ended by": "stop head" if s.stopped else f"max-length guard ({s.max_frames} frames)",
-        "graph calls / frame": f"{s.calls_per_frame:.2f}",
-        "ms / frame": f"{s.ms_per_frame:.2f}",
-        "real-time factor": f"{s.real_time_factor:.3f} (temporal {s.temporal_seconds:.2f} s, "
-        f"sampling {s.sampling_seconds:.2f} s, vocoder {s.decode_seconds:.2f} s)",
-    }

@@ -453,6 +453,20 @@ class FSQFamily(Family):
     known_length = False  # the stop head decides
     modes = ("ar",)
 
+    @classmethod
+    def synth_lines(cls, s, output) -> dict:
+        """What `codecspec synth` prints for an FSQ synthesis: no depth loop, a stop head."""
+        return {
+            "wrote": f"{output} ({s.sample_rate} Hz)",
+            "audio seconds": f"{s.audio_seconds:.2f}",
+            "frames": f"{len(s.codes)} x {s.codes.shape[1]} channels",
+            "ended by": "stop head" if s.stopped else f"max-length guard ({s.max_frames} frames)",
+            "graph calls / frame": f"{s.calls_per_frame:.2f}",
+            "ms / frame": f"{s.ms_per_frame:.2f}",
+            "real-time factor": f"{s.real_time_factor:.3f} (temporal {s.temporal_seconds:.2f} s, "
+            f"sampling {s.sampling_seconds:.2f} s, vocoder {s.decode_seconds:.2f} s)",
+        }
+
     def __init__(self, tts: FSQTTS, slots=1, max_frames=None, max_phonemes=None, step=None):
         """Over a loaded `tts`: `slots` streams of at most `max_frames` frames and
         `max_phonemes` ids each, on the step session `step` (default the model's). Without

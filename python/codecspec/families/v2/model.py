@@ -709,6 +709,29 @@ class V2Family(Family):
     solo_graphs = True
     solo_depth = True
 
+    # ------------------------------------------------------------------ the commands' questions
+    @classmethod
+    def request_options(cls, args, tts) -> dict:
+        from .quality import speculation_options
+
+        return speculation_options(args, tts)
+
+    @classmethod
+    def speaks_phonemes(cls, tts) -> bool:
+        return not tts.aligned  # v3 follows espeak-ng's timing of the text, so needs the text
+
+    @classmethod
+    def quality_mode(cls, mode: str, tts=None, beta: float = 0.3, theta=None) -> dict:
+        from .quality import mode_kwargs
+
+        return mode_kwargs(mode, tts, beta, theta)
+
+    @classmethod
+    def quality_modes(cls, args) -> list:
+        from .quality import bench_modes
+
+        return bench_modes(args.loops, args.accept)
+
     def __init__(self, tts: V2TTS, slots=1, max_frames=None, max_phonemes=None, loops=None):
         """Over a loaded `tts`: `slots` streams of at most `max_frames` frames and
         `max_phonemes` ids each. Without limits it is `generate`'s: its `loops` keywords

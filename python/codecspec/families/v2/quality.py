@@ -1,16 +1,18 @@
-"""The v2 family's decode modes as `codecspec quality` and `codecspec bench --quality` name them.
+"""The v2 family's decode modes as the commands name them: `codecspec synth`'s flags
+(`speculation_options`), `codecspec quality`'s and `bench --quality`'s modes.
 
 A v2/v3 model speculates on two loops (temporal: the draft LM's c0; depth: the code
 predictor's tree) with one of three acceptance rules, so its modes are "ar" or
-`LOOPS[/ACCEPT]` ("both", "temporal/ssd", "depth/pcg", ...). The registry's "quality_mode"
-and "quality_modes" hooks of the v2 entry point here; the shared commands name no family.
+`LOOPS[/ACCEPT]` ("both", "temporal/ssd", "depth/pcg", ...). `V2Family`'s
+`request_options`, `quality_mode` and `quality_modes` answer with these; the shared
+commands name no family.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["mode_kwargs", "bench_modes"]
+__all__ = ["bench_modes", "mode_kwargs", "speculation_options"]
 
 ACCEPTS = ("exact", "ssd", "pcg")
 
@@ -39,3 +41,20 @@ def bench_modes(loops: Optional[str], accept: str) -> list:
     exact, when --loops is not given)."""
     spec = "both" if loops is None else loops
     return ["ar", spec if accept == "exact" else f"{spec}/{accept}"]
+
+
+def speculation_options(args, tts) -> dict:
+    """`V2TTS.generate` keywords from --loops/--accept/--beta/--theta/--draft-len (`args`);
+    PCG's group cosine defaults to the model's own."""
+    if args.loops is None:
+        return {"draft_len": args.draft_len}
+    from codecspec.decode.temporal import speculation_config
+
+    theta = args.theta
+    if args.accept == "pcg" and theta is None:
+        theta = float(tts.meta.get("pcg_theta", 0.95))
+    kw = speculation_config(args.loops, args.accept, args.beta, theta)
+    kw["draft_len"] = args.draft_len
+    if args.loops == "temporal":  # the depth loop keeps --mode
+        kw.pop("mode")
+    return kw
