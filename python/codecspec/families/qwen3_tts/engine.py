@@ -38,9 +38,10 @@ The talker steps of all streams run as one graph call where that is bit-identica
 talker graph steps one row per stream, each at its own position over its own cache length
 (GroupQueryAttention's per-row seqlens_k). A lone stream takes its own one-row call. Whether
 a batched row is the row alone is measured at load on the loaded graphs (`rows_agree`): on
-the 2-core AVX-512 + AMX Xeon it holds at fp32 and int4 (blocks of 32) and fails at int8
-(MatMulNBits in blocks of 128 computes a lone row by another kernel than rows together),
-where the talker then steps per stream as before.
+the 2-core AVX-512 + AMX Xeon it holds at fp32, int4 (blocks of 32) and int8, whose talker
+is quantised in blocks of 64 there (`quantize.row_exact_block`: in blocks of 128 MatMulNBits
+computes a lone row by another kernel than rows together). Where it fails (a CPU whose
+kernels no block serves alike), the talker steps per stream as before.
 
 What it does not do: batch the speculative depth loops of several streams (each runs on its
 stream's own decoder), nor the speech decoder across streams.
@@ -429,8 +430,9 @@ class _AfterReference:
 def talker_rows(talker, slots: int, provider, threads):
     """The engine's shared talker buffer and batched step (`TalkerSlots`), or None where a
     batched step would not give every stream the bits of its own step on this device at
-    these weights (`rows_agree`; int8's MatMulNBits in blocks of 128 computes a row alone by
-    another kernel than rows together on AVX-512), or with one slot."""
+    these weights (`rows_agree`; e.g. 8-bit MatMulNBits in blocks of 128 computes a lone
+    row by another kernel than rows together on AVX-512, which is why the talker is
+    quantised in a block that does not, `Qwen3TTS._talker_block`), or with one slot."""
     from codecspec.runtime.session import open_session
 
     from .talker_rows import TalkerSlots, rows_agree, rows_graph_path

@@ -626,9 +626,8 @@ class Qwen3TTS:
         ("depth", FrameJob) and takes that frame's codes back, yields ("frame", codes) for the
         consumer, then ("talker", next input row) and takes the talker's hidden state back
         (the prefill it runs itself). `iter_frames` answers with this runtime's decoder and
-        talker; the serving engine answers the AR depth requests of all its streams with one
-        batched depth loop (`codecspec.decode.batched_depth`) and their talker steps with one
-        batched call where that is bit-identical (`talker_rows`)."""
+        talker; the serving engine answers its streams' AR depth requests with one batched
+        loop (`decode.batched_depth`) and their talker steps with one call (`talker_rows`)."""
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
         p, max_new, sampler, depth_p = self._prepare(

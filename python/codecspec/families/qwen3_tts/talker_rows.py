@@ -13,10 +13,16 @@ Why a row of this call is the row alone, bit for bit: every operator is computed
 (the norms, RoPE at the row's own position, the SwiGLU), GroupQueryAttention sums each row's
 scores over its own keys only (onnxruntime's CPU kernel: a batch of rows with pasts of other
 lengths, right-padded into one buffer, gives each row the bits it gets alone), and the
-MatMuls are row-exact across the number of rows where `rows_exact` says so (fp32 MLAS
-SGEMM; MatMulNBits at accuracy_level 4 in the talker's blocks on this CPU). `rows_exact`
-checks it on the loaded graphs before the engine batches anything; a precision whose rows
-differ keeps the per-stream step.
+MatMuls compute a row alike in calls of any number of rows where the kernels do (fp32 MLAS
+SGEMM; MatMulNBits at accuracy_level 4 in the blocks `quantize.row_exact_block` picks for
+the talker: 32 at 4 bits, 64 at 8 bits on the AVX-512 Xeon). `rows_agree` checks it on the
+loaded graphs before the engine batches anything; where rows differ, the engine keeps the
+per-stream step.
+
+Memory: every slot has the buffer's capacity (the longest stream's rows, doubled as it
+grows), but pages are touched only where a stream wrote, so a slot holds about the rows the
+longest stream it served filled (0.6B: 224 KiB per position, as a per-stream cache; until
+the buffer next grows, which copies only the rows the current streams hold).
 """
 
 from __future__ import annotations
