@@ -12,8 +12,7 @@ import pytest
 
 from codecspec.families.fsq.model import FSQSynthesis
 from codecspec.families.qwen3_tts.pipeline import Qwen3Result
-from codecspec.pipeline.result import Result
-from codecspec.pipeline.synthesis import Synthesis
+from codecspec.pipeline.result import Result, Synthesis
 
 CODES = np.zeros((4, 16), np.int64)
 

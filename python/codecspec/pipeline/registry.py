@@ -211,7 +211,7 @@ FAMILIES = (
         model_options=("depth",),  # --depth: the positional or the shared depth decoder
         cli_options="codecspec.families.v2.options:add_options",
         title="v2 / v3 model",
-        hooks=(("bench_figures", "codecspec.families.v2.cli:bench_figures"),),
+        hooks=(("bench_figures", "codecspec.families.v2.bench:bench_figures"),),
     ),
     Entry(
         "fsq",
@@ -219,14 +219,14 @@ FAMILIES = (
         model="codecspec.families.fsq.model:FSQTTS",
         engine="codecspec.families.fsq.model:FSQFamily",
         cli_options="codecspec.families.fsq.options:add_options",
-        hooks=(("bench_figures", "codecspec.families.fsq.cli:bench_figures"),),
+        hooks=(("bench_figures", "codecspec.families.fsq.bench:bench_figures"),),
     ),
     Entry(
         "reference",
         formats=("codecspec-reference-tts/1",),
         model="codecspec.families.reference.model:ReferenceTTS",
         engine="codecspec.families.reference.model:ReferenceFamily",
-        hooks=(("bench_figures", "codecspec.families.reference.cli:bench_figures"),),
+        hooks=(("bench_figures", "codecspec.families.reference.bench:bench_figures"),),
     ),
 )
 

@@ -19,7 +19,7 @@ import codecspec as cs
 from codecspec.families.fsq.model import FSQTTS, FSQFamily
 from codecspec.pipeline.loop import run_together
 
-__all__ = ["load_bench_texts", "bench_fsq", "record_fsq"]
+__all__ = ["bench_figures", "load_bench_texts", "bench_fsq", "record_fsq"]
 
 
 def load_bench_texts(model_dir) -> list:
@@ -164,3 +164,11 @@ def record_fsq(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) ->
         "calibration": None,
     }
     return perf.finish_record(rec)
+
+
+def bench_figures(args, model, common) -> tuple:
+    """FSQ: one graph call per frame; (its figures, the record function) for `model`'s folder
+    with the bench's shared keywords `common`."""
+
+    res = bench_fsq(model, args.utterances, batch=args.batch, **common)
+    return res, record_fsq

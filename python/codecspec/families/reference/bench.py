@@ -15,6 +15,7 @@ import codecspec as cs
 from codecspec import perf
 from codecspec.pipeline.depth_bench import (
     base_record,
+    bench_depth_loop,
     depth_alone_stage,
     depth_choice,
     frame_ms,
@@ -24,7 +25,7 @@ from codecspec.pipeline.depth_bench import (
     pipeline_totals,
 )
 
-__all__ = ["bench_pipeline", "record_reference"]
+__all__ = ["bench_figures", "bench_pipeline", "record_reference"]
 
 
 def _median_of(rows: list, key) -> float:
@@ -111,3 +112,14 @@ def record_reference(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: flo
         ]
         rec.update(pipeline_figures(totals))
     return perf.finish_record(rec)
+
+
+def bench_figures(args, model, common) -> tuple:
+    """The RVQ reference: the depth loop alone and inside synthesis; (the figures, the
+    record function) for `model`'s folder with the bench's shared keywords `common`."""
+    res = bench_depth_loop(model, args.frames, **common)
+    if not args.no_pipeline:
+        res.update(bench_pipeline(model, texts=args.texts, **common))
+        # The issue this answers: the depth loop inside synthesis vs alone, same run.
+        res["depth_in_pipeline_ratio"] = res["pipeline_depth_ms_per_frame"] / res["ar_ms_per_frame"]
+    return res, record_reference

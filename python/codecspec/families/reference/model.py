@@ -36,6 +36,7 @@ from codecspec.frontend.phonemes import encode_input
 from codecspec.frontend.text import Frontend, PhonemeModel
 from codecspec.model_store import named_model_dir
 from codecspec.pipeline.family import Check, Family, Frame, StreamState, guard, sampling_params
+from codecspec.pipeline.result import Synthesis
 from codecspec.pipeline.stream import (
     DEFAULT_CHUNK_FRAMES,
     AudioStream,
@@ -43,7 +44,6 @@ from codecspec.pipeline.stream import (
     speech_request,
     stream_request,
 )
-from codecspec.pipeline.synthesis import Synthesis
 from codecspec.runtime.session import open_session
 
 __all__ = [

@@ -25,6 +25,7 @@ from codecspec.decode.temporal import (  # LOOPS, speculation_config: re-exporte
 from codecspec.fidelity import homogeneity_pvalue
 from codecspec.pipeline.depth_bench import (
     base_record,
+    bench_depth_loop,
     depth_alone_stage,
     depth_choice,
     load_bench_texts,
@@ -33,7 +34,7 @@ from codecspec.pipeline.depth_bench import (
     pipeline_totals,
 )
 
-__all__ = ["LOOPS", "bench_v2", "record_v2", "speculation_config"]
+__all__ = ["bench_figures", "LOOPS", "bench_v2", "record_v2", "speculation_config"]
 
 # `loops=None`: what users get by default, the loops the model's calibration found to pay
 # (the depth loop: its calibration's decision, `calibrate.decision`; the temporal loop:
@@ -262,3 +263,24 @@ def record_v2(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> 
     rec["temporal_speedup"] = res.get("temporal_speedup")
     rec["temporal_tokens_per_call"] = res.get("temporal_tokens_per_call")
     return perf.finish_record(rec)
+
+
+def bench_figures(args, model, common) -> tuple:
+    """v2/v3: temporal and depth loops, AR vs speculation, both on the pipeline; (the
+    figures, the record function) for `model`'s folder with the bench's shared keywords
+    `common`."""
+    res = bench_depth_loop(model, args.frames, **common)
+    if not args.no_pipeline:
+        res.update(
+            bench_v2(
+                model,
+                loops=args.loops,
+                accept=args.accept,
+                beta=args.beta,
+                theta=args.theta,
+                draft_len=args.draft_len,
+                texts=args.texts,
+                **common,
+            )
+        )
+    return res, record_v2

@@ -57,6 +57,7 @@ from codecspec.pipeline.family import (
     guard_value,
     length_guard,
 )
+from codecspec.pipeline.result import Synthesis
 from codecspec.pipeline.stream import (
     DEFAULT_CHUNK_FRAMES,
     AudioStream,
@@ -64,7 +65,6 @@ from codecspec.pipeline.stream import (
     speech_request,
     stream_request,
 )
-from codecspec.pipeline.synthesis import Synthesis
 from codecspec.runtime.kv import RingKVCache
 from codecspec.runtime.session import open_session
 
