@@ -220,3 +220,10 @@ def test_a_precision_whose_rows_differ_keeps_the_per_stream_step(cache, monkeypa
     monkeypatch.setattr(rows_mod, "rows_agree", lambda *a, **k: False)
     fam = Qwen3Family(FOLDER, 2, 64, "cpu", 1, cache_dir=cache)
     assert fam.talker_rows is None
+
+
+def test_a_graph_that_is_not_the_in_place_talker_is_refused(reference):
+    """The rewrite names what it looks for: the code predictor's graph is not a talker step."""
+    depth = onnx.load(str(reference.depth.graph.path))
+    with pytest.raises(ValueError, match="^model: not an in-place talker graph"):
+        rows_graph(depth)

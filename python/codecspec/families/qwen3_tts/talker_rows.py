@@ -113,14 +113,13 @@ def _topological(nodes: list) -> list:
 
 def _rows_io(g: onnx.GraphProto) -> None:
     """The inputs' and outputs' declared shapes with the row axis."""
+    caches = tuple(p.split(".")[0] + "." for p in IN_PLACE_KV)  # past_key.i, present_value.i
     for vi in list(g.input) + list(g.output):
-        dims = vi.type.tensor_type.shape.dim
-        if vi.name in ("input_ids", "input_embeds", "position_ids", "hidden"):
-            dims[0].Clear()
-            dims[0].dim_param = _ROWS
-        elif any(vi.name.startswith(p.split(".")[0] + ".") for p in IN_PLACE_KV):
-            dims[0].Clear()
-            dims[0].dim_param = _ROWS
+        rows = vi.name in ("input_ids", "input_embeds", "position_ids", "hidden")
+        if rows or vi.name.startswith(caches):
+            dim = vi.type.tensor_type.shape.dim[0]
+            dim.Clear()
+            dim.dim_param = _ROWS
 
 
 def rows_graph_path(step_graph: Path) -> Path:
