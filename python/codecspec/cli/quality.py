@@ -100,18 +100,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_quality)
 
 
-def run_quality(args, model, modes, prefix: str = "") -> dict:
+def _report_keywords(args, model, prefix: str = "") -> dict:
+    """`set_reports`' keywords from the quality options (bench's: prefixed `quality_`); the
+    recognizer is loaded first, so a missing [quality] extra fails before any synthesis."""
     from codecspec.evaluation.intelligibility import Recognizer
 
     get = vars(args)
-    asr = get[f"{prefix}asr_model"]
-    rec = Recognizer(asr or get[f"{prefix}recognizer"], threads=args.threads)
-    return quality_reports(
-        model,
-        modes,
-        sentences=get[f"{prefix}sentences"],
+    asr = get[f"{prefix}asr_model"] or get[f"{prefix}recognizer"]
+    return dict(
+        recognizer=Recognizer(asr, threads=args.threads),
         seeds=list(range(args.seed, args.seed + get[f"{prefix}seeds"])),
-        recognizer=rec,
         threads=args.threads,
         provider=args.provider,
         params=None if model == ESPEAK else options.params_from_args(args),
@@ -119,6 +117,12 @@ def run_quality(args, model, modes, prefix: str = "") -> dict:
         theta=args.theta,
         progress=not args.json,
     )
+
+
+def run_quality(args, model, modes, prefix: str = "") -> dict:
+    """{mode: report} of `model` on the sentences the (`prefix`ed) quality options ask for."""
+    kw = _report_keywords(args, model, prefix)
+    return quality_reports(model, modes, sentences=vars(args)[f"{prefix}sentences"], **kw)
 
 
 def summary(reports: dict) -> dict:
@@ -139,16 +143,11 @@ def quality_rows(modes, floors: bool) -> list:
 def cmd_quality(args) -> int:
     """Every row on every set of `--set`: {row: report} in the JSON for one set, {set: {row:
     report}} for several."""
-    from codecspec.evaluation.intelligibility import (
-        Recognizer,
-        load_sentences,
-        report_table,
-        sentence_sets,
-    )
+    from codecspec.evaluation.intelligibility import load_sentences, report_table, sentence_sets
 
     sets = sentence_sets(args.set)
     rows = quality_rows(args.modes, args.floors)
-    rec = Recognizer(args.asr_model or args.recognizer, threads=args.threads)
+    kw = _report_keywords(args, args.model)
     phonemes = None
     if not args.no_phonemes:
         from codecspec.evaluation.phoneme_recognition import PhonemeRecognizer
@@ -158,17 +157,10 @@ def cmd_quality(args) -> int:
         args.model,
         rows,
         {name: load_sentences(set=name)[: args.sentences] for name in sets},
-        seeds=list(range(args.seed, args.seed + args.seeds)),
-        recognizer=rec,
-        threads=args.threads,
-        provider=args.provider,
-        params=None if args.model == ESPEAK else options.params_from_args(args),
-        beta=args.beta,
-        theta=args.theta,
-        progress=not args.json,
         phonemes=phonemes,
         floor_seeds=args.floor_seeds,
         lookup_texts=args.lookup_texts,
+        **kw,
     )
     reports = out[sets[0]] if len(sets) == 1 else out
     if args.output:
