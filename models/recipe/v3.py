@@ -323,13 +323,15 @@ def past_end_frames(
     model, ds, utterances: int, extend: int, params: dict, seed: int, free: bool = False
 ):
     """h_t of `utterances` utterances of `ds`, teacher-forced (`free`: c0 drawn by the model
-    from the first frame on), each followed by `extend` frames past its track's end (the track
-    held at its last value, as the runtime holds it; c0 drawn from the model at `params`):
+    from the first frame on), each followed by `extend` frames past its track's end (there
+    the track at the closing pause, as the runtime feeds it, `past_end_position`; c0 drawn
+    from the model at `params`):
     (h [N, D], stop labels [N], past-end mask [N], lengths [U]). Labels: 1 on an utterance's
     last frame and on every frame past it."""
     import torch
 
     from codecspec.families.v2.train import to_tensors
+    from codecspec.frontend.aligned import past_end_position
 
     tm, g = model.temporal, torch.Generator().manual_seed(seed)
     hs, labels, past, lengths = [], [], [], []
@@ -340,12 +342,15 @@ def past_end_frames(
             t = to_tensors(b)
             n = int(t["frame_mask"][0].sum())
             track = t["track"][0, :n]
+            # past the end the runtime's input: the closing pause (phonemes: bos ... eos)
+            pause = past_end_position(track.numpy(), int(t["phoneme_lengths"][0]) - 2)
             # free: the model draws every c0 itself, as it does at synthesis (where a run-on
             # starts from the model's own frames, not from a rendering's)
             c0 = t["codes"][0, :0, 0] if free else t["codes"][0, :n, 0].clone()
             for _ in range(n + extend - len(c0) + 1):  # the last pass gives every h_t
                 seq = torch.cat([c0, t["codes"][0, :1, 0]])[None]  # its last input is unread
-                trk = torch.cat([track, track[-1:].expand(extend + 1)])[: seq.shape[1]][None]
+                trk = torch.cat([track, torch.full((extend + 1,), float(pause))])
+                trk = trk[: seq.shape[1]][None]
                 out = tm(t["phonemes"], t["phoneme_lengths"], t["language"], t["speaker"],
                          seq, t["frames_per_phoneme"], trk)  # fmt: skip
                 if len(c0) == n + extend:

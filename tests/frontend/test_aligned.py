@@ -146,3 +146,17 @@ def test_the_library_speaks_the_command_line_tools_ipa_at_the_same_version():
     )
     assert out.returncode == 0, out.stderr.decode()[-500:]
     assert json.loads(out.stdout) == [phonemize(t, "en-us") for t in texts]
+
+
+def test_frames_past_the_end_sit_in_the_closing_pause():
+    """A track whose last frame is inside the last spoken phoneme moves on to the closing
+    pause past its end; one already there stays (never backwards)."""
+    from codecspec.frontend.aligned import past_end_position
+
+    # 4 phonemes, the last (the pause) starting at 290 ms, the last frame centre at 280 ms
+    inside = phoneme_track([0.0, 80.0, 160.0, 290.0], 297.0, 80.0)
+    assert inside[-1] < FIRST_PHONEME + 3 <= past_end_position(inside, 4)
+    beyond = phoneme_track([0.0, 80.0, 160.0, 200.0], 207.0, 80.0)
+    assert past_end_position(beyond, 4) == beyond[-1] >= FIRST_PHONEME + 3
+    with pytest.raises(ValueError, match="phonemes"):
+        past_end_position(inside, 0)

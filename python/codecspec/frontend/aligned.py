@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["phoneme_track", "track_frames", "FIRST_PHONEME"]
+__all__ = ["phoneme_track", "track_frames", "past_end_position", "FIRST_PHONEME"]
 
 FIRST_PHONEME = 1  # encoder index of the first phoneme (index 0 is BOS)
 
@@ -53,3 +53,18 @@ def phoneme_track(starts_ms, end_ms: float, frame_ms: float, frames: int | None 
     dur = np.maximum(ends[i] - starts[i], 1e-3)
     frac = np.clip((centre - starts[i]) / dur, 0.0, 0.999)
     return (FIRST_PHONEME + i + frac).astype(np.float32)
+
+
+def past_end_position(track, phonemes: int) -> np.float32:
+    """The position u of every frame past the track's end: the start of the last phoneme
+    (espeak-ng's closing pause "_"), or the track's last value where it is already there.
+
+    Held at the track's last value instead, a frame can sit inside the last spoken phoneme:
+    espeak-ng's closing pause lasts ~7 ms, so when its audio ends right after the last sound
+    the last frame's centre falls in that sound. The model is then told it still says it,
+    its stop head stays silent and the utterance runs to the max-length guard (on 4 of 120
+    held-out corpus texts, both seeds; docs/reference_model_v3.md)."""
+    last = np.float32(np.asarray(track, np.float32)[-1])
+    if phonemes < 1:
+        raise ValueError(f"phonemes: expected >= 1, got {phonemes}")
+    return max(last, np.float32(FIRST_PHONEME + phonemes - 1))

@@ -39,8 +39,9 @@ def test_an_aligned_folder_speaks_through_the_v1_codec(tts):
 
 
 def test_the_step_graph_reads_the_track_frame_by_frame(tts):
-    """Each frame's `progress` feed is the track's value at that frame (the last one past
-    its end), and the graph's output depends on it (the cross-attention prior)."""
+    """Each frame's `progress` feed is the track's value at that frame (past its end: the
+    closing pause, the last phoneme's start), and the graph's output depends on it (the
+    cross-attention prior)."""
     _, ids, _, spk, enc = tts.encode_text(TEXT, None, "en", None)
     track = np.array([1.2, 1.7, 2.5, 4.1], np.float32)
     st = tts.stepper(enc, spk, track)
@@ -49,7 +50,9 @@ def test_the_step_graph_reads_the_track_frame_by_frame(tts):
     st.session = type("Spy", (), {"run": lambda _, o, f: feeds.append(dict(f)) or run(o, f)})()
     for k in range(6):
         st.step(None if k == 0 else np.array([[k, 0]]))
-    np.testing.assert_array_equal([f["progress"][0] for f in feeds], [*track, track[-1], track[-1]])
+    pause = np.float32(FIRST_PHONEME + len(ids) - 3)  # ids: bos, P phonemes, eos
+    assert pause > track[-1]
+    np.testing.assert_array_equal([f["progress"][0] for f in feeds], [*track, pause, pause])
     a = tts.stepper(enc, spk, np.array([1.5], np.float32)).score([tts.start_token])[1]
     b = tts.stepper(enc, spk, np.array([5.5], np.float32)).score([tts.start_token])[1]
     assert np.abs(a - b).max() > 1e-3  # another phoneme spoken: other logits

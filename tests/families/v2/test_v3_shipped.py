@@ -46,6 +46,23 @@ def test_the_stop_head_ends_near_the_tracks_end(tts):
         assert np.sqrt(np.mean(s.wav**2)) > 1e-3, "silent output"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # espeak-ng's audio ends right after the last sound (its closing pause lasts ~7 ms), so
+        # the track's last frame is inside that sound: held there past the end, the model went
+        # on saying it and both ran to the max-length guard at every seed tried
+        "Every time I look at you I am more convinced of Darwin's theory.",
+        "Some demolitions chimed impersonal through our gorier.",
+    ],
+)
+def test_a_track_ending_inside_its_last_sound_still_stops(tts, text):
+    _, track = tts.phoneme_track(text, "en", None)
+    for seed in range(2):
+        s = tts.generate(text, seed=seed, mode="ar", temporal="ar", decode_audio=False)
+        assert not s.hit_max_frames and s.frames <= 1.15 * len(track), (s.frames, len(track))
+
+
 def _shuffled(wav, hop, seed):
     n = len(wav) // hop
     blocks = wav[: n * hop].reshape(n, hop)

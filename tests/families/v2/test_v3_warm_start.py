@@ -124,8 +124,8 @@ def _recipe(name):
 def test_folder_checkpoint_ships_the_folder_and_keeps_its_phoneme_ids(tmp_path):
     """`v3.py checkpoint`: a folder's weights as the checkpoint `ship` reads — loaded back,
     its export is the folder's, tensor for tensor; it carries the folder's frontend (a
-    larger corpus would number the phonemes otherwise) and the depth passes' reports
-    without this machine's home directory."""
+    larger corpus would number the phonemes otherwise) and the depth passes' reports, the
+    folder's own first, without this machine's home directory."""
     from codecspec.families.v2.train_init import reexport_mismatches
 
     v2, v3 = _recipe("v2"), _recipe("v3")
@@ -138,7 +138,9 @@ def test_folder_checkpoint_ships_the_folder_and_keeps_its_phoneme_ids(tmp_path):
     assert reexport_mismatches(model, MODEL, _ship_export) == []
     meta = json.loads((MODEL / "model.json").read_text())
     assert ck["frontend"] == meta["frontend"]
-    assert ck["depth_passes"] == [{"checkpoint_step": "the folder ~/x"}]
+    # the passes the folder's decoder already had, then the new one
+    had = json.loads((MODEL / "report.json").read_text())["train"].get("depth_passes", [])
+    assert ck["depth_passes"] == had + [{"checkpoint_step": "the folder ~/x"}]
 
 
 def test_folder_checkpoint_refuses_an_export_that_differs(tmp_path, monkeypatch):

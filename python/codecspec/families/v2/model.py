@@ -44,7 +44,9 @@ from codecspec.codec.codec import Codec
 from codecspec.decode.batched_depth import decode_frames
 from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder, stage_params
 from codecspec.decode.temporal import Acceptance, TemporalLoop, run_round
+from codecspec.families.v2 import quality
 from codecspec.families.v2.codec import CodecV2
+from codecspec.frontend.aligned import past_end_position
 from codecspec.frontend.phonemes import encode_input, phonemize
 from codecspec.frontend.text import BOS, EOS, Frontend, PhonemeModel
 from codecspec.model_store import named_model_dir
@@ -142,12 +144,13 @@ class V2Stepper:
         self.window = int(window)
         self.session, self.t = session, 0
         self.is_draft = False  # V2TTS.stepper marks the draft LM's (engine batching by graph)
-        # v2: r * P, the expected length in frames; v3: the phoneme track u_t itself (frames
-        # past its end stay at its last value)
+        # v2: r * P, the expected length in frames; v3: the phoneme track u_t itself, and
+        # past its end the closing pause (the cross keys cover bos + P phonemes + eos)
         if np.ndim(pace) == 0:
             self.rate_frames, self.track = float(pace), None
         else:
             self.rate_frames, self.track = float(len(pace)), np.asarray(pace, np.float32)
+            self.past_end = past_end_position(self.track, cross_keys.shape[3] - 2)
         self.start_token = int(start_token)
         self.vocab_size = int(start_token)  # c0 codes 0..V-1; V itself is the start token
         self.feeds = {
@@ -176,7 +179,11 @@ class V2Stepper:
         if self.track is None:
             progress = ((pos + 0.5) / self.rate_frames).astype(np.float32)
         else:
-            progress = self.track[np.minimum(pos, len(self.track) - 1)]
+            inside = pos < len(self.track)
+            progress = np.where(
+                inside, self.track[np.minimum(pos, len(self.track) - 1)], self.past_end
+            )
+            progress = progress.astype(np.float32)
         return prev, pos, progress
 
     def commit(self, out: tuple, n: int) -> None:
@@ -709,28 +716,14 @@ class V2Family(Family):
     solo_graphs = True
     solo_depth = True
 
-    # ------------------------------------------------------------------ the commands' questions
-    @classmethod
-    def request_options(cls, args, tts) -> dict:
-        from .quality import speculation_options
-
-        return speculation_options(args, tts)
+    # the commands' questions: its speculation flags and LOOPS[/ACCEPT] modes (quality.py)
+    request_options = staticmethod(quality.speculation_options)
+    quality_mode = staticmethod(quality.mode_kwargs)
+    quality_modes = staticmethod(quality.bench_modes)
 
     @classmethod
     def speaks_phonemes(cls, tts) -> bool:
         return not tts.aligned  # v3 follows espeak-ng's timing of the text, so needs the text
-
-    @classmethod
-    def quality_mode(cls, mode: str, tts=None, beta: float = 0.3, theta=None) -> dict:
-        from .quality import mode_kwargs
-
-        return mode_kwargs(mode, tts, beta, theta)
-
-    @classmethod
-    def quality_modes(cls, args) -> list:
-        from .quality import bench_modes
-
-        return bench_modes(args.loops, args.accept)
 
     def __init__(self, tts: V2TTS, slots=1, max_frames=None, max_phonemes=None, loops=None):
         """Over a loaded `tts`: `slots` streams of at most `max_frames` frames and
