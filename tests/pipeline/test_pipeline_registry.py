@@ -73,7 +73,6 @@ def test_every_entry_names_importable_code():
         if e.formats:
             assert engine.formats == e.formats
     assert registry.by_name("fsq").hook("synth") is None
-    assert [e.name for e in registry.FAMILIES if "depth" in e.model_options] == ["v2"]
 
 
 def test_options_a_family_does_not_take_are_refused():

@@ -86,6 +86,7 @@ def cmd_bench(args) -> int:
         from codecspec.pipeline.bench import bench_command
 
         return bench_command(args)
+    options.refuse_other_families_flags(args, "bench", entry)
     common, model = bench_common(args)
     res, record = figures(args, model, common)
     return bench_report(args, entry.name, model, res, record)
@@ -133,7 +134,10 @@ def bench_report(args, family: str, model, res: dict, record) -> int:
             f"batch of {res['batch']}: {res['batch_ms_per_step']:.2f} ms per step, "
             f"{res['batch_frames_per_second']:.0f} frames/s"
         )
-    return _print_table(table, args.json)
+    if table is not None:  # the intelligibility table (in --json it is in the object)
+        print()
+        print(table)
+    return 0
 
 
 def bench_quality_modes(family: str, args) -> list:
@@ -158,11 +162,3 @@ def _bench_quality(args, family: str, res: dict):
     res["intelligibility_recognizer"] = rec["recognizer"]
     res["intelligibility_sentences"] = rec["sentences"]
     return report_table(reports)
-
-
-def _print_table(table, as_json: bool) -> int:
-    """The intelligibility table after the bench's lines (in --json it is in the object)."""
-    if table is not None and not as_json:
-        print()
-        print(table)
-    return 0

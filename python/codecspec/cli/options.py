@@ -121,15 +121,9 @@ def params_from_args(args):
 
 
 def depth_kwargs(args) -> dict:
-    """{"depth": ...} for a v2 model when --depth is given; other families have one."""
-    if args.depth is None:
-        return {}
-    from codecspec.pipeline import registry
-
-    if "depth" not in registry.family_of(args.model, detect=False).model_options:
-        takers = [e.name for e in registry.families() if "depth" in e.model_options]
-        raise ValueError(f"depth: --depth applies to {' and '.join(takers)} models only")
-    return {"depth": args.depth}
+    """{"depth": ...} when --depth is given (v2's: refused for the others, whose models have
+    one depth decoder, by `refuse_other_families_flags`)."""
+    return {} if args.depth is None else {"depth": args.depth}
 
 
 def refuse_other_families_flags(args, command: str, entry) -> None:

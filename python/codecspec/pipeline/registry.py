@@ -135,7 +135,6 @@ class Entry:
     folder without one (a checkpoint as published), "module:function(folder) -> bool";
     `model` / `engine`: "module:Class" of the single-stream model and of the engine's
     `codecspec.pipeline.Family` adapter; `options`: the engine options only it takes;
-    `model_options`: its single-stream model's options that only it takes (CLI flags);
     `title`: how messages name its folders; `hooks`: (command, "module:function") pairs,
     a command the family runs whole ("synth", "bench", "calibrate": args -> int;
     "serve_check") and "bench_figures" (args, model folder, common keywords) -> (figures,
@@ -156,7 +155,6 @@ class Entry:
     model: Optional[str] = None
     engine: Optional[str] = None
     options: tuple = ()
-    model_options: tuple = ()
     title: str = ""
     hooks: tuple = ()
     cli_options: Optional[str] = None
@@ -208,7 +206,6 @@ FAMILIES = (
         formats=("codecspec-v2-tts/1",),
         model="codecspec.families.v2.model:V2TTS",
         engine="codecspec.families.v2.model:V2Family",
-        model_options=("depth",),  # --depth: the positional or the shared depth decoder
         cli_options="codecspec.families.v2.options:add_options",
         title="v2 / v3 model",
         hooks=(("bench_figures", "codecspec.families.v2.bench:bench_figures"),),

@@ -36,11 +36,11 @@ def mode_kwargs(mode: str, tts=None, beta: float = 0.3, theta: Optional[float] =
     return speculation_config(loops, accept, beta, theta)
 
 
-def bench_modes(loops: Optional[str], accept: str) -> list:
-    """AR and the speculative side `codecspec bench` measured: `loops[/accept]` (both loops,
-    exact, when --loops is not given)."""
-    spec = "both" if loops is None else loops
-    return ["ar", spec if accept == "exact" else f"{spec}/{accept}"]
+def bench_modes(args) -> list:
+    """AR and the speculative side `codecspec bench` measured: `--loops[/--accept]` (both
+    loops, exact, when --loops is not given)."""
+    spec = "both" if args.loops is None else args.loops
+    return ["ar", spec if args.accept == "exact" else f"{spec}/{args.accept}"]
 
 
 def speculation_options(args, tts) -> dict:
