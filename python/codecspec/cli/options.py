@@ -127,14 +127,12 @@ def depth_kwargs(args) -> dict:
 
 
 def refuse_other_families_flags(args, command: str, entry) -> None:
-    """A flag that only other families add to `command` (their `cli_options`), set away
-    from its default for a model of `entry`'s family, is a ValueError naming the flag and
-    whose folders read it (--loops for an FSQ folder, --ref-audio for a shipped model):
-    refused, not ignored."""
-    from codecspec.pipeline import registry
+    """A flag only other families add to `command` (`cli_options`), set for a model of
+    `entry`'s family, is refused, not ignored: a ValueError naming it and who reads it."""
+    from codecspec.pipeline.registry import families
 
     own = _family_flags(entry, command)
-    for other in registry.families():
+    for other in families():
         for dest, action in _family_flags(other, command).items():
             if dest not in own and getattr(args, dest, action.default) != action.default:
                 where = other.title or f"{other.name} model"

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from codecspec.cli import options
-from codecspec.evaluation.reports import ESPEAK, quality_reports, set_reports
+from codecspec.evaluation.reports import ESPEAK, set_reports
 
 
 def _seeds_arg(value: str) -> int:
@@ -121,8 +121,8 @@ def _report_keywords(args, model, prefix: str = "") -> dict:
 
 def run_quality(args, model, modes, prefix: str = "") -> dict:
     """{mode: report} of `model` on the sentences the (`prefix`ed) quality options ask for."""
-    kw = _report_keywords(args, model, prefix)
-    return quality_reports(model, modes, sentences=vars(args)[f"{prefix}sentences"], **kw)
+    sentences = {None: vars(args)[f"{prefix}sentences"]}
+    return set_reports(model, modes, sentences, **_report_keywords(args, model, prefix))[None]
 
 
 def summary(reports: dict) -> dict:

@@ -103,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def synthesis_report(s, output, threads: int) -> dict:
     """The `synth --json` object: what was made and what each stage cost."""
     ms = s.stage_ms_per_frame()
-    return {
+    out = {
         "output": str(output),
         "audio_seconds": s.audio_seconds,
         "frames": s.frames,
@@ -118,18 +118,11 @@ def synthesis_report(s, output, threads: int) -> dict:
         "peak_rss_mb": peak_rss_mb(),
         "threads": threads,
         "sample_rate": s.sample_rate,
-    } | _stop_and_temporal(s)
-
-
-def _stop_and_temporal(s) -> dict:
-    """A result with a length guard (a stop head's family): did the guard end it; one with
-    a temporal speculation loop: that loop's figures."""
-    out = {}
-    if s.max_frames is not None:
-        out["hit_max_frames"] = bool(s.hit_max_frames)
-        out["max_frames"] = int(s.max_frames)
+    }
+    if s.max_frames is not None:  # a stop head's family: did the length guard end it
+        out.update(hit_max_frames=bool(s.hit_max_frames), max_frames=int(s.max_frames))
     st = s.temporal_stats
-    if st is not None:
+    if st is not None:  # a temporal speculation loop ran: its figures
         out["temporal_tokens_per_call"] = st.tokens_per_call
         out["temporal_acceptance"] = st.acceptance
         out["temporal_host_share"] = st.host_share

@@ -23,7 +23,6 @@ __all__ = [
     "ESPEAK",
     "mode_kwargs",
     "model_synthesizer",
-    "quality_reports",
     "set_reports",
 ]
 
@@ -72,15 +71,6 @@ def _add_lengths(report: dict, clips: list) -> None:
     report["runaway_share"] = report["runaways"] / len(clips)
 
 
-def quality_reports(model=None, modes=("ar",), *, sentences=None, **kw) -> dict:
-    """{mode: report} for a model name or folder (or "espeak-ng"), every mode on the same
-    sentences and seeds: `set_reports` on one set (its keywords: seeds, recognizer, threads,
-    provider, params, beta, theta, progress, phonemes, floor_seeds, lookup_texts). Floor rows
-    among `modes` run on the first `floor_seeds` seeds; the recognizer is loaded first, so a
-    missing [quality] extra fails before any synthesis."""
-    return set_reports(model, modes, {None: sentences}, **kw)[None]
-
-
 def set_reports(
     model,
     modes,
@@ -98,9 +88,11 @@ def set_reports(
     floor_seeds: int = 1,
     lookup_texts: Optional[int] = None,
 ) -> dict:
-    """{set: {row: report}}: `quality_reports` on every sentence set of `sets` ({name:
-    sentences}, each as `resolve_sentences` takes them), the model loaded once. Rows are the
-    model's `modes` and the floors among them, in the order given."""
+    """{set: {row: report}} for a model name or folder (or "espeak-ng") on every sentence
+    set of `sets` ({name: sentences}, each as `resolve_sentences` takes them; {None: ...}
+    for one), the model loaded once, every row on the same sentences and seeds. Rows are
+    the model's `modes` and the floors among them, in the order given; floor rows run on
+    the first `floor_seeds` seeds."""
     from codecspec.evaluation.floors import (
         FLOORS,
         LOOKUP_TEXTS,

@@ -1,8 +1,5 @@
-"""The text a command speaks, from where it was given: the argument, a UTF-8 file
-(`--text-file`) or standard input (`--text-stdin`, read whole or as it arrives), each
-checked by `codecspec.frontend.textcheck` and refused with a one-line error naming the
-option. Every family's synth reads its text through these (the shared command and a
-family's own, Qwen3-TTS's), so they sit below both."""
+"""The text a command speaks: the argument, a UTF-8 file or standard input, checked by
+`textcheck`; below both the CLI's synth and a family's own (Qwen3-TTS's), which share it."""
 
 from __future__ import annotations
 

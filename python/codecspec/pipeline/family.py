@@ -16,11 +16,9 @@ that depends on the model family sits behind `Family`:
 - `stages()`: the model's stages per frame and the weight bytes each reads (`Stage`), so
   `codecspec bench` states a bound for a family that has no bench of its own
   (`codecspec.pipeline.bench`);
-- what the commands ask a family's class of a loaded model or its result, each optional
-  with a default: `request_options(args, tts)` (generate keywords from its own flags),
-  `synth_lines(s, output)` (synth's summary), `speaks_phonemes(tts)`, and the decode
-  modes `codecspec quality` names (`quality_mode`, `quality_modes`); so the CLI and the
-  evaluation compare no family's name, format or attribute (tests/repository).
+- what the commands ask the family's class (optional, with defaults: `request_options`,
+  `synth_lines`, `speaks_phonemes`, `quality_mode`, `quality_modes`), so that no shared
+  module compares a family's name, format or attribute (tests/repository).
 
 A request is a `SpeechRequest` (what the server's `/v1/audio/speech` body and the bench ask
 for); the engine (`codecspec.serve.engine`) re-exports it.
@@ -266,9 +264,8 @@ class Family:
         return []
 
     # ------------------------------------------------------------------ the commands' questions
-    # Asked of the class, of a loaded model (`tts`) or its result: a command has those, not
-    # an engine adapter. The defaults are a family whose decode modes are `modes`, with no
-    # flags of its own and a depth loop to report.
+    # Asked of the class (a command holds a loaded model or its result, not an adapter);
+    # the defaults: decode modes `modes`, no flags of its own, a depth loop to report.
     @classmethod
     def request_options(cls, args, tts) -> dict:
         """`generate` / `stream` keywords from the family's own flags (its `cli_options`)
