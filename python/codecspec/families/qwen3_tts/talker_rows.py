@@ -278,7 +278,7 @@ def rows_agree(graph, session, slots: int, seed: int = 0) -> bool:
     device at these weights: three talkers with pasts of other lengths in slots 0, 1 and
     `slots` - 1 (the rows between are padding, so the call has as many rows as the engine's
     largest), stepped alone and together, then the first two again in a call of two rows.
-    Thirteen graph calls of one to four rows (0.6B int4: ~1 s on an idle 2-core CPU)."""
+    Thirteen graph calls of one to four rows: about as long as a dozen talker steps."""
     from .talker import Talker
 
     if slots < 2:
