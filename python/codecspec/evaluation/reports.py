@@ -88,11 +88,9 @@ def set_reports(
     floor_seeds: int = 1,
     lookup_texts: Optional[int] = None,
 ) -> dict:
-    """{set: {row: report}} for a model name or folder (or "espeak-ng") on every sentence
-    set of `sets` ({name: sentences}, each as `resolve_sentences` takes them; {None: ...}
-    for one), the model loaded once, every row on the same sentences and seeds. Rows are
-    the model's `modes` and the floors among them, in the order given; floor rows run on
-    the first `floor_seeds` seeds."""
+    """{set: {row: report}} for a model name, folder or "espeak-ng", loaded once, on every
+    set of `sets` ({name: sentences}, as `resolve_sentences` takes them): `modes` and the
+    floors among them (run on the first `floor_seeds` seeds), in the order given."""
     from codecspec.evaluation.floors import (
         FLOORS,
         LOOKUP_TEXTS,
