@@ -354,11 +354,12 @@ def test_bad_ref_text_is_refused(tts, kw, match):
     "flags", [["--ref-text", "Hi."], ["--streaming-text"], ["--no-streaming-text"]]
 )
 def test_qwen3_flags_are_refused_for_other_models(tmp_path, capsys, flags):
-    """Either layout flag too: a model with one layout cannot give what was asked for."""
+    """Either layout flag too: a model with one layout cannot give what was asked for; the
+    error names the flag given."""
     from codecspec.cli import main
 
     assert main(["synth", "Hello.", *flags, "-o", str(tmp_path / "x.wav")]) == 2
-    assert "--ref-text: Qwen3-TTS checkpoints" in capsys.readouterr().err
+    assert f"{flags[0]}: only for Qwen3-TTS checkpoint folders" in capsys.readouterr().err
 
 
 def test_random_checkpoint_writes_encoder_weights(tmp_path):
