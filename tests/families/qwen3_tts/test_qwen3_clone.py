@@ -355,11 +355,12 @@ def test_bad_ref_text_is_refused(tts, kw, match):
 )
 def test_qwen3_flags_are_refused_for_other_models(tmp_path, capsys, flags):
     """Either layout flag too: a model with one layout cannot give what was asked for; the
-    error names the flag given."""
+    error names the option given (--no-streaming-text is the --streaming-text option)."""
     from codecspec.cli import main
 
     assert main(["synth", "Hello.", *flags, "-o", str(tmp_path / "x.wav")]) == 2
-    assert f"{flags[0]}: only for Qwen3-TTS checkpoint folders" in capsys.readouterr().err
+    option = flags[0].replace("--no-", "--")
+    assert f"{option}: only for Qwen3-TTS checkpoint folders" in capsys.readouterr().err
 
 
 def test_random_checkpoint_writes_encoder_weights(tmp_path):
