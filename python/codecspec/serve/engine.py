@@ -213,7 +213,7 @@ class Engine(StreamLoop):
                 f"input: {len(req.input)} characters, more than the limit {self.max_input_chars}"
             )
         # One character policy for every family: a NUL would cut the text at a C string
-        # boundary, a lone surrogate fail inside a front end (tts/textcheck.py).
+        # boundary, a lone surrogate fail inside a front end (frontend/textcheck.py).
         check_text(req.input, "input")
         if req.instructions is not None:
             check_text(req.instructions, "instructions")

@@ -79,7 +79,7 @@ def check_request(
     _check_ref_text(ref_text, ref_audio)
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: must be a non-empty string")
-    # The same character policy as the phoneme families' (tts/textcheck.py): the tokenizer
+    # The same character policy as the phoneme families' (frontend/textcheck.py): the tokenizer
     # raises TypeError on a lone surrogate, and a NUL is refused everywhere, not spoken here
     # and cut there.
     check_text(text, "text")
