@@ -64,9 +64,11 @@ SET_ROWS = (
 )
 
 
-def _sets(sets: dict) -> list:
+def _sets(sets: dict, current: dict | None = None) -> list:
     """Words and phonemes recognised per evaluation set (`codecspec quality --set all
-    --floors`): the everyday sentences flatter; the SUS and hard sets do not."""
+    --floors`): the everyday sentences flatter; the SUS and hard sets do not. `current`: a
+    later run of the model rows alone (the runtime changed, the floors did not), whose rows
+    replace the model's and whose runaways are listed."""
     lines = [
         "## Words on sentences the recognizer cannot guess",
         "",
@@ -78,12 +80,32 @@ def _sets(sets: dict) -> list:
     ]
     for key, name in SET_ROWS:
         cells = []
-        for rows in sets.values():
-            r = rows[key]
+        for set_name, rows in sets.items():
+            r = (current or {}).get(set_name, {}).get(key) or rows[key]
             ph = r.get("phonemes", {}).get("recognised")
             cells.append(_pct(r["words_recognised"]) + (f" ({_pct(ph)} ph.)" if ph else ""))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return lines + ["", "Words recognised (phonemes recognised by hama in brackets).", ""]
+    lines += ["", "Words recognised (phonemes recognised by hama in brackets).", ""]
+    return lines + (_current_runtime(current) if current else [])
+
+
+def _current_runtime(current: dict) -> list:
+    """Where the model rows come from when a later run replaced them, with its runaways."""
+    runs = [
+        f"{name} {r['runaways']}/{r['clips']}"
+        for name, rows in current.items()
+        for mode, r in rows.items()
+        if mode == "ar"
+    ]
+    return [
+        "The v3 rows are the runtime since 2026-12-06, where frames past the phoneme track's "
+        "end read espeak-ng's closing pause (before, the last value, which can lie inside the "
+        "last spoken sound: the model went on saying it): `codecspec quality --model v3 --modes "
+        "ar temporal --set all --seeds 3` (`docs/quality_v3_sets_trackfix.json`). Utterances "
+        "at the max-length guard, AR: " + ", ".join(runs) + ". The speed-quality table above "
+        "(its runaway column included) predates that change.",
+        "",
+    ]
 
 
 def _training(t: dict) -> str:
@@ -172,7 +194,12 @@ def _ablation(model: Path) -> list:
 
 
 def card(
-    model: Path, q: dict | None, qpath: Path = None, words: dict | None = None, sets=None
+    model: Path,
+    q: dict | None,
+    qpath: Path = None,
+    words: dict | None = None,
+    sets=None,
+    current=None,
 ) -> str:
     rep = json.loads((model / "report.json").read_text())
     meta = json.loads((model / "model.json").read_text())
@@ -191,7 +218,7 @@ def card(
     ]
     none = ["(No speed-quality table yet: run bench/speed_quality.py.)", ""]
     lines += _quality(q, qpath, words) if q else none
-    lines += _sets(sets) if sets else []
+    lines += _sets(sets, current) if sets else []
     lines += [
         "## Speculation on this model",
         "",
@@ -244,13 +271,20 @@ def main(argv=None) -> int:
     ap.add_argument("--quality", default=str(ROOT / "docs" / "speed_quality_rounds.json"))
     ap.add_argument("--words", default=str(ROOT / "docs" / "quality_v3_rounds.json"))
     ap.add_argument("--sets", default=str(ROOT / "docs" / "quality_v3_sets.json"))
+    ap.add_argument(
+        "--sets-current",
+        default=str(ROOT / "docs" / "quality_v3_sets_trackfix.json"),
+        help="a later run of the model rows alone (the current runtime)",
+    )
     args = ap.parse_args(argv)
     model = Path(args.model)
     qp, wp = Path(args.quality), Path(args.words)
     q = json.loads(qp.read_text()) if qp.is_file() else None
     words = json.loads(wp.read_text()) if wp.is_file() else None
     sets = json.loads(Path(args.sets).read_text()) if Path(args.sets).is_file() else None
-    (model / "MODEL_CARD.md").write_text(card(model, q, qp, words, sets))
+    cur = Path(args.sets_current)
+    current = json.loads(cur.read_text()) if cur.is_file() else None
+    (model / "MODEL_CARD.md").write_text(card(model, q, qp, words, sets, current))
     print(model / "MODEL_CARD.md")
     return 0
 
