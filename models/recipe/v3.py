@@ -127,7 +127,11 @@ def cmd_listen(args) -> int:
     rows = load_manifest(Path(args.corpus).expanduser())
     texts = [r["text"] for r in rows if r["split"] == "test" and r["id"].endswith("r0")]
     params = cs.SamplingParams(args.temperature, args.top_k, 1.0)
-    tts = V2TTS(folder, provider="cpu", threads=1, params=params)
+    depth_params = None  # the depth levels drawn as c0 unless --depth-temperature says
+    if args.depth_temperature is not None:
+        k = args.top_k if args.depth_top_k is None else args.depth_top_k
+        depth_params = cs.SamplingParams(args.depth_temperature, k, 1.0)
+    tts = V2TTS(folder, provider="cpu", threads=1, params=params, depth_params=depth_params)
 
     ends = []  # per clip: (frames, espeak-ng's frames for the text, max-length guard hit)
 
@@ -142,6 +146,7 @@ def cmd_listen(args) -> int:
     for clip, (frames, track, runaway) in zip(rep["per_clip"], ends):
         clip.update(frames=frames, espeak_frames=track, runaway=runaway)
     rep |= _length_summary(ends)
+    rep["sampling"] = {"c0": str(params), "depth": str(tts.depth_params)}
     lo, hi = rep["words_recognised_ci"]
     log(
         f"{folder}: {rep['words_recognised']:.1%} of words recognised ({lo:.1%}-{hi:.1%}); "
@@ -642,6 +647,13 @@ def main(argv=None) -> int:
     li.add_argument("--json", default=None, help="write the report (every clip) here")
     li.add_argument("--temperature", type=float, default=0.6)
     li.add_argument("--top-k", type=int, default=20)
+    li.add_argument(
+        "--depth-temperature",
+        type=float,
+        default=None,
+        help="the depth levels' own temperature (model.json's depth_sampling); default: c0's",
+    )
+    li.add_argument("--depth-top-k", type=int, default=None, help="with it; default --top-k")
     li.set_defaults(fn=cmd_listen, aligned=True)
     args = ap.parse_args(argv)
     return args.fn(args)
