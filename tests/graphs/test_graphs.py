@@ -456,6 +456,9 @@ def test_metadata_and_save_load(tmp_path, model_setup):
         path = tmp_path / f"depth_{external}.onnx"
         save_model(model, path, external_data=external)
         assert (tmp_path / f"depth_{external}.onnx.data").exists() == external
+        if external:  # the weights are as readable as the graph (onnx writes them 0600)
+            mode = (tmp_path / f"depth_{external}.onnx").stat().st_mode & 0o777
+            assert (tmp_path / f"depth_{external}.onnx.data").stat().st_mode & 0o777 == mode
         assert read_graph_config(path) == cfg
         s = open_session(path, provider="cpu")
         got = _run(s, feeds)

@@ -916,7 +916,7 @@ def set_row_multiple(model: onnx.ModelProto, multiple: int) -> onnx.ModelProto:
     rows that no head scores (`BoundCall`) and RouteRows rounds each head's rows the same way.
     Why: on AVX-512 MLAS a 4-bit MatMulNBits in blocks of 64 or 128 computes rows in pairs and
     a lone row by another kernel, so a row is the same bits in every call only when no row is
-    ever alone (graphs.quantize.row_exact_layout). Changes `model` in place and returns it."""
+    ever alone (graphs.row_probe.row_exact_layout). Changes `model` in place and returns it."""
     if isinstance(multiple, bool) or multiple not in (1, 2):
         raise ValueError(f"multiple: must be 1 or 2, got {multiple!r}")
     routes = [n for n in model.graph.node if n.op_type == "RouteRows"]
@@ -978,6 +978,9 @@ def save_model(
         location=location,
         size_threshold=1024,
     )
+    # onnx creates the data file 0600 (its own choice since 1.17); a graph in a shared cache
+    # must be readable by whoever may read the .onnx beside it, so give it the same mode.
+    os.chmod(data_path, os.stat(path).st_mode & 0o777)
 
 
 @functools.cache
