@@ -62,8 +62,6 @@ FILE_CYCLES_KNOWN = {
     # the WebSocket route reads the app's error body, key check and voice map (serve/ is the
     # live-streaming work's, issue 52's order: not both half-done)
     ("codecspec.serve.app", "codecspec.serve.text_socket"),
-    # the word and phoneme recognizers share their extra's hint and scoring helpers
-    ("codecspec.evaluation.intelligibility", "codecspec.evaluation.phoneme_recognition"),
     # the FSQ recipe and its ship step share helpers both ways (models/recipe: not ours now)
     ("fsq", "fsq_ship"),
 }

@@ -603,9 +603,7 @@ def _reference_phonemes(rows: Sequence[dict], phonemes) -> Optional[dict]:
     """{sentence id: reference phonemes} when a phoneme recognizer scores the clips too."""
     if phonemes is None:
         return None
-    from codecspec.evaluation.phoneme_recognition import reference_phonemes
-
-    return {r["id"]: reference_phonemes(r) for r in rows}
+    return {r["id"]: phonemes.reference(r) for r in rows}
 
 
 def _transcribed(sid, seed: int, text: str, wav, sr, rec, phonemes, ref_phonemes) -> dict:
@@ -613,11 +611,9 @@ def _transcribed(sid, seed: int, text: str, wav, sr, rec, phonemes, ref_phonemes
     `phoneme_recognition.PhonemeRecognizer`) is given."""
     record = _record(sid, seed, text, rec.transcribe(wav, sr))
     if phonemes is not None:
-        from codecspec.evaluation.phoneme_recognition import phoneme_errors
-
         heard = phonemes.transcribe(wav, sr)
         record["phoneme_transcript"] = heard
-        record["phoneme_errors"] = phoneme_errors(ref_phonemes[sid], heard)
+        record["phoneme_errors"] = phonemes.errors(ref_phonemes[sid], heard)
     return record
 
 

@@ -247,3 +247,8 @@ class PhonemeRecognizer:
         16 kHz with codecspec's band-limited resampler, not the package's linear one)."""
         x = _as_16k(wav, sample_rate)  # ValueError naming `wav` / `sample_rate` as Whisper's
         return english_phonemes(self.model.transcribe_waveform(x, 16000).phonemes)
+
+    # what `intelligibility.score` asks of the phoneme recognizer it is given, besides
+    # `transcribe` and `name`: a sentence's reference phonemes and a clip's alignment
+    reference = staticmethod(reference_phonemes)
+    errors = staticmethod(phoneme_errors)
