@@ -16,21 +16,17 @@ from codecspec.calibrate.data import drift_weights
 from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import DepthDecoderConfig, build_depth_graph
-from codecspec.graphs.quantize import (
-    BLOCK_SIZES,
-    ROW_EXACT_LAYOUTS,
-    default_weights,
-    quantize_weights,
-    row_exact_block,
-    row_exact_layout,
-)
+from codecspec.graphs.quantize import BLOCK_SIZES, default_weights, quantize_weights
 from codecspec.graphs.row_probe import (
+    ROW_EXACT_LAYOUTS,
     activation_half_steps,
     matmul_model,
     nbits_node,
     probe_rows,
     probe_weights,
     rounding_bound,
+    row_exact_block,
+    row_exact_layout,
     together_and_alone,
 )
 from codecspec.runtime.kv import KVCache

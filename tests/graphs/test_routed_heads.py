@@ -138,7 +138,7 @@ def _frames(n: int):
 
 @pytest.mark.parametrize("precision", ["int8", "int4"])
 def test_this_devices_layout_keeps_the_ar_law_bit_for_bit(weights, precision):
-    """The code predictor's layout on this CPU (quantize.row_exact_layout: block, and calls
+    """The code predictor's layout on this CPU (row_probe.row_exact_layout: block, and calls
     padded to even rows where pairs and lone rows differ): every tree node's row is its AR
     step's row, bit for bit, and greedy speculation gives the AR codes. Where the layout pads,
     the same weights unpadded must fail the probe (the padding is what makes it exact)."""
@@ -146,7 +146,7 @@ def test_this_devices_layout_keeps_the_ar_law_bit_for_bit(weights, precision):
     from codecspec.decode import DepthDecoder
     from codecspec.families.qwen3_tts.row_exact import probe_tree_rows
     from codecspec.graphs.builder import set_row_multiple
-    from codecspec.graphs.quantize import row_exact_layout
+    from codecspec.graphs.row_probe import row_exact_layout
 
     block, multiple = row_exact_layout(precision, threads=1)
     g = build_depth_graph(CFG, weights, heads="grouped", attention="placed_op")

@@ -57,8 +57,6 @@ FILE_CYCLES_KNOWN = {
     # precision.py and quant_error.py, calibrate.py reads bench.py's shipped map, and
     # pipeline.py / engine.py use each other: bench.py is another engineer's to change now.
     tuple(_Q + m for m in ("bench", "calibrate", "engine", "pipeline", "precision", "quant_error")),
-    # the quantiser and the row probe call each other's entry points
-    ("codecspec.graphs.quantize", "codecspec.graphs.row_probe"),
     # the WebSocket route reads the app's error body, key check and voice map (serve/ is the
     # live-streaming work's, issue 52's order: not both half-done)
     ("codecspec.serve.app", "codecspec.serve.text_socket"),

@@ -30,40 +30,29 @@ rows in pairs (a call of an odd number of rows computes its last row alone); row
 float rounding (~1% of the bound), while 8-bit blocks of 64 and 32 and 4-bit blocks of 32 give
 the same bits in every call (2026-12-04). Those larger blocks are also the fast ones: 4-bit in
 128 is 0.7x the MatMul time of 32 there. A graph that verifies trees (the code predictor) is
-therefore quantised in `row_exact_layout`: the fastest (block, row multiple) whose rows are the
-same bits on this device, found by a probe; a row multiple of 2 means every call of the graph
-runs an even number of rows (the runtime pads; graphs.builder.set_row_multiple), so that no row
-is ever computed alone.
+therefore quantised in `row_probe.row_exact_layout`: the fastest (block, row multiple) whose
+rows are the same bits on this device, found by a probe; a row multiple of 2 means every call
+of the graph runs an even number of rows (the runtime pads; graphs.builder.set_row_multiple),
+so that no row is ever computed alone.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import onnx
 
 __all__ = [
     "WEIGHTS",
     "BLOCK_SIZES",
-    "ROW_EXACT_LAYOUTS",
     "check_weights",
     "default_weights",
     "quantize_weights",
-    "row_exact_block",
-    "row_exact_layout",
 ]
 
 WEIGHTS = ("fp32", "int8", "int4")
 BLOCK_SIZES = {"int8": 128, "int4": 32}  # input rows per scale (module doc)
-# (block, row multiple) a verifying graph may take, fastest first (module doc). 8 bits: an
-# unpadded 64 before a padded 128 (their MatMuls cost the same on AVX-512; padding adds a row
-# to every AR call); 4 bits: the block decides (128 in pairs 0.73x the time of 32 alone).
-ROW_EXACT_LAYOUTS = {
-    "int8": ((128, 1), (64, 1), (128, 2), (64, 2), (32, 1), (32, 2)),
-    "int4": ((128, 1), (128, 2), (64, 1), (64, 2), (32, 1), (32, 2)),
-}
 _BITS = {"int8": 8, "int4": 4}
 
 
@@ -121,71 +110,3 @@ def quantize_weights(
     finally:
         log.setLevel(level)
     return q.model.model
-
-
-def row_exact_layout(
-    weights: str,
-    provider: str = "cpu",
-    threads: Optional[int] = None,
-    probe: Optional[Callable[[str, int, int, Optional[int]], bool]] = None,
-) -> tuple:
-    """(block size, row multiple) for a graph whose rows must be the same bits alone and in a
-    verify call: the first of `ROW_EXACT_LAYOUTS[weights]` for which `probe(weights, block,
-    multiple, threads)` says so (default: `graphs.row_probe` on one [512, 512] MatMul on this
-    CPU, once per process), else (the precision's own block, 1) (its rows then agree to float
-    rounding; calibration's tree-row probe records that and `auto` decodes AR). Other
-    providers run other kernels that this probe cannot see: they keep (own block, 1)."""
-    check_weights(weights)
-    if weights == "fp32":
-        raise ValueError("weights: fp32 graphs are not quantised in blocks")
-    own = (BLOCK_SIZES[weights], 1)
-    if provider != "cpu":
-        return own
-    probe = _rows_alike if probe is None else probe
-    return next((lay for lay in ROW_EXACT_LAYOUTS[weights] if probe(weights, *lay, threads)), own)
-
-
-def row_exact_block(
-    weights: str,
-    provider: str = "cpu",
-    threads: Optional[int] = None,
-    probe: Optional[Callable[[str, int, int, Optional[int]], bool]] = None,
-) -> int:
-    """The block size for a graph that runs a row alone and rows in calls of any size (the
-    Qwen3 talker: one stream's step, and the serving engine's step of several streams at
-    once), whose rows must be the same bits either way: the precision's own block where
-    `probe` says its rows are (row multiple 1), else the first such block of
-    `ROW_EXACT_LAYOUTS[weights]` (AVX-512: 8 bits in 64, where 128 computes a lone row by
-    another kernel), else the own block (its rows then differ, and the engine steps each
-    stream alone). No padding: a one-row step cannot pad to two rows without changing its
-    attention. Other providers keep the own block (the probe sees the CPU's kernels only)."""
-    check_weights(weights)
-    if weights == "fp32":
-        raise ValueError("weights: fp32 graphs are not quantised in blocks")
-    own = BLOCK_SIZES[weights]
-    if provider != "cpu":
-        return own
-    probe = _rows_alike if probe is None else probe
-    blocks = [own] + [b for b, m in ROW_EXACT_LAYOUTS[weights] if m == 1 and b != own]
-    return next((b for b in blocks if probe(weights, b, 1, threads)), own)
-
-
-@functools.cache
-def _rows_alike(weights: str, block_size: int, multiple: int, threads: Optional[int]) -> bool:
-    """Whether MatMulNBits rows in blocks of `block_size` are the same bits in calls of any
-    size (`multiple` 1: 2 to 17 rows against the row alone) or of any even size (`multiple` 2:
-    2 to 16 rows against the row in a pair) on this CPU; cached for the process, whose kernels
-    do not change. A [512, 512] MatMul gives the verdicts of the code predictor's own shapes
-    (AVX-512 EPYC: [256, 256] to [3072, 1024] alike) in ~0.03 s a layout, after the
-    quantiser's import."""
-    from codecspec.graphs.row_probe import probe_weights
-
-    rows = (2, 4, 5, 17) if multiple == 1 else (2, 4, 6, 16)
-    return probe_weights(
-        weights,
-        (512, 512),
-        rows=rows,
-        threads=threads,
-        block_size=block_size,
-        row_multiple=multiple,
-    ).row_independent

@@ -16,19 +16,27 @@ depends on which MLAS kernel the CPU dispatches to:
 machine, and how large the difference is against a rounding bound derived from the kernel's
 arithmetic (`rounding_bound`). A row-coupled quantiser (quantize_dynamic: one activation scale
 per call) moves rows by whole quantisation steps and exceeds that bound.
+
+`row_exact_layout` / `row_exact_block` pick, by that probe on one MatMul quantised as a graph
+would be (`probe_weights`), the quantisation layout whose rows are the same bits on this CPU
+(`graphs.quantize`'s module doc says why the block decides).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from codecspec.graphs.quantize import BLOCK_SIZES, check_weights, quantize_weights
+
 __all__ = [
     "NBitsWeights",
+    "ROW_EXACT_LAYOUTS",
     "RowProbe",
     "activation_half_steps",
     "cpu_simd_flags",
@@ -36,10 +44,19 @@ __all__ = [
     "nbits_node",
     "probe_rows",
     "probe_weights",
+    "row_exact_block",
+    "row_exact_layout",
     "rounding_bound",
     "together_and_alone",
 ]
 
+# (block, row multiple) a verifying graph may take, fastest first (module doc). 8 bits: an
+# unpadded 64 before a padded 128 (their MatMuls cost the same on AVX-512; padding adds a row
+# to every AR call); 4 bits: the block decides (128 in pairs 0.73x the time of 32 alone).
+ROW_EXACT_LAYOUTS = {
+    "int8": ((128, 1), (64, 1), (128, 2), (64, 2), (32, 1), (32, 2)),
+    "int4": ((128, 1), (128, 2), (64, 1), (64, 2), (32, 1), (32, 2)),
+}
 # float32 unit roundoff
 _U = 2.0**-24
 # Activations are quantised to int8 per row and block with scale = amax / 127.
@@ -247,8 +264,6 @@ def probe_weights(
     """`probe_rows` on one random [K, N] MatMul quantised to `weights` ("int8" | "int4"), in
     blocks of `block_size` input rows (None: the precision's own): which law a model quantised
     so keeps on this device (what calibration records)."""
-    from codecspec.graphs.quantize import quantize_weights
-
     K, N = size
     W = np.random.default_rng(seed).standard_normal((K, N)) / np.sqrt(K)
     model = quantize_weights(matmul_model(W.astype(np.float32)), weights, block_size)
@@ -261,6 +276,72 @@ def probe_weights(
         threads=threads,
         row_multiple=row_multiple,
     )
+
+
+def row_exact_layout(
+    weights: str,
+    provider: str = "cpu",
+    threads: Optional[int] = None,
+    probe: Optional[Callable[[str, int, int, Optional[int]], bool]] = None,
+) -> tuple:
+    """(block size, row multiple) for a graph whose rows must be the same bits alone and in a
+    verify call: the first of `ROW_EXACT_LAYOUTS[weights]` for which `probe(weights, block,
+    multiple, threads)` says so (default: `probe_weights` on one [512, 512] MatMul on this
+    CPU, once per process), else (the precision's own block, 1) (its rows then agree to float
+    rounding; calibration's tree-row probe records that and `auto` decodes AR). Other
+    providers run other kernels that this probe cannot see: they keep (own block, 1)."""
+    check_weights(weights)
+    if weights == "fp32":
+        raise ValueError("weights: fp32 graphs are not quantised in blocks")
+    own = (BLOCK_SIZES[weights], 1)
+    if provider != "cpu":
+        return own
+    probe = _rows_alike if probe is None else probe
+    return next((lay for lay in ROW_EXACT_LAYOUTS[weights] if probe(weights, *lay, threads)), own)
+
+
+def row_exact_block(
+    weights: str,
+    provider: str = "cpu",
+    threads: Optional[int] = None,
+    probe: Optional[Callable[[str, int, int, Optional[int]], bool]] = None,
+) -> int:
+    """The block size for a graph that runs a row alone and rows in calls of any size (the
+    Qwen3 talker: one stream's step, and the serving engine's step of several streams at
+    once), whose rows must be the same bits either way: the precision's own block where
+    `probe` says its rows are (row multiple 1), else the first such block of
+    `ROW_EXACT_LAYOUTS[weights]` (AVX-512: 8 bits in 64, where 128 computes a lone row by
+    another kernel), else the own block (its rows then differ, and the engine steps each
+    stream alone). No padding: a one-row step cannot pad to two rows without changing its
+    attention. Other providers keep the own block (the probe sees the CPU's kernels only)."""
+    check_weights(weights)
+    if weights == "fp32":
+        raise ValueError("weights: fp32 graphs are not quantised in blocks")
+    own = BLOCK_SIZES[weights]
+    if provider != "cpu":
+        return own
+    probe = _rows_alike if probe is None else probe
+    blocks = [own] + [b for b, m in ROW_EXACT_LAYOUTS[weights] if m == 1 and b != own]
+    return next((b for b in blocks if probe(weights, b, 1, threads)), own)
+
+
+@functools.cache
+def _rows_alike(weights: str, block_size: int, multiple: int, threads: Optional[int]) -> bool:
+    """Whether MatMulNBits rows in blocks of `block_size` are the same bits in calls of any
+    size (`multiple` 1: 2 to 17 rows against the row alone) or of any even size (`multiple` 2:
+    2 to 16 rows against the row in a pair) on this CPU; cached for the process, whose kernels
+    do not change. A [512, 512] MatMul gives the verdicts of the code predictor's own shapes
+    (AVX-512 EPYC: [256, 256] to [3072, 1024] alike) in ~0.03 s a layout, after the
+    quantiser's import."""
+    rows = (2, 4, 5, 17) if multiple == 1 else (2, 4, 6, 16)
+    return probe_weights(
+        weights,
+        (512, 512),
+        rows=rows,
+        threads=threads,
+        block_size=block_size,
+        row_multiple=multiple,
+    ).row_independent
 
 
 # The flags MLAS dispatches its quantised GEMM kernels on.
@@ -281,8 +362,6 @@ def cpu_simd_flags() -> list:
 def _main() -> None:
     """`python -m codecspec.graphs.row_probe [K N ...]`: what this machine keeps, per size."""
     import sys
-
-    from codecspec.graphs.quantize import ROW_EXACT_LAYOUTS
 
     dims = [int(a) for a in sys.argv[1:]] or [1024, 1024, 1024, 3072, 3072, 1024]
     print("SIMD:", " ".join(cpu_simd_flags()))

@@ -39,7 +39,7 @@ talker graph steps one row per stream, each at its own position over its own cac
 (GroupQueryAttention's per-row seqlens_k). A lone stream takes its own one-row call. Whether
 a batched row is the row alone is measured at load on the loaded graphs (`rows_agree`): on
 the 2-core AVX-512 + AMX Xeon it holds at fp32, int4 (blocks of 32) and int8, whose talker
-is quantised in blocks of 64 there (`quantize.row_exact_block`: in blocks of 128 MatMulNBits
+is quantised in blocks of 64 there (`row_probe.row_exact_block`: in blocks of 128 MatMulNBits
 computes a lone row by another kernel than rows together). Where it fails (a CPU whose
 kernels no block serves alike), the talker steps per stream as before.
 

@@ -30,7 +30,7 @@ float32 graphs on first use, in the same entry and just as atomically: talker.in
 depth.int8.onnx (heads included), and their int4 twins; depth.int8.b64.onnx or
 depth.int4.b128.m2.onnx instead where another layout is this CPU's fastest row-exact one (64:
 8-bit blocks of 128 are not row-exact; b128.m2: 4-bit blocks of 128 with every call padded to
-an even number of rows; `quantize.row_exact_layout`).
+an even number of rows; `row_probe.row_exact_layout`).
 """
 
 from __future__ import annotations
@@ -333,7 +333,7 @@ def weights_graph(
     quantising the float32 graph into `<stage>.<weights>.onnx` first when absent; in blocks of
     `block_size` input rows where that is not the precision's own (`<stage>.<weights>.b<N>.onnx`)
     and with calls padded to `row_multiple` rows where that is not 1 (`...b<N>.m<M>.onnx`): the
-    code predictor's row-exact layout on this device, `quantize.row_exact_layout`."""
+    code predictor's row-exact layout on this device, `row_probe.row_exact_layout`."""
     from codecspec.graphs.builder import save_model, set_row_multiple
     from codecspec.graphs.quantize import BLOCK_SIZES, check_weights, quantize_weights
     from codecspec.runtime.depth_graph import heads_sidecar

@@ -274,9 +274,9 @@ class Qwen3TTS:
     def _depth_layout(self) -> tuple:
         """The code predictor's quantisation block and row multiple: a layout whose rows are
         the same bits alone and in a verify call on this device, so that speculation keeps
-        the quantised model's AR law bit for bit (graphs.quantize.row_exact_layout);
+        the quantised model's AR law bit for bit (graphs.row_probe.row_exact_layout);
         (None, 1) at fp32."""
-        from codecspec.graphs.quantize import row_exact_layout
+        from codecspec.graphs.row_probe import row_exact_layout
         from codecspec.runtime.providers import resolve
 
         if self.weights == "fp32":
@@ -286,10 +286,10 @@ class Qwen3TTS:
 
     def _talker_block(self) -> Optional[int]:
         """The talker's quantisation block: one whose rows are the same bits alone and in
-        the serving engine's batched step on this device (graphs.quantize.row_exact_block:
+        the serving engine's batched step on this device (graphs.row_probe.row_exact_block:
         8 bits in blocks of 64 on AVX-512, where 128 is not), so a served stream stays
         `generate_codes`' while its steps run with others'; None at fp32."""
-        from codecspec.graphs.quantize import row_exact_block
+        from codecspec.graphs.row_probe import row_exact_block
         from codecspec.runtime.providers import resolve
 
         if self.weights == "fp32":

@@ -14,7 +14,7 @@ Why a row of this call is the row alone, bit for bit: every operator is computed
 scores over its own keys only (onnxruntime's CPU kernel: a batch of rows with pasts of other
 lengths, right-padded into one buffer, gives each row the bits it gets alone), and the
 MatMuls compute a row alike in calls of any number of rows where the kernels do (fp32 MLAS
-SGEMM; MatMulNBits at accuracy_level 4 in the blocks `quantize.row_exact_block` picks for
+SGEMM; MatMulNBits at accuracy_level 4 in the blocks `row_probe.row_exact_block` picks for
 the talker: 32 at 4 bits, 64 at 8 bits on the AVX-512 Xeon). `rows_agree` checks it on the
 loaded graphs before the engine batches anything; where rows differ, the engine keeps the
 per-stream step.
