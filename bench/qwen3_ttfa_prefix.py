@@ -24,7 +24,7 @@ WAYS = ("one call", "cached prefix", "cold prefix")
 
 def first_audio(tts, way: str, seed: int, kw: dict) -> float:
     from codecspec.families.qwen3_tts import talker as T
-    from codecspec.families.qwen3_tts.bench import CALIBRATION_TEXTS
+    from codecspec.families.qwen3_tts.corpus import CALIBRATION_TEXTS
 
     split = T.Talker.prefill
     if way == "one call":  # the prefill before the cache: every row in one call
@@ -53,13 +53,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
-    from codecspec.families.qwen3_tts.bench import CALIBRATION_TEXTS, _request
+    from codecspec.families.qwen3_tts.corpus import CALIBRATION_TEXTS, corpus_request
     from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
 
     tts = Qwen3TTS.load(args.model, threads=args.threads, weights=args.weights)
     tts.speech_decoder()
     text, lang = CALIBRATION_TEXTS[0]
-    kw = _request(tts, text, lang, 0, None)
+    kw = corpus_request(tts, text, lang, 0, None)
     times: dict = {w: [] for w in WAYS}
     for r in range(args.rounds):
         for way in WAYS:

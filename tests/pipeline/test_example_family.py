@@ -162,13 +162,15 @@ def test_no_module_of_the_package_names_the_example_family():
     assert named == []
 
 
-def test_bench_of_a_family_without_a_bench_hook_runs_the_protocols(registered, folder, capsys):
-    """The example family registers no "bench" hook: `codecspec bench` measures it through
-    the protocol (tests/pipeline/test_pipeline_bench.py checks the figures) instead of
-    calling None; a bad argument is still one error line naming it."""
+def test_bench_of_a_family_without_bench_figures_runs_the_protocols(registered, folder, capsys):
+    """The example family has no bench of its own (`Family.bench_figures` and
+    `bench_command` None): `codecspec bench` measures it through the protocol
+    (tests/pipeline/test_pipeline_bench.py checks the figures) instead of calling None; a bad
+    argument is still one error line naming it."""
     from codecspec.cli import main
 
-    assert ENTRY.hook("bench") is None
+    engine = ENTRY.load("engine")
+    assert engine.bench_figures is None and engine.bench_command is None
     assert main(["bench", "--model", str(folder), "--texts", "1", "--provider", "cpu"]) == 0
     assert "example-toy" in capsys.readouterr().out
     assert main(["bench", "--model", str(folder), "--texts", "0"]) == 2

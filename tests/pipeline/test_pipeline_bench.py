@@ -20,7 +20,6 @@ from codecspec.pipeline.bench import (
     BENCH_TEXTS,
     bench_command,
     family_record,
-    open_family,
     time_family,
 )
 from codecspec.pipeline.family import Stage
@@ -102,7 +101,7 @@ def test_bad_arguments_name_themselves(folder):
     with pytest.raises(ValueError, match="texts"):
         time_family(family, [])
     with pytest.raises(ValueError, match="weights"):
-        open_family(str(folder), weights="int8")
+        registry.open_family(str(folder), 1, 48, 64, "cpu", 1, weights="int8")
 
 
 def test_the_command_prints_the_table(folder, capsys):

@@ -68,11 +68,9 @@ def test_every_entry_names_importable_code():
         engine = e.load("engine")
         assert issubclass(engine, Family) and engine.name in (e.name, "qwen3-tts")
         assert callable(e.load("model"))
-        for cmd, _ in e.hooks:
-            assert callable(e.hook(cmd)), (e.name, cmd)
         if e.formats:
             assert engine.formats == e.formats
-    assert registry.by_name("fsq").hook("synth") is None
+    assert registry.by_name("fsq").load("engine").synth_command is None
 
 
 def test_options_a_family_does_not_take_are_refused():
@@ -127,12 +125,10 @@ def test_a_family_is_a_package_and_its_old_paths_are_gone(family, package):
         assert entry.load("engine").__module__ == "codecspec.families.qwen3_tts.engine"
     for what in ("model", "engine") if family != "qwen3-tts" else ():
         assert entry.load(what).__module__ == f"codecspec.families.{package}.model"
-    if family == "qwen3-tts":
-        moved = importlib.import_module("codecspec.families.qwen3_tts.engine")
-        assert entry.hook("serve_check") is moved.check_serve_args
-    # its `codecspec bench` is in its package too (shared CLI code imports no family)
-    bench = entry.hook("bench") or entry.hook("bench_figures")
-    assert bench.__module__ in (f"codecspec.families.{package}.{m}" for m in ("cli", "bench"))
+    # its `codecspec bench` is its family's too (shared CLI code imports no family)
+    engine = entry.load("engine")
+    bench = engine.bench_command or engine.bench_figures
+    assert bench.__module__.startswith(f"codecspec.families.{package}.")
     old = {"reference": ("tts.model", "tts.temporal_batch", "serve.batched")}.get(
         family, (f"serve.{package.split('_')[0]}",)
     )

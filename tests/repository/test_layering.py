@@ -7,7 +7,7 @@ protocol and registry, decoding, the runtime, the graph builders, the codec, cal
 serving engine and server, the text front end in frontend/) name no family either: they import
 nothing from `codecspec.families` or `codecspec.train` (the registry names families by module
 path strings, which are not imports). The CLI and train/'s shared training code name no
-family (the CLI reaches a family's own commands through the registry's hooks; it may run
+family (the CLI reaches a family's own commands through its `Family` class; it may run
 train/'s ablation), and no CLI module defines a flag that a family's `cli_options` adds: a
 family's flags come from the family. No family imports another family's package: what two
 share is shared code (`codecspec.frontend.text.PhonemeModel`, `codecspec.train.networks`, ...).
@@ -51,12 +51,7 @@ FAMILIES = ("codecspec.families",)
 # new circle, or one of these grown by another file, fails the test, and so does an entry
 # that is no longer a circle (take it out). Fix one by moving what both sides share to a
 # third file below both.
-_Q = "codecspec.families.qwen3_tts."
 FILE_CYCLES_KNOWN = {
-    # CALIBRATION_TEXTS and the private `_request` are read from calibrate.py by bench.py,
-    # precision.py and quant_error.py, calibrate.py reads bench.py's shipped map, and
-    # pipeline.py / engine.py use each other: bench.py is another engineer's to change now.
-    tuple(_Q + m for m in ("bench", "calibrate", "engine", "pipeline", "precision", "quant_error")),
     # the WebSocket route reads the app's error body, key check and voice map (serve/ is the
     # live-streaming work's, issue 52's order: not both half-done)
     ("codecspec.serve.app", "codecspec.serve.text_socket"),

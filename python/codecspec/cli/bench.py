@@ -70,25 +70,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args) -> int:
-    """`codecspec bench`: a family whose bench is a command of its own (the registry's
-    "bench" hook: Qwen3-TTS) runs it; a family's own figures (its "bench_figures" hook: the
-    phoneme families) are reported here; any other family gets the protocol's bench
-    (`codecspec.pipeline.bench`: every decode mode it takes through the one loop, beside the
-    bound its `Family.stages()` give)."""
+    """`codecspec bench`: a family whose bench is a command of its own
+    (`Family.bench_command`: Qwen3-TTS) runs it; a family's own figures
+    (`Family.bench_figures`: the phoneme families) are reported here; any other family gets
+    the protocol's bench (`codecspec.pipeline.bench`: every decode mode it takes through the
+    one loop, beside the bound its `Family.stages()` give)."""
     from codecspec.pipeline import registry
 
     entry = registry.family_of(args.model)
-    whole = entry.hook("bench")
-    if whole is not None:
-        return whole(args)
-    figures = entry.hook("bench_figures")
-    if figures is None:  # the protocol's bench: prepare + the one loop, timed whole
+    family = entry.load("engine")
+    if family.bench_command is not None:
+        return family.bench_command(args)
+    if family.bench_figures is None:  # the protocol's bench: prepare + the one loop, timed whole
         from codecspec.pipeline.bench import bench_command
 
         return bench_command(args)
     options.refuse_other_families_flags(args, "bench", entry)
     common, model = bench_common(args)
-    res, record = figures(args, model, common)
+    res, record = family.bench_figures(args, model, common)
     return bench_report(args, entry.name, model, res, record)
 
 

@@ -19,14 +19,13 @@ def cmd_calibrate(args) -> int:
     model = args.model if args.model is not None else args.model_opt
     if model is None:
         raise ValueError("model: give a depth graph (.onnx) or --model DIR (Qwen3-TTS)")
+    args.model = model
     entry = registry.find(model)  # a family with its own calibration, else a depth graph
-    hook = entry.hook("calibrate") if entry is not None else None
-    if hook is not None:
-        args.model = model
-        return hook(args)
+    family = None if entry is None else entry.load("engine")
+    if family is not None and family.calibrate_command is not None:
+        return family.calibrate_command(args)
     if args.output is None:
         raise ValueError("--output: required for a depth graph (-o DIR)")
-    args.model = model
     result = calibrate(
         args.model,
         args.output,

@@ -1,5 +1,5 @@
 """`codecspec synth`: its options (a family's own: the registry's `cli_options`) and the
-command (a Qwen3-TTS folder's is the family's own: the registry's "synth" hook). The text
+command (a Qwen3-TTS folder's is the family's own: `Family.synth_command`). The text
 comes from `codecspec.frontend.text_input`, the audio goes through the model's `generate`
 or `stream` into a WAV, and the report says what each stage cost."""
 
@@ -154,11 +154,11 @@ def cmd_synth(args) -> int:
     args.output_given = args.output is not None
     if args.output is None:
         args.output = Path("out.wav")
-    entry = registry.find(args.model)  # a family with its own synth (Qwen3-TTS folders)
-    hook = entry.hook("synth") if entry is not None else None
-    if hook is not None:
-        return hook(args)
-    if entry is not None:  # else loading the model names what is wrong with it
+    entry = registry.find(args.model)  # None: loading the model names what is wrong with it
+    family = None if entry is None else entry.load("engine")
+    if family is not None and family.synth_command is not None:  # e.g. Qwen3-TTS folders
+        return family.synth_command(args)
+    if entry is not None:
         options.refuse_other_families_flags(args, "synth", entry)
     if args.codes_out is not None and args.stream:
         raise ValueError("--codes-out: not with --stream")
@@ -171,7 +171,6 @@ def cmd_synth(args) -> int:
         params=options.params_from_args(args),
         **options.depth_kwargs(args),
     )
-    family = entry.load("engine")
     if args.stream:
         return _synth_stream(args, tts, text, family)
     kw = _synth_kwargs(args) | family.request_options(args, tts)

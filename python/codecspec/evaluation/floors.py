@@ -45,11 +45,12 @@ def _log(msg: str) -> None:
 
 
 def model_voice(tts) -> tuple:
-    """(espeak-ng voice, words per minute, pitch) whose timing and sound `tts` follows."""
-    if hasattr(tts, "espeak_voice") and "espeak_rate" in getattr(tts, "meta", {}):
-        m = tts.meta
-        return tts.espeak_voice("en", None), int(m["espeak_rate"]), int(m["espeak_pitch"])
-    return DEFAULT_VOICE
+    """(espeak-ng voice, words per minute, pitch) whose timing and sound `tts` follows, as
+    its family says (`Family.floor_voice`), else the corpus voice."""
+    from codecspec.pipeline.registry import family_of
+
+    family = family_of(tts.dir, detect=False).load("engine")
+    return family.floor_voice(tts) or DEFAULT_VOICE
 
 
 def _codec(tts, mode: str):

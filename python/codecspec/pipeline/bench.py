@@ -1,6 +1,6 @@
 """`codecspec bench` for a family that has no bench of its own: the protocol's figures.
 
-A family's own bench (the registry's "bench" hook) reports its stages one by one; a family
+A family's own bench (`Family.bench_figures`) reports its stages one by one; a family
 without one is still measured, from the protocol alone: requests through `Family.prepare` and
 the one loop (`run_inline`, the engine with one slot), timed whole, per decode mode it
 takes, next to the bound its `Family.stages()` weight bytes give at this machine's measured
@@ -96,30 +96,17 @@ def family_record(family: Family, timing: dict, bandwidth: Optional[float]) -> d
     return finish_record(record)
 
 
-def open_family(model, slots: int = 1, *, provider="auto", threads=None, **options) -> Family:
-    """The engine adapter of `model` (a shipped name, a folder, or None for the default)
-    with `slots` slots: the registry finds its family; `options` (cache_dir, weights, ...)
-    go to the family that takes them, and one it does not take is a ValueError naming it."""
-    from codecspec.pipeline import registry
-
-    entry = registry.family_of(model)
-    taken = registry.take_options(entry, **options)
-    folder = registry.resolve_model_dir(model)
-    family = entry.load("engine")
-    with registry.loading(folder):  # a broken folder: one line naming the file
-        return family.open(folder, slots, MAX_FRAMES, MAX_PHONEMES, provider, threads, **taken)
-
-
 def bench_command(args) -> int:
-    """`codecspec bench --model DIR` for a family without a "bench" hook: `time_family` over
+    """`codecspec bench --model DIR` for a family without a bench of its own: `time_family` over
     `--texts` held-out sentences (default all of BENCH_TEXTS), every mode the family decodes,
     then the record as a table (or one JSON object with --json)."""
     import json
 
     from codecspec.graphs.row_probe import cpu_simd_flags
     from codecspec.perf import peak_rss_mb, render_table, stream_bandwidth
+    from codecspec.pipeline.registry import open_family
 
-    family = open_family(args.model, provider=args.provider, threads=args.threads)
+    family = open_family(args.model, 1, MAX_FRAMES, MAX_PHONEMES, args.provider, args.threads)
     n = len(BENCH_TEXTS) if args.texts is None else int(args.texts)
     if n < 1:
         raise ValueError(f"--texts: expected an integer >= 1, got {n}")

@@ -17,8 +17,11 @@ that depends on the model family sits behind `Family`:
   `codecspec bench` states a bound for a family that has no bench of its own
   (`codecspec.pipeline.bench`);
 - what the commands ask the family's class (optional, with defaults: `request_options`,
-  `synth_lines`, `speaks_phonemes`, `quality_mode`, `quality_modes`), so that no shared
-  module compares a family's name, format or attribute (tests/repository).
+  `synth_lines`, `speaks_phonemes`, `quality_mode`, `quality_modes`, `floor_voice`,
+  `bench_figures`,
+  `check_serve`), and the commands it runs whole (`synth_command`, `bench_command`,
+  `calibrate_command`; None: the shared command), so that no shared module compares a
+  family's name, format or attribute (tests/repository).
 
 A request is a `SpeechRequest` (what the server's `/v1/audio/speech` body and the bench ask
 for); the engine (`codecspec.serve.engine`) re-exports it.
@@ -300,6 +303,28 @@ class Family:
     def quality_modes(cls, args) -> list:
         """`bench --quality`'s rows: AR and the speculative mode the bench measured."""
         return ["ar"] + [m for m in cls.modes if m == "spec"]
+
+    @classmethod
+    def floor_voice(cls, tts) -> Optional[tuple]:
+        """(espeak-ng voice, words per minute, pitch) whose timing and sound `tts` follows, in
+        which the quality floors render a text (`evaluation.floors`); None: the corpus voice."""
+        return None
+
+    # (args, model folder, the bench's shared keywords) -> (figures, record function): the
+    # figures `codecspec bench` reports for the family; None: the protocol's bench
+    # (`codecspec.pipeline.bench`: every mode through the one loop, beside `stages()`' bound)
+    bench_figures: Optional[Callable] = None
+    # args -> exit status: a `codecspec` subcommand the family runs whole (its own model
+    # loading, flags and report: Qwen3-TTS folders); None: the shared command serves it
+    synth_command: Optional[Callable] = None
+    bench_command: Optional[Callable] = None
+    calibrate_command: Optional[Callable] = None
+
+    @classmethod
+    def check_serve(cls, args) -> None:
+        """`codecspec serve`'s check of a folder of this family before the server starts
+        (what a start-up traceback would say late, in one line): ValueError naming the
+        argument; nothing to check by default."""
 
     def chunk_decoder(self, iters: int, seed: int, voice=None):
         """None: the app vocodes each chunk with `codec.decode(codes, iters, seed)` over a

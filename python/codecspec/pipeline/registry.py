@@ -9,7 +9,6 @@ this module imports no family (tests/repository/test_layering.py checks it).
     entry = family_of("fsq")            # a shipped name, a folder, or None (the default)
     tts = entry.load("model")(folder)   # the single-stream model class
     engine_family = entry.load("engine").open(folder, slots, ...)
-    hook = entry.hook("bench")          # the family's own `codecspec bench`, or None
 
 Adding a family: one `Entry` in FAMILIES (before the default's, when its `detect` must be
 asked first), or, for a family whose code lives outside this package, an entry point in the
@@ -49,6 +48,7 @@ __all__ = [
     "load_model",
     "loading",
     "model_family",
+    "open_family",
     "register",
     "resolve_model_dir",
     "take_options",
@@ -135,13 +135,8 @@ class Entry:
     folder without one (a checkpoint as published), "module:function(folder) -> bool";
     `model` / `engine`: "module:Class" of the single-stream model and of the engine's
     `codecspec.pipeline.Family` adapter; `options`: the engine options only it takes;
-    `title`: how messages name its folders; `hooks`: (command, "module:function") pairs,
-    a command the family runs whole ("synth", "bench", "calibrate": args -> int;
-    "serve_check") and "bench_figures" (args, model folder, common keywords) -> (figures,
-    record function), the figures `codecspec bench` reports for it: code that imports the
-    family's model, so not a `Family` method (model.py would import it back); what differs
-    per family inside the shared commands is `Family`'s (`request_options`, `synth_lines`,
-    `quality_mode`, ...). `cli_options`:
+    `title`: how messages name its folders. What differs per family in a command is the
+    `Family` class's (`request_options`, `bench_figures`, `synth_command`, ...). `cli_options`:
     "module:function(command, parser)" adding the family's own flags to the `codecspec`
     subcommand `command` (a name such as "synth"; nothing for the others), the shared options
     being the CLI's (`codecspec.cli.options.family_options`); its module imports argparse at
@@ -156,7 +151,6 @@ class Entry:
     engine: Optional[str] = None
     options: tuple = ()
     title: str = ""
-    hooks: tuple = ()
     cli_options: Optional[str] = None
     cli_commands: Optional[str] = None
 
@@ -166,20 +160,6 @@ class Entry:
         if path is None:
             raise ValueError(f"model: the {self.name} family has no {what}")
         return import_path(path)
-
-    def hook(self, command: str):
-        """The function that runs `command` for this family's folders (args -> int), or None
-        where the shared command serves it."""
-        for cmd, path in self.hooks:
-            if cmd == command:
-                return import_path(path)
-        return None
-
-    def detects(self, folder) -> bool:
-        """Whether `folder` holds a model of this family."""
-        if self.detect is not None and import_path(self.detect)(str(folder)):
-            return True
-        return bool(self.formats) and model_format(folder) in self.formats
 
 
 _QWEN3 = "codecspec.families.qwen3_tts"
@@ -194,12 +174,6 @@ FAMILIES = (
         title="Qwen3-TTS checkpoint",
         cli_options=f"{_QWEN3}.options:add_options",
         cli_commands=f"{_QWEN3}.commands:add_commands",
-        hooks=(
-            ("synth", f"{_QWEN3}.cli:synth"),
-            ("bench", f"{_QWEN3}.cli:bench_command"),
-            ("calibrate", f"{_QWEN3}.calibrate:calibrate_command"),
-            ("serve_check", f"{_QWEN3}.engine:check_serve_args"),
-        ),
     ),
     Entry(
         "v2",  # formats v2 and v3 (v3: the v2 runtime told espeak-ng's phoneme timing)
@@ -208,7 +182,6 @@ FAMILIES = (
         engine="codecspec.families.v2.model:V2Family",
         cli_options="codecspec.families.v2.options:add_options",
         title="v2 / v3 model",
-        hooks=(("bench_figures", "codecspec.families.v2.bench:bench_figures"),),
     ),
     Entry(
         "fsq",
@@ -216,14 +189,12 @@ FAMILIES = (
         model="codecspec.families.fsq.model:FSQTTS",
         engine="codecspec.families.fsq.model:FSQFamily",
         cli_options="codecspec.families.fsq.options:add_options",
-        hooks=(("bench_figures", "codecspec.families.fsq.bench:bench_figures"),),
     ),
     Entry(
         "reference",
         formats=("codecspec-reference-tts/1",),
         model="codecspec.families.reference.model:ReferenceTTS",
         engine="codecspec.families.reference.model:ReferenceFamily",
-        hooks=(("bench_figures", "codecspec.families.reference.bench:bench_figures"),),
     ),
 )
 
@@ -380,6 +351,20 @@ def model_family(name_or_dir=None) -> str:
     """The family name of a shipped name or a folder with a model.json ("reference", "fsq",
     "v2"; no detection of checkpoint layouts). Raises ValueError naming `model`."""
     return family_of(name_or_dir, detect=False).name
+
+
+def open_family(name_or_dir, slots, max_frames, max_phonemes, provider, threads, **options):
+    """The engine adapter (`Family.open`) of a shipped name, a folder, or None (the default
+    model), with `slots` streams of at most `max_frames` frames and `max_phonemes` input ids:
+    `options` (cache_dir, ref_audio, weights, voices_dir) go to the family that takes them,
+    one it does not take is a ValueError naming it (`take_options`), and a broken folder is a
+    `ModelLoadError` naming the file."""
+    entry = family_of(name_or_dir)
+    taken = take_options(entry, **options)
+    folder = resolve_model_dir(name_or_dir)  # None: the default model's folder
+    family = entry.load("engine")
+    with loading(folder):
+        return family.open(folder, slots, max_frames, max_phonemes, provider, threads, **taken)
 
 
 def load_model(name_or_dir=None, **kwargs):

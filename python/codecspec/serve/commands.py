@@ -71,12 +71,10 @@ def check_model(args) -> None:
     from codecspec.pipeline import registry
 
     entry = registry.find(args.model)  # None: the engine reports the model in its terms
-    hook = entry.hook("serve_check") if entry is not None else None
-    if hook is not None:
-        hook(args)
-        return
     given = dict(ref_audio=args.ref_audio, voices_dir=args.voices_dir, weights=args.weights)
     registry.take_options(entry, flags=True, **given)
+    if entry is not None:
+        entry.load("engine").check_serve(args)
 
 
 def cmd_serve(args) -> int:

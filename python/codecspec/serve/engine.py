@@ -35,8 +35,8 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.frontend.textcheck import check_text
-from codecspec.pipeline.family import Family, SpeechRequest
-from codecspec.pipeline.loop import LoopStats, Outlet, Stream, StreamLoop
+from codecspec.pipeline.family import SpeechRequest
+from codecspec.pipeline.loop import Outlet, Stream, StreamLoop
 
 MAX_INPUT_CHARS = 400
 SPEED_RANGE = (0.25, 4.0)
@@ -118,11 +118,6 @@ class StreamHandle(Outlet):
             self._on_cancel(self)
 
 
-# The loop's names, kept here for the code that imports them from the engine.
-_Stream = Stream
-EngineStats = LoopStats
-
-
 class Engine(StreamLoop):
     """Continuous-batching TTS engine over a model: a folder, or a shipped model's name
     (None: the registry's default, v3); its model.json picks the family, or its config.json
@@ -169,7 +164,10 @@ class Engine(StreamLoop):
         self.max_input_chars, self.max_frames = int(max_input_chars), int(max_frames)
         # Phonemes: an input of max_input_chars never needs more than ~1.5 per character.
         self.max_phonemes = int(1.5 * self.max_input_chars) + 2
-        self.family = _load_family(
+        from codecspec.pipeline.registry import open_family
+
+        # the registry finds the model's family; the options go to the family that takes them
+        self.family = open_family(
             model_dir,
             self.max_streams,
             self.max_frames,
@@ -292,7 +290,7 @@ class Engine(StreamLoop):
             self._cv.notify()
         return [s.handle for s in streams]
 
-    def _prepare(self, req: SpeechRequest, loop) -> _Stream:
+    def _prepare(self, req: SpeechRequest, loop) -> Stream:
         with self._cv:
             self._ids += 1
             sid = self._ids
@@ -307,7 +305,7 @@ class Engine(StreamLoop):
             raise
         handle = StreamHandle(sid, state.frames, loop, on_cancel=self._cancel_queued)
         handle.tokens = state.tokens
-        return _Stream(handle=handle, request=req, state=state)
+        return Stream(handle=handle, request=req, state=state)
 
     def _cancel_queued(self, handle: StreamHandle) -> None:
         """A queued stream whose client went away leaves the queue now (an active one is
@@ -452,32 +450,3 @@ def realtime_capacity(steps: list, budget: float, most: int) -> int:
     a = max(float(a), 0.0)
     n = int((budget - a) // b) if b > 0 else most
     return int(max(1, min(n, most, 2 * int(ns.max()))))
-
-
-def _load_family(
-    model_dir,
-    slots,
-    max_frames,
-    max_phonemes,
-    provider,
-    threads,
-    cache_dir=None,
-    ref_audio=None,
-    weights=None,
-    voices_dir=None,
-) -> Family:
-    """The adapter for the model's family (a shipped name or a folder; the registry,
-    `codecspec.pipeline.registry`, finds its family; None = the registry's default model).
-    cache_dir (built graphs), ref_audio (the voice a Base checkpoint clones), voices_dir and
-    weights (the talker's and code predictor's precision) go to the families that take
-    them; a family that takes none of them refuses them (ValueError naming the option)."""
-    from codecspec.pipeline import registry
-
-    entry = registry.family_of(model_dir)
-    options = registry.take_options(
-        entry, cache_dir=cache_dir, ref_audio=ref_audio, weights=weights, voices_dir=voices_dir
-    )
-    folder = registry.resolve_model_dir(model_dir)  # None: the default model's folder
-    family = entry.load("engine")
-    with registry.loading(folder):  # a broken folder: one line naming the file
-        return family.open(folder, slots, max_frames, max_phonemes, provider, threads, **options)

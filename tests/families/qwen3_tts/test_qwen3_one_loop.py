@@ -1,6 +1,6 @@
 """Qwen3-TTS's `iter_frames` (and so `generate_codes`, `stream`, bench and calibration) runs
 the serving engine's loop with one slot, inline (`codecspec.pipeline.loop.run_inline` over
-`Qwen3Family.over`); the driver it replaced (the `frame_steps` coroutine answered by the
+`Qwen3Steps.over`); the driver it replaced (the `frame_steps` coroutine answered by the
 runtime's own talker and depth decoder, kept here as the oracle) gives bit-identical codes,
 lengths, eos decisions, traces and stage records: AR and speculative, greedy and sampled,
 several seeds, the three checkpoint kinds, the frame limit and the streaming-text prompt."""

@@ -8,14 +8,13 @@ import json
 import pytest
 from paths import DATA
 
+from codecspec.families.qwen3_tts.graphs import PRECISION_FILE, chosen_precision
 from codecspec.families.qwen3_tts.precision import (
     MAX_KL,
     MIN_TOP1,
-    PRECISION_FILE,
     admissible,
     calibrate_precision,
     choose,
-    chosen_precision,
 )
 
 DATA = DATA / "qwen3_tiny"

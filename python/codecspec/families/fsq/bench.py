@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 import codecspec as cs
-from codecspec.families.fsq.model import FSQTTS, FSQFamily
+from codecspec.pipeline import registry
 from codecspec.pipeline.loop import run_together
 
 __all__ = ["bench_figures", "load_bench_texts", "bench_fsq", "record_fsq"]
@@ -29,7 +29,7 @@ def load_bench_texts(model_dir) -> list:
     return json.loads(path.read_text())["utterances"]
 
 
-def _one(tts: FSQTTS, u: dict, seed: int, vocoder: bool):
+def _one(tts, u: dict, seed: int, vocoder: bool):
     return tts.generate(
         "",
         phonemes=u["phonemes"],
@@ -40,13 +40,14 @@ def _one(tts: FSQTTS, u: dict, seed: int, vocoder: bool):
     )
 
 
-def _batched(tts: FSQTTS, utts: list, seed: int) -> dict:
+def _batched(tts, utts: list, seed: int) -> dict:
     """len(utts) streams together, one slot each, through the engine's loop: step calls, ms
     per step, frames per second (the encoder calls included)."""
     ids = [tts.tokens("", u["phonemes"], u["language"])[1] for u in utts]
     guards = [tts.max_frames_for(len(i)) for i in ids]
     t0 = time.perf_counter()
-    family = FSQFamily(tts, len(utts), max(guards), max(len(i) for i in ids))
+    fsq = registry.family_of(tts.dir, detect=False).load("engine")  # model.py's FSQFamily
+    family = fsq(tts, len(utts), max(guards), max(len(i) for i in ids))
     gens = [cs.Generator(seed).fork(b) for b in range(len(utts))]
     states = [
         family.state(i, *tts.ids(u["language"], u["speaker"]), tts.params, g, guard)
@@ -80,7 +81,9 @@ def bench_fsq(
         raise ValueError(f"utterances: expected an int >= 1, got {utterances!r}")
     from codecspec.runtime import session_threads
 
-    tts = FSQTTS(model_dir, provider=provider, threads=threads, params=params)
+    # the family's model, loaded through the registry (model.py's family asks for this bench)
+    folder = "fsq" if model_dir is None else model_dir
+    tts = registry.load_model(folder, provider=provider, threads=threads, params=params)
     texts = load_bench_texts(tts.dir)[:utterances]
     _one(tts, texts[0], seed, False)  # warm-up outside the counts
     it = texts

@@ -34,6 +34,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 import codecspec as cs
+from codecspec.families.fsq import bench
 from codecspec.families.fsq.codec import FSQCodec, check_levels
 from codecspec.frontend.phonemes import encode_input, phonemize
 from codecspec.frontend.text import BOS, EOS, PAD, Frontend, PhonemeModel
@@ -452,6 +453,8 @@ class FSQFamily(Family):
     model_names = ("codecspec-fsq",)
     known_length = False  # the stop head decides
     modes = ("ar",)
+
+    bench_figures = staticmethod(bench.bench_figures)  # `codecspec bench`'s figures
 
     @classmethod
     def synth_lines(cls, s, output) -> dict:

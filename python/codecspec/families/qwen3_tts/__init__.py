@@ -4,7 +4,9 @@ Modules: `checkpoint` (the folder: config, generation defaults, tensors, content
 `text` (the Qwen tokenizer through `tokenizers`, the official prompt layout), `graphs`
 (ONNX graphs built from the safetensors and cached by content), `talker` (the temporal model's
 KV-cached steps and its sampling rules), `pipeline` (text -> codes -> waveform), `decoder`
-(the 12 Hz speech-tokenizer decoder), `engine` (`Qwen3Family`, the serving engine's
-`codecspec.pipeline.Family` adapter), and the commands `cli` (synth), `calibrate`, `bench`.
+(the 12 Hz speech-tokenizer decoder), `steps` (the streams' steps on their slots, which
+`pipeline` runs one stream through), `engine` (`Qwen3Family`, the serving engine's
+`codecspec.pipeline.Family` adapter), `corpus` (the texts it speaks to be measured), and the
+commands `cli` (synth), `calibrate`, `bench`.
 Importing this package imports none of them.
 """

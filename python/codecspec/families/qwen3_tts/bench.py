@@ -30,7 +30,7 @@ import numpy as np
 
 import codecspec as cs
 
-from .calibrate import CALIBRATION_TEXTS, _request
+from .corpus import CALIBRATION_TEXTS, corpus_request
 from .pipeline import SAMPLE_RATE, SAMPLES_PER_FRAME, Qwen3TTS
 
 __all__ = [
@@ -231,7 +231,7 @@ def _free_frames(tts, frames: int, seed: int, temperature, ref_audio, deadline, 
             max_frames=frames - made,
             info=info,
             trace=trace,
-            **_request(tts, text, lang, i, ref_audio),
+            **corpus_request(tts, text, lang, i, ref_audio),
         )
         try:
             for f in it:
@@ -687,7 +687,7 @@ def pipeline_at_acceptance(
     per frame. Greedy: the speculative codes are the AR codes (an exact mode), so frame j's
     drafts are set from the AR run's frame j."""
     text, lang = CALIBRATION_TEXTS[0]
-    kw = dict(temperature=0, seed=seed, max_frames=frames, **_request(tts, text, lang, 0))
+    kw = dict(temperature=0, seed=seed, max_frames=frames, **corpus_request(tts, text, lang, 0))
     from codecspec.decode.depth import SequencedDrafts
 
     truth = tts.generate_codes(text, mode="ar", **kw).codes
@@ -734,7 +734,7 @@ def time_to_first_audio(
     from .talker import PrefixCache
 
     text, lang = CALIBRATION_TEXTS[0]
-    kw = _request(tts, text, lang, 0, ref_audio)
+    kw = corpus_request(tts, text, lang, 0, ref_audio)
     kept = tts.talker.prefixes
     times: dict = {"cold": [], "warm": []}
     try:
@@ -765,7 +765,7 @@ def from_the_text(tts: Qwen3TTS, frames: int, seed: int, temperature, ref_audio)
     from .text_latency import text_stream_latency
 
     text, lang = CALIBRATION_TEXTS[0]
-    kw = _request(tts, text, lang, 0, ref_audio)
+    kw = corpus_request(tts, text, lang, 0, ref_audio)
     return text_stream_latency(
         tts, text, TEXT_RATE, seed=seed, temperature=temperature, max_frames=frames, **kw
     )
@@ -773,7 +773,7 @@ def from_the_text(tts: Qwen3TTS, frames: int, seed: int, temperature, ref_audio)
 
 def _precision_choice(tts: Qwen3TTS) -> Optional[str]:
     """ "int4: fastest of ..." when `codecspec calibrate` chose a precision here, else None."""
-    from .precision import chosen_precision
+    from .graphs import chosen_precision
 
     doc = chosen_precision(tts.entry)
     return None if doc is None else f"{doc['chosen']}: {doc['reason']}"

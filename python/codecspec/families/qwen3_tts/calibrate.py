@@ -22,40 +22,16 @@ import numpy as np
 
 import codecspec as cs
 
+from .corpus import CALIBRATION_TEXTS, corpus_request
 from .pipeline import Qwen3TTS
 from .row_exact import probe_tree_rows
 
 __all__ = [
-    "CALIBRATION_TEXTS",
     "collect_corpus",
     "calibrate_checkpoint",
     "calibrate_command",
     "speculate_here",
 ]
-
-CALIBRATION_TEXTS = (
-    ("The quick brown fox jumps over the lazy dog.", "english"),
-    ("Please call Stella and ask her to bring these things with her from the store.", "english"),
-    ("It was a bright cold day in April, and the clocks were striking thirteen.", "english"),
-    ("We measured the latency of every call and kept the fastest tree.", "english"),
-    ("Turn left at the second light, then keep going until you see the river.", "english"),
-    ("今天天气很好，我们一起去公园散步吧。", "chinese"),
-    ("Numbers like 3.14 and 2026 are read aloud as words.", "english"),
-    ("Could you speak a little more slowly, please?", "english"),
-)
-
-
-def _request(tts: Qwen3TTS, text: str, language: str, i: int, ref_audio=None) -> dict:
-    kw: dict = {"language": language if language in tts.languages else "auto"}
-    if tts.model_type == "base":
-        if ref_audio is None:
-            raise ValueError("ref_audio: a Base checkpoint needs a reference WAV (--ref-audio)")
-        kw["ref_audio"] = ref_audio
-    if tts.model_type == "custom_voice" and tts.speakers:
-        kw["speaker"] = tts.speakers[i % len(tts.speakers)]
-    if tts.model_type == "voice_design":
-        kw["instruct"] = "A clear, calm voice at a natural pace."
-    return kw
 
 
 def collect_corpus(
@@ -73,7 +49,7 @@ def collect_corpus(
             seed=seed + i,
             max_frames=max_frames,
             trace=trace,
-            **_request(tts, text, lang, i, ref_audio),
+            **corpus_request(tts, text, lang, i, ref_audio),
         ):
             pass
         hiddens += [h for h, _ in trace]
@@ -191,9 +167,9 @@ def _write_decision(tts: Qwen3TTS, result, rows: dict):
 
 
 def calibrate_command(args) -> int:
-    """`codecspec calibrate --model DIR` for a Qwen3-TTS checkpoint folder (the registry's
-    "calibrate" hook of this family)."""
-    from .precision import chosen_precision
+    """`codecspec calibrate --model DIR` for a Qwen3-TTS checkpoint folder
+    (`Qwen3Family.calibrate_command`)."""
+    from .graphs import chosen_precision
 
     model_dir = args.model
     result, entry = calibrate_checkpoint(

@@ -221,7 +221,8 @@ def synth(args) -> int:
 
 
 def bench_command(args) -> int:
-    """`codecspec bench --model DIR` for a Qwen3-TTS checkpoint folder (registry hook)."""
+    """`codecspec bench --model DIR` for a Qwen3-TTS checkpoint folder
+    (`Qwen3Family.bench_command`)."""
     from codecspec.perf import finish_record, peak_rss_mb, render_table, stream_bandwidth
 
     from .bench import bench_qwen3  # looked up per call: tests replace it
@@ -271,7 +272,7 @@ def plan_line(res: dict) -> str:
 
 
 def random_checkpoint_command(args) -> int:
-    """`codecspec random-checkpoint` (the registry's "random_checkpoint" hook)."""
+    """`codecspec random-checkpoint` (a subcommand of the family's `cli_commands`)."""
     from .random_checkpoint import write_random_checkpoint
 
     t0 = time.monotonic()

@@ -49,7 +49,6 @@ stream's own decoder), nor the speech decoder across streams.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -57,17 +56,11 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.calibrate.decision import DECISION_FILE, auto_mode, speculation_pays
-from codecspec.pipeline.family import (
-    Check,
-    Family,
-    Frame,
-    StreamState,
-    guard,
-    guard_value,
-    sampling_params,
-)
+from codecspec.pipeline.family import sampling_params
 
-__all__ = ["Qwen3Family", "LANGUAGE_CODES", "check_folder", "check_serve_args"]
+from .steps import Qwen3State, Qwen3Steps
+
+__all__ = ["Qwen3Family", "LANGUAGE_CODES", "check_folder"]
 
 # ISO 639-1 codes of the languages Qwen3-TTS checkpoints name (a request's "en" default too)
 LANGUAGE_CODES = {
@@ -85,13 +78,6 @@ LANGUAGE_CODES = {
 CHARS_PER_FRAME = 14 / 12.5  # about 14 characters a second of speech: retry hints only
 
 
-@dataclass
-class Qwen3State(StreamState):
-    request: Optional[dict] = None  # frame_steps keywords, until the stream takes a slot
-    steps: Optional[object] = None  # the stream's frame_steps coroutine
-    slot_rt: Optional[object] = None  # the slot's runtime (its speculative depth decoder)
-
-
 class _Codec:
     """The `codec` attribute other families have (`decode(codes, n_iter, seed)`), over the
     speech decoder, which is deterministic and has no iterations to set."""
@@ -105,12 +91,10 @@ class _Codec:
         return np.asarray(self.decoder.decode(codes), np.float32).reshape(-1)
 
 
-class Qwen3Family(Family):
-    """A Qwen3-TTS 12 Hz checkpoint folder in the engine: one frame loop per stream."""
+class Qwen3Family(Qwen3Steps):
+    """A Qwen3-TTS 12 Hz checkpoint folder in the engine: one frame loop per stream (the
+    steps are `Qwen3Steps`'); the requests, voices and codec of the loaded folder."""
 
-    name = "qwen3-tts"
-    known_length = False  # the talker's eos decides
-    modes = ("ar", "spec")
     text_layouts = True  # streaming-text or whole-text prompt (`streaming_text`)
     # the official methods' language=None: no language tag in the prompt ("en" would add
     # the english tag and give other codes)
@@ -142,7 +126,7 @@ class Qwen3Family(Family):
         weights=None,
         voices_dir=None,
     ):
-        from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
+        from .pipeline import Qwen3TTS
 
         self.reference = check_folder(model_dir, ref_audio, voices_dir)
         self.tts = Qwen3TTS.load(
@@ -168,34 +152,6 @@ class Qwen3Family(Family):
         self.depth = BatchedDepth(self.tts.depth, slots, provider, threads)
         # every stream's talker step of a step in one call, where that is bit-identical here
         self.talker_rows = talker_rows(self.tts.talker, slots, provider, threads)
-
-    @classmethod
-    def over(cls, tts, limit: int) -> Qwen3Family:
-        """An adapter over a loaded `tts` with one slot whose runtime is `tts` itself
-        (`Qwen3TTS.iter_frames`'s): the one-stream case only, so no batched depth loop, no
-        codec loaded, and the talker's eos or the coroutine's own frame budget ends the
-        stream (`limit`: more frames than the coroutine can make)."""
-        from codecspec.families.qwen3_tts.pipeline import SAMPLE_RATE, SAMPLES_PER_FRAME
-
-        family = cls.__new__(cls)
-        family.tts, family.runtimes, family.depth = tts, {0: tts}, None
-        family.talker_rows = None
-        family.max_frames = int(limit)
-        family.frame_rate = SAMPLE_RATE / SAMPLES_PER_FRAME
-        return family
-
-    def inline_state(self, text: str, kw: dict, generator: cs.Generator) -> Qwen3State:
-        """The state of one `iter_frames` call: its keywords go to `frame_steps` as given."""
-        talk, _ = self.tts.sampling(kw.get("temperature"), kw.get("top_k"), kw.get("top_p"))
-        return Qwen3State(
-            generator=generator,
-            params=talk,
-            speaker=0,
-            frames=None,
-            expected=1,
-            limit=self.max_frames,
-            request=dict(kw, text=text),
-        )
 
     def _speculation_pays(self) -> bool:
         """Mode "auto": what `codecspec calibrate --model DIR` measured (as `synth`)."""
@@ -224,7 +180,7 @@ class Qwen3Family(Family):
                 f"instructions: this {self.tts.model_type} checkpoint (size "
                 f"{self.tts.ck.model_size!r}) takes none"
             )
-        from codecspec.families.qwen3_tts.pipeline import check_streaming_text
+        from .pipeline import check_streaming_text
 
         # the HTTP body is typed already; an Engine driven from Python is not
         check_streaming_text(req.streaming_text)
@@ -258,8 +214,9 @@ class Qwen3Family(Family):
         )
 
     def prepare(self, req, generator: cs.Generator) -> Qwen3State:
-        from codecspec.families.qwen3_tts.pipeline import ClonedVoice
         from codecspec.families.qwen3_tts.text import build_prompt
+
+        from .pipeline import ClonedVoice
 
         tts = self.tts
         kw = self.request_kwargs(req)
@@ -303,106 +260,30 @@ class Qwen3Family(Family):
             request=kw,
         )
 
-    def load(self, slot: int, state: Qwen3State) -> None:
-        rt = self.runtimes.get(slot)
-        if rt is None:
-            rt = self.runtimes[slot] = self.tts.replica()
-        if self.talker_rows is not None and rt.talker.home is None:
-            self.talker_rows.attach(rt.talker, slot)  # its cache: this slot of the shared buffer
-        kw, state.request = dict(state.request), None
-        text = kw.pop("text")
-        state.slot_rt = rt
-        state.steps = rt.frame_steps(text, generator=state.generator, **kw)
+    # ------------------------------------------------------------------ the commands
+    # synth, bench and calibrate are its own whole (its flags, graph building and report)
+    @classmethod
+    def synth_command(cls, args) -> int:
+        from .cli import synth
 
-    def step(self, streams: list, check: Check) -> list:
-        frames: list = [None] * len(streams)
-        # 1. every stream to its next request: a newcomer prefills on its own talker and asks
-        #    for its first depth loop; the others ask for their talker step
-        reqs = {i: self._advance(s, None) for i, s in enumerate(streams)}
-        # 2. every talker step, as one call where it is bit-identical (`talker_rows`),
-        #    then each stream to its depth request
-        self._talk(streams, reqs)
-        # 3. one batched depth loop for every AR frame, then each stream's frame
-        jobs = {}
-        for i, r in reqs.items():
-            if isinstance(r, Exception):
-                frames[i] = Frame(error=r)
-            elif r is None:  # eos (or the frame limit): no frame this step
-                frames[i] = Frame(ended=True)
-            else:
-                error = guard(lambda s=streams[i], job=r[1]: check(s, job.hidden))
-                if error is None:
-                    jobs[i] = r[1]
-                else:
-                    frames[i] = Frame(error=error)
-        for i, codes in self._depth(streams, jobs).items():
-            s = streams[i]
-            r = codes if isinstance(codes, Exception) else self._advance(s, codes)
-            if isinstance(r, Exception):
-                frames[i] = Frame(error=r)
-            else:
-                frames[i] = Frame(codes=r[1], ended=s.t + 1 >= s.state.limit)
-        return frames
+        return synth(args)
 
-    def _talk(self, streams: list, reqs: dict) -> None:
-        """Answers every ("talker", row) request in `reqs` (in place) with the stream's next
-        request: the steps of several streams as one batched call when the engine has one
-        (`TalkerSlots`), else each on its own talker. One step alone takes its own talker's
-        one-row call either way (the same bits, and no padding rows)."""
-        asks = [i for i, r in reqs.items() if isinstance(r, tuple) and r[0] == "talker"]
-        if self.talker_rows is not None and len(asks) > 1:
-            talkers = [streams[i].state.slot_rt.talker for i in asks]
-            rows, live = [reqs[i][1] for i in asks], [s.slot for s in streams]
-            got = guard_value(lambda: self.talker_rows.step(talkers, rows, live))
-            hiddens = got if isinstance(got, list) else [got] * len(asks)
-        else:
-            hiddens = [
-                guard_value(lambda t=streams[i].state.slot_rt.talker, e=reqs[i][1]: t.step(e))
-                for i in asks
-            ]
-        for i, hidden in zip(asks, hiddens):
-            failed = isinstance(hidden, Exception)
-            reqs[i] = hidden if failed else self._advance(streams[i], hidden)
+    @classmethod
+    def bench_command(cls, args) -> int:
+        from .cli import bench_command
 
-    @staticmethod
-    def _advance(s, reply):
-        """Resumes the stream's coroutine with `reply` up to its next request (kind, item),
-        None when it ended, or the exception it raised (its own failure)."""
-        try:
-            return s.state.steps.send(reply)
-        except StopIteration:
-            return None
-        except Exception as e:  # this stream's own error: it alone fails
-            return e
+        return bench_command(args)
 
-    def _depth(self, streams: list, jobs: dict) -> dict:
-        """Codes (or the exception) per stream index: the AR frames in one batched loop, a
-        speculative one through its stream's own decoder."""
-        from codecspec.decode.batched_depth import decode_frames
+    @classmethod
+    def calibrate_command(cls, args) -> int:
+        from .calibrate import calibrate_command
 
-        out = {}
-        # an adapter over one runtime (`over`) runs every frame on the stream's own decoder
-        ar = [] if self.depth is None else [i for i, j in jobs.items() if j.mode == "ar"]
-        for i, codes in zip(ar, decode_frames(self.depth, [jobs[i] for i in ar]) if ar else []):
-            out[i] = codes
-        for i, j in jobs.items():
-            if i not in out:
-                dec = streams[i].state.slot_rt.depth
-                out[i] = guard_value(
-                    lambda d=dec, j=j: d.decode_frame(j.hidden, j.c0, j.generator, j.mode)
-                )
-        return out
+        return calibrate_command(args)
 
-    def counters(self) -> dict:
-        # the frame stage's graph calls: the batched AR loop's and the per-stream spec ones
-        spec = sum(rt.depth.stats.calls for rt in self.runtimes.values())
-        codes = sum(rt.depth.stats.codes for rt in self.runtimes.values())
-        d = self.depth
-        return {
-            "calls": d.calls + spec,
-            "lane_calls": d.lane_calls + spec,
-            "codes": d.codes_out + codes,
-        }
+    @classmethod
+    def check_serve(cls, args) -> None:
+        """`check_folder` on `codecspec serve`'s --ref-audio and --voices-dir."""
+        check_folder(args.model, args.ref_audio, args.voices_dir)
 
     def chunk_decoder(self, iters: int, seed: int, voice=None):
         stream = self.codec.decoder.open_stream()
@@ -452,7 +333,8 @@ def check_folder(model_dir, ref_audio=None, voices_dir=None) -> Optional[tuple]:
     Returns the recording as (samples, 24000) or None; ValueError naming `model`,
     `ref_audio` or `voices_dir` otherwise."""
     from codecspec.families.qwen3_tts.checkpoint import Qwen3Checkpoint
-    from codecspec.families.qwen3_tts.pipeline import load_reference
+
+    from .pipeline import load_reference
 
     ck = Qwen3Checkpoint(model_dir)
     if ck.model_type == "base" and ref_audio is None and voices_dir is None:
@@ -471,17 +353,11 @@ def check_folder(model_dir, ref_audio=None, voices_dir=None) -> Optional[tuple]:
     return None if ref_audio is None else (load_reference(ref_audio), 24000)
 
 
-def check_serve_args(args) -> None:
-    """`codecspec serve --model DIR`'s check before the server starts (`check_folder` on
-    the command's --ref-audio and --voices-dir); the registry's "serve_check" hook."""
-    check_folder(args.model, args.ref_audio, args.voices_dir)
-
-
 def read_voices_dir(voices_dir) -> dict:
     """NAME -> (24 kHz samples, transcript) of every NAME.wav + NAME.txt in the folder;
     ValueError naming `voices_dir` for a folder without voices, a clip without its
     transcript (or the reverse), or an empty transcript."""
-    from codecspec.families.qwen3_tts.pipeline import load_reference
+    from .pipeline import load_reference
 
     d = Path(voices_dir)
     if not d.is_dir():

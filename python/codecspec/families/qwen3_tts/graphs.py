@@ -56,6 +56,9 @@ __all__ = [
     "weights_graph",
     "FILES",
     "QUANTISED_STAGES",
+    "CANDIDATES",
+    "PRECISION_FILE",
+    "chosen_precision",
 ]
 
 FILES = (
@@ -319,6 +322,21 @@ def text_embedding_rows(ck: Qwen3Checkpoint, ids: np.ndarray) -> np.ndarray:
 
 # Graphs that get weight-only quantised variants (text_proj runs once per request: fp32).
 QUANTISED_STAGES = ("talker", "depth")
+# The precisions `codecspec calibrate` measures (precision.py), and the file in an entry that
+# holds its choice, read by `--weights auto`.
+CANDIDATES = ("fp32", "int8", "int4")
+PRECISION_FILE = "precision.json"
+
+
+def chosen_precision(entry: Path) -> Optional[dict]:
+    """The stored precision choice ({"chosen", "reason", ...}) of a built entry, or None."""
+    f = Path(entry) / PRECISION_FILE
+    if not f.is_file():
+        return None
+    doc = json.loads(f.read_text())
+    if doc.get("chosen") not in CANDIDATES:
+        raise ValueError(f"weights: {f} holds no valid choice; rerun `codecspec calibrate`")
+    return doc
 
 
 def weights_graph(

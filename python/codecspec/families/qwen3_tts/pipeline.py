@@ -25,7 +25,8 @@ from codecspec.pipeline.result import Result
 from codecspec.runtime.npy_rows import open_rows
 
 from .checkpoint import Qwen3Checkpoint
-from .graphs import build_or_load, text_embedding_rows
+from .graphs import build_or_load, chosen_precision, text_embedding_rows
+from .steps import Qwen3Steps
 from .talker import Talker, TalkerSampler
 from .text import NONE, REF_FRAME, SPEAKER, Prompt, build_prompt, load_text_tokenizer
 from .text_stream import TextRows, TextStream, prompt_body_tokens, stream_layout
@@ -167,8 +168,6 @@ def resolve_weights(weights: Optional[str], provider: str, entry: Optional[Path]
     if weights == AUTO_WEIGHTS:
         if entry is None:
             return AUTO_WEIGHTS
-        from .precision import chosen_precision
-
         doc = chosen_precision(entry)
         return "fp32" if doc is None else doc["chosen"]
     return check_weights(weights)
@@ -520,14 +519,12 @@ class Qwen3TTS:
         `frame_steps` coroutine is answered by this runtime's talker and depth decoder."""
         from codecspec.pipeline.loop import run_inline
 
-        from .engine import Qwen3Family
-
         generator = kw.pop("generator", None)
         generator = cs.Generator(kw.pop("seed", 0)) if generator is None else generator
         max_frames = kw.get("max_frames")
         # more frames than the coroutine can make: its eos or frame budget ends the stream
         cap = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
-        family = Qwen3Family.over(self, max(cap, 1) + 1)
+        family = Qwen3Steps.over(self, max(cap, 1) + 1, SAMPLE_RATE / SAMPLES_PER_FRAME)
         yield from run_inline(family, family.inline_state(text, kw, generator))
 
     def _prepare(

@@ -24,21 +24,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .calibrate import CALIBRATION_TEXTS, _request
+from .corpus import CALIBRATION_TEXTS, corpus_request
+from .graphs import CANDIDATES, PRECISION_FILE
 from .pipeline import Qwen3TTS
 
-__all__ = [
-    "CANDIDATES",
-    "MAX_KL",
-    "MIN_TOP1",
-    "PRECISION_FILE",
-    "choose",
-    "chosen_precision",
-    "measure_precisions",
-]
+__all__ = ["MAX_KL", "MIN_TOP1", "choose", "measure_precisions"]
 
-CANDIDATES = ("fp32", "int8", "int4")
-PRECISION_FILE = "precision.json"
 # A quantised model is admissible when, at both stages, its sampling law stays this close to
 # float32's (mean KL per code, nats) and its argmax agrees this often.
 MAX_KL = 0.02
@@ -57,7 +48,7 @@ def _speed(tts: Qwen3TTS, frames: int, seed: int, ref_audio) -> dict:
         seed=seed,
         max_frames=frames,
         info=info,
-        **_request(tts, text, lang, 0, ref_audio),
+        **corpus_request(tts, text, lang, 0, ref_audio),
     ):
         n += 1
     n = max(n, 1)
@@ -155,14 +146,3 @@ def calibrate_precision(tts_entry: Path, model_dir, **kw) -> dict:
     tmp.write_text(json.dumps(record, indent=2))
     tmp.replace(dst)
     return record
-
-
-def chosen_precision(entry: Path) -> Optional[dict]:
-    """The stored choice ({"chosen", "reason", ...}) of a built entry, or None."""
-    f = Path(entry) / PRECISION_FILE
-    if not f.is_file():
-        return None
-    doc = json.loads(f.read_text())
-    if doc.get("chosen") not in CANDIDATES:
-        raise ValueError(f"weights: {f} holds no valid choice; rerun `codecspec calibrate`")
-    return doc

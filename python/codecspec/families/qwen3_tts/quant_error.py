@@ -19,7 +19,7 @@ import numpy as np
 
 import codecspec as cs
 
-from .calibrate import CALIBRATION_TEXTS, _request
+from .corpus import CALIBRATION_TEXTS, corpus_request
 from .pipeline import Qwen3TTS
 from .text import build_prompt
 
@@ -94,7 +94,7 @@ def logit_error(
     rows: dict = {"talker": ([], []), "depth": ([], [])}
     for i in range(int(texts)):
         text, lang = CALIBRATION_TEXTS[i % len(CALIBRATION_TEXTS)]
-        req = _request(ref, text, lang, i, ref_audio)
+        req = corpus_request(ref, text, lang, i, ref_audio)
         trace: list = []
         codes = np.stack(
             list(

@@ -46,11 +46,12 @@ def bench_pipeline(
     (the order flips every sentence so that drifting load hits both), each stage timed
     (frontend, temporal, depth, vocoder). Per-frame figures are medians over sentences of
     each sentence's mean; the real-time factor is total time over audio time."""
+    from codecspec.pipeline.registry import load_model
     from codecspec.runtime import session_threads
 
-    from .model import ReferenceTTS
-
-    tts = ReferenceTTS(model_dir, provider=provider, threads=threads, params=params)
+    # the family's model, loaded through the registry (model.py's family asks for this bench)
+    folder = "reference" if model_dir is None else model_dir
+    tts = load_model(folder, provider=provider, threads=threads, params=params)
     sentences = load_bench_texts(texts)
     tts.generate("", phonemes=sentences[0]["phonemes"], mode="ar", decode_audio=False)  # warm
     runs: dict = {"ar": [], "spec": []}

@@ -31,6 +31,7 @@ from codecspec.calibrate.decision import auto_mode, speculation_pays
 from codecspec.codec.codec import Codec
 from codecspec.decode.batched_depth import BatchedDepth, DepthLane, sample_roots
 from codecspec.decode.depth import MODES, DepthDecoder
+from codecspec.families.reference import bench
 from codecspec.families.reference.temporal_batch import BatchedTemporal, batched_temporal_session
 from codecspec.frontend.phonemes import encode_input
 from codecspec.frontend.text import Frontend, PhonemeModel
@@ -287,6 +288,7 @@ class ReferenceFamily(Family):
     # a lone served stream): c0 by `cs.sample` and the frame's depth loop on the decoder
     # itself, not the batched loop's lanes. The same draws, so the same bits.
     solo_depth = True
+    bench_figures = staticmethod(bench.bench_figures)  # `codecspec bench`'s figures
 
     def __init__(self, tts: ReferenceTTS, slots=1, max_frames=None, max_phonemes=None, depth=None):
         """Over a loaded `tts`: `slots` streams of at most `max_frames` frames and

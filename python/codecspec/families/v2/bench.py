@@ -71,9 +71,11 @@ def bench_v2(
     progress: bool = True,
     depth: str = "positional",
 ) -> dict:
-    from codecspec.families.v2.model import V2TTS
+    from codecspec.pipeline.registry import load_model
 
-    tts = V2TTS(model_dir, provider=provider, threads=threads, params=params, depth=depth)
+    # the family's model, loaded through the registry (model.py's family asks for this bench)
+    folder = "v2" if model_dir is None else model_dir
+    tts = load_model(folder, provider=provider, threads=threads, params=params, depth=depth)
     if accept == "pcg" and theta is None:
         theta = float(tts.meta.get("pcg_theta", 0.95))
     spec_kw, loops = _spec_side(tts, loops, accept, beta, theta)

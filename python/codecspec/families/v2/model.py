@@ -44,7 +44,7 @@ from codecspec.codec.codec import Codec
 from codecspec.decode.batched_depth import decode_frames
 from codecspec.decode.depth import COARSE_MODE, MODES, DepthDecoder, stage_params
 from codecspec.decode.temporal import Acceptance, TemporalLoop, run_round
-from codecspec.families.v2 import quality
+from codecspec.families.v2 import bench, quality
 from codecspec.families.v2.codec import CodecV2
 from codecspec.frontend.aligned import past_end_position
 from codecspec.frontend.phonemes import encode_input, phonemize
@@ -720,10 +720,18 @@ class V2Family(Family):
     request_options = staticmethod(quality.speculation_options)
     quality_mode = staticmethod(quality.mode_kwargs)
     quality_modes = staticmethod(quality.bench_modes)
+    bench_figures = staticmethod(bench.bench_figures)  # `codecspec bench`'s figures
 
     @classmethod
     def speaks_phonemes(cls, tts) -> bool:
         return not tts.aligned  # v3 follows espeak-ng's timing of the text, so needs the text
+
+    @classmethod
+    def floor_voice(cls, tts) -> Optional[tuple]:
+        m = tts.meta  # an aligned model (v3) names the voice whose timing it follows
+        if "espeak_rate" not in m:
+            return None
+        return tts.espeak_voice("en", None), int(m["espeak_rate"]), int(m["espeak_pitch"])
 
     def __init__(self, tts: V2TTS, slots=1, max_frames=None, max_phonemes=None, loops=None):
         """Over a loaded `tts`: `slots` streams of at most `max_frames` frames and
