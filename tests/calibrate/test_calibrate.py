@@ -9,6 +9,8 @@ import pytest
 from tiny_models import TINY, VARIANT
 
 import codecspec as cs
+from codecspec.calibrate.acceptance import Acceptance, measure_acceptance
+from codecspec.calibrate.budget import choose_budget, predict_tree, simulate_tree
 from codecspec.calibrate.data import (
     collect_frames,
     drift_weights,
@@ -17,16 +19,8 @@ from codecspec.calibrate.data import (
     teacher_forced_hidden,
 )
 from codecspec.calibrate.decision import read_decision
-from codecspec.calibrate.device import (
-    Acceptance,
-    LatencyProfile,
-    calibrate,
-    choose_budget,
-    measure_acceptance,
-    measure_latency,
-    predict_tree,
-    simulate_tree,
-)
+from codecspec.calibrate.device import calibrate
+from codecspec.calibrate.latency import LatencyProfile, measure_latency
 from codecspec.calibrate.medusa import MedusaHeads
 from codecspec.calibrate.offsets import load_offsets, train_offsets
 from codecspec.decode.depth import DepthDecoder

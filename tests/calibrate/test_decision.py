@@ -217,6 +217,6 @@ def test_a_model_folder_decides_through_the_one_reader(tmp_path):
 def test_the_timed_decoder_has_the_last_word(simulated, end_to_end, speculate):
     """Speculate only where the replay and, when it was measured, the real decoder timed end
     to end both beat the AR loop; the rule that read the replay alone fails the third case."""
-    from codecspec.calibrate.device import speculation_wins
+    from codecspec.calibrate.profile import speculation_wins
 
     assert speculation_wins(simulated, end_to_end) is speculate

@@ -178,7 +178,7 @@ def build_speedup_map(
                 seed=seed,
             )
             points.append({"sharpness": s, **pt})
-    from codecspec.calibrate.device import cpu_model, utc_now
+    from codecspec.calibrate.profile import cpu_model, utc_now
     from codecspec.runtime.threads import threads_in_use
 
     doc = {

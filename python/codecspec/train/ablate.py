@@ -25,22 +25,17 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 import codecspec as cs
+from codecspec.calibrate.acceptance import Acceptance, measure_acceptance
+from codecspec.calibrate.budget import predict_tree, simulate_tree
 from codecspec.calibrate.data import (
     collect_frames,
     read_heads,
     synthetic_inputs,
     teacher_forced_hidden,
 )
-from codecspec.calibrate.device import (
-    Acceptance,
-    measure_acceptance,
-    params_dict,
-    predict_tree,
-    simulate_tree,
-    utc_now,
-)
 from codecspec.calibrate.medusa import train_medusa
 from codecspec.calibrate.offsets import OffsetDrafter, split_frames, train_offsets
+from codecspec.calibrate.profile import params_dict, utc_now
 
 log = logging.getLogger("codecspec.train")
 

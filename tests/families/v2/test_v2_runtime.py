@@ -180,8 +180,7 @@ def test_group_acceptance_with_singleton_groups_is_the_exact_acceptance():
     """The PCG tree's a_g[d][r] reduces to calibration's a[d][r] when every group is one code,
     and grows with wider groups."""
     import codecspec as cs
-    from codecspec.calibrate.acceptance import group_acceptance_matrix
-    from codecspec.calibrate.device import measure_acceptance
+    from codecspec.calibrate.acceptance import group_acceptance_matrix, measure_acceptance
 
     rng = np.random.default_rng(0)
     N, G, H, V, K = 64, 6, 8, 12, 2

@@ -581,11 +581,11 @@ def choose_draft_depth(
     """The chain (drafts per round) this device pays most for at a controlled `acceptance`,
     or `asked`'s prediction beside the others: every chain's verify call timed against the AR
     call (the decoder's bound calls, interleaved, medians), and the frame's calls predicted by
-    the independence model of calibration (`calibrate.device.predict_tree`: prefill, trees cut
+    the independence model of calibration (`calibrate.budget.predict_tree`: prefill, trees cut
     at the frame's end) with each draft right with probability `acceptance`. A verify call
     costs 1.1-1.6x an AR call on an AVX-512 VNNI CPU and 2.4-2.9x on AVX2 at four rows, so the
     chain that pays differs per machine (docs/performance.md)."""
-    from codecspec.calibrate.device import predict_tree
+    from codecspec.calibrate.budget import predict_tree
 
     depths = range(1, _longest_chain(dec) + 1)
     ms = _call_ms(dec, depths, calls, progress) if progress else _call_ms(dec, depths, calls)

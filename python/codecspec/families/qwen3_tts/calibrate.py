@@ -142,7 +142,7 @@ def _write_decision(tts: Qwen3TTS, result, rows: dict):
     loop timed end to end against AR on this device (a simulation leaves out this decoder's
     host work, which the end-to-end run includes), and the verify rows' agreement with AR."""
     from codecspec.calibrate.decision import DECISION_FILE, write_decision
-    from codecspec.calibrate.device import decision_device
+    from codecspec.calibrate.profile import decision_device
 
     e2e = result.end_to_end or {}
     speedup = e2e.get("speedup")
