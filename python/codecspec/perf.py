@@ -197,9 +197,6 @@ def tensor_nbytes(dims, data_type: int) -> int:
         return 0
 
 
-_tensor_nbytes = tensor_nbytes  # the name families/qwen3_tts/bench.py imports
-
-
 def _dtype_name(data_type: int) -> str:
     from onnx import TensorProto
 

@@ -251,20 +251,6 @@ def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
     log(f"all graphs built in {meta['build_seconds']} s")
 
 
-def _check_shape(tensors, name: str, shape: tuple) -> None:
-    """Shape of a tensor from its header (without reading the 151936 x 2048 text table)."""
-    from codecspec.graphs.safetensors_io import SafetensorsFile
-
-    path = tensors._where.get(name)
-    if path is None:
-        raise ValueError(f"model: checkpoint has no tensor {name!r}")
-    got = SafetensorsFile(path).shape(name)
-    if tuple(got) != tuple(shape):
-        raise ValueError(
-            f"model: tensor {name!r} has shape {list(got)}, config implies {list(shape)}"
-        )
-
-
 def cache_entry(ck: Qwen3Checkpoint, cache_dir=None) -> Path:
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     return root / "qwen3" / ck.content_hash(memo=root / "qwen3" / "hashes.json")

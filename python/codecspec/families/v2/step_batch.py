@@ -28,8 +28,6 @@ from onnx import helper, numpy_helper
 
 from codecspec.graphs.rewrite import feeds_from
 
-_MASK_FILL = -1e9  # what the shipped graphs' own mask uses for hidden keys
-
 
 def _set_shape(vi, dims) -> None:
     vi.type.tensor_type.shape.Clear()
