@@ -7,7 +7,6 @@ bandwidth."""
 from __future__ import annotations
 
 import time
-import types
 
 import pytest
 from example_family import ENTRY
@@ -18,7 +17,6 @@ import codecspec as cs
 from codecspec.pipeline import registry
 from codecspec.pipeline.bench import (
     BENCH_TEXTS,
-    bench_command,
     family_record,
     time_family,
 )
@@ -105,16 +103,15 @@ def test_bad_arguments_name_themselves(folder):
 
 
 def test_the_command_prints_the_table(folder, capsys):
-    args = types.SimpleNamespace(
-        model=str(folder), provider="cpu", threads=1, texts=1, seed=0, json=False
-    )
-    assert bench_command(args) == 0
+    from codecspec.cli import main
+
+    assert main(["bench", "--model", str(folder), "--texts", "1", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "example-toy" in out and "total" in out and "verdict:" in out
 
 
 def test_codecspec_bench_runs_a_family_without_a_bench_of_its_own(folder, capsys):
-    """The example family has no "bench" hook: `codecspec bench --model DIR` measures it
+    """The example family has no bench of its own: `codecspec bench --model DIR` measures it
     through the protocol, its `stages()` bounding the frame."""
     import json
 

@@ -81,13 +81,12 @@ def cmd_bench(args) -> int:
     family = entry.load("engine")
     if family.bench_command is not None:
         return family.bench_command(args)
-    if family.bench_figures is None:  # the protocol's bench: prepare + the one loop, timed whole
-        from codecspec.pipeline.bench import bench_command
-
-        return bench_command(args)
+    figures = family.bench_figures
+    if figures is None:  # the protocol's bench: prepare + the one loop, timed whole
+        from codecspec.pipeline.bench import bench_figures as figures
     options.refuse_other_families_flags(args, "bench", entry)
     common, model = bench_common(args)
-    res, record = family.bench_figures(args, model, common)
+    res, record = figures(args, model, common)
     return bench_report(args, entry.name, model, res, record)
 
 

@@ -17,7 +17,7 @@ import codecspec as cs
 from codecspec.pipeline.family import Family, SpeechRequest
 from codecspec.pipeline.loop import run_inline
 
-__all__ = ["BENCH_TEXTS", "MODES", "time_family", "family_record"]
+__all__ = ["BENCH_TEXTS", "MODES", "bench_figures", "family_record", "time_family"]
 
 MODES = ("ar", "spec")  # the record's two columns
 # The serving engine's default limits (480 frames; 480 input characters -> 1.5 x 480 + 2
@@ -96,14 +96,12 @@ def family_record(family: Family, timing: dict, bandwidth: Optional[float]) -> d
     return finish_record(record)
 
 
-def bench_command(args) -> int:
-    """`codecspec bench --model DIR` for a family without a bench of its own: `time_family` over
-    `--texts` held-out sentences (default all of BENCH_TEXTS), every mode the family decodes,
-    then the record as a table (or one JSON object with --json)."""
-    import json
-
+def bench_figures(args, model, common) -> tuple:
+    """`codecspec bench` for a family without figures of its own (`Family.bench_figures`):
+    `time_family` over `--texts` held-out sentences (default all of BENCH_TEXTS), every mode
+    the family decodes; (the figures, the record function), which `cli/bench.py` reports as
+    it reports every family's. `model`: the folder; `common`: the bench's shared keywords."""
     from codecspec.graphs.row_probe import cpu_simd_flags
-    from codecspec.perf import peak_rss_mb, render_table, stream_bandwidth
     from codecspec.pipeline.registry import open_family
 
     family = open_family(args.model, 1, MAX_FRAMES, MAX_PHONEMES, args.provider, args.threads)
@@ -113,15 +111,11 @@ def bench_command(args) -> int:
     texts = [BENCH_TEXTS[i % len(BENCH_TEXTS)] for i in range(n)]
     modes = [m for m in MODES if m in family.modes]
     timing = time_family(family, texts, modes=modes, seed=args.seed)
-    rss = peak_rss_mb()  # before the bandwidth probe, whose buffer would be the peak
-    bandwidth = stream_bandwidth(threads=int(args.threads or 1))
-    record = family_record(family, timing, bandwidth)
-    record.update(
-        model=str(args.model),
-        provider=args.provider,
-        threads=args.threads,
-        peak_rss_mb=rss,
-        cpu_simd=cpu_simd_flags(),
-    )
-    print(json.dumps(record) if args.json else render_table(record))
-    return 0
+
+    def record(res, folder, *, bandwidth: float, peak_rss_mb: float) -> dict:
+        rec = family_record(family, timing, bandwidth)
+        rec.update(model=str(args.model), provider=args.provider, threads=args.threads)
+        rec.update(peak_rss_mb=peak_rss_mb, cpu_simd=cpu_simd_flags())
+        return rec
+
+    return {"threads": args.threads}, record
