@@ -310,21 +310,17 @@ class Family:
         which the quality floors render a text (`evaluation.floors`); None: the corpus voice."""
         return None
 
-    # (args, model folder, the bench's shared keywords) -> (figures, record function): the
-    # figures `codecspec bench` reports for the family; None: the protocol's bench
-    # (`codecspec.pipeline.bench`: every mode through the one loop, beside `stages()`' bound)
+    # (args, model folder, the bench's shared keywords) -> (figures, record function), what
+    # `codecspec bench` reports; None: the protocol's bench (`codecspec.pipeline.bench`)
     bench_figures: Optional[Callable] = None
-    # args -> exit status: a `codecspec` subcommand the family runs whole (its own model
-    # loading, flags and report: Qwen3-TTS folders); None: the shared command serves it
-    synth_command: Optional[Callable] = None
-    bench_command: Optional[Callable] = None
-    calibrate_command: Optional[Callable] = None
+    # args -> exit status: a subcommand the family runs whole (its own loading, flags and
+    # report: Qwen3-TTS's); None: the shared command serves it
+    synth_command = bench_command = calibrate_command = None
 
     @classmethod
     def check_serve(cls, args) -> None:
-        """`codecspec serve`'s check of a folder of this family before the server starts
-        (what a start-up traceback would say late, in one line): ValueError naming the
-        argument; nothing to check by default."""
+        """`codecspec serve`'s check before the server starts (one line, not a start-up
+        traceback): ValueError naming the argument; nothing to check by default."""
 
     def chunk_decoder(self, iters: int, seed: int, voice=None):
         """None: the app vocodes each chunk with `codec.decode(codes, iters, seed)` over a
