@@ -121,6 +121,8 @@ BAD = [
     ({"accept": "ssd"}, 400, "accept"),
     ({"language": "xx"}, 400, "language"),
     ({"seed": -3}, 400, "seed"),
+    ({"subtalker_temperature": 0.0}, 400, "subtalker_temperature"),  # Qwen3-TTS's only
+    ({"subtalker_top_k": 5}, 400, "subtalker_top_k"),
 ]
 
 

@@ -78,6 +78,11 @@ class SpeechRequest:
     temperature: Optional[float] = None
     top_k: Optional[int] = None
     top_p: Optional[float] = None
+    # the depth stage's own law where a family has one per request (Qwen3-TTS's code
+    # predictor, the official methods' subtalker_* keywords); None: the family's default
+    subtalker_temperature: Optional[float] = None
+    subtalker_top_k: Optional[int] = None
+    subtalker_top_p: Optional[float] = None
     instructions: Optional[str] = None  # voice/style text, for families that take it
     # the prompt layout, for families with more than one (Qwen3-TTS: True streaming text,
     # False whole text); None: the official default of the request's mode
@@ -190,6 +195,7 @@ class Family:
     name: str  # the registry's name of the family ("reference", "fsq", "v2", "qwen3-tts")
     formats: tuple = ()  # model.json "format" values this family reads
     takes_instructions = False  # whether a request's `instructions` steer the voice
+    takes_subtalker = False  # whether a request's subtalker_* set the depth stage's law
     text_layouts = False  # whether a request's `streaming_text` chooses the prompt layout
     default_language = "en"  # an HTTP request's language when it names none
     known_length = True  # the frame count is known at submission (else a stop head decides)
@@ -235,6 +241,13 @@ class Family:
                 f"streaming_text: the {self.name} model has one prompt layout; "
                 "only Qwen3-TTS checkpoints choose one"
             )
+        if not self.takes_subtalker:  # refused, not ignored, like the layout above
+            for field in ("subtalker_temperature", "subtalker_top_k", "subtalker_top_p"):
+                if getattr(req, field) is not None:
+                    raise ValueError(
+                        f"{field}: the {self.name} model draws its depth levels by its own "
+                        "law; only Qwen3-TTS checkpoints take subtalker_*"
+                    )
 
     def params(self, req) -> cs.SamplingParams:
         raise NotImplementedError

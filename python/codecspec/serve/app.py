@@ -111,6 +111,11 @@ class SpeechBody(BaseModel):
     temperature: Optional[float] = Field(None, ge=0.0, le=10.0, allow_inf_nan=False)
     top_k: Optional[int] = Field(None, ge=0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    # Qwen3-TTS's code predictor's own law, as the official methods' keywords of these names
+    # (absent: the checkpoint's; temperature 0 alone makes both greedy); other families 400
+    subtalker_temperature: Optional[float] = Field(None, ge=0.0, le=10.0, allow_inf_nan=False)
+    subtalker_top_k: Optional[int] = Field(None, ge=0)
+    subtalker_top_p: Optional[float] = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
     # Qwen3-TTS prompt layout: true streaming text, false whole text; absent (or null) the
     # official default of the checkpoint's mode (streaming for a Base voice clone, whole
     # text for CustomVoice / VoiceDesign). Strict: "true" or 1 is a 400 naming the field.
@@ -550,6 +555,9 @@ def _checked(app: FastAPI, body: SpeechBody):
         temperature=body.temperature,
         top_k=body.top_k,
         top_p=body.top_p,
+        subtalker_temperature=body.subtalker_temperature,
+        subtalker_top_k=body.subtalker_top_k,
+        subtalker_top_p=body.subtalker_top_p,
         instructions=body.instructions if engine.family.takes_instructions else None,
         streaming_text=body.streaming_text,
     )

@@ -5,7 +5,8 @@ messages, flush / end; OpenAI Realtime's error events).
 
 Client -> server, JSON text messages:
   1. the settings (once, first): {"voice", "language", "instructions", "seed", "mode",
-     "temperature", "top_k", "top_p", "model", "output": "base64" | "binary"}, all optional,
+     "temperature", "top_k", "top_p", "subtalker_temperature", "subtalker_top_k",
+     "subtalker_top_p", "model", "output": "base64" | "binary"}, all optional,
      as the speech route's fields, and optionally "text", the first text;
   2. {"text": "..."}: more text (any cut, even inside a word: it is tokenized as the whole);
   3. {"flush": true} (with or without text): this utterance's text is complete; the audio
@@ -63,6 +64,9 @@ class StreamStart(BaseModel):
     temperature: Optional[float] = Field(None, ge=0.0, le=10.0, allow_inf_nan=False)
     top_k: Optional[int] = Field(None, ge=0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    subtalker_temperature: Optional[float] = Field(None, ge=0.0, le=10.0, allow_inf_nan=False)
+    subtalker_top_k: Optional[int] = Field(None, ge=0)
+    subtalker_top_p: Optional[float] = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
     output: Literal["base64", "binary"] = "base64"
     text: Optional[str] = None
     flush: bool = False
@@ -197,6 +201,9 @@ def _session_kwargs(app, start: StreamStart) -> dict:
         temperature=start.temperature,
         top_k=start.top_k,
         top_p=start.top_p,
+        subtalker_temperature=start.subtalker_temperature,
+        subtalker_top_k=start.subtalker_top_k,
+        subtalker_top_p=start.subtalker_top_p,
         instructions=start.instructions if family.takes_instructions else None,
         streaming_text=True,
     )

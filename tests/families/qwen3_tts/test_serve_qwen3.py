@@ -155,6 +155,28 @@ def test_two_concurrent_streams_are_each_generate_codes(custom, reference, mode,
         assert got.shape[0] >= 2 and np.array_equal(got, want), (mode, temperature, req.seed)
 
 
+@pytest.mark.parametrize("mode", ["ar", "spec"])
+def test_subtalker_fields_set_the_code_predictors_law(custom, reference, mode):
+    """subtalker_* over HTTP reach the code predictor as the official keywords do: the
+    served codes are generate_codes' with the same keywords, and a greedy code predictor
+    under the sampled talker gives other codes than the checkpoint's sampled one."""
+    ref = reference("custom_equal")
+    body = {"voice": "aiden", "seed": 5, "mode": mode, "response_format": "pcm"}
+    kw = {"subtalker_temperature": 0.0}
+    want = ref.generate_codes(TEXT, speaker="aiden", mode=mode, seed=5, **kw)
+    sampled = ref.generate_codes(TEXT, speaker="aiden", mode=mode, seed=5)
+    assert not np.array_equal(want.codes, sampled.codes)  # the field must matter here
+    r = post(custom, **body, **kw)
+    assert r.status_code == 200, r.text
+    assert len(r.content) == 2 * want.frames * custom.engine.family.hop
+    h = custom.engine.submit(SpeechRequest(TEXT, voice="aiden", mode=mode, seed=5, **kw))
+    assert np.array_equal(codes(h), want.codes)
+    kw = {"subtalker_temperature": 0.5, "subtalker_top_k": 3, "subtalker_top_p": 0.9}
+    want = ref.generate_codes(TEXT, speaker="aiden", mode=mode, seed=6, **kw)
+    h = custom.engine.submit(SpeechRequest(TEXT, voice="aiden", mode=mode, seed=6, **kw))
+    assert np.array_equal(codes(h), want.codes)
+
+
 def test_concurrent_ar_streams_share_one_depth_loop(custom):
     """Two AR streams in one step: their depth loops run as one batched loop over the code
     predictor's graph (one call per level for both), not one loop each."""
@@ -465,6 +487,10 @@ def test_models_lists_the_folder_name(custom):
         ({"input": " "}, "input"),
         ({"streaming_text": "true"}, "streaming_text"),  # strict: a JSON boolean or null
         ({"streaming_text": 1}, "streaming_text"),
+        ({"subtalker_temperature": -0.5}, "subtalker_temperature"),
+        ({"subtalker_top_k": -1}, "subtalker_top_k"),
+        ({"subtalker_top_p": 1.5}, "subtalker_top_p"),
+        ({"subtalker_top_k": "5"}, "subtalker_top_k"),  # strict: a JSON integer
     ],
 )
 def test_bad_fields_are_400_naming_the_param(custom, body, param):
@@ -478,7 +504,9 @@ def test_bad_fields_are_400_naming_the_param(custom, body, param):
 
 
 def test_engine_refuses_bad_sampling_naming_the_field(custom):
-    for field, value in [("temperature", -1.0), ("top_k", -1), ("top_p", 1.5)]:
+    bad = [("temperature", -1.0), ("top_k", -1), ("top_p", 1.5)]
+    bad += [("subtalker_temperature", -1.0), ("subtalker_top_k", -1), ("subtalker_top_p", 0.0)]
+    for field, value in bad:
         with pytest.raises(ValueError, match=f"^{field}"):
             custom.engine.submit(SpeechRequest(TEXT, voice="aiden", **{field: value}))
 

@@ -44,9 +44,9 @@ def client(tmp_path_factory):
         yield c
 
 
-def _want(client, text: str, seed: int = 3) -> np.ndarray:
+def _want(client, text: str, seed: int = 3, **law) -> np.ndarray:
     tts = client.app.state.engine.tts.replica()
-    kw = dict(speaker="aiden", language="english", seed=seed, mode="ar")
+    kw = dict(speaker="aiden", language="english", seed=seed, mode="ar", **law)
     kw["max_frames"] = min(client.app.state.engine.family.max_frames, 19)
     audio = np.concatenate(list(tts.stream(text, streaming_text=True, **kw)))
     return np.frombuffer(pcm16(audio), "<i2")
@@ -107,9 +107,22 @@ def test_flush_starts_a_new_utterance_and_bad_messages_leave_the_session_usable(
     np.testing.assert_array_equal(pcm2, _want(client, "".join("ab "[k % 3] for k in range(100))))
 
 
-def test_bad_settings_are_answered_and_the_next_ones_taken(client):
+def test_the_code_predictors_law_is_a_setting(client):
+    law = {"subtalker_temperature": 0.0}
     with client.websocket_connect(ROUTE, headers=AUTH) as ws:
-        for bad, param in (({"voice": "nobody"}, "voice"), ({"top_p": 2}, "top_p")):
+        ws.send_json(dict(SETTINGS, text="Hello there.", end=True, **law))
+        assert ws.receive_json()["type"] == "session.started"
+        pcm, _, errors = _utterance(ws)
+    assert not errors
+    np.testing.assert_array_equal(pcm, _want(client, "Hello there.", **law))
+    assert not np.array_equal(pcm, _want(client, "Hello there."))  # the setting matters
+
+
+def test_bad_settings_are_answered_and_the_next_ones_taken(client):
+    cases = [({"voice": "nobody"}, "voice"), ({"top_p": 2}, "top_p")]
+    cases += [({"subtalker_top_k": -2}, "subtalker_top_k")]
+    with client.websocket_connect(ROUTE, headers=AUTH) as ws:
+        for bad, param in cases:
             ws.send_json(bad)
             e = ws.receive_json()
             assert e["type"] == "error" and e["error"]["param"] == param

@@ -20,8 +20,9 @@ Request fields: `voice` is a CustomVoice speaker (OpenAI's voice names map onto 
 speakers; VoiceDesign and Base checkpoints have none); `instructions` is the official
 `instruct` where the checkpoint reads it (`Qwen3Checkpoint.accepts_instruct`); `language` is
 a language of the checkpoint or its ISO 639-1 code; temperature / top_k / top_p override the
-talker's law as the official methods' keywords of those names do (the code predictor keeps
-the checkpoint's subtalker law; temperature 0 is greedy for both, `Qwen3TTS.sampling`);
+talker's law and subtalker_temperature / _top_k / _top_p the code predictor's, as the official
+methods' keywords of those names do (absent, the code predictor keeps the checkpoint's
+subtalker law; temperature 0 alone is greedy for both, `Qwen3TTS.sampling`);
 `streaming_text` picks the prompt layout (absent: the official default of the checkpoint's
 mode, streaming text for a Base voice clone and whole text for CustomVoice / VoiceDesign, as
 `Qwen3TTS.generate_codes`). `speed` other than 1 is refused: the model has no rate control.
@@ -91,6 +92,15 @@ class _Codec:
         return np.asarray(self.decoder.decode(codes), np.float32).reshape(-1)
 
 
+def _subtalker(req) -> dict:
+    """A request's subtalker_* keywords (None: the checkpoint's code-predictor law)."""
+    return {
+        "subtalker_temperature": req.subtalker_temperature,
+        "subtalker_top_k": req.subtalker_top_k,
+        "subtalker_top_p": req.subtalker_top_p,
+    }
+
+
 class Qwen3Family(Qwen3Steps):
     """A Qwen3-TTS 12 Hz checkpoint folder in the engine: one frame loop per stream (the
     steps are `Qwen3Steps`'); the requests, voices and codec of the loaded folder."""
@@ -99,6 +109,7 @@ class Qwen3Family(Qwen3Steps):
     # the official methods' language=None: no language tag in the prompt ("en" would add
     # the english tag and give other codes)
     default_language = "auto"
+    takes_subtalker = True  # the code predictor's own law, per request
     # The speech decoder carries its state, so a one-frame first chunk costs no audio quality
     # (the Griffin-Lim vocoders of the other families want a few frames of context).
     first_chunk_frames = 1
@@ -188,7 +199,8 @@ class Qwen3Family(Qwen3Steps):
     def params(self, req) -> cs.SamplingParams:
         talk, _ = self.tts.sampling()
         sampling_params(talk, req, self.tts.spec.vocab_size)  # ranges, naming the field
-        talk, _ = self.tts.sampling(req.temperature, req.top_k, req.top_p)
+        # the code predictor's law is checked here too (its errors name subtalker_*)
+        talk, _ = self.tts.sampling(req.temperature, req.top_k, req.top_p, **_subtalker(req))
         return talk
 
     def request_kwargs(self, req) -> dict:
@@ -210,6 +222,7 @@ class Qwen3Family(Qwen3Steps):
             temperature=req.temperature,
             top_k=req.top_k,
             top_p=req.top_p,
+            **_subtalker(req),
             streaming_text=req.streaming_text,
         )
 
