@@ -48,9 +48,12 @@ def sampling(p: argparse.ArgumentParser, model_defaults: bool = True) -> None:
     """--temperature / --top-k / --top-p. model_defaults: unset means the model's own law
     (the TTS subcommands); else the depth graph tools' fixed 0.9 / 50 / 1.0."""
     if model_defaults:
-        p.add_argument("--temperature", type=float, default=None, help="default: the model's 0.9")
-        p.add_argument("--top-k", type=int, default=None, help="default: the model's 50")
-        p.add_argument("--top-p", type=float, default=None, help="default: the model's 1.0")
+        # each model carries its own law (v3 T 0.6 / top-k 20, the others 0.9 / 50)
+        own = "default: the model's own (model.json's sampling; a Qwen3-TTS checkpoint's "
+        own += "generation_config.json)"
+        p.add_argument("--temperature", type=float, default=None, help=own)
+        p.add_argument("--top-k", type=int, default=None, help=own)
+        p.add_argument("--top-p", type=float, default=None, help=own)
         return
     p.add_argument("--temperature", type=float, default=0.9, help="0 = greedy (default 0.9)")
     p.add_argument("--top-k", type=int, default=50, help="0 = off (default 50)")
