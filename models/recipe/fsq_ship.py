@@ -344,9 +344,37 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.2f} MB"
 
 
-def _codec_section(rep: dict) -> list:
-    from fsq import codec_markdown
+def codec_markdown(rep: dict) -> str:
+    lines = [
+        f"GroupFSQ codec: {rep['groups']} groups x levels {rep['levels']} = {rep['channels']} "
+        f"channels over PCA-{rep['channels']} of 8 x 80 log-mel, {rep['frame_rate']} frames/s; "
+        f"{rep['bits_per_second']} bit/s nominal ({rep['groups']} x log2 "
+        f"{rep['packed_range']} per frame), {rep['entropy_bits_per_second']} bit/s by the "
+        f"channels' entropy on the training frames. Held-out: {rep['test_utterances']} "
+        f"utterances, {rep['test_frames']} frames (LSD on {rep['lsd_utterances']}).",
+        "",
+        "| code | feature MSE | unexplained var. | mel distortion (dB) | LSD after GL (dB) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rep["table"]:
+        lsd = f"{r['lsd_db']:.2f}" if "lsd_db" in r else "—"
+        lines.append(
+            f"| {r['name']} | {r['feature_mse']:.4f} | {100 * r['unexplained']:.1f}% | "
+            f"{r['mel_db']:.2f} | {lsd} |"
+        )
+    u = rep["channel_usage"]
+    lines += [
+        "",
+        "Per-channel entropy on the training frames (bits; ceiling log2 levels): "
+        + ", ".join(f"{r['entropy_bits']:.2f}/{r['ceiling_bits']:.2f}" for r in u),
+        f"Mean usage {np.mean([r['entropy_bits'] / r['ceiling_bits'] for r in u]):.1%} of the "
+        f"ceiling; every level used: {all(r['used'] == r['levels'] for r in u)}.",
+        "",
+    ]
+    return "\n".join(lines)
 
+
+def _codec_section(rep: dict) -> list:
     return ["## Codec", "", codec_markdown(rep["codec"]), "![channel usage](channel_usage.png)", ""]
 
 

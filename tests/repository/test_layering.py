@@ -51,13 +51,7 @@ FAMILIES = ("codecspec.families",)
 # new circle, or one of these grown by another file, fails the test, and so does an entry
 # that is no longer a circle (take it out). Fix one by moving what both sides share to a
 # third file below both.
-FILE_CYCLES_KNOWN = {
-    # the WebSocket route reads the app's error body, key check and voice map (serve/ is the
-    # live-streaming work's, issue 52's order: not both half-done)
-    ("codecspec.serve.app", "codecspec.serve.text_socket"),
-    # the FSQ recipe and its ship step share helpers both ways (models/recipe: not ours now)
-    ("fsq", "fsq_ship"),
-}
+FILE_CYCLES_KNOWN: set = set()  # none today
 
 
 def imports_of(source: str, module: str) -> list:

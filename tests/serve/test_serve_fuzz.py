@@ -30,9 +30,10 @@ from hypothesis import strategies as st  # noqa: E402
 from serve_util import Tracebacks, wait_for  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
-from codecspec.serve.app import OPENAI_VOICES, SpeechBody, create_app  # noqa: E402
+from codecspec.serve.app import SpeechBody, create_app  # noqa: E402
 from codecspec.serve.audio import FORMATS, MEDIA_TYPES  # noqa: E402
 from codecspec.serve.engine import Engine  # noqa: E402
+from codecspec.serve.openai_api import OPENAI_VOICES  # noqa: E402
 
 NIGHTLY = os.environ.get("CODECSPEC_FUZZ") == "nightly"
 EXAMPLES = int(os.environ.get("CODECSPEC_FUZZ_EXAMPLES", 5000 if NIGHTLY else 80))

@@ -21,8 +21,8 @@ pytest.importorskip("fastapi")
 
 from serve_util import HELLO, LONG, LocalServer, wait_for  # noqa: E402
 
-from codecspec.serve.app import OPENAI_VOICES, voice_map  # noqa: E402
 from codecspec.serve.engine import Engine  # noqa: E402
+from codecspec.serve.openai_api import OPENAI_VOICES, voice_map  # noqa: E402
 
 KEY = "sk-codecspec-test-0123456789"
 BLOCK = 4242  # a request whose first step waits for the test (see _fault)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
-import hmac
 import json
 import logging
 import math
@@ -51,29 +50,18 @@ from codecspec.serve.audio import (
 )
 from codecspec.serve.engine import Engine, Overloaded, SpeechRequest, StreamFailed
 from codecspec.serve.heap import HeapTrimmer
+from codecspec.serve.openai_api import (
+    error_body,
+    field_of,
+    key_error,
+    model_error,
+    served_models,
+    speaker_of,
+)
+from codecspec.serve.text_socket import add_text_socket
 
 log = logging.getLogger("codecspec.serve")
 
-# OpenAI's model names map onto whichever model the server loaded; a family's own names only
-# onto that family (engine.family.model_names).
-OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
-# OpenAI's built-in voices, each with the speaker it prefers; a model without that speaker
-# gets one of its own by the voice's position (see voice_map).
-OPENAI_VOICES = {
-    "alloy": "f1",
-    "ash": "m5",
-    "ballad": "m3",
-    "coral": "f2",
-    "echo": "m1",
-    "fable": "f2",
-    "nova": "f3",
-    "onyx": "m3",
-    "sage": "m7",
-    "shimmer": "f4",
-    "verse": "m5",
-    "marin": "f4",
-    "cedar": "m1",
-}
 FIRST_CHUNK_FRAMES = 3  # a short first chunk keeps the time to first audio low
 CHUNK_FRAMES = 10
 CONTEXT_FRAMES = 2  # vocoded with each chunk and dropped: smoother chunk boundaries
@@ -123,37 +111,8 @@ class SpeechBody(BaseModel):
 
 
 # --------------------------------------------------------------------------- errors
-ERROR_TYPES = {401: "authentication_error", 429: "rate_limit_error"}
-ERROR_CODES = {
-    401: "invalid_api_key",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "request_too_large",
-    429: "rate_limit_exceeded",
-    500: "decoding_failed",
-    503: "unavailable",
-}
-
-
-def error_body(
-    status: int, message: str, param: Optional[str] = None, code: Optional[str] = None
-) -> dict:
-    """OpenAI's error object: type by status class, a machine-readable code."""
-    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
-    code = code or ERROR_CODES.get(status, "invalid_value" if status == 400 else None)
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
 def _error(status: int, message: str, param=None, headers=None, code=None) -> JSONResponse:
-    # A message that quotes a client's string may hold a lone surrogate, which has no UTF-8
-    # form: escaped, so that rendering the error cannot itself fail.
-    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse(error_body(status, message, param, code), status, headers=headers)
-
-
-def _field_of(message: str) -> Optional[str]:
-    head = message.split(":", 1)[0]
-    return head if head.isidentifier() else None
 
 
 # Pydantic's error kinds -> OpenAI-style codes (400 in every case)
@@ -252,22 +211,12 @@ class KeyCheck:
 
     def _refusal(self, path: str, headers: dict) -> Optional[JSONResponse]:
         if self.key is not None and path not in self.open_paths:
-            bad = self._key_error(headers.get(b"authorization"))
+            bad = key_error(self.key, headers.get(b"authorization"))
             if bad is not None:
                 return _error(401, bad, None, headers={"WWW-Authenticate": "Bearer"})
         length = headers.get(b"content-length", b"0")
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
             return _error(413, f"body: at most {MAX_BODY_BYTES} bytes", "body")
-        return None
-
-    def _key_error(self, auth: Optional[bytes]) -> Optional[str]:
-        if auth is None:
-            return "Authorization: missing; send 'Authorization: Bearer <API key>'"
-        scheme, _, token = auth.partition(b" ")
-        if scheme.lower() != b"bearer" or not token.strip():
-            return "Authorization: malformed; expected 'Bearer <API key>'"
-        if not hmac.compare_digest(token.strip(), self.key):
-            return "Authorization: incorrect API key"
         return None
 
 
@@ -481,36 +430,7 @@ def _add_routes(app: FastAPI) -> None:
     async def speech(body: SpeechBody, request: Request):
         return await _speech(app, body, request)
 
-    from codecspec.serve.text_socket import add_text_socket
-
     add_text_socket(app)  # text in as it arrives, audio out: a WebSocket
-
-
-def served_models(engine: Engine) -> tuple:
-    """The `model` names this server answers: its family's own and OpenAI's."""
-    return tuple(engine.family.model_names) + OPENAI_MODELS
-
-
-def voice_map(speakers: list) -> dict:
-    """OpenAI's voice names -> this model's speakers: each voice's preferred speaker when the
-    model has it, else the model's speaker at the voice's position (so every voice works on
-    every model); the speakers' own names map to themselves. A model without speakers (a
-    Qwen3-TTS VoiceDesign checkpoint: its instructions describe the voice) maps every OpenAI
-    voice to None."""
-    if not speakers:
-        return dict.fromkeys(OPENAI_VOICES)
-    out = {}
-    for i, (voice, preferred) in enumerate(OPENAI_VOICES.items()):
-        out[voice] = preferred if preferred in speakers else speakers[i % len(speakers)]
-    out.update({s: s for s in speakers})
-    return out
-
-
-def _model_error(engine: Engine, model: str) -> Optional[str]:
-    served = served_models(engine)
-    if model in served:
-        return None
-    return f"model: this server loaded {served[0]!r}; expected one of {list(served)}, got {model!r}"
 
 
 def _count(app: FastAPI, status: int) -> None:
@@ -526,14 +446,14 @@ def _checked(app: FastAPI, body: SpeechBody):
     """(SpeechRequest, None) or (None, the 400 response naming the field)."""
     engine: Engine = app.state.engine
     if body.model is not None:
-        bad = _model_error(engine, body.model)
+        bad = model_error(engine, body.model)
         if bad is not None:
             return None, _refuse(app, 400, bad, "model", code="model_not_found")
     name = body.voice if isinstance(body.voice, str) else body.voice.id
-    voices = voice_map(list(engine.voices))
-    if name not in voices:
-        known = list(OPENAI_VOICES) + list(engine.voices)
-        return None, _refuse(app, 400, f"voice: expected one of {known}, got {name!r}", "voice")
+    try:
+        speaker = speaker_of(engine, name)
+    except ValueError as e:
+        return None, _refuse(app, 400, str(e), "voice")
     fmt = body.response_format
     if fmt not in app.state.formats:
         msg = f"response_format: {fmt!r} is not available here; this server has {app.state.formats}"
@@ -547,7 +467,7 @@ def _checked(app: FastAPI, body: SpeechBody):
     req = SpeechRequest(
         input=body.input,
         input_format=body.input_format,
-        voice=voices[name],
+        voice=speaker,
         language=body.language,  # None: the family's default (Engine.check)
         speed=body.speed,
         mode=body.mode,
@@ -607,7 +527,7 @@ async def _speech(app: FastAPI, body: SpeechBody, request: Request):
         retry = {"Retry-After": str(max(1, math.ceil(e.retry_after)))}
         return _refuse(app, status, str(e), headers=retry)
     except ValueError as e:
-        return _refuse(app, 400, str(e), _field_of(str(e)))
+        return _refuse(app, 400, str(e), field_of(str(e)))
     except PhonemizerError as e:  # this server cannot phonemize text (no espeak-ng)
         msg = f"input_format: text is unavailable here ({e}); send ipa"
         return _refuse(app, 503, msg, code="phonemizer_unavailable")

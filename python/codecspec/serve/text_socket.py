@@ -45,6 +45,9 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from codecspec.serve.engine import SpeechRequest
+from codecspec.serve.openai_api import error_body, field_of, key_error, model_error, speaker_of
+
 __all__ = ["ROUTE", "add_text_socket"]
 
 ROUTE = "/v1/audio/speech/stream-input"
@@ -118,9 +121,6 @@ def add_text_socket(app) -> None:
 
 
 def _error_message(status: int, message: str, param=None, code=None) -> dict:
-    from codecspec.serve.app import error_body
-
-    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return {"type": "error", **error_body(status, message, param, code)}
 
 
@@ -132,11 +132,9 @@ async def _refuse(ws, close: int, status: int, message: str, param=None, code=No
 async def _open(app, ws):
     """(runtime, session keywords) once the key, the family, a free runtime and a valid
     first message are there; (None, None) after refusing and closing."""
-    from codecspec.serve.app import KeyCheck
-
     key = getattr(app.state, "api_key", None)
     if key is not None:
-        bad = KeyCheck(None, key)._key_error(ws.headers.get("authorization", "").encode() or None)
+        bad = key_error(key.encode(), ws.headers.get("authorization", "").encode() or None)
         if bad is not None:
             await _refuse(ws, CLOSE_POLICY, 401, bad)
             return None, None
@@ -176,25 +174,17 @@ async def _settings(app, ws) -> Optional[dict]:
         except ValidationError as e:
             await ws.send_json(_validation_message(e))
         except ValueError as e:
-            await ws.send_json(_error_message(400, str(e), _field(str(e))))
+            await ws.send_json(_error_message(400, str(e), field_of(str(e))))
 
 
 def _session_kwargs(app, start: StreamStart) -> dict:
-    from codecspec.serve.app import OPENAI_VOICES, _model_error, voice_map
-    from codecspec.serve.engine import SpeechRequest
-
     engine = app.state.engine
     family = engine.family
-    if start.model is not None and _model_error(engine, start.model):
-        raise ValueError(_model_error(engine, start.model))
-    voices = voice_map(list(engine.voices))
-    name = start.voice or "alloy"
-    if name not in voices:
-        known = list(OPENAI_VOICES) + list(engine.voices)
-        raise ValueError(f"voice: expected one of {known}, got {name!r}")
+    if start.model is not None and model_error(engine, start.model):
+        raise ValueError(model_error(engine, start.model))
     req = SpeechRequest(
         input="x",  # the text comes later; everything else is checked now
-        voice=voices[name],
+        voice=speaker_of(engine, start.voice or "alloy"),
         language=start.language,  # None: the family's default (Engine.check)
         mode=start.mode,
         seed=start.seed,
@@ -231,11 +221,6 @@ async def _next_text(ws):
         await ws.send_json(_error_message(400, "body: send JSON text messages", "body"))
         return False
     return msg["text"]
-
-
-def _field(message: str) -> Optional[str]:
-    head = message.split(":", 1)[0]
-    return head if head.isidentifier() else None
 
 
 def _validation_message(e: ValidationError) -> dict:
@@ -384,7 +369,7 @@ class Session:
             return
         if isinstance(e, ValueError):
             msg = str(e).replace("chunks: ", "text: ", 1)
-            await self._error(400, msg, _field(msg))
+            await self._error(400, msg, field_of(msg))
         else:
             await self._error(500, f"server: the utterance failed ({type(e).__name__})")
 

@@ -28,9 +28,10 @@ from serve_util import LocalServer, assert_idle, codes  # noqa: E402
 
 from codecspec.families.qwen3_tts.engine import Qwen3Family  # noqa: E402
 from codecspec.families.qwen3_tts.pipeline import Qwen3TTS  # noqa: E402
-from codecspec.serve.app import OPENAI_VOICES, chunk_frames, voice_map  # noqa: E402
+from codecspec.serve.app import chunk_frames  # noqa: E402
 from codecspec.serve.audio import pcm16  # noqa: E402
 from codecspec.serve.engine import Engine, SpeechRequest  # noqa: E402
+from codecspec.serve.openai_api import OPENAI_VOICES, voice_map  # noqa: E402
 
 DATA = DATA / "qwen3_tiny"
 TEXT = "Hello world."
