@@ -57,14 +57,17 @@ def _loop(tts, enc, spk, expected, **kw):
     return tts.temporal_loop(enc, spk, expected, **kw)
 
 
-def _run(tts, runs=RUNS, broken=False, **kw):
-    """codes [runs, F, G] and (pcg) emitted groups [runs, F]."""
+def _run(tts, runs=RUNS, broken=False, unwarped=False, **kw):
+    """codes [runs, F, G] and (pcg) emitted groups [runs, F]. broken: every draft accepted;
+    unwarped: the loop's own law replaced by the full one (temperature 1, no cut)."""
     enc, spk, expected = _encoded(tts)
     codes, groups = [], []
     for seed in range(runs):
         loop = _loop(tts, enc, spk, expected, **kw)
         if broken:
             loop._verify = _accept_everything.__get__(loop)
+        if unwarped:
+            loop.params = cs.SamplingParams(1.0, 0, 1.0)
         bd = tts.round_depth(loop.draft_len + 1)  # a round's depth loops batched
         frames = [c for c, _, _ in round_frames(loop, cs.Generator(seed), F, bd)]
         codes.append(np.stack(frames))
@@ -177,6 +180,26 @@ def test_exact_temporal_and_depth_speculation_keep_the_ar_law(tts, ar_codes):
     broken, _ = _run(tts, runs=BROKEN_RUNS, broken=True, temporal="spec", draft_len=2)
     p_broken = _c0_pvalues(ar, broken)
     assert min(p_broken[1:]) < 1e-6, p_broken  # frame 0 is the target's in both
+
+
+@pytest.fixture(scope="module")
+def warped():
+    """The same folder at a law shaped like the shipped v3's (temperature 0.6, a top-k cut):
+    the draft's rows, the verifier and AR must all apply the same warp."""
+    t = V2TTS(FIXTURE, provider="cpu", threads=1)
+    t.params = cs.SamplingParams(0.6, 8, 1.0)
+    t.depth.params = t.params
+    return t
+
+
+def test_exact_temporal_speculation_keeps_a_warped_ar_law(warped):
+    ar = _run(warped, runs=RUNS, temporal="ar")[0]
+    sp = _run(warped, runs=RUNS, temporal="spec", draft_len=2)[0]
+    p = _c0_pvalues(ar, sp) + _depth_pvalues(ar, sp)
+    assert min(p) > P_MIN, p
+    # broken: the rounds verify (and draw the bonus) at the unwarped law
+    broken = _run(warped, runs=BROKEN_RUNS, unwarped=True, temporal="spec", draft_len=2)[0]
+    assert min(_c0_pvalues(ar[:BROKEN_RUNS], broken)[1:]) < 1e-6
 
 
 def test_the_depth_law_check_catches_a_broken_depth_verifier(tts, ar_codes, monkeypatch):
