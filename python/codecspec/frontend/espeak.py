@@ -63,11 +63,6 @@ class Rendering:
     starts_ms: np.ndarray  # float64 [P], non-decreasing
     end_ms: float
 
-    @property
-    def durations_ms(self) -> np.ndarray:
-        ends = np.append(self.starts_ms[1:], self.end_ms)
-        return ends - self.starts_ms
-
 
 _LOCK = threading.Lock()  # the library is a process-wide singleton and not reentrant
 _LIB: Library | None = None

@@ -197,10 +197,6 @@ class DepthDecoderWeights(MutableMapping):
         w["draft_offsets"] = 0.3 * rng.standard_normal((c.num_draft_offsets, H))
         return w
 
-    @classmethod
-    def zeros_like_config(cls, config: DepthDecoderConfig) -> DepthDecoderWeights:
-        return cls({k: np.zeros(s, np.float32) for k, s in expected_shapes(config).items()})
-
     # ------------------------------------------------------------------ persistence
     def save_npz(
         self, path: Union[str, os.PathLike], config: Optional[DepthDecoderConfig] = None

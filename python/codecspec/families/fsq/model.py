@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -375,11 +375,10 @@ class FSQTTS(PhonemeModel):
         ("auto"/"ar"), and the stop head, not a rate, sets the length (rate must be 1).
         The request is the serving engine's, prepared by `FSQFamily` with one slot and run
         by the one loop, in this thread."""
-        req = speech_request(
-            text, phonemes, speaker=speaker, rate=rate, language=language, mode=mode, seed=seed
-        )
+        fields = dict(language=language, mode=mode, seed=seed, max_frames=max_frames)
+        req = speech_request(text, phonemes, speaker=speaker, rate=rate, **fields)
         family = FSQFamily(self)
-        state, frames, frontend = run_request(family, replace(req, max_frames=max_frames))
+        state, frames, frontend = run_request(family, req)
         if progress:
             from codecspec.progress import bar
 
@@ -422,16 +421,10 @@ class FSQTTS(PhonemeModel):
     ) -> AudioStream:
         """`generate` as a stream of float32 waveform chunks (`AudioStream`): the RVQ
         family's `ReferenceTTS.stream`, on this family's requests and codec."""
-        req = speech_request(
-            text, phonemes, speaker=speaker, rate=rate, language=language, mode=mode, seed=seed
-        )
-        return stream_request(
-            FSQFamily(self),
-            replace(req, max_frames=max_frames),
-            chunk_frames=chunk_frames,
-            split_sentences=split_sentences,
-            vocoder=vocoder,
-        )
+        fields = dict(language=language, mode=mode, seed=seed, max_frames=max_frames)
+        req = speech_request(text, phonemes, speaker=speaker, rate=rate, **fields)
+        kw = dict(chunk_frames=chunk_frames, split_sentences=split_sentences, vocoder=vocoder)
+        return stream_request(FSQFamily(self), req, **kw)
 
 
 @dataclass

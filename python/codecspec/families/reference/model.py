@@ -253,16 +253,8 @@ class ReferenceTTS(PhonemeModel):
         )
 
     def _request(self, text, phonemes, language, speaker, mode, seed, rate, max_frames):
-        return speech_request(
-            text,
-            phonemes,
-            speaker=speaker,
-            rate=rate,
-            language=language,
-            mode=mode,
-            seed=seed,
-            max_frames=max_frames,
-        )
+        fields = dict(language=language, mode=mode, seed=seed, max_frames=max_frames)
+        return speech_request(text, phonemes, speaker=speaker, rate=rate, **fields)
 
     def _latent(self, frame_codes: np.ndarray) -> np.ndarray:
         return self._books[self._levels, frame_codes].sum(axis=0)
