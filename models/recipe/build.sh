@@ -35,10 +35,11 @@ OPENBLAS_NUM_THREADS=1 python3 models/recipe/v2.py --work "$CACHE/v2" ship --out
 python3 models/recipe/v2_card.py --model "$V2OUT"
 
 # Reference model v3, the default (docs/reference_model_v3.md): first weights on 4 h of timed
-# espeak-ng speech, continued on 12 h, its depth decoder then trained alone on 24 h, shipped
-# into python/codecspec/models/v3; then its seed comparisons (speed/quality per decoding mode;
-# the depth-loop ablation comes with `ship`), whether temporal speculation pays (model.json),
-# the words-recognised run and the card. About 8 h on 2 cores; `train` resumes from its
+# espeak-ng speech, continued on 12 h, its depth decoder then trained alone on 24 h and on
+# 12 h of mixed text (its stop head fitted again there), shipped into
+# python/codecspec/models/v3; then its seed comparisons (speed/quality per decoding mode; the
+# depth-loop ablation comes with `ship`), whether temporal speculation pays (model.json), the
+# words-recognised run and the card. About 11 h on 2 cores; `train` resumes from its
 # checkpoint when rerun.
 V3FIRST="$CACHE/v3_first"
 V3SECOND="$CACHE/v3_second"
@@ -76,9 +77,36 @@ depth_pass "$D/depth24c" "$D/depth24d" --train-frames 1300000 --steps 3000 --see
 depth_pass "$D/depth24d" "$D/depth24e" --train-frames 1300000 --steps 3000 --seed 3
 v3c checkpoint --from-folder "$D/depth24e" --out "$D/depth24e.pt" --depth-reports \
     "$D"/depth24{,b,c,d,e}/depth_probe.json
-OPENBLAS_NUM_THREADS=1 v3c ship --checkpoint "$D/depth24e.pt" --no-distance
+V3THIRD="$CACHE/v3_third"
+OPENBLAS_NUM_THREADS=1 v3c ship --checkpoint "$D/depth24e.pt" --out "$V3THIRD" \
+    --no-ablation --no-distance
+# then on 12 h of mixed text (fortunes and unpredictable English, half each): one depth pass,
+# the stop head fitted further on teacher-forced and free-running utterances, two more passes
+v3m() { python3 models/recipe/v3.py --corpus "$CACHE/corpus_v3m" --work "$CACHE/v3m" "$@"; }
+v3m corpus --hours 12 --texts mixed
+v3m codec
+M="$CACHE/v3m"
+mixed_pass() {  # FROM OUT ARGS...: one depth pass on the mixed corpus
+    local from="$1" out="$2"
+    shift 2
+    [ -f "$out/depth_probe.json" ] || OMP_NUM_THREADS=2 v3m depth --from-folder "$from" \
+        --model "$from" --out "$out" --threads 2 --train-frames 620000 "$@"
+}
+mixed_pass "$V3THIRD" "$M/depth_m1" --steps 2400
+v3m checkpoint --from-folder "$M/depth_m1" --out "$M/depth_m1.pt" \
+    --depth-reports "$M/depth_m1/depth_probe.json"
+OMP_NUM_THREADS=2 v3m stop --checkpoint "$M/depth_m1.pt" --free 400 --hidden -1 \
+    --out "$M/stop_m/ckpt.pt" --threads 2
+OPENBLAS_NUM_THREADS=1 v3m ship --checkpoint "$M/stop_m/ckpt.pt" --out "$M/cand_m1" \
+    --no-ablation --no-distance
+mixed_pass "$M/cand_m1" "$M/depth_m2" --steps 1800 --seed 1
+mixed_pass "$M/depth_m2" "$M/depth_m3" --steps 1800 --lr 1.5e-4 --seed 2
+v3m checkpoint --from-folder "$M/depth_m3" --out "$M/depth_m3.pt" \
+    --depth-reports "$M"/depth_m{2,3}/depth_probe.json
+OPENBLAS_NUM_THREADS=1 v3m ship --checkpoint "$M/depth_m3.pt" --no-distance
 python3 -m pip install -q ".[quality]"
 python3 bench/speed_quality.py --model v3 --seeds 3 --threads 1 --out docs/speed_quality_rounds
 python3 models/recipe/v3.py temporal
-codecspec quality --model v3 --modes ar temporal --seeds 3 --json > docs/quality_v3_rounds.json
+codecspec quality --model v3 --modes ar temporal --set all --seeds 3 --threads 2 \
+    -o docs/quality_v3_sets_mixed.json
 python3 models/recipe/v3_card.py

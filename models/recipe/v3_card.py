@@ -6,7 +6,8 @@
 Reads the folder's report.json (written by `v3.py ship`), the speed-quality table of
 `bench/speed_quality.py` (words recognised per decoding mode, speed-up, tokens per call; its
 .md and .png beside the JSON) and, when given, a multi-seed `codecspec quality --json` run
-(AR and exact temporal speculation), which then leads the card.
+(AR and exact temporal speculation), which then leads the card; a later run of the three
+evaluation sets on the folder (`--sets-current`) leads it with its everyday rows instead.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ SET_ROWS = (
 )
 
 
-def _sets(sets: dict, current: dict | None = None) -> list:
+def _sets(sets: dict, current: dict | None = None, current_name: str = "") -> list:
     """Words and phonemes recognised per evaluation set (`codecspec quality --set all
     --floors`): the everyday sentences flatter; the SUS and hard sets do not. `current`: a
     later run of the model rows alone (the runtime changed, the floors did not), whose rows
@@ -86,24 +87,25 @@ def _sets(sets: dict, current: dict | None = None) -> list:
             cells.append(_pct(r["words_recognised"]) + (f" ({_pct(ph)} ph.)" if ph else ""))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "Words recognised (phonemes recognised by hama in brackets).", ""]
-    return lines + (_current_runtime(current) if current else [])
+    return lines + (_current_runtime(current, current_name) if current else [])
 
 
-def _current_runtime(current: dict) -> list:
+def _current_runtime(current: dict, name: str) -> list:
     """Where the model rows come from when a later run replaced them, with its runaways."""
     runs = [
-        f"{name} {r['runaways']}/{r['clips']}"
-        for name, rows in current.items()
+        f"{set_name} {r['runaways']}/{r['clips']}"
+        for set_name, rows in current.items()
         for mode, r in rows.items()
         if mode == "ar"
     ]
     return [
-        "The v3 rows are the runtime since 2026-12-06, where frames past the phoneme track's "
-        "end read espeak-ng's closing pause (before, the last value, which can lie inside the "
-        "last spoken sound: the model went on saying it): `codecspec quality --model v3 --modes "
-        "ar temporal --set all --seeds 3` (`docs/quality_v3_sets_trackfix.json`). Utterances "
-        "at the max-length guard, AR: " + ", ".join(runs) + ". The speed-quality table above "
-        "(its runaway column included) predates that change.",
+        "The v3 rows are a later run of this folder alone, on the runtime since 2026-12-06 "
+        "(frames past the phoneme track's end read espeak-ng's closing pause; before, the "
+        "last value, which can lie inside the last spoken sound: the model went on saying "
+        "it): `codecspec quality --model v3 --modes ar temporal --set all --seeds 3` "
+        f"(`docs/{name}`); the floors are the first run's. Utterances at the max-length "
+        "guard, AR: " + ", ".join(runs) + ". The speed-quality table above (its runaway "
+        "column included) predates that change and the depth passes on mixed text.",
         "",
     ]
 
@@ -123,8 +125,8 @@ def _training(t: dict) -> str:
         f"(lr {a['lr']}, draft: {t['draft_choice']}); parameters: "
         + ", ".join(f"{k} {v:,}" for k, v in t["parameters"].items())
         + f". Held-out at the end (nats): {t['curves']['val'][-1]}."
-        + _stop_refit(t.get("stop_refit"))
         + _depth_passes(t.get("depth_passes", []))
+        + _stop_refit(t.get("stop_refit"))
     )
 
 
@@ -135,16 +137,17 @@ def _depth_passes(passes: list) -> str:
     if not passes:
         return ""
     each = "; ".join(
-        f"{p['steps']:,} steps of {p['batch']} at lr {p['lr']}, {p['seconds'] / 60:.0f} min: "
+        f"{p['steps']:,} steps of {p['batch']} at lr {p['lr']} over {p['train_frames']:,} "
+        f"frames, {p['seconds'] / 60:.0f} min: "
         f"{fmean(p['ce_before']):.3f} -> {fmean(p['ce_after']):.3f} nats"
         for p in passes
     )
-    frames = max(p["train_frames"] for p in passes)
     return (
-        f" Then the depth decoder alone was trained further on up to {frames:,} frozen "
-        f"teacher-forced frames of the 24 h timed corpus in {len(passes)} passes "
-        f"(`v3.py depth --from-folder`; held-out depth cross-entropy per pass: {each}); the "
-        "temporal LM, draft and stop head are unchanged by it."
+        f" Then the depth decoder alone was trained further on frozen teacher-forced frames "
+        f"in {len(passes)} passes, of the 24 h timed corpus and then of the 12 h corpus of "
+        f"mixed text (`v3.py depth --from-folder`; held-out depth cross-entropy per pass, "
+        f"each on its own held-out frames: {each}); the temporal LM and draft are unchanged "
+        "by it."
     )
 
 
@@ -154,14 +157,40 @@ def _stop_refit(r: dict | None) -> str:
         return ""
     b, a = r["held_out_before"], r["held_out_after"]
     kind = f"one SiLU layer of {r['hidden']} units" if r["hidden"] else "linear, refit"
-    return (
-        f" Then the stop head alone was fitted again on frozen h_t ({kind}; `v3.py stop`, "
-        f"{r['utterances']} training utterances each followed by {r['frames_past_end']} frames "
-        f"past its track's end): on {r['held_out_utterances']} held-out utterances the chance "
+    head = (
+        f" The stop head was last fitted again alone on frozen h_t ({kind}; `v3.py stop`, "
+        f"{r['utterances']} teacher-forced training utterances"
+    )
+    if "teacher_forced" in b:  # since --free: judged teacher-forced and free-running too
+        return head + _stop_free(r, b, a)
+    return head + (
+        f" each followed by {r['frames_past_end']} frames past its track's end): on "
+        f"{r['held_out_utterances']} held-out utterances the chance "
         f"of running past all of those frames fell from {100 * b['run_past_end']:.2f}% to "
         f"{100 * a['run_past_end']:.2f}% (worst utterance {100 * b['run_past_end_worst']:.0f}%"
         f" to {100 * a['run_past_end_worst']:.1f}%), of stopping more than 5 frames early "
         f"{100 * b['stop_5_frames_early']:.2f}% to {100 * a['stop_5_frames_early']:.2f}%."
+    )
+
+
+def _stop_free(r: dict, b: dict, a: dict) -> str:
+    """A refit on free-running utterances too (`stop --free`), judged both ways."""
+
+    def both(key: str, x: dict) -> str:
+        tf, fr = x["teacher_forced"][key], x["free_running"][key]
+        return f"{100 * tf:.1f}% / {100 * fr:.1f}%"
+
+    rows = (
+        ("reaching its last frame", "reach_last_frame"),
+        ("stopping more than 5 frames early", "stop_5_frames_early"),
+        ("stopping at its last frame", "stop_at_last_frame"),
+    )
+    moved = ", ".join(f"{name} {both(k, b)} -> {both(k, a)}" for name, k in rows)
+    return (
+        f" and {r['free_running']} the model spoke itself from the first frame, each followed "
+        f"by {r['frames_past_end']} frames past its track's end): on "
+        f"{r['held_out_utterances']} held-out utterances, teacher-forced / free-running, "
+        f"{moved}."
     )
 
 
@@ -178,7 +207,8 @@ def _hours_line(t: dict, q: dict | None, words: dict | None) -> str:
         target = f"the target, {TARGET_WORDS:.0%}, is met (95% CI from {lo})"
     return (
         f"- About {minutes / 60:.1f} hours of CPU training in all (one hour on 4 h of "
-        "speech, then the rest on 12 h and 24 h; `docs/reference_model_v3.md`); the held-out "
+        "speech, then the rest on 12 h, 24 h and 12 h of mixed text; "
+        "`docs/reference_model_v3.md`); the held-out "
         f"losses were still falling slowly when each run ended. {said} of the evaluation "
         f"sentences against 67.5% for its codec's resynthesis of espeak-ng; {target}."
     )
@@ -200,6 +230,7 @@ def card(
     words: dict | None = None,
     sets=None,
     current=None,
+    current_name: str = "",
 ) -> str:
     rep = json.loads((model / "report.json").read_text())
     meta = json.loads((model / "model.json").read_text())
@@ -218,7 +249,7 @@ def card(
     ]
     none = ["(No speed-quality table yet: run bench/speed_quality.py.)", ""]
     lines += _quality(q, qpath, words) if q else none
-    lines += _sets(sets, current) if sets else []
+    lines += _sets(sets, current, current_name) if sets else []
     lines += [
         "## Speculation on this model",
         "",
@@ -273,7 +304,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sets", default=str(ROOT / "docs" / "quality_v3_sets.json"))
     ap.add_argument(
         "--sets-current",
-        default=str(ROOT / "docs" / "quality_v3_sets_trackfix.json"),
+        default=str(ROOT / "docs" / "quality_v3_sets_mixed.json"),
         help="a later run of the model rows alone (the current runtime)",
     )
     args = ap.parse_args(argv)
@@ -284,7 +315,10 @@ def main(argv=None) -> int:
     sets = json.loads(Path(args.sets).read_text()) if Path(args.sets).is_file() else None
     cur = Path(args.sets_current)
     current = json.loads(cur.read_text()) if cur.is_file() else None
-    (model / "MODEL_CARD.md").write_text(card(model, q, qp, words, sets, current))
+    if current and "everyday" in current:  # the lead figure: the folder on today's runtime
+        words = current["everyday"]
+    text = card(model, q, qp, words, sets, current, cur.name)
+    (model / "MODEL_CARD.md").write_text(text)
     print(model / "MODEL_CARD.md")
     return 0
 
