@@ -59,7 +59,7 @@ def _loop(tts, enc, spk, expected, **kw):
 
 def _run(tts, runs=RUNS, broken=False, unwarped=False, **kw):
     """codes [runs, F, G] and (pcg) emitted groups [runs, F]. broken: every draft accepted;
-    unwarped: the loop's own law replaced by the full one (temperature 1, no cut)."""
+    unwarped: the verifier ignores the law's warp (drafts still drawn from warped rows)."""
     enc, spk, expected = _encoded(tts)
     codes, groups = [], []
     for seed in range(runs):
@@ -67,7 +67,7 @@ def _run(tts, runs=RUNS, broken=False, unwarped=False, **kw):
         if broken:
             loop._verify = _accept_everything.__get__(loop)
         if unwarped:
-            loop.params = cs.SamplingParams(1.0, 0, 1.0)
+            loop._verify = _verify_unwarped.__get__(loop)
         bd = tts.round_depth(loop.draft_len + 1)  # a round's depth loops batched
         frames = [c for c, _, _ in round_frames(loop, cs.Generator(seed), F, bd)]
         codes.append(np.stack(frames))
@@ -89,6 +89,13 @@ def _accept_everything(self, logits, tokens, probs, g):
     if self.c0_groups is not None:
         grp = np.array([self.c0_groups.groups_of(int(t))[0] for t in out], np.int32)
     return _Accepted(out, grp)
+
+
+def _verify_unwarped(self, logits, tokens, probs, g):
+    """A broken verifier: the target's rows taken at temperature 1 with no cut, while the
+    drafts were drawn from warped rows; the emitted law is then the unwarped target's."""
+    full = cs.SamplingParams(1.0, 0, 1.0)
+    return cs.verify_chain(logits, tokens, full, g, draft_probs=probs)
 
 
 def _c0_pvalues(a, b) -> list:
@@ -197,7 +204,7 @@ def test_exact_temporal_speculation_keeps_a_warped_ar_law(warped):
     sp = _run(warped, runs=RUNS, temporal="spec", draft_len=2)[0]
     p = _c0_pvalues(ar, sp) + _depth_pvalues(ar, sp)
     assert min(p) > P_MIN, p
-    # broken: the rounds verify (and draw the bonus) at the unwarped law
+    # broken: the verifier (and its bonus draw) ignores the warp the drafts were drawn at
     broken = _run(warped, runs=BROKEN_RUNS, unwarped=True, temporal="spec", draft_len=2)[0]
     assert min(_c0_pvalues(ar[:BROKEN_RUNS], broken)[1:]) < 1e-6
 
