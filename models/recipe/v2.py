@@ -803,6 +803,62 @@ def _measure_decoder(name, make_decoder, graph_path, heads, calib_dir, hiddens, 
     return profile, bench
 
 
+def export_shared(shared, out: Path, cache: Path, held, args) -> tuple[dict, dict, dict, int]:
+    """Trained SharedDepthModel `shared` into model folder `out`: depth_shared.npz (the
+    shared weights once; the graph is built from them at load), its offsets, tree and device
+    profile calibrated on the held-out frames `held`, then benched AR vs speculative.
+    Returns (report fields, calibration profile, bench, bytes of depth_shared.npz)."""
+    import shutil
+
+    from codecspec.decode.shared_depth import (
+        SHARED_FILE,
+        SHARED_OFFSETS,
+        SHARED_PROFILE,
+        SHARED_TREE,
+        shared_decoder_from_dir,
+    )
+    from codecspec.graphs import save_model
+    from codecspec.graphs.shared import build_shared_graph, load_shared, save_shared
+
+    hiddens = held[0].astype(np.float16).astype(np.float32)  # as frames.npz ships them
+    real = held[1]
+    c0s = real[:, 0]
+    arrays = shared.shared_arrays()
+    save_shared(
+        out / SHARED_FILE, shared.c, arrays, share_c0=shared.share_c0,
+        level_embeddings=shared.has_level,
+    )  # fmt: skip
+    spec, arrays = load_shared(out / SHARED_FILE)
+    t1 = time.monotonic()
+    graph, heads = build_shared_graph(spec, arrays)
+    build_s = time.monotonic() - t1
+    sgraph = cache / "shared" / "depth_shared.onnx"  # calibration input only, not shipped
+    save_model(graph, sgraph)
+    np.save(sgraph.with_name("depth_shared.heads.npy"), heads.astype(np.float16))
+    ce_onnx = _graph_ce(sgraph, heads, hiddens, real, args.threads)
+    if not (out / "frames.npz").is_file():  # what `codecspec bench` decodes
+        n = min(1024, len(c0s))
+        np.savez_compressed(out / "frames.npz", hiddens=held[0][:n].astype(np.float16), c0s=c0s[:n])
+    calib = cache / "shared" / "calibration"
+    prof, _ = _measure_decoder("shared", None, sgraph, heads, calib, hiddens, c0s, args)
+    for src, dst in (
+        ("offsets.npy", SHARED_OFFSETS),
+        ("tree.json", SHARED_TREE),
+        ("device_profile.json", SHARED_PROFILE),
+    ):
+        shutil.copy(calib / src, out / dst)
+
+    def open_shared(p):
+        return shared_decoder_from_dir(out, params=p, provider="cpu", threads=args.threads)
+
+    _, bench = _measure_decoder("shared", open_shared, None, None, None, hiddens, c0s, args)
+    fields = {
+        "graph_build_seconds": round(build_s, 3),
+        "shared_heldout_ce_onnx_per_level": [round(float(x), 4) for x in ce_onnx],
+    }
+    return fields, prof, bench, (out / SHARED_FILE).stat().st_size
+
+
 def cmd_shared_depth(args) -> int:
     """Train the shared depth decoder (and a per-position one on the same frozen h_t and
     budget), export it into the model folder, calibrate, and compare side by side with the
@@ -814,15 +870,6 @@ def cmd_shared_depth(args) -> int:
 
     import codecspec as cs
     from codecspec.decode import DepthDecoder
-    from codecspec.decode.shared_depth import (
-        SHARED_FILE,
-        SHARED_OFFSETS,
-        SHARED_PROFILE,
-        SHARED_TREE,
-        shared_decoder_from_dir,
-    )
-    from codecspec.graphs import save_model
-    from codecspec.graphs.shared import build_shared_graph, load_shared, save_shared
     from codecspec.train.depth_train import heldout_cross_entropy
 
     torch.set_num_threads(args.threads)
@@ -857,50 +904,16 @@ def cmd_shared_depth(args) -> int:
         "positional_joint": heldout_cross_entropy(joint, hiddens, real),
     }
 
-    # export: the shared weights once, into the model folder; the graph is built from them
-    save_shared(
-        out / SHARED_FILE,
-        shared.c,
-        shared.shared_arrays(),
-        share_c0=shared.share_c0,
-        level_embeddings=shared.has_level,
-    )
-    spec, arrays = load_shared(out / SHARED_FILE)
-    t1 = time.monotonic()
-    graph, heads = build_shared_graph(spec, arrays)
-    build_s = time.monotonic() - t1
-    sgraph = cache / "shared" / "depth_shared.onnx"  # calibration input only, not shipped
-    save_model(graph, sgraph)
-    np.save(sgraph.with_name("depth_shared.heads.npy"), heads.astype(np.float16))
-    ce_onnx = _graph_ce(sgraph, heads, hiddens, real, args.threads)
-
-    if not (out / "frames.npz").is_file():  # what `codecspec bench` decodes
-        n = min(1024, len(c0s))
-        np.savez_compressed(out / "frames.npz", hiddens=held[0][:n].astype(np.float16), c0s=c0s[:n])
+    fields, prof, bench, nbytes = export_shared(shared, out, cache, held, args)
     report = {
         "checkpoint": str(src),
         "checkpoint_step": ck.get("step"),
         "train_frames": len(train[0]),
         "heldout_frames": len(real),
         "budget": {"steps": steps, "batch": args.batch, "minutes_requested": args.minutes},
-        "graph_build_seconds": round(build_s, 3),
-        "shared_heldout_ce_onnx_per_level": [round(float(x), 4) for x in ce_onnx],
+        **fields,
     }
     rows = {}
-
-    def open_shared(p):
-        return shared_decoder_from_dir(out, params=p, provider="cpu", threads=args.threads)
-
-    calib = cache / "shared" / "calibration"
-    prof, _ = _measure_decoder("shared", None, sgraph, heads, calib, hiddens, c0s, args)
-    for src, dst in (
-        ("offsets.npy", SHARED_OFFSETS),
-        ("tree.json", SHARED_TREE),
-        ("device_profile.json", SHARED_PROFILE),
-    ):
-        shutil.copy(calib / src, out / dst)
-    _, bench = _measure_decoder("shared", open_shared, None, None, None, hiddens, c0s, args)
-    nbytes = (out / SHARED_FILE).stat().st_size
     rows["shared"] = _row(shared, shared_info, nbytes, ce["shared"], prof, bench)
 
     shipped = ("depth.onnx", "depth.heads.npy", "offsets.npy", "tree.json", "device_profile.json")

@@ -131,7 +131,10 @@ def cmd_listen(args) -> int:
     if args.depth_temperature is not None:
         k = args.top_k if args.depth_top_k is None else args.depth_top_k
         depth_params = cs.SamplingParams(args.depth_temperature, k, 1.0)
-    tts = V2TTS(folder, provider="cpu", threads=1, params=params, depth_params=depth_params)
+    tts = V2TTS(
+        folder, provider="cpu", threads=1, params=params, depth=args.depth,
+        depth_params=depth_params,
+    )  # fmt: skip
 
     ends = []  # per clip: (frames, espeak-ng's frames for the text, max-length guard hit)
 
@@ -226,6 +229,98 @@ def cmd_depth(args) -> int:
     (out / "depth_probe.json").write_text(json.dumps(report, indent=1))
     log(f"held-out depth CE {before.mean():.4f} -> {after.mean():.4f} nats; report in {out}")
     return 0
+
+
+def cmd_shared_depth(args) -> int:
+    """Seed 002's decoder for v3: one set of depth weights for every RVQ level (level-
+    conditioned), trained on the folder's frozen teacher-forced h_t, distilled from the
+    folder's own per-position decoder (`--distill`: the KL share of the loss), resumable.
+    Writes a report of held-out CE beside the positional decoder's; with `--out`, a copy of
+    the folder with depth_shared.* added, calibrated and benched (v2's export)."""
+    import dataclasses
+
+    import torch
+    from v2 import frozen_frames
+
+    from codecspec.train.depth_train import count_parameters, heldout_cross_entropy, train_depth
+    from codecspec.train.networks import SharedDepthModel
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    corpus, work = Path(args.corpus).expanduser(), Path(args.work).expanduser()
+    folder, cache = Path(args.model).expanduser(), Path(args.cache).expanduser()
+    model, frontend = _folder_model(folder)
+    train, held = frozen_frames(
+        model, corpus, work, args.train_frames, args.frames, args.seed, 0, frontend
+    )
+    teacher = model.depth.eval()
+    del model
+    shared = SharedDepthModel(dataclasses.replace(teacher.c, num_layers=args.shared_layers))
+    log(f"{len(train[0])} training frames; shared {count_parameters(shared)} parameters")
+    probe = (held[0][:1024], held[1][:1024])
+    info = train_depth(
+        shared, *train, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
+        val=probe, eval_every=max(args.steps // 10, 1), progress=True,
+        teacher=teacher if args.distill else None, distill=args.distill,
+        state=cache / "state.pt",
+    )  # fmt: skip
+    info["train_loss_last50"] = float(np.mean(info.pop("train_loss")[-50:]))
+    torch.save({"state_dict": shared.state_dict(), "train": info}, cache / "shared.pt")
+    ce = {
+        "shared": heldout_cross_entropy(shared, *held),
+        "positional": heldout_cross_entropy(teacher, *held),
+    }
+    report = {
+        "folder": _portable_path(str(folder)),
+        "train_frames": len(train[0]), "heldout_frames": len(held[0]),
+        "shared_layers": args.shared_layers, "distill": args.distill, "lr": args.lr,
+        "parameters": {"shared": count_parameters(shared), "positional": count_parameters(teacher)},
+        "train": info,
+        "heldout_ce_per_level": {k: v.round(4).tolist() for k, v in ce.items()},
+        "heldout_ce_mean": {k: float(v.mean()) for k, v in ce.items()},
+    }  # fmt: skip
+    (cache / "shared_depth_report.json").write_text(json.dumps(report, indent=1))
+    log(f"held-out CE shared {ce['shared'].mean():.4f} vs positional {ce['positional'].mean():.4f}")
+    if args.out:
+        _ship_shared({"shared": shared, "positional": teacher}, ce, folder, held, report, args)
+    return 0
+
+
+def _ship_shared(models: dict, ce: dict, folder: Path, held, report: dict, args) -> None:
+    """A copy of `folder` in args.out with the shared decoder added (v2's export: weights,
+    offsets, tree, device profile), both decoders benched on the same frames in this run."""
+    import shutil
+
+    from codecspec.decode import DepthDecoder
+
+    out, cache = Path(args.out), Path(args.cache).expanduser()
+    if out.resolve() != folder.resolve():
+        shutil.copytree(folder, out, dirs_exist_ok=True)
+    fields, prof, bench, nbytes = v2.export_shared(models["shared"], out, cache, held, args)
+    rows = {"shared": v2._row(models["shared"], report["train"], nbytes, ce["shared"], prof, bench)}
+    hiddens = held[0].astype(np.float16).astype(np.float32)
+
+    def open_positional(p):
+        return DepthDecoder.from_dir(out, params=p, provider="cpu", threads=args.threads)
+
+    _, bench = v2._measure_decoder(
+        "positional", open_positional, None, None, None, hiddens, held[1][:, 0], args
+    )
+    nbytes = sum((out / f).stat().st_size for f in ("depth.onnx", "depth.heads.npy"))
+    prof = json.loads((out / "device_profile.json").read_text())
+    note = {"note": "the folder's own, trained with the temporal LM and then alone"}
+    rows["positional"] = v2._row(models["positional"], note, nbytes, ce["positional"], prof, bench)
+    sh, po = rows["shared"], rows["positional"]
+    report |= fields
+    report["decoders"] = rows
+    report["ratios"] = {
+        "parameters_shared_over_positional": sh["parameters"] / po["parameters"],
+        "bytes_shared_over_positional": sh["bytes"] / po["bytes"],
+        "ce_shared_over_positional": sh["heldout_ce_mean"] / po["heldout_ce_mean"],
+        "ar_ms_shared_over_positional": sh["ar_ms_per_frame"] / po["ar_ms_per_frame"],
+    }
+    (out / "shared_depth_report.json").write_text(json.dumps(report, indent=1))
+    log(f"side by side -> {out / 'shared_depth_report.json'}: {report['ratios']}")
 
 
 def _portable_path(text: str) -> str:
@@ -629,6 +724,24 @@ def main(argv=None) -> int:
         "--prev-frames", type=int, default=0, help="condition on the codes of K frames before"
     )
     dp.set_defaults(fn=cmd_depth)
+    sd = sub.add_parser(
+        "shared-depth", help="seed 002's shared depth decoder for a v3 folder (distilled)"
+    )
+    sd.add_argument("--model", default=str(SHIP_DIR), help="the v3 folder (and teacher)")
+    sd.add_argument("--cache", required=True, help="the run's state, weights and report")
+    sd.add_argument("--out", default=None, help="a copy of the folder with depth_shared.*")
+    sd.add_argument("--steps", type=int, default=4000)
+    sd.add_argument("--batch", type=int, default=256, help="frames per step")
+    sd.add_argument("--lr", type=float, default=1.5e-3)
+    sd.add_argument("--shared-layers", type=int, default=3)
+    sd.add_argument("--distill", type=float, default=0.5, help="KL share of the loss (0: CE)")
+    sd.add_argument("--train-frames", type=int, default=620000)
+    sd.add_argument("--frames", type=int, default=4096, help="held-out frames")
+    sd.add_argument("--calib-frames", type=int, default=1024)
+    sd.add_argument("--bench-frames", type=int, default=300)
+    sd.add_argument("--threads", type=int, default=2)
+    sd.add_argument("--seed", type=int, default=0)
+    sd.set_defaults(fn=cmd_shared_depth)
     ck = sub.add_parser("checkpoint", help="a v3 folder's weights as a checkpoint for ship")
     ck.add_argument("--from-folder", required=True, help="a v3 folder (a depth probe's)")
     ck.add_argument("--out", required=True, help="the checkpoint file")
@@ -654,6 +767,12 @@ def main(argv=None) -> int:
         help="the depth levels' own temperature (model.json's depth_sampling); default: c0's",
     )
     li.add_argument("--depth-top-k", type=int, default=None, help="with it; default --top-k")
+    li.add_argument(
+        "--depth",
+        choices=["positional", "shared"],
+        default="positional",
+        help="which depth decoder of the folder runs (shared: `shared-depth --out`'s)",
+    )
     li.set_defaults(fn=cmd_listen, aligned=True)
     args = ap.parse_args(argv)
     return args.fn(args)

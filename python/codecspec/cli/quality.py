@@ -116,6 +116,7 @@ def _report_keywords(args, model, prefix: str = "") -> dict:
         beta=args.beta,
         theta=args.theta,
         progress=not args.json,
+        load=options.depth_kwargs(args) if hasattr(args, "depth") else None,
     )
 
 
@@ -144,9 +145,13 @@ def cmd_quality(args) -> int:
     """Every row on every set of `--set`: {row: report} in the JSON for one set, {set: {row:
     report}} for several."""
     from codecspec.evaluation.intelligibility import load_sentences, report_table, sentence_sets
+    from codecspec.pipeline import registry
 
     sets = sentence_sets(args.set)
     rows = quality_rows(args.modes, args.floors)
+    entry = None if args.model == ESPEAK else registry.find(args.model)
+    if entry is not None:
+        options.refuse_other_families_flags(args, "quality", entry)
     kw = _report_keywords(args, args.model)
     phonemes = None
     if not args.no_phonemes:

@@ -87,10 +87,12 @@ def set_reports(
     phonemes=None,
     floor_seeds: int = 1,
     lookup_texts: Optional[int] = None,
+    load: Optional[dict] = None,
 ) -> dict:
     """{set: {row: report}} for a model name, folder or "espeak-ng", loaded once, on every
     set of `sets` ({name: sentences}, as `resolve_sentences` takes them): `modes` and the
-    floors among them (run on the first `floor_seeds` seeds), in the order given."""
+    floors among them (run on the first `floor_seeds` seeds), in the order given. `load`:
+    more keywords of the model's constructor (v2's `depth`)."""
     from codecspec.evaluation.floors import (
         FLOORS,
         LOOKUP_TEXTS,
@@ -125,7 +127,7 @@ def set_reports(
     from codecspec.pipeline.registry import family_of, load_model
 
     family = family_of(model, detect=False).name
-    tts = load_model(model, provider=provider, threads=threads, params=params)
+    tts = load_model(model, provider=provider, threads=threads, params=params, **(load or {}))
     phonemes_ok = family_of(model, detect=False).load("engine").speaks_phonemes(tts)
     # every mode checked before anything is synthesised
     kwargs = {m: mode_kwargs(family, m, tts, beta, theta) for m in modes if m not in FLOORS}

@@ -27,7 +27,7 @@ def speculation(p: argparse.ArgumentParser) -> None:
 
 
 def depth(p: argparse.ArgumentParser) -> None:
-    """--depth: which of a v2 folder's depth decoders runs (synth and bench)."""
+    """--depth: which of a v2 folder's depth decoders runs (synth, bench and quality)."""
     p.add_argument(
         "--depth",
         choices=["positional", "shared"],
@@ -50,3 +50,4 @@ def add_options(command: str, p: argparse.ArgumentParser) -> None:
         depth(p)
     elif command == "quality":
         _quality(p)
+        depth(p)
