@@ -73,7 +73,7 @@ def shared_decoder_from_dir(model_dir, **kw) -> DepthDecoder:
     if not (d / SHARED_FILE).is_file():
         raise FileNotFoundError(
             f"model_dir: no {SHARED_FILE} in {d} (the shared depth decoder; build it with "
-            "`python models/recipe/v2.py shared-depth`)"
+            "`python models/recipe/v2.py shared-depth` for v2, `v3.py shared-depth --out` for v3)"
         )
     spec, arrays = load_shared(d / SHARED_FILE)
     graph, heads = build_shared_graph(spec, arrays)

@@ -328,7 +328,8 @@ class V2TTS(PhonemeModel):
         need.append(codec_file)
         missing = [f for f in need if not (d / f).is_file()]
         if missing:
-            how = "models/recipe/v2.py" + (" shared-depth" if depth == "shared" else "")
+            recipe = "v3" if _peek_meta(d).get("conditioning") == "phoneme_track" else "v2"
+            how = f"models/recipe/{recipe}.py" + (" shared-depth" if depth == "shared" else "")
             raise FileNotFoundError(
                 f"model_dir: {d} lacks {missing} (depth={depth!r}); rebuild it with {how}"
             )
