@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.pipeline.family import resolve_params
 
 from . import FORMAT
 
@@ -89,6 +90,7 @@ class ToyTTS:
             self.w = {k: w[k].astype(np.int64) for k in w.files}
         self.speakers = list(self.meta["speakers"])
         self.languages = list(self.meta["languages"])
+        params = resolve_params(params, self.meta)  # the CLI's sampling flags: over its law
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
         self.codec = ToyCodec(self.meta["sample_rate"], self.meta["frame_rate"])
 

@@ -10,7 +10,6 @@ module here defines a family's flag (tests/repository/test_layering.py).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
@@ -108,19 +107,13 @@ def fixed_params(args):
 
 
 def params_from_args(args):
-    """SamplingParams from --temperature/--top-k/--top-p over the model's own defaults."""
-    import codecspec as cs
-    from codecspec.pipeline.registry import resolve_model_dir
+    """The `params` of `load_model` from --temperature/--top-k/--top-p: a SamplingOverride
+    of the flags given, which the model's loader resolves over its model.json (none given:
+    the model's own laws, per stage where it has two). No file is read here; a value out of
+    range is a ValueError naming it."""
+    from codecspec.pipeline.family import SamplingOverride
 
-    if args.temperature is None and args.top_k is None and args.top_p is None:
-        return None
-    d = json.loads((resolve_model_dir(args.model) / "model.json").read_text())
-    base = d["sampling"]
-    return cs.SamplingParams(
-        base["temperature"] if args.temperature is None else args.temperature,
-        base["top_k"] if args.top_k is None else args.top_k,
-        base["top_p"] if args.top_p is None else args.top_p,
-    )
+    return SamplingOverride(args.temperature, args.top_k, args.top_p)
 
 
 def depth_kwargs(args) -> dict:

@@ -9,10 +9,12 @@ from codecspec.pipeline.family import (
     Check,
     Family,
     Frame,
+    SamplingOverride,
     StreamState,
     guard,
     guard_value,
     model_format,
+    resolve_params,
     sampling_params,
 )
 
@@ -20,9 +22,11 @@ __all__ = [
     "Check",
     "Family",
     "Frame",
+    "SamplingOverride",
     "StreamState",
     "guard",
     "guard_value",
     "model_format",
+    "resolve_params",
     "sampling_params",
 ]

@@ -28,6 +28,7 @@ from codecspec.calibrate.decision import read_decision
 from codecspec.decode.depth import DepthDecoder, stage_params
 from codecspec.decode.timing import ideal_speedup, interleaved_ar_spec
 from codecspec.fidelity import per_position_pvalues
+from codecspec.pipeline.family import SamplingOverride, resolve_params
 
 __all__ = [
     "load_frames",
@@ -52,12 +53,19 @@ def load_frames(model_dir) -> tuple[np.ndarray, np.ndarray]:
         return z["hiddens"].astype(np.float32), z["c0s"].astype(np.int64)
 
 
-def _model_params(model_dir) -> cs.SamplingParams:
-    """The depth stage's law of a folder (its depth loop is what runs here)."""
-    meta = Path(model_dir) / "model.json"
-    if meta.is_file():
-        return stage_params(json.loads(meta.read_text()))
-    return cs.SamplingParams(0.9, 50, 1.0)
+# a folder without model.json: DepthDecoder's own default law
+_DEFAULT_SAMPLING = {"temperature": 0.9, "top_k": 50, "top_p": 1.0}
+
+
+def _model_params(model_dir, params=None) -> cs.SamplingParams:
+    """The depth stage's law of a folder, as its model's loader would resolve `params` (a
+    SamplingParams, a SamplingOverride, None). Read here because only the depth decoder is
+    opened (no model is loaded to ask)."""
+    if isinstance(params, cs.SamplingParams):
+        return params  # a whole law: the folder's is not read
+    path = Path(model_dir) / "model.json"
+    meta = json.loads(path.read_text()) if path.is_file() else {"sampling": _DEFAULT_SAMPLING}
+    return stage_params(meta, resolve_params(params, meta))
 
 
 def bench_depth_loop(
@@ -67,12 +75,13 @@ def bench_depth_loop(
     seed: int = 0,
     provider: str = "auto",
     threads: Optional[int] = None,
-    params: Optional[cs.SamplingParams] = None,
+    params: Optional[cs.SamplingParams | SamplingOverride] = None,
     progress: bool = True,
     depth: str = "positional",
 ) -> dict:
     """AR vs speculative on the same frames; keys as documented for `codecspec bench`.
-    `params`: sampling (default: the model folder's model.json, else T 0.9, top-k 50).
+    `params`: sampling (default: the model folder's model.json, else T 0.9, top-k 50; a
+    SamplingOverride: its fields over that law).
     `depth`: the folder's "positional" or "shared" depth decoder."""
     from codecspec.decode.shared_depth import check_depth, open_depth_decoder
 
@@ -80,7 +89,7 @@ def bench_depth_loop(
         raise ValueError(f"frames: expected an int >= 2, got {frames!r}")
     check_depth(depth)
     hiddens, c0s = load_frames(model_dir)
-    params = params or _model_params(model_dir)
+    params = _model_params(model_dir, params)
     dec = open_depth_decoder(model_dir, depth, provider=provider, threads=threads, params=params)
     out = {"depth": depth}
     out.update(

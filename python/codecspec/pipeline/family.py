@@ -48,6 +48,7 @@ __all__ = [
     "Check",
     "Family",
     "Frame",
+    "SamplingOverride",
     "SpeechRequest",
     "Stage",
     "StreamState",
@@ -55,6 +56,7 @@ __all__ = [
     "guard_value",
     "length_guard",
     "model_format",
+    "resolve_params",
     "sampling_params",
 ]
 
@@ -163,6 +165,44 @@ def sampling_params(base: cs.SamplingParams, req, top_k_max: int) -> cs.Sampling
     if not (np.isfinite(p) and 0.0 < p <= 1.0):
         raise ValueError(f"top_p: expected a finite number in (0, 1], got {p!r}")
     return cs.SamplingParams(float(t), int(k), float(p))
+
+
+@dataclass(frozen=True)
+class SamplingOverride:
+    """Part of a sampling law, the rest the model's own (`codecspec synth --top-k 5`): each
+    field set replaces the folder's, the others stay its model.json "sampling". The caller
+    builds it without reading the folder; the model's constructor, which reads model.json
+    anyway, resolves it (`resolve_params`). A field out of range is a ValueError naming it."""
+
+    temperature: Optional[float] = None
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+
+    def __post_init__(self):
+        # the sampling core's own checks and messages ("top_k: must be >= 0 ..."), on each
+        # field set beside values that pass for the unset ones
+        cs.SamplingParams(
+            1.0 if self.temperature is None else self.temperature,
+            0 if self.top_k is None else self.top_k,
+            1.0 if self.top_p is None else self.top_p,
+        )
+
+    def over(self, sampling: dict) -> cs.SamplingParams:
+        """This override over a model.json "sampling" entry."""
+        given = {k: v for k, v in vars(self).items() if v is not None}
+        return cs.SamplingParams(**(sampling | given))
+
+
+def resolve_params(params, meta: dict) -> Optional[cs.SamplingParams]:
+    """A model constructor's `params` as one law, `meta` its model.json: a SamplingParams
+    as it is, a SamplingOverride over meta's "sampling", None as None. An override that
+    sets nothing is None, so that a folder's per-stage laws (v2's "depth_sampling") stay,
+    while any law given is both stages' (`decode.depth.stage_params`)."""
+    if not isinstance(params, SamplingOverride):
+        return params
+    if params == SamplingOverride():
+        return None
+    return params.over(meta["sampling"])
 
 
 def length_guard(req, default: int) -> int:

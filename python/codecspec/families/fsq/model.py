@@ -43,9 +43,11 @@ from codecspec.pipeline.family import (
     Check,
     Family,
     Frame,
+    SamplingOverride,
     StreamState,
     guard,
     length_guard,
+    resolve_params,
     sampling_params,
 )
 from codecspec.pipeline.result import Result
@@ -302,7 +304,13 @@ class FSQTTS(PhonemeModel):
 
     family = "fsq"
 
-    def __init__(self, model_dir=None, provider="auto", threads=None, params=None):
+    def __init__(
+        self,
+        model_dir=None,
+        provider="auto",
+        threads=None,
+        params: Optional[cs.SamplingParams | SamplingOverride] = None,
+    ):
         d = Path(model_dir) if model_dir is not None else default_fsq_dir()
         self.meta = _read_meta(d)
         missing = [f for f in FSQ_FILES if not (d / f).is_file()]
@@ -317,6 +325,7 @@ class FSQTTS(PhonemeModel):
                 f"not match the codec's {self.codec.cfg}"
             )
         self.frontend = Frontend.from_dict(self.meta["frontend"])
+        params = resolve_params(params, self.meta)  # a SamplingOverride: over model.json's
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
         self.frame_decoder = FSQFrameDecoder(self.codec.cfg.channel_levels, self.params)
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)

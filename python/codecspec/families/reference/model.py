@@ -36,7 +36,16 @@ from codecspec.families.reference.temporal_batch import BatchedTemporal, batched
 from codecspec.frontend.phonemes import encode_input
 from codecspec.frontend.text import Frontend, PhonemeModel
 from codecspec.model_store import named_model_dir
-from codecspec.pipeline.family import Check, Family, Frame, StreamState, guard, sampling_params
+from codecspec.pipeline.family import (
+    Check,
+    Family,
+    Frame,
+    SamplingOverride,
+    StreamState,
+    guard,
+    resolve_params,
+    sampling_params,
+)
 from codecspec.pipeline.result import Synthesis
 from codecspec.pipeline.stream import (
     DEFAULT_CHUNK_FRAMES,
@@ -115,14 +124,16 @@ class TemporalStepper:
 
 class ReferenceTTS(PhonemeModel):
     """Loads a model folder (see MODEL_FILES; default: the shipped one). Its text side
-    (`languages`, `speakers`, `ids`) is the shared `codecspec.frontend.text.PhonemeModel`'s."""
+    (`languages`, `speakers`, `ids`) is the shared `codecspec.frontend.text.PhonemeModel`'s.
+    params: the sampling law of both stages (default model.json's "sampling"; a
+    SamplingOverride: the fields it sets, the others model.json's "sampling")."""
 
     def __init__(
         self,
         model_dir=None,
         provider: str = "auto",
         threads: Optional[int] = None,
-        params: Optional[cs.SamplingParams] = None,
+        params: Optional[cs.SamplingParams | SamplingOverride] = None,
     ):
         d = Path(model_dir) if model_dir is not None else default_model_dir()
         missing = [f for f in MODEL_FILES if not (d / f).is_file()]
@@ -136,6 +147,7 @@ class ReferenceTTS(PhonemeModel):
         self._speculation_pays = speculation_pays(d)
         self.frontend = Frontend.from_dict(self.meta["frontend"])
         self.scale = float(self.meta["latent_scale"])
+        params = resolve_params(params, self.meta)
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
         self.codec = Codec.load(d / "codec.npz")
         self._books = self.codec.codebooks.astype(np.float32) / self.scale

@@ -54,10 +54,12 @@ from codecspec.pipeline.family import (
     Check,
     Family,
     Frame,
+    SamplingOverride,
     StreamState,
     guard,
     guard_value,
     length_guard,
+    resolve_params,
 )
 from codecspec.pipeline.result import Synthesis
 from codecspec.pipeline.stream import (
@@ -304,7 +306,8 @@ class V2TTS(PhonemeModel):
 
     depth: "positional" (depth.onnx, the per-position decoder) or "shared" (depth_shared.npz,
     the shared-parameter decoder, `codecspec.decode.shared_depth`); a folder needs the files
-    of the one chosen. params: c0's sampling law (default model.json's "sampling");
+    of the one chosen. params: c0's sampling law (default model.json's "sampling"; a
+    SamplingOverride: the fields it sets, the others model.json's "sampling");
     depth_params: the depth levels' (`stage_params`: default `params` when given, else
     model.json's "depth_sampling", else its "sampling")."""
 
@@ -313,7 +316,7 @@ class V2TTS(PhonemeModel):
         model_dir=None,
         provider: str = "auto",
         threads: Optional[int] = None,
-        params: Optional[cs.SamplingParams] = None,
+        params: Optional[cs.SamplingParams | SamplingOverride] = None,
         depth: str = "positional",
         depth_params: Optional[cs.SamplingParams] = None,
     ):
@@ -340,6 +343,7 @@ class V2TTS(PhonemeModel):
         prof = profile_path(d, depth)
         self._speculation_pays = speculation_pays(prof)
         self.frontend = Frontend.from_dict(self.meta["frontend"])
+        params = resolve_params(params, self.meta)
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
         # v3 ("aligned") reads espeak-ng's phoneme track and speaks through the v1 codec
         self.aligned = self.meta.get("conditioning") == "phoneme_track"
