@@ -51,6 +51,11 @@ from codecspec.serve.audio import (
 from codecspec.serve.engine import Engine, Overloaded, SpeechRequest, StreamFailed
 from codecspec.serve.heap import HeapTrimmer
 from codecspec.serve.openai_api import (
+    Mode,
+    Seed,
+    Temperature,
+    TopK,
+    TopP,
     error_body,
     field_of,
     key_error,
@@ -93,17 +98,17 @@ class SpeechBody(BaseModel):
     # absent (or null): the model's default (`Family.default_language`): "en" for the phoneme
     # families, "auto" for Qwen3-TTS as its official methods (a language tag changes codes)
     language: Optional[str] = None
-    seed: Optional[int] = Field(None, ge=0, lt=2**63)
-    mode: Literal["auto", "ar", "spec"] = "auto"
+    seed: Seed = None
+    mode: Mode = "auto"
     accept: Literal["exact"] = "exact"  # lossless verification is the only rule served
-    temperature: Optional[float] = Field(None, ge=0.0, le=10.0, allow_inf_nan=False)
-    top_k: Optional[int] = Field(None, ge=0)
-    top_p: Optional[float] = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    temperature: Temperature = None
+    top_k: TopK = None
+    top_p: TopP = None
     # Qwen3-TTS's code predictor's own law, as the official methods' keywords of these names
     # (absent: the checkpoint's; temperature 0 alone makes both greedy); other families 400
-    subtalker_temperature: Optional[float] = Field(None, ge=0.0, le=10.0, allow_inf_nan=False)
-    subtalker_top_k: Optional[int] = Field(None, ge=0)
-    subtalker_top_p: Optional[float] = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    subtalker_temperature: Temperature = None
+    subtalker_top_k: TopK = None
+    subtalker_top_p: TopP = None
     # Qwen3-TTS prompt layout: true streaming text, false whole text; absent (or null) the
     # official default of the checkpoint's mode (streaming for a Base voice clone, whole
     # text for CustomVoice / VoiceDesign). Strict: "true" or 1 is a 400 naming the field.

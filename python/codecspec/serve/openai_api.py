@@ -1,11 +1,22 @@
 """OpenAI's shapes, shared by the speech route (`serve.app`) and the text socket
 (`serve.text_socket`): the model and voice names a server answers, the error object, the
-API-key check."""
+API-key check, and the request fields both take beyond OpenAI's (seed, mode, sampling)."""
 
 from __future__ import annotations
 
 import hmac
-from typing import Optional
+from typing import Annotated, Literal, Optional
+
+from pydantic import Field
+
+# The fields of the speech body (`app.SpeechBody`) and the text socket's first message
+# (`text_socket.StreamStart`) that are one field in both: defined once, so that a range
+# cannot drift between the routes. Each model keeps its own field order and strictness.
+Seed = Annotated[Optional[int], Field(ge=0, lt=2**63)]
+Mode = Literal["auto", "ar", "spec"]
+Temperature = Annotated[Optional[float], Field(ge=0.0, le=10.0, allow_inf_nan=False)]
+TopK = Annotated[Optional[int], Field(ge=0)]
+TopP = Annotated[Optional[float], Field(gt=0.0, le=1.0, allow_inf_nan=False)]
 
 # OpenAI's model names map onto whichever model the server loaded; a family's own names only
 # onto that family (engine.family.model_names).

@@ -42,11 +42,22 @@ import threading
 import time
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from codecspec.serve.engine import SpeechRequest
-from codecspec.serve.openai_api import error_body, field_of, key_error, model_error, speaker_of
+from codecspec.serve.openai_api import (
+    Mode,
+    Seed,
+    Temperature,
+    TopK,
+    TopP,
+    error_body,
+    field_of,
+    key_error,
+    model_error,
+    speaker_of,
+)
 
 __all__ = ["ROUTE", "add_text_socket"]
 
@@ -62,14 +73,14 @@ class StreamStart(BaseModel):
     voice: Optional[str] = None
     language: Optional[str] = None
     instructions: Optional[str] = None
-    seed: Optional[int] = Field(None, ge=0, lt=2**63)
-    mode: Literal["auto", "ar", "spec"] = "auto"
-    temperature: Optional[float] = Field(None, ge=0.0, le=10.0, allow_inf_nan=False)
-    top_k: Optional[int] = Field(None, ge=0)
-    top_p: Optional[float] = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
-    subtalker_temperature: Optional[float] = Field(None, ge=0.0, le=10.0, allow_inf_nan=False)
-    subtalker_top_k: Optional[int] = Field(None, ge=0)
-    subtalker_top_p: Optional[float] = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    seed: Seed = None
+    mode: Mode = "auto"
+    temperature: Temperature = None
+    top_k: TopK = None
+    top_p: TopP = None
+    subtalker_temperature: Temperature = None
+    subtalker_top_k: TopK = None
+    subtalker_top_p: TopP = None
     output: Literal["base64", "binary"] = "base64"
     text: Optional[str] = None
     flush: bool = False
