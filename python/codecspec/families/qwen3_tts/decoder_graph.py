@@ -31,6 +31,9 @@ Graph I/O (batch 1):
     audio      float32 [n * samples_per_frame]
     <state>_out                   the state after this call, same shapes
 The state names and shapes are in the graph's inputs (`state_io_names`).
+The batched twin (`batched=True`, for decoder_batch.py) leads every one of these with a
+batch axis of one row per stream (codes [B, n, Q], position [B], states [B, ...], audio
+[B, n * samples_per_frame]): each row at its own position over its own state.
 """
 
 from __future__ import annotations
@@ -377,15 +380,23 @@ def write_random_speech_tokenizer(folder, decoder_config: dict, seed: int = 0) -
 
 # ---------------------------------------------------------------------- graph pieces
 class _States:
-    """The graph's state tensors, in order: input name, output name, shape."""
+    """The graph's state tensors, in order: input name, output name, shape; and the batch
+    axis they and the activations lead with (1, or the symbolic "batch" of the batched
+    graph: one row per stream)."""
 
-    def __init__(self) -> None:
-        self.entries: list[tuple[str, str, list[int]]] = []
+    def __init__(self, batched: bool = False) -> None:
+        self.entries: list[tuple[str, str, list]] = []
+        self.batched = batched
+        self.lead = "batch" if batched else 1
 
     def add(self, label: str, shape: list[int]) -> tuple[str, str]:
         pair = (f"state.{label}", f"state_out.{label}")
-        self.entries.append((pair[0], pair[1], list(shape)))
+        self.entries.append((pair[0], pair[1], [self.lead, *shape[1:]]))
         return pair
+
+    def dim0(self) -> int:
+        """The leading dimension a Reshape target names: the input's own (0) when batched."""
+        return 0 if self.batched else 1
 
 
 def _scalar(g: GraphBuilder, value: int) -> str:
@@ -472,8 +483,8 @@ def _inv_freq(c: SpeechDecoderConfig) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- stages
-def _dequantize(g: GraphBuilder, c: SpeechDecoderConfig, get) -> str:
-    """codes [n, Q] -> [1, codebook_dim, n]."""
+def _dequantize(g: GraphBuilder, c: SpeechDecoderConfig, get, batched: bool = False) -> str:
+    """codes [n, Q] -> [1, codebook_dim, n] (batched: [B, n, Q] -> [B, codebook_dim, n])."""
     q = _P + "quantizer."
 
     def table(part, k):
@@ -485,17 +496,19 @@ def _dequantize(g: GraphBuilder, c: SpeechDecoderConfig, get) -> str:
         return np.ascontiguousarray(get(f"{q}{part}.output_proj.weight")[:, :, 0].T)
 
     K, Q = c.codebook_size, c.num_quantizers
-    c0 = g.op("Gather", ["codes", _scalar(g, 0)], hint="codes_first", axis=1)
+    ax = 2 if batched else 1  # the codes' quantizer axis
+    c0 = g.op("Gather", ["codes", _scalar(g, 0)], hint="codes_first", axis=ax)
     e0 = g.op("Gather", [g.init("rvq_first_table", table("rvq_first", 0)), c0], hint="e_first")
     first = g.op("MatMul", [e0, g.init("rvq_first_proj", proj("rvq_first"))], hint="q_first")
     rest_tab = np.concatenate([table("rvq_rest", k) for k in range(Q - 1)])
-    cr = g.op("Slice", ["codes", g.i64([1]), g.i64([Q]), g.i64([1])], hint="codes_rest")
+    cr = g.op("Slice", ["codes", g.i64([1]), g.i64([Q]), g.i64([ax])], hint="codes_rest")
     idx = g.op("Add", [cr, g.i64(np.arange(Q - 1) * K)], hint="rest_rows")
     er = g.op("Gather", [g.init("rvq_rest_table", rest_tab), idx], hint="e_rest")
-    er = g.op("ReduceSum", [er, g.i64([1])], hint="e_rest_sum", keepdims=0)
+    er = g.op("ReduceSum", [er, g.i64([ax])], hint="e_rest_sum", keepdims=0)
     rest = g.op("MatMul", [er, g.init("rvq_rest_proj", proj("rvq_rest"))], hint="q_rest")
-    x = g.op("Add", [first, rest], hint="quantized")  # [n, D]
-    x = g.op("Unsqueeze", [x, g.i64([0])], hint="quantized_b")
+    x = g.op("Add", [first, rest], hint="quantized")  # [n, D] ([B, n, D] batched)
+    if not batched:
+        x = g.op("Unsqueeze", [x, g.i64([0])], hint="quantized_b")
     return g.op("Transpose", [x], hint="quantized_nct", perm=[0, 2, 1])
 
 
@@ -517,17 +530,45 @@ def _attention_mask(g: GraphBuilder, c: SpeechDecoderConfig, n: str) -> tuple[st
     return mask, g.op("Cast", [qpos], hint="qpos_f", to=TensorProto.FLOAT)
 
 
-def _rope(g: GraphBuilder, c: SpeechDecoderConfig, qpos_f: str) -> tuple[str, str]:
+def _batched_mask(g: GraphBuilder, c: SpeechDecoderConfig, n: str) -> tuple[str, str]:
+    """`_attention_mask` with one position per row (`position` [B]): (additive mask
+    [B, 1, n, W-1+n], query positions float [B, n]); the same integers row by row."""
+    W = c.sliding_window
+    pos = g.op("Unsqueeze", ["position", g.i64([1])], hint="pos_col")  # [B, 1]
+    zero, one = _scalar(g, 0), _scalar(g, 1)
+    qpos = g.op("Add", [pos, g.op("Range", [zero, n, one], hint="q_steps")], hint="qpos")
+    span = g.op("Add", [n, _scalar(g, W - 1)], hint="k_span")
+    kpos0 = g.op("Sub", [pos, _scalar(g, W - 1)], hint="kpos0")
+    kpos = g.op("Add", [kpos0, g.op("Range", [zero, span, one], hint="k_steps")], hint="kpos")
+    kpos = g.op("Unsqueeze", [kpos, g.i64([1])], hint="kpos_row")  # [B, 1, W-1+n]
+    qcol = g.op("Unsqueeze", [qpos, g.i64([2])], hint="qpos_col")  # [B, n, 1]
+    ok = g.op("GreaterOrEqual", [kpos, g.i64(0)], hint="k_valid")
+    ok = g.op("And", [ok, g.op("LessOrEqual", [kpos, qcol], hint="k_causal")], hint="k_ok1")
+    lo = g.op("Sub", [qcol, g.i64(W)], hint="k_lo")
+    ok = g.op("And", [ok, g.op("Greater", [kpos, lo], hint="k_window")], hint="k_ok")
+    mask = g.op("Where", [ok, g.f32(0.0), g.f32(-np.inf)], hint="attn_mask")
+    mask = g.op("Unsqueeze", [mask, g.i64([1])], hint="attn_mask_heads")
+    return mask, g.op("Cast", [qpos], hint="qpos_f", to=TensorProto.FLOAT)
+
+
+def _rope(
+    g: GraphBuilder, c: SpeechDecoderConfig, qpos_f: str, batched: bool = False
+) -> tuple[str, str]:
+    ax = 2 if batched else 1  # positions [n] or [B, n]: the angle axis after them
     ang = g.op(
         "Mul",
         [
-            g.op("Unsqueeze", [qpos_f, g.i64([1])], hint="qpos_fc"),
+            g.op("Unsqueeze", [qpos_f, g.i64([ax])], hint="qpos_fc"),
             g.init("inv_freq", _inv_freq(c)[None, :]),
         ],
         hint="rope_angles",
     )
-    emb = g.op("Concat", [ang, ang], hint="rope_emb", axis=1)
-    return g.op("Cos", [emb], hint="rope_cos"), g.op("Sin", [emb], hint="rope_sin")
+    emb = g.op("Concat", [ang, ang], hint="rope_emb", axis=ax)
+    cos, sin = g.op("Cos", [emb], hint="rope_cos"), g.op("Sin", [emb], hint="rope_sin")
+    if batched:  # [B, n, hd] -> [B, 1, n, hd], broadcast over the heads
+        cos = g.op("Unsqueeze", [cos, g.i64([1])], hint="rope_cos_heads")
+        sin = g.op("Unsqueeze", [sin, g.i64([1])], hint="rope_sin_heads")
+    return cos, sin
 
 
 def _rotate(g: GraphBuilder, x: str, cos: str, sin: str, half: int, label: str) -> str:
@@ -544,7 +585,7 @@ def _attention(g, st, c, x, get, i, mask, cos, sin) -> str:
     def proj(name, heads):
         b = get(f"{lp}{name}_proj.bias") if c.attention_bias else None
         y = _linear(g, x, get(f"{lp}{name}_proj.weight"), b, f"l{i}_{name}")
-        y = g.op("Reshape", [y, g.i64([1, -1, heads, hd])], hint=f"l{i}_{name}_4d")
+        y = g.op("Reshape", [y, g.i64([st.dim0(), -1, heads, hd])], hint=f"l{i}_{name}_4d")
         return g.op("Transpose", [y], hint=f"l{i}_{name}_h", perm=[0, 2, 1, 3])
 
     q = _rotate(g, proj("q", H), cos, sin, hd // 2, f"l{i}_q_rope")
@@ -559,7 +600,7 @@ def _attention(g, st, c, x, get, i, mask, cos, sin) -> str:
         if KVH != H:
             t = g.op("Unsqueeze", [t, g.i64([2])], hint=f"l{i}_{name}_5d")
             t = g.op("Expand", [t, g.i64([1, 1, H // KVH, 1, 1])], hint=f"l{i}_{name}_rep")
-            t = g.op("Reshape", [t, g.i64([1, H, -1, hd])], hint=f"l{i}_{name}_gqa")
+            t = g.op("Reshape", [t, g.i64([st.dim0(), H, -1, hd])], hint=f"l{i}_{name}_gqa")
         kv.append(t)
     kt = g.op("Transpose", [kv[0]], hint=f"l{i}_kt", perm=[0, 1, 3, 2])
     s = g.op("MatMul", [q, kt], hint=f"l{i}_scores")
@@ -568,7 +609,7 @@ def _attention(g, st, c, x, get, i, mask, cos, sin) -> str:
     p = g.op("Softmax", [s], hint=f"l{i}_probs", axis=-1)
     o = g.op("MatMul", [p, kv[1]], hint=f"l{i}_ctx")
     o = g.op("Transpose", [o], hint=f"l{i}_ctx_t", perm=[0, 2, 1, 3])
-    o = g.op("Reshape", [o, g.i64([1, -1, H * hd])], hint=f"l{i}_ctx_flat")
+    o = g.op("Reshape", [o, g.i64([st.dim0(), -1, H * hd])], hint=f"l{i}_ctx_flat")
     b = get(lp + "o_proj.bias") if c.attention_bias else None
     return _linear(g, o, get(lp + "o_proj.weight"), b, f"l{i}_o")
 
@@ -578,8 +619,8 @@ def _transformer(g, st, c, x_nct, n, get) -> str:
     t = _P + "pre_transformer."
     x = g.op("Transpose", [x_nct], hint="tf_in", perm=[0, 2, 1])
     x = _linear(g, x, get(t + "input_proj.weight"), get(t + "input_proj.bias"), "tf_input_proj")
-    mask, qpos_f = _attention_mask(g, c, n)
-    cos, sin = _rope(g, c, qpos_f)
+    mask, qpos_f = (_batched_mask if st.batched else _attention_mask)(g, c, n)
+    cos, sin = _rope(g, c, qpos_f, st.batched)
     eps = c.rms_norm_eps
     for i in range(c.num_layers):
         lp = f"{t}layers.{i}."
@@ -654,17 +695,26 @@ def _conv_decoder(g, st, c, x, get) -> str:
     x = _snake(g, x, get(f"{d}{n + 1}.alpha"), get(f"{d}{n + 1}.beta"), "out_snake")
     x = _causal_conv(g, st, x, get(f"{d}{n + 2}.conv.weight"), get(f"{d}{n + 2}.conv.bias"), "out")
     x = g.op("Clip", [x, g.f32(-1.0), g.f32(1.0)], hint="wave")
-    return g.op("Reshape", [x, g.i64([-1])], outputs=["audio"])
+    flat = [0, -1] if st.batched else [-1]  # [B, samples] or [samples]
+    return g.op("Reshape", [x, g.i64(flat)], outputs=["audio"])
 
 
 # ---------------------------------------------------------------------- assembly
 def build_speech_decoder_graph(
-    c: SpeechDecoderConfig, get: Callable[[str], np.ndarray], opset: int = 17
+    c: SpeechDecoderConfig,
+    get: Callable[[str], np.ndarray],
+    opset: int = 17,
+    batched: bool = False,
 ) -> onnx.ModelProto:
     """The stateful decoder graph; `get(name)` returns a checkpoint tensor as float32.
 
     Tensor shapes are checked against `decoder_tensor_shapes` first (ValueError naming the
     tensor), so a checkpoint of another shape never yields a graph.
+
+    `batched`: the same operators over a leading batch axis, one row per stream, each with
+    its own position and state (codes [B, n, Q], position [B], every state [B, ...],
+    audio [B, n * samples_per_frame]); the frame count n is shared. Its weights are the
+    lone graph's, under the same names.
     """
     shapes = decoder_tensor_shapes(c)
 
@@ -676,10 +726,10 @@ def build_speech_decoder_graph(
             )
         return a
 
-    g, st = GraphBuilder(), _States()
+    g, st = GraphBuilder(), _States(batched)
     shape = g.op("Shape", ["codes"], hint="codes_shape")
-    n = g.op("Gather", [shape, _scalar(g, 0)], hint="n_frames")
-    x = _dequantize(g, c, fetch)
+    n = g.op("Gather", [shape, _scalar(g, 1 if batched else 0)], hint="n_frames")
+    x = _dequantize(g, c, fetch, batched)
     pre = _P + "pre_conv.conv."
     x = _causal_conv(g, st, x, fetch(pre + "weight"), fetch(pre + "bias"), "pre_conv")
     x = _transformer(g, st, c, x, n, fetch)
@@ -687,11 +737,12 @@ def build_speech_decoder_graph(
     _conv_decoder(g, st, c, x, fetch)
 
     f32 = TensorProto.FLOAT
+    lead = ["batch"] if batched else []
     inputs = [
-        helper.make_tensor_value_info("codes", TensorProto.INT64, ["n", c.num_quantizers]),
-        helper.make_tensor_value_info("position", TensorProto.INT64, [1]),
+        helper.make_tensor_value_info("codes", TensorProto.INT64, [*lead, "n", c.num_quantizers]),
+        helper.make_tensor_value_info("position", TensorProto.INT64, [st.lead]),
     ]
-    outputs = [helper.make_tensor_value_info("audio", f32, ["samples"])]
+    outputs = [helper.make_tensor_value_info("audio", f32, [*lead, "samples"])]
     for s_in, s_out, shape in st.entries:
         inputs.append(helper.make_tensor_value_info(s_in, f32, shape))
         outputs.append(helper.make_tensor_value_info(s_out, f32, shape))
