@@ -283,6 +283,15 @@ class AudioStream:
         return self.encoder.feed(self.decoder.feed(block))
 
     async def chunks(self):
+        try:
+            async for out in self._chunks():
+                yield out
+        finally:  # a batched decoder stops waiting for this stream's chunks
+            close = getattr(self.decoder, "close", None)
+            if close is not None:
+                close()
+
+    async def _chunks(self):
         hop = self.engine.family.hop
         done = False
         first = getattr(self.engine.family, "first_chunk_frames", FIRST_CHUNK_FRAMES)

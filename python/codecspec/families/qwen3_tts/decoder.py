@@ -12,6 +12,9 @@ the stateful graph reproduces the segment's whole forward exactly (up to float s
 order) whatever the call sizes; at every segment start the state is reset and the context
 frames are replayed, as the official code does. `decode` and `stream` therefore give the same
 audio, and the official audio, to float32 rounding.
+
+`DecoderStream.calls` hands out a feed's graph calls one at a time, so that decoder_batch.py
+can run several streams' calls together, each on its own cursor.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -187,6 +190,7 @@ class SpeechDecoder:
         self.left_context = left_context
         self._states = state_io_names(session.get_inputs())
         self._out_names = ["audio"] + [s[1] for s in self._states]
+        self.source: Optional[DecoderSource] = None  # set by `load`
 
     # -------------------------------------------------------------- construction
     @classmethod
@@ -229,7 +233,10 @@ class SpeechDecoder:
             arena=False,
             custom_ops=fused_graph is not None,
         )
-        return cls(session, config, fused_graph or graph, chunk_size, left_context)
+        decoder = cls(session, config, fused_graph or graph, chunk_size, left_context)
+        # what the batched twin (decoder_batch.py) is built from and opened with, on demand
+        decoder.source = DecoderSource(folder, graph, provider, threads, fused_graph is not None)
+        return decoder
 
     # -------------------------------------------------------------- properties
     @property
@@ -289,11 +296,13 @@ class SpeechDecoder:
         if n_pending:
             yield np.concatenate(list(self._advance(cur, np.concatenate(pending), want)))
 
-    def open_stream(self) -> DecoderStream:
+    def open_stream(self, context=None) -> DecoderStream:
         """A stream fed by its caller, one block at a time (`feed(codes)` returns exactly the
         audio of those frames): for a server that vocodes each utterance in chunks as its
-        frames come. Many may be open at once; each keeps its own state."""
-        return DecoderStream(self)
+        frames come. Many may be open at once; each keeps its own state. `context`: codes
+        decoded first, on the first feed, as left context whose audio is dropped (a cloned
+        voice's reference codes)."""
+        return DecoderStream(self, context)
 
     # -------------------------------------------------------------- internals
     def _check_codes(self, codes, name: str) -> np.ndarray:
@@ -318,27 +327,39 @@ class SpeechDecoder:
         cur.position += len(codes)
         return out[0]
 
-    def _start_segment(self, cur: _Cursor) -> None:
+    def _start_segment(self, cur: _Cursor) -> Iterator[tuple[np.ndarray, bool]]:
         """Fresh state, then the context frames (their audio dropped), as chunked_decode."""
         cur.states = self._zero_states()
         cur.position = 0
         ctx = cur.history[len(cur.history) - min(self.left_context, cur.frame) :]
         for i in range(0, len(ctx), DECODE_BLOCK_FRAMES):
-            self._run(cur, ctx[i : i + DECODE_BLOCK_FRAMES])
+            yield ctx[i : i + DECODE_BLOCK_FRAMES], False
 
-    def _advance(self, cur: _Cursor, codes: np.ndarray, max_frames: int) -> Iterator[np.ndarray]:
-        """Audio of `codes`, continuing `cur`, in graph calls of at most max_frames frames."""
+    def _calls(
+        self, cur: _Cursor, codes: np.ndarray, max_frames: int
+    ) -> Iterator[tuple[np.ndarray, bool]]:
+        """The graph calls that advance `cur` by `codes`, as (frames, audio kept): calls of at
+        most max_frames frames, a segment's context replayed where one starts. The caller
+        runs each call on `cur` before asking for the next (`_advance` one by one,
+        `feed_many` beside other streams' calls): both run the same calls."""
         i = 0
         while i < len(codes):
             if cur.frame and cur.frame % self.chunk_size == 0 and cur.position != 0:
-                self._start_segment(cur)
+                yield from self._start_segment(cur)
             to_boundary = self.chunk_size - cur.frame % self.chunk_size
             m = min(len(codes) - i, max_frames, to_boundary)
             block = codes[i : i + m]
-            yield self._run(cur, block)
+            yield block, True
             cur.history = np.concatenate([cur.history, block])[-max(self.left_context, 1) :]
             cur.frame += m
             i += m
+
+    def _advance(self, cur: _Cursor, codes: np.ndarray, max_frames: int) -> Iterator[np.ndarray]:
+        """Audio of `codes`, continuing `cur`, in graph calls of at most max_frames frames."""
+        for block, keep in self._calls(cur, codes, max_frames):
+            audio = self._run(cur, block)
+            if keep:
+                yield audio
 
 
 def _check_frames(n, name: str) -> int:
@@ -355,21 +376,46 @@ def chunk_sizes(first: int, steady: int) -> Iterator[int]:
         n = min(2 * n, steady)
 
 
+class DecoderSource(NamedTuple):
+    """Where a loaded decoder came from: the speech_tokenizer folder, the cache entry's
+    graph, and the provider, threads and fused operators its session runs with."""
+
+    folder: Path
+    graph: Path
+    provider: str
+    threads: Optional[int]
+    fused: bool
+
+
 class DecoderStream:
     """One utterance's decoder state (see `SpeechDecoder.open_stream`). The audio of every
     block fed, concatenated, equals `decode()` of all the codes to float32 rounding."""
 
-    def __init__(self, decoder: SpeechDecoder) -> None:
+    def __init__(self, decoder: SpeechDecoder, context=None) -> None:
         self.decoder = decoder
         self._cur = _Cursor(decoder)
+        self._context = None if context is None else decoder._check_codes(context, "context")
 
     @property
     def frames(self) -> int:
         return self._cur.frame
 
+    def calls(self, codes: np.ndarray) -> Iterator[tuple[np.ndarray, bool]]:
+        """The graph calls of feeding checked `codes` (`SpeechDecoder._calls`), after the
+        context's on the first feed; each runs on this stream's cursor before the next."""
+        d = self.decoder
+        if self._context is not None:
+            context, self._context = self._context, None
+            for block, _ in d._calls(self._cur, context, DECODE_BLOCK_FRAMES):
+                yield block, False
+        yield from d._calls(self._cur, codes, DECODE_BLOCK_FRAMES)
+
     def feed(self, codes) -> np.ndarray:
         """codes int [n, num_quantizers] (n >= 0) -> float32 [n * samples_per_frame]."""
         d = self.decoder
-        codes = d._check_codes(codes, "codes")
-        parts = list(d._advance(self._cur, codes, DECODE_BLOCK_FRAMES))
+        parts = []
+        for block, keep in self.calls(d._check_codes(codes, "codes")):
+            audio = d._run(self._cur, block)
+            if keep:
+                parts.append(audio)
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)

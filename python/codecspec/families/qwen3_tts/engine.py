@@ -15,6 +15,9 @@ bit-identical to it for the same seed and arguments, whatever streams share the 
 The talker's eos decides the length (`known_length = False`): the step that samples eos ends
 the stream without a frame. Audio is the 12 Hz speech decoder (24 kHz), one decoder state per
 stream fed chunk by chunk (`chunk_decoder`), so the chunks join exactly as a whole decode.
+`batch_decoder()` decodes the chunks that streams feed at the same time in one batched call
+instead (decoder_batch.py: each stream keeps its own state; its audio is its lone decode's
+to float32 rounding, not bit for bit); off by default, as it saved no CPU time here.
 
 Request fields: `voice` is a CustomVoice speaker (OpenAI's voice names map onto the
 speakers; VoiceDesign and Base checkpoints have none); `instructions` is the official
@@ -45,7 +48,7 @@ computes a lone row by another kernel than rows together). Where it fails (a CPU
 kernels no block serves alike), the talker steps per stream as before.
 
 What it does not do: batch the speculative depth loops of several streams (each runs on its
-stream's own decoder), nor the speech decoder across streams.
+stream's own decoder).
 """
 
 from __future__ import annotations
@@ -163,6 +166,11 @@ class Qwen3Family(Qwen3Steps):
         self.depth = BatchedDepth(self.tts.depth, slots, provider, threads)
         # every stream's talker step of a step in one call, where that is bit-identical here
         self.talker_rows = talker_rows(self.tts.talker, slots, provider, threads)
+        # Each stream's decoder chunks on their own: decoding the chunks streams feed at once
+        # in one call (`batch_decoder()`) is not bit-identical and saved no CPU time here
+        # (docs/serving.md), so it is asked for, not the default.
+        self.slots = int(slots)
+        self.decoder_batch = None
 
     def _speculation_pays(self) -> bool:
         """Mode "auto": what `codecspec calibrate --model DIR` measured (as `synth`)."""
@@ -298,27 +306,36 @@ class Qwen3Family(Qwen3Steps):
         """`check_folder` on `codecspec serve`'s --ref-audio and --voices-dir."""
         check_folder(args.model, args.ref_audio, args.voices_dir)
 
+    def batch_decoder(self, on: bool = True):
+        """Decode the chunks that streams feed at once in one batched call (on) or each on
+        its own decoder state (off). Returns the `DecoderBatcher`, or None (off, one slot,
+        or a cache that cannot take the batched graph). Streams opened before keep theirs."""
+        self.decoder_batch = decoder_batcher(self.codec.decoder, self.slots) if on else None
+        return self.decoder_batch
+
     def chunk_decoder(self, iters: int, seed: int, voice=None):
-        stream = self.codec.decoder.open_stream()
+        """The stream's decoder state, fed its chunks by the app: through the batcher where
+        there is one (its chunks decoded with other streams'), else on its own. A cloned
+        voice's reference codes go first as left context (their audio dropped), as
+        generate_voice_clone decodes reference + new codes in one sequence; they are
+        decoded on the first feed, in the vocoder's worker thread, not here."""
         cloned = self.cloned.get(voice) if voice is not None else None
-        if cloned is not None and cloned.ref_codes is not None:
-            return _AfterReference(stream, cloned.ref_codes)
-        return stream
+        context = cloned.ref_codes if cloned is not None else None
+        if self.decoder_batch is not None:
+            return self.decoder_batch.open_stream(context)
+        return self.codec.decoder.open_stream(context)
 
 
-class _AfterReference:
-    """A decoder stream that first takes a voice's reference codes as left context (their
-    audio dropped), as generate_voice_clone decodes reference + new codes in one sequence.
-    Primed on the first feed, in the vocoder's worker thread, not where it is made."""
+def decoder_batcher(decoder, slots: int):
+    """The engine's `DecoderBatcher` over the speech decoder and its batched twin, or None
+    with one slot or where the twin cannot be had (a decoder not loaded from a folder, a
+    cache that cannot take its graph)."""
+    from .decoder_batch import BatchedDecoder, DecoderBatcher
 
-    def __init__(self, stream, ref_codes: np.ndarray) -> None:
-        self.stream, self.ref_codes = stream, ref_codes
-
-    def feed(self, codes) -> np.ndarray:
-        if self.ref_codes is not None:
-            self.stream.feed(self.ref_codes)
-            self.ref_codes = None
-        return self.stream.feed(codes)
+    if slots < 2:
+        return None
+    batched = BatchedDecoder.load(decoder)
+    return DecoderBatcher(batched) if batched is not None else None
 
 
 def talker_rows(talker, slots: int, provider, threads):
