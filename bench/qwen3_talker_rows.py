@@ -7,6 +7,13 @@ vector flags with the figures.
 
     python bench/qwen3_talker_rows.py --model ~/.cache/codecspec/qwen3/q06 --weights int4 \
         [--streams 1,2,4,8,16] [--threads 2] [--max-frames 60] [--mode ar]
+
+With --audio the streams' audio is made too (the 12 Hz speech decoder, each stream's chunks
+fed as the app feeds them, one consumer thread per stream), and the two sides are the
+speech decoder per stream against the streams' chunks decoded together
+(families/qwen3_tts/decoder_batch.py), the talker batched in both; TTFA is then the first
+audio chunk. --decoder-only times the decoder stage alone: n streams' chunks of
+--chunk-frames frames fed one stream after another against one batched `feed_many`.
 """
 
 from __future__ import annotations
@@ -84,6 +91,130 @@ def talker_only(tts, ns, threads: int, repeats: int = 7) -> list:
     return out
 
 
+def decoder_only(args, ns, repeats: int = 7) -> list:
+    """The speech decoder alone: n streams' next chunks (random codes) fed one after another
+    against one `feed_many`, interleaved, medians and minima over `repeats`."""
+    import time
+    from pathlib import Path
+
+    import numpy as np
+
+    from codecspec.families.qwen3_tts.decoder import SpeechDecoder
+    from codecspec.families.qwen3_tts.decoder_batch import BatchedDecoder
+
+    folder = Path(args.model) / "speech_tokenizer"
+    dec = SpeechDecoder.load(folder, args.cache_dir, threads=args.threads)
+    batched = BatchedDecoder.load(dec)
+    rng = np.random.default_rng(0)
+    out = []
+    for b in ns:
+        lone = [dec.open_stream() for _ in range(b)]
+        together = [dec.open_stream() for _ in range(b)]
+        alone_s, batched_s = [], []
+        for r in range(repeats + 1):  # the first round warms both
+            shape = (args.chunk_frames, dec.num_quantizers)
+            codes = [rng.integers(0, dec.codebook_size, shape) for _ in lone]
+            t0 = time.perf_counter()
+            for s, c in zip(lone, codes):
+                s.feed(c)
+            t1 = time.perf_counter()
+            batched.feed_many(together, codes)
+            if r:
+                alone_s.append(t1 - t0)
+                batched_s.append(time.perf_counter() - t1)
+        row = {"n": b, "chunk_frames": args.chunk_frames}
+        for k, v in (("per_stream", alone_s), ("batched", batched_s)):
+            row[f"{k}_ms"] = round(1e3 * float(np.median(v)), 1)
+            row[f"{k}_min_ms"] = round(1e3 * float(np.min(v)), 1)
+        print(f"decoder stage n={b}: {row}", flush=True)
+        out.append(row)
+    return out
+
+
+def consume(engine, handle) -> tuple:
+    """(audio samples, first audio time, last audio time) of a served stream whose chunks
+    are fed to its decoder as the app feeds them."""
+    import time
+
+    import numpy as np
+
+    from codecspec.serve.app import chunk_frames
+
+    dec = engine.family.chunk_decoder(0, 0)
+    frames, sent, samples, first = [], 0, 0, None
+    try:
+        for f in handle:
+            frames.append(f)
+            if len(frames) - sent >= chunk_frames(sent, engine.family.first_chunk_frames):
+                samples += len(dec.feed(np.stack(frames[sent:])))
+                sent, first = len(frames), first or time.perf_counter()
+        if len(frames) > sent:
+            samples += len(dec.feed(np.stack(frames[sent:])))
+        return samples, first or time.perf_counter(), time.perf_counter()
+    finally:
+        getattr(dec, "close", lambda: None)()
+
+
+def audio_scaling(engine, n: int, mode: str, seed: int) -> dict:
+    """`engine_scaling`'s figures with each stream's audio made by a consumer thread."""
+    import threading
+    import time
+
+    from codecspec.serve.bench import TEXTS, summarize
+    from codecspec.serve.engine import SpeechRequest
+
+    reqs = [SpeechRequest(TEXTS[i % len(TEXTS)], mode=mode, seed=seed + i) for i in range(n)]
+    t0 = time.perf_counter()
+    handles = engine.submit_many(reqs)
+    got: list = [None] * n
+
+    def run(k: int) -> None:
+        got[k] = consume(engine, handles[k])
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rate = engine.family.sample_rate
+    row = summarize(
+        n,
+        [g[0] / rate for g in got],
+        [g[2] - h.submitted for g, h in zip(got, handles)],
+        [g[1] - h.submitted for g, h in zip(got, handles)],
+        max(g[2] for g in got) - t0,
+    )
+    row.update(mode=mode, frames=sum(h.count for h in handles))
+    print(
+        f"n={n}: aggregate {row['aggregate_realtime']:.2f}x real time, per-stream RTF p50 "
+        f"{row['per_stream_rtf_p50']:.2f}, TTFA p50 {row['ttfa_ms_p50']:.0f} ms",
+        flush=True,
+    )
+    return row
+
+
+def with_audio(engine, ns, args) -> list:
+    """Per n: the speech decoder per stream, then batched (the talker batched in both)."""
+    batcher = engine.family.batch_decoder()  # off by default
+    print(f"batched decoder: {'yes' if batcher is not None else 'no (one slot, or no cache)'}")
+    print("warm-up:", end=" ", flush=True)
+    audio_scaling(engine, 1, args.mode, seed=0)  # the decoder's first calls
+    rows = []
+    try:
+        for n in ns:
+            for label, b in (("per-stream", None), ("batched", batcher)):
+                if label == "batched" and b is None:
+                    continue
+                engine.family.decoder_batch = b
+                print(f"{args.weights} decoder {label}:", end=" ", flush=True)
+                r = audio_scaling(engine, n, args.mode, seed=n)
+                r.update(decoder=label, weights=args.weights, threads=args.threads)
+                rows.append(r)
+    finally:
+        engine.family.decoder_batch = None
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="a Qwen3-TTS checkpoint folder")
@@ -94,9 +225,15 @@ def main() -> None:
     ap.add_argument("--mode", default="ar", choices=("ar", "spec"))
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--talker-only", action="store_true", help="the talker stage alone")
+    ap.add_argument("--audio", action="store_true", help="with audio: decoder per stream/batched")
+    ap.add_argument("--decoder-only", action="store_true", help="the speech decoder alone")
+    ap.add_argument("--chunk-frames", type=int, default=10, help="--decoder-only's chunk")
     args = ap.parse_args()
     ns = [int(x) for x in args.streams.split(",")]
     print(json.dumps({"cpu": cpu(), "onnxruntime": ort.__version__}), flush=True)
+    if args.decoder_only:
+        print(json.dumps({"decoder": decoder_only(args, ns)}))
+        return
     if args.talker_only:
         from codecspec.families.qwen3_tts.pipeline import Qwen3TTS
 
@@ -111,6 +248,12 @@ def main() -> None:
         max_frames=args.max_frames,
         cache_dir=args.cache_dir,
     )
+    if args.audio:
+        try:
+            print(json.dumps({"rows": with_audio(engine, ns, args)}))
+        finally:
+            engine.shutdown()
+        return
     batched = engine.family.talker_rows
     print(f"batched talker: {'yes' if batched is not None else 'no (rows differ here)'}")
     rows = []
