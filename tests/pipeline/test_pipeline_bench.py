@@ -2,12 +2,15 @@
 timed through `Family.prepare` and the one loop, and its `stages()` weight bytes give the
 bound beside the figure. Checked on the example family: the frames are the loop's, a family
 made slower in its step measures slower in the same run, and the bound is bytes ÷
-bandwidth."""
+bandwidth. The one driver's timing (`run_sides`, `side_figures`), which every family with
+figures of its own goes through, on a model that records its calls."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from example_family import ENTRY
 from example_family.engine import ToyFamily
@@ -18,10 +21,13 @@ from codecspec.pipeline import registry
 from codecspec.pipeline.bench import (
     BENCH_TEXTS,
     family_record,
+    run_sides,
+    side_figures,
     time_family,
 )
 from codecspec.pipeline.family import Stage
 from codecspec.pipeline.loop import run_inline
+from codecspec.pipeline.result import Result
 from codecspec.serve.engine import SpeechRequest
 
 
@@ -124,3 +130,54 @@ def test_codecspec_bench_runs_a_family_without_a_bench_of_its_own(folder, capsys
     assert [s["name"] for s in rec["stages"]] == ["logits"]
     assert rec["stages"][0]["bytes_ar"] > 0 and rec["bound_ms_per_frame"]["ar"] > 0
     assert rec["ms_per_frame"]["ar"] > 0 and rec["cpu_simd"]
+
+
+# ---------------------------------------------------------------- the one driver's timing
+@dataclass
+class _Made(Result):
+    """A result whose stages took `seconds` each (what `side_figures` reads)."""
+
+    seconds: float = 0.0
+    hit_max_frames: bool = False
+
+    def stage_seconds(self) -> dict:
+        return {"temporal": self.seconds, "depth": self.seconds}
+
+    @property
+    def audio_seconds(self) -> float:
+        return self.frames / 10  # 10 frames a second
+
+
+class _Recorder:
+    """A model whose `generate` records its calls: frames = 2 + seed, 1 ms a frame per stage."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, text, *, mode, seed=0, decode_audio=True):
+        self.calls.append((text, mode, seed, decode_audio))
+        n = 2 + seed
+        return _Made(np.zeros((n, 2), np.int64), seconds=1e-3 * n)
+
+
+def test_run_sides_warms_each_side_then_flips_the_order_per_request():
+    tts = _Recorder()
+    sides = {"ar": {"mode": "ar"}, "spec": {"mode": "spec"}}
+    runs = run_sides(tts, [{"text": "a"}, {"text": "b"}], sides, seed=5)
+    warm, timed = tts.calls[:2], tts.calls[2:]
+    assert [(m, audio) for _, m, _, audio in warm] == [("ar", False), ("spec", False)]
+    assert timed == [("a", "ar", 5, True), ("a", "spec", 5, True)] + [
+        ("b", "spec", 6, True),
+        ("b", "ar", 6, True),
+    ]
+    assert [r.frames for r in runs["ar"]] == [7, 8]
+
+
+def test_side_figures_are_medians_per_frame_and_sums_per_audio():
+    rows = [_Made(np.zeros((n, 2), np.int64), seconds=1e-3 * n) for n in (2, 4, 30)]
+    f = side_figures(rows)
+    assert f["frames"] == 36 and f["audio_seconds"] == pytest.approx(3.6)
+    assert f["ms_per_frame"] == pytest.approx(2.0)  # 1 ms a frame in each of two stages
+    assert f["stage_ms_per_frame"] == {"temporal": pytest.approx(1.0), "depth": pytest.approx(1.0)}
+    assert f["rtf"] == pytest.approx(0.072 / 3.6)
+    assert f["tokens_per_call"] is None and f["hit_max_frames"] == 0  # no depth loop here

@@ -1,8 +1,8 @@
 """`codecspec bench`: its options (a family's own: the registry's `cli_options`) and the
 command: with --streams the serving engine's scaling bench
-(`codecspec.serve.commands.cmd_bench_streams`), else the family's own bench, or the
-protocol's for a family without one (`codecspec.pipeline.bench`); the figures are reported
-here, with --quality's table after them."""
+(`codecspec.serve.commands.cmd_bench_streams`), else the one driver over the family
+(`codecspec.pipeline.bench`); the figures are reported here, with --quality's table after
+them."""
 
 from __future__ import annotations
 
@@ -71,22 +71,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_bench(args) -> int:
     """`codecspec bench`: a family whose bench is a command of its own
-    (`Family.bench_command`: Qwen3-TTS) runs it; a family's own figures
-    (`Family.bench_figures`: the phoneme families) are reported here; any other family gets
-    the protocol's bench (`codecspec.pipeline.bench`: every decode mode it takes through the
-    one loop, beside the bound its `Family.stages()` give)."""
+    (`Family.bench_command`: Qwen3-TTS) runs it; any other is timed by the one driver
+    (`codecspec.pipeline.bench.bench`, over what its `Family` class names) and reported
+    here."""
     from codecspec.pipeline import registry
+    from codecspec.pipeline.bench import bench
 
     entry = registry.family_of(args.model)
     family = entry.load("engine")
     if family.bench_command is not None:
         return family.bench_command(args)
-    figures = family.bench_figures
-    if figures is None:  # the protocol's bench: prepare + the one loop, timed whole
-        from codecspec.pipeline.bench import bench_figures as figures
     options.refuse_other_families_flags(args, "bench", entry)
     common, model = bench_common(args)
-    res, record = figures(args, model, common)
+    res, record = bench(args, model, common, family)
     return bench_report(args, entry.name, model, res, record)
 
 

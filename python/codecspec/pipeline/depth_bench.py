@@ -1,8 +1,9 @@
 """`codecspec bench`: the depth-loop families, autoregressive vs speculative.
 
-The depth loop alone (`bench_depth_loop`), and the pipeline figures and record parts every
-such family reports; a family's whole pipeline and its record are in its package
-(`codecspec.families.reference.bench`: `bench_pipeline`, `record_reference`).
+The depth loop alone (`bench_depth_loop`), and the pipeline figures and the record every
+such family reports (`depth_record`); the whole pipeline is timed by the one driver
+(`codecspec.pipeline.bench`), and what a family reports of it is its own
+(`codecspec.families.reference.bench`).
 
 Both modes decode the same frames (h_t, c0 of held-out utterances, shipped as frames.npz) in
 one run, interleaved frame by frame so that load drifting on a shared machine hits both alike;
@@ -312,10 +313,15 @@ def depth_alone_stage(res: dict, in_total: bool) -> dict:
     )
 
 
-def base_record(family: str, model_dir, res: dict, bandwidth: float, rss: float) -> dict:
-    """The record's keys every family fills the same way."""
+def depth_record(
+    family: str, model_dir, res: dict, bandwidth: float, rss: float, codec_file: str, codecs=None
+) -> dict:
+    """The bench record of a depth-loop family (before `perf.finish_record`, so that the
+    family adds its own keys), from `bench_depth_loop`'s figures and, when it ran, the
+    pipeline's (`pipeline_totals`; its codec is `codec_file`). Without a pipeline the depth
+    loop alone is the frame; `codecs`: `frame_ms`'s, for the audio per frame."""
     reads = res.get("depth_reads") or {}
-    return {
+    rec = {
         "family": family,
         "model": str(model_dir),
         "provider": res.get("provider"),
@@ -325,7 +331,19 @@ def base_record(family: str, model_dir, res: dict, bandwidth: float, rss: float)
         "peak_rss_mb": rss,
         "depth_speedup": res.get("speedup"),
         "tokens_per_call": res.get("tokens_per_call"),
+        "calibration": {"depth": depth_choice(model_dir, res.get("depth", "positional"))},
     }
+    totals = res.get("pipeline_totals")
+    if totals is None:  # --no-pipeline: the depth loop is all that ran
+        rec["audio_ms_per_frame"] = frame_ms(model_dir, codecs)
+        rec["stages"] = [depth_alone_stage(res, in_total=True)]
+        rec["pipeline_rtf"] = {"ar": None, "spec": None}
+        return rec
+    rec["audio_ms_per_frame"] = res["audio_ms_per_frame"]
+    stages = pipeline_stages(model_dir, totals, res.get("depth_reads"), codec_file)
+    rec["stages"] = stages + [depth_alone_stage(res, in_total=False)]
+    rec.update(pipeline_figures(totals))
+    return rec
 
 
 def pipeline_figures(totals: dict) -> dict:

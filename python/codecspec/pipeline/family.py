@@ -14,14 +14,14 @@ that depends on the model family sits behind `Family`:
 - the codec the app vocodes chunks with (`codec.decode(codes, n_iter, seed)`, `hop` samples
   per frame), the voices and languages, the frame and sample rates;
 - `stages()`: the model's stages per frame and the weight bytes each reads (`Stage`), so
-  `codecspec bench` states a bound for a family that has no bench of its own
+  `codecspec bench` states a bound for a family it times through the protocol alone
   (`codecspec.pipeline.bench`);
 - what the commands ask the family's class (optional, with defaults: `request_options`,
   `synth_lines`, `speaks_phonemes`, `quality_mode`, `quality_modes`, `floor_voice`,
-  `bench_figures`,
-  `check_serve`), and the commands it runs whole (`synth_command`, `bench_command`,
-  `calibrate_command`; None: the shared command), so that no shared module compares a
-  family's name, format or attribute (tests/repository).
+  the bench's `bench_requests`, `bench_sides`, `bench_keys`, `bench_record`,
+  `bench_depth_loop`, `check_serve`), and the commands it runs whole (`synth_command`,
+  `bench_command`, `calibrate_command`; None: the shared command), so that no shared module
+  compares a family's name, format or attribute (tests/repository).
 
 A request is a `SpeechRequest` (what the server's `/v1/audio/speech` body and the bench ask
 for); the engine (`codecspec.serve.engine`) re-exports it.
@@ -363,9 +363,29 @@ class Family:
         which the quality floors render a text (`evaluation.floors`); None: the corpus voice."""
         return None
 
-    # (args, model folder, the bench's shared keywords) -> (figures, record function), what
-    # `codecspec bench` reports; None: the protocol's bench (`codecspec.pipeline.bench`)
-    bench_figures: Optional[Callable] = None
+    # `codecspec bench` (`codecspec.pipeline.bench.bench`, the one driver). bench_keys:
+    # (tts, {side: [Result]}, args, the depth loop's figures alone) -> the figures the family
+    # reports of its timed runs (`side_figures` reduces a side); None: the protocol's bench
+    # (prepare + the one loop, timed whole). bench_record: (figures, folder, *, bandwidth,
+    # peak_rss_mb) -> its `codecspec.perf` record. bench_depth_loop: the folder's depth loop
+    # (frames.npz) is timed alone first, and alone is all --no-pipeline runs.
+    bench_keys: Optional[Callable] = None
+    bench_record: Optional[Callable] = None
+    bench_depth_loop = False
+
+    @classmethod
+    def bench_requests(cls, tts, texts: list, args) -> list:
+        """`generate` keywords of each request the bench times, from the held-out `texts`
+        (`--texts` of them: text, language, espeak-ng IPA): by default the stored IPA, so
+        that no espeak-ng is needed."""
+        return [{"text": "", "phonemes": t["phonemes"], "language": t["language"]} for t in texts]
+
+    @classmethod
+    def bench_sides(cls, tts, args) -> dict:
+        """The sides the bench compares, {side: `generate` keywords}: AR and, where the
+        family has one, its speculative mode."""
+        return {m: {"mode": m} for m in ("ar", "spec") if m in cls.modes}
+
     # args -> exit status: a subcommand the family runs whole (its own loading, flags and
     # report: Qwen3-TTS's); None: the shared command serves it
     synth_command = bench_command = calibrate_command = None

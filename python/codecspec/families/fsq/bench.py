@@ -1,11 +1,12 @@
-"""`codecspec bench --model fsq` and `codecspec synth --model fsq`: the FSQ family end to end.
+"""What `codecspec bench --model fsq` reports: the FSQ family end to end.
 
-The bench synthesises the held-out phoneme strings shipped in the model folder (bench.json,
-so no espeak-ng is needed) through the whole pipeline, each utterance ended by the stop head:
-graph calls per frame (1 by construction, counted), ms per frame of the step graph and of the
-frame decoder, the vocoder's time and the real-time factor; with `batch` > 1 it also runs the
+The one driver (`codecspec.pipeline.bench`) times the held-out phoneme strings shipped in the
+model folder (`bench_requests`: bench.json, so no espeak-ng is needed), each utterance ended
+by the stop head, on its one side (AR: nothing to speculate). Its figures (`bench_keys`):
+graph calls per frame (1 by construction, counted), ms per frame of the step graph and of
+the frame decoder, the vocoder's time and the real-time factor; with `--batch` > 1 also the
 first `batch` utterances together through the engine's loop (`run_together`: one step call
-per frame for every stream still running).
+per frame for every stream still running). `bench_fsq` is the same for a Python caller.
 """
 
 from __future__ import annotations
@@ -17,27 +18,32 @@ from typing import Optional
 
 import codecspec as cs
 from codecspec.pipeline import registry
+from codecspec.pipeline.bench import run_sides, side_figures
 from codecspec.pipeline.loop import run_together
 
-__all__ = ["bench_figures", "load_bench_texts", "bench_fsq", "record_fsq"]
+__all__ = ["bench_fsq", "bench_keys", "bench_requests", "load_bench_texts", "record"]
 
 
-def load_bench_texts(model_dir) -> list:
+def load_bench_texts(model_dir, count: Optional[int] = None) -> list:
+    """The folder's bench.json utterances (phonemes, language, speaker, reference frames),
+    the first `count` of them (None: all)."""
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"utterances: expected an int >= 1, got {count!r}")
     path = Path(model_dir) / "bench.json"
     if not path.is_file():
         raise FileNotFoundError(f"model_dir: no bench.json in {model_dir}")
-    return json.loads(path.read_text())["utterances"]
+    return json.loads(path.read_text())["utterances"][:count]
 
 
-def _one(tts, u: dict, seed: int, vocoder: bool):
-    return tts.generate(
-        "",
-        phonemes=u["phonemes"],
-        language=u["language"],
-        speaker=u["speaker"],
-        seed=seed,
-        decode_audio=vocoder,
-    )
+def _requests(utts: list) -> list:
+    keys = ("phonemes", "language", "speaker")
+    return [{"text": "", **{k: u[k] for k in keys}} for u in utts]
+
+
+def bench_requests(tts, texts: list, args) -> list:
+    """The folder's own utterances (`--utterances` of them), not the held-out `texts`: the
+    stop head was trained on its corpus's phoneme strings."""
+    return _requests(load_bench_texts(tts.dir, args.utterances))
 
 
 def _batched(tts, utts: list, seed: int) -> dict:
@@ -65,38 +71,21 @@ def _batched(tts, utts: list, seed: int) -> dict:
     }
 
 
-def bench_fsq(
-    model_dir=None,
-    utterances: int = 8,
-    *,
-    batch: int = 1,
-    seed: int = 0,
-    provider: str = "auto",
-    threads: Optional[int] = None,
-    params: Optional[cs.SamplingParams] = None,
-    vocoder: bool = True,
-    progress: bool = True,
-) -> dict:
-    if isinstance(utterances, bool) or not isinstance(utterances, int) or utterances < 1:
-        raise ValueError(f"utterances: expected an int >= 1, got {utterances!r}")
+def bench_keys(tts, runs: dict, args, alone: dict) -> dict:
+    """The figures of the driver's runs (one side), and `--batch`'s together."""
+    return _figures(tts, runs["ar"], args.batch, args.seed, vocoder=True)
+
+
+def _figures(tts, runs: list, batch: int, seed: int, vocoder: bool) -> dict:
+    """Per frame over all utterances (sums, not medians: ms_per_frame is the loop's
+    throughput); this family's step graph is the driver's "temporal" stage and its frame
+    decoder the "depth" one (`FSQSynthesis.stage_seconds`)."""
     from codecspec.runtime import session_threads
 
-    # the family's model, loaded through the registry (model.py's family asks for this bench)
-    folder = "fsq" if model_dir is None else model_dir
-    tts = registry.load_model(folder, provider=provider, threads=threads, params=params)
-    texts = load_bench_texts(tts.dir)[:utterances]
-    _one(tts, texts[0], seed, False)  # warm-up outside the counts
-    it = texts
-    if progress:
-        from codecspec.progress import bar
-
-        it = bar(texts, desc="bench fsq", total=len(texts))
-    runs = [_one(tts, u, seed + i, vocoder) for i, u in enumerate(it)]
-    frames = sum(len(s.codes) for s in runs)
-    step_s = sum(s.temporal_seconds for s in runs)
-    samp_s = sum(s.sampling_seconds for s in runs)
-    voc_s = sum(s.decode_seconds for s in runs)
-    audio = sum(s.audio_seconds for s in runs)
+    f = side_figures(runs)
+    frames, audio = f["frames"], f["audio_seconds"]
+    step_s, samp_s, voc_s = (f["seconds"][k] for k in ("temporal", "depth", "vocoder"))
+    utts = load_bench_texts(tts.dir, len(runs))
     out = {
         "model": str(tts.dir),
         "utterances": len(runs),
@@ -112,18 +101,40 @@ def bench_fsq(
         "real_time_factor": (step_s + samp_s + voc_s) / audio if vocoder else None,
         "real_time_factor_no_vocoder": (step_s + samp_s) / audio,
         "stopped_by_stop_head": sum(s.stopped for s in runs),
-        "hit_max_frames": sum(not s.stopped for s in runs),
-        "frames_vs_reference": round(frames / sum(u["frames"] for u in texts), 4),
+        "hit_max_frames": f["hit_max_frames"],
+        "frames_vs_reference": round(frames / sum(u["frames"] for u in utts), 4),
         "provider": tts.step_graph.get_providers()[0],
         "threads": session_threads(tts.step_graph),
         "audio_ms_per_frame": 1e3 / tts.codec.frame_rate,
     }
     if batch > 1:
-        out.update(_batched(tts, load_bench_texts(tts.dir)[:batch], seed))
+        out.update(_batched(tts, load_bench_texts(tts.dir, batch), seed))
     return out
 
 
-def record_fsq(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
+def bench_fsq(
+    model_dir=None,
+    utterances: int = 8,
+    *,
+    batch: int = 1,
+    seed: int = 0,
+    provider: str = "auto",
+    threads: Optional[int] = None,
+    params: Optional[cs.SamplingParams] = None,
+    vocoder: bool = True,
+    progress: bool = True,
+) -> dict:
+    """`codecspec bench --model fsq`'s figures for a Python caller (the recipe's report):
+    the driver's runs of the first `utterances` of the folder's bench.json."""
+    folder = "fsq" if model_dir is None else model_dir
+    tts = registry.load_model(folder, provider=provider, threads=threads, params=params)
+    requests = _requests(load_bench_texts(tts.dir, utterances))
+    side = {"ar": {"mode": "ar", "decode_audio": vocoder}}
+    runs = run_sides(tts, requests, side, seed=seed, progress=progress, desc="fsq")
+    return _figures(tts, runs["ar"], batch, seed, vocoder)
+
+
+def record(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
     """The bench record (codecspec.perf) of `codecspec bench --model fsq`: one step-graph
     call per frame, so every speculative figure is None."""
     from codecspec import perf
@@ -167,11 +178,3 @@ def record_fsq(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) ->
         "calibration": None,
     }
     return perf.finish_record(rec)
-
-
-def bench_figures(args, model, common) -> tuple:
-    """FSQ: one graph call per frame; (its figures, the record function) for `model`'s folder
-    with the bench's shared keywords `common`."""
-
-    res = bench_fsq(model, args.utterances, batch=args.batch, **common)
-    return res, record_fsq

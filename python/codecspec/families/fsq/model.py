@@ -456,7 +456,9 @@ class FSQFamily(Family):
     known_length = False  # the stop head decides
     modes = ("ar",)
 
-    bench_figures = staticmethod(bench.bench_figures)  # `codecspec bench`'s figures
+    # `codecspec bench`: its folder's utterances, its figures and record (bench.py)
+    bench_requests = staticmethod(bench.bench_requests)
+    bench_keys, bench_record = staticmethod(bench.bench_keys), staticmethod(bench.record)
 
     @classmethod
     def synth_lines(cls, s, output) -> dict:

@@ -292,7 +292,9 @@ class ReferenceFamily(Family):
     # a lone served stream): c0 by `cs.sample` and the frame's depth loop on the decoder
     # itself, not the batched loop's lanes. The same draws, so the same bits.
     solo_depth = True
-    bench_figures = staticmethod(bench.bench_figures)  # `codecspec bench`'s figures
+    # `codecspec bench`: its depth loop alone, then the pipeline under its keys (bench.py)
+    bench_depth_loop = True
+    bench_keys, bench_record = staticmethod(bench.bench_keys), staticmethod(bench.record)
 
     def __init__(self, tts: ReferenceTTS, slots=1, max_frames=None, max_phonemes=None, depth=None):
         """Over a loaded `tts`: `slots` streams of at most `max_frames` frames and

@@ -1,11 +1,14 @@
-"""`codecspec bench` on a v2 model: AR vs speculation in the temporal loop, the depth loop, or
-both, with exact, SSD or PCG acceptance — the whole pipeline, one run.
+"""What `codecspec bench` reports of a v2-family model (v2, v3): AR vs speculation in the
+temporal loop, the depth loop, or both, with exact, SSD or PCG acceptance.
 
-Every held-out bench sentence is synthesised all-AR and with the chosen speculation, the order
-flipping per sentence so drifting load hits both alike. Speed-ups are ratios of medians (over
-sentences) of per-frame times: `temporal_speedup` the temporal loop alone (target + draft
-calls + verification), `depth_speedup` the depth loop alone, `e2e_speedup` both loops together
-and `pipeline_speedup` everything users wait for (frontend and vocoder included).
+The one driver (`codecspec.pipeline.bench`) times the depth loop alone and the whole pipeline,
+both sides on every held-out sentence; this family names its sides (`bench_sides`: what
+`--loops` / `--accept` choose, by default what its calibration found to pay), its requests
+(`bench_requests`: v3 reads the text) and its figures (`bench_keys`). Speed-ups are ratios of
+medians (over sentences) of per-frame times: `temporal_speedup` the temporal loop alone
+(target + draft calls + verification), `depth_speedup` the depth loop alone, `e2e_speedup`
+both loops together and `pipeline_speedup` everything users wait for (frontend and vocoder
+included).
 """
 
 from __future__ import annotations
@@ -17,28 +20,12 @@ import numpy as np
 import codecspec as cs
 from codecspec import perf
 from codecspec.calibrate.decision import auto_mode
-from codecspec.decode.temporal import (  # LOOPS, speculation_config: re-exported (moved)
-    LOOPS,
-    Acceptance,
-    speculation_config,
-)
+from codecspec.decode.temporal import Acceptance, speculation_config
 from codecspec.fidelity import homogeneity_pvalue
-from codecspec.pipeline.depth_bench import (
-    base_record,
-    bench_depth_loop,
-    depth_alone_stage,
-    depth_choice,
-    load_bench_texts,
-    pipeline_figures,
-    pipeline_stages,
-    pipeline_totals,
-)
+from codecspec.pipeline.bench import side_figures
+from codecspec.pipeline.depth_bench import depth_record, pipeline_totals
 
-__all__ = ["bench_figures", "LOOPS", "bench_v2", "record_v2", "speculation_config"]
-
-# `loops=None`: what users get by default, the loops the model's calibration found to pay
-# (the depth loop: its calibration's decision, `calibrate.decision`; the temporal loop:
-# model.json's "temporal_speculation_pays", from bench/speculation_sweep.py), exact acceptance.
+__all__ = ["bench_keys", "bench_requests", "bench_sides", "record"]
 
 
 def _per_frame(rows, key) -> float:
@@ -55,80 +42,49 @@ def _group_samples(groups: cs.AcousticGroups, tokens, rng) -> np.ndarray:
     return out
 
 
-def bench_v2(
-    model_dir=None,
-    *,
-    loops: Optional[str] = None,
-    accept: str = "exact",
-    beta: float = 0.3,
-    theta: Optional[float] = None,
-    draft_len: int = 3,
-    texts: Optional[int] = None,
-    seed: int = 0,
-    provider: str = "auto",
-    threads: Optional[int] = None,
-    params: Optional[cs.SamplingParams] = None,
-    progress: bool = True,
-    depth: str = "positional",
-) -> dict:
-    from codecspec.pipeline.registry import load_model
+def bench_requests(tts, texts: list, args) -> list:
+    """The held-out sentences as `generate` keywords: an aligned model (v3) reads espeak-ng's
+    timing of the text, not stored phonemes."""
+    if tts.aligned:
+        return [{"text": t["text"], "language": t["language"]} for t in texts]
+    return [{"text": "", "phonemes": t["phonemes"], "language": t["language"]} for t in texts]
 
-    # the family's model, loaded through the registry (model.py's family asks for this bench)
-    folder = "v2" if model_dir is None else model_dir
-    tts = load_model(folder, provider=provider, threads=threads, params=params, depth=depth)
-    if accept == "pcg" and theta is None:
-        theta = float(tts.meta.get("pcg_theta", 0.95))
-    spec_kw, loops = _spec_side(tts, loops, accept, beta, theta)
-    spec_kw["draft_len"] = draft_len
-    sentences = load_bench_texts(texts)
-    runs = _interleaved_runs(tts, sentences, spec_kw, f"bench v2 {loops}/{accept}", progress)
-    out = _timing_figures(tts, runs, spec_kw, loops, draft_len, len(sentences))
+
+def _theta(tts, args) -> Optional[float]:
+    """PCG's group threshold: --theta, else the model's."""
+    if args.accept == "pcg" and args.theta is None:
+        return float(tts.meta.get("pcg_theta", 0.95))
+    return args.theta
+
+
+def bench_sides(tts, args) -> dict:
+    """AR in both loops, and the speculation `--loops` / `--accept` name. Without --loops,
+    what users get by default: the loops the model's calibration found to pay (the depth
+    loop: its calibration's decision, `calibrate.decision`; the temporal loop: model.json's
+    "temporal_speculation_pays", from bench/speculation_sweep.py), exact acceptance (a lossy
+    or coarse rule is an explicit choice, so it needs explicit loops)."""
+    if args.loops is not None:
+        spec = speculation_config(args.loops, args.accept, args.beta, _theta(tts, args))
+    elif args.accept != "exact":
+        raise ValueError("accept: choose the loops (--loops) for a lossy or coarse rule")
+    else:
+        pays = bool(tts.meta.get("temporal_speculation_pays", False))
+        spec = {"temporal": "spec" if pays else "ar", "accept": Acceptance(), "mode": "auto"}
+    return {"ar": {"mode": "ar", "temporal": "ar"}, "spec": {**spec, "draft_len": args.draft_len}}
+
+
+def bench_keys(tts, runs: dict, args, alone: dict) -> dict:
+    """The figures of the driver's runs: timing and speed-ups, and the group rule's checks
+    (PCG's group law, the swap stress test) on the codes both sides made."""
+    spec_kw, theta = bench_sides(tts, args)["spec"], _theta(tts, args)
+    out = _timing_figures(tts, runs, spec_kw, args.loops or "auto", args.draft_len)
     codes = {m: np.concatenate([r.codes for r in rows]) for m, rows in runs.items()}
-    if accept == "pcg":
-        pvals = _group_fidelity(tts, codes, runs["spec"], spec_kw, theta, seed)
+    if args.accept == "pcg":
+        pvals = _group_fidelity(tts, codes, runs["spec"], spec_kw, theta, args.seed)
         out["group_fidelity_pvalues"] = pvals
         out["group_fidelity_min_p"] = min(pvals.values()) if pvals else None
-    out["quality"] = _swap_quality(tts, codes, spec_kw, theta, seed)
+    out["quality"] = _swap_quality(tts, codes, spec_kw, theta, args.seed)
     return out
-
-
-def _spec_side(tts, loops: Optional[str], accept: str, beta: float, theta) -> tuple[dict, str]:
-    """(generate() keywords of the speculative side, the loops label). `loops=None` benches what
-    users get by default: the loops the model's calibration found to pay, exact acceptance
-    (a lossy or coarse rule is an explicit choice, so it needs explicit loops)."""
-    if loops is not None:
-        return speculation_config(loops, accept, beta, theta), loops
-    if accept != "exact":
-        raise ValueError("accept: choose the loops (--loops) for a lossy or coarse rule")
-    pays = bool(tts.meta.get("temporal_speculation_pays", False))
-    return {"temporal": "spec" if pays else "ar", "accept": Acceptance(), "mode": "auto"}, "auto"
-
-
-def _say(tts, t: dict, **kw):
-    """One bench sentence through generate()."""
-    # an aligned model (v3) reads espeak-ng's timing of the text, not stored phonemes
-    if tts.aligned:
-        return tts.generate(t["text"], language=t["language"], **kw)
-    return tts.generate("", phonemes=t["phonemes"], language=t["language"], **kw)
-
-
-def _interleaved_runs(tts, sentences, spec_kw: dict, desc: str, progress: bool) -> dict:
-    """{"ar": results, "spec": results}, one per sentence each, after one warm-up of each
-    side; the order flips per sentence so drifting load hits both alike."""
-    _say(tts, sentences[0], decode_audio=False, mode="ar", temporal="ar")
-    _say(tts, sentences[0], decode_audio=False, **spec_kw)
-    runs: dict = {"ar": [], "spec": []}
-    it = range(len(sentences))
-    if progress:
-        from codecspec.progress import bar
-
-        it = bar(it, desc=desc, total=len(sentences))
-    for i in it:
-        t = sentences[i]
-        for m in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
-            kw = spec_kw if m == "spec" else {"mode": "ar", "temporal": "ar"}
-            runs[m].append(_say(tts, t, seed=i, **kw))
-    return runs
 
 
 def _temporal_s(r) -> float:
@@ -139,11 +95,12 @@ def _loops_s(r) -> float:
     return r.temporal_stats.temporal_seconds + r.depth_seconds
 
 
-def _timing_figures(tts, runs: dict, spec_kw: dict, loops: str, draft_len: int, n: int) -> dict:
+def _timing_figures(tts, runs: dict, spec_kw: dict, loops: str, draft_len: int) -> dict:
     """The record's timing and counting keys (in their historical order) and the speed-ups,
     each a ratio of per-sentence medians of per-frame times."""
     from codecspec.runtime import session_threads
 
+    sides = {m: side_figures(rows) for m, rows in runs.items()}
     sp = runs["spec"]
     out = {
         "model_family": "v2",
@@ -151,27 +108,21 @@ def _timing_figures(tts, runs: dict, spec_kw: dict, loops: str, draft_len: int, 
         "accept": spec_kw["accept"].label,
         "draft_len": draft_len,
         "depth_mode": spec_kw["mode"],
-        "pipeline_texts": n,
+        "pipeline_texts": len(sp),
         "threads": session_threads(tts.temporal),
-        "frames": {m: int(sum(r.frames for r in rows)) for m, rows in runs.items()},
+        "frames": {m: f["frames"] for m, f in sides.items()},
+        # the round loop's own clock: target + draft calls + verification, not the depth loop
         "temporal_ms_per_frame": {m: _per_frame(rows, _temporal_s) for m, rows in runs.items()},
-        "depth_ms_per_frame": {
-            m: _per_frame(rows, lambda r: r.depth_seconds) for m, rows in runs.items()
-        },
-        "pipeline_ms_per_frame": {
-            m: _per_frame(rows, lambda r: r.total_seconds) for m, rows in runs.items()
-        },
+        "depth_ms_per_frame": {m: f["stage_ms_per_frame"]["depth"] for m, f in sides.items()},
+        "pipeline_ms_per_frame": {m: f["ms_per_frame"] for m, f in sides.items()},
         "temporal_tokens_per_call": sum(r.frames for r in sp)
         / sum(r.temporal_stats.target_calls for r in sp),
         "temporal_acceptance": sum(r.temporal_stats.accepted for r in sp)
         / max(1, sum(r.temporal_stats.drafted for r in sp)),
         "temporal_host_share": float(np.median([r.temporal_stats.host_share for r in sp])),
-        "depth_tokens_per_call": sum(r.depth_codes for r in sp) / sum(r.depth_calls for r in sp),
-        "pipeline_rtf": {
-            m: sum(r.total_seconds for r in rows) / sum(r.audio_seconds for r in rows)
-            for m, rows in runs.items()
-        },
-        "hit_max_frames": {m: int(sum(r.hit_max_frames for r in rows)) for m, rows in runs.items()},
+        "depth_tokens_per_call": sides["spec"]["tokens_per_call"],
+        "pipeline_rtf": {m: f["rtf"] for m, f in sides.items()},
+        "hit_max_frames": {m: f["hit_max_frames"] for m, f in sides.items()},
     }
     _add_speedups(out, tts, runs, spec_kw)
     return out
@@ -230,59 +181,23 @@ def _swap_quality(tts, codes: dict, spec_kw: dict, theta, seed: int) -> dict:
     return q
 
 
-def record_v2(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
+def record(res: dict, model_dir, *, bandwidth: float, peak_rss_mb: float) -> dict:
     """The bench record (codecspec.perf) of `codecspec bench` on a v2-family folder (v2 or
-    v3), from bench_depth_loop's and (when it ran) bench_v2's figures."""
+    v3): the depth-loop families' (`depth_record`) with the temporal loop's figures."""
     import json
     from pathlib import Path
+
+    from .codec import CodecV2
 
     d = Path(model_dir)
     meta = json.loads((d / "model.json").read_text())
     family = "v3" if meta.get("conditioning") == "phoneme_track" else "v2"
-    rec = base_record(family, d, res, bandwidth, peak_rss_mb)
-    rec["calibration"] = {
-        "depth": depth_choice(d, res.get("depth", "positional")),
-        "temporal": "spec" if meta.get("temporal_speculation_pays") else "ar",
-    }
-    totals = res.get("pipeline_totals")
-    if totals is None:  # --no-pipeline: the depth loop is all that ran
-        from codecspec.pipeline.depth_bench import frame_ms
-
-        from .codec import CodecV2
-
-        # a codec file other than v1's codec.npz is this family's (as V2TTS loads it)
-        ours = meta.get("codec_file") or "codec_v2.npz"
-        rec["audio_ms_per_frame"] = frame_ms(d, {} if ours == "codec.npz" else {ours: CodecV2})
-        rec["stages"] = [depth_alone_stage(res, in_total=True)]
-        rec["pipeline_rtf"] = {"ar": None, "spec": None}
-        return perf.finish_record(rec)
-    rec["audio_ms_per_frame"] = res["audio_ms_per_frame"]
-    codec = meta.get("codec_file", "codec_v2.npz")
-    rec["stages"] = pipeline_stages(d, totals, res.get("depth_reads"), codec) + [
-        depth_alone_stage(res, in_total=False)
-    ]
-    rec.update(pipeline_figures(totals))
-    rec["temporal_speedup"] = res.get("temporal_speedup")
-    rec["temporal_tokens_per_call"] = res.get("temporal_tokens_per_call")
+    # a codec file other than v1's codec.npz is this family's (as V2TTS loads it)
+    codec = meta.get("codec_file") or "codec_v2.npz"
+    codecs = {} if codec == "codec.npz" else {codec: CodecV2}
+    rec = depth_record(family, d, res, bandwidth, peak_rss_mb, codec, codecs)
+    rec["calibration"]["temporal"] = "spec" if meta.get("temporal_speculation_pays") else "ar"
+    if "pipeline_totals" in res:
+        rec["temporal_speedup"] = res.get("temporal_speedup")
+        rec["temporal_tokens_per_call"] = res.get("temporal_tokens_per_call")
     return perf.finish_record(rec)
-
-
-def bench_figures(args, model, common) -> tuple:
-    """v2/v3: temporal and depth loops, AR vs speculation, both on the pipeline; (the
-    figures, the record function) for `model`'s folder with the bench's shared keywords
-    `common`."""
-    res = bench_depth_loop(model, args.frames, **common)
-    if not args.no_pipeline:
-        res.update(
-            bench_v2(
-                model,
-                loops=args.loops,
-                accept=args.accept,
-                beta=args.beta,
-                theta=args.theta,
-                draft_len=args.draft_len,
-                texts=args.texts,
-                **common,
-            )
-        )
-    return res, record_v2

@@ -725,7 +725,11 @@ class V2Family(Family):
     request_options = staticmethod(quality.speculation_options)
     quality_mode = staticmethod(quality.mode_kwargs)
     quality_modes = staticmethod(quality.bench_modes)
-    bench_figures = staticmethod(bench.bench_figures)  # `codecspec bench`'s figures
+    # `codecspec bench`: its depth loop alone, then the pipeline's sides and keys (bench.py)
+    bench_depth_loop = True
+    bench_requests = staticmethod(bench.bench_requests)
+    bench_sides = staticmethod(bench.bench_sides)
+    bench_keys, bench_record = staticmethod(bench.bench_keys), staticmethod(bench.record)
 
     @classmethod
     def speaks_phonemes(cls, tts) -> bool:
