@@ -9,10 +9,11 @@ The bound: not bit-identical (a few onnxruntime kernels take another path for a 
 more rows share the call; see decoder_batch.py), so every stream's audio must stay within
 MAX_ABS of the lone decode, sample by sample, and at MIN_SNR_DB or more. Measured here on
 the small random decoder below: at most 2.1e-7 and 127-129 dB (random weights at the
-published shape: 1.0e-6, 115 dB); the broken variants: 0.4-0.75 and 1-6 dB. The tiny checkpoint's own decoder (tests/data/qwen3_tiny)
-is not used: its random weights saturate at +-1, where a rounding flips a sample's sign
-(the serving tests compare its audio chunk for chunk for that reason); the decoder here is
-drawn as the benchmarks' (`random_decoder_tensors`, scaled so rounding does not compound).
+published shape: 1.0e-6, 115 dB); the broken variants: 0.4-0.75 and 1-6 dB. The tiny
+checkpoint's own decoder (tests/data/qwen3_tiny) is not used: its random weights saturate
+at +-1, where a rounding flips a sample's sign (the serving tests compare its audio chunk
+for chunk for that reason); the decoder here is drawn as the benchmarks'
+(`random_decoder_tensors`, scaled so rounding does not compound).
 """
 
 from __future__ import annotations
