@@ -71,6 +71,11 @@ def _add_lengths(report: dict, clips: list) -> None:
     report["runaway_share"] = report["runaways"] / len(clips)
 
 
+def _check_floor_seeds(floor_seeds) -> None:
+    if isinstance(floor_seeds, bool) or not isinstance(floor_seeds, int) or floor_seeds < 1:
+        raise ValueError(f"floor_seeds: expected an int >= 1, got {floor_seeds!r}")
+
+
 def set_reports(
     model,
     modes,
@@ -89,10 +94,9 @@ def set_reports(
     lookup_texts: Optional[int] = None,
     load: Optional[dict] = None,
 ) -> dict:
-    """{set: {row: report}} for a model name, folder or "espeak-ng", loaded once, on every
-    set of `sets` ({name: sentences}, as `resolve_sentences` takes them): `modes` and the
-    floors among them (run on the first `floor_seeds` seeds), in the order given. `load`:
-    more keywords of the model's constructor (v2's `depth`)."""
+    """{set: {row: report}} for a model name, folder or "espeak-ng", loaded once (`load`: more
+    constructor keywords, e.g. v2's `depth`), on every set of `sets` ({name: sentences}):
+    `modes` and the floors among them (on the first `floor_seeds` seeds), in the order given."""
     from codecspec.evaluation.floors import (
         FLOORS,
         LOOKUP_TEXTS,
@@ -109,8 +113,7 @@ def set_reports(
 
     rows_of = {name: resolve_sentences(s) for name, s in sets.items()}
     modes = list(modes)
-    if isinstance(floor_seeds, bool) or not isinstance(floor_seeds, int) or floor_seeds < 1:
-        raise ValueError(f"floor_seeds: expected an int >= 1, got {floor_seeds!r}")
+    _check_floor_seeds(floor_seeds)
     if model == ESPEAK and any(m in FLOORS for m in modes):
         raise ValueError(
             f"modes: the rows {', '.join(FLOORS)} need a model (its voice and codec), "
