@@ -10,6 +10,7 @@
     python models/recipe/v3.py temporal              # does temporal speculation pay? (model.json)
     python models/recipe/v3_card.py                  # MODEL_CARD.md
     python models/recipe/v3.py listen [--export DIR]  # words recognised: a probe (checkpoint)
+    python models/recipe/v3.py shared-depth --cache C --out DIR  # seed 002's depth decoder
 
 What changes from v2 (docs/reference_model_v3.md): the corpus keeps espeak-ng's own phoneme
 timing (`corpus.py --timed`), the temporal LM reads the phoneme track u_t of
