@@ -68,6 +68,7 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         train_depth(part, h, codes, state=state, save_every=stop_after, **kw)
     monkeypatch.setattr(depth_train, "_save", real_save)
+    at_stop = torch.load(state, map_location="cpu", weights_only=False)  # the resume rewrites it
     resumed = _fresh(seed=99)  # other initial weights: everything must come from the state
     out = train_depth(resumed, h, codes, state=state, save_every=stop_after, **kw)
     assert out["train_loss"] == full["train_loss"]
@@ -76,12 +77,12 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
 
     # broken variant: a resume that restores weights and optimiser but not the sampler
     # draws other batches after the stop, so its run differs from the uninterrupted one
-    st = torch.load(state, map_location="cpu", weights_only=False)
-    st["gen"] = torch.Generator().manual_seed(kw["seed"]).get_state()
-    st["step"], st["model"], st["opt"] = stop_after, st["model"], st["opt"]
-    torch.save(st, state)
+    assert at_stop["step"] == stop_after
+    at_stop["gen"] = torch.Generator().manual_seed(kw["seed"]).get_state()
+    torch.save(at_stop, state)
     forgetful = _fresh()
     out = train_depth(forgetful, h, codes, state=state, **kw)
+    assert out["train_loss"][:stop_after] == full["train_loss"][:stop_after]
     assert out["train_loss"][stop_after:] != full["train_loss"][stop_after:]
 
 
