@@ -357,7 +357,10 @@ def build(args) -> dict:
         rng = np.random.default_rng([args.seed, li, 0])
         order = rng.permutation(len(texts))
         is_test = rng.random(len(texts)) < args.test_fraction
-        queues[lang] = [(li, pos, texts[int(i)], bool(is_test[pos])) for pos, i in enumerate(order)]
+        queue = [(li, pos, texts[int(i)], bool(is_test[pos])) for pos, i in enumerate(order)]
+        # skipping keeps every text's position, so its split and renditions are those a run
+        # without the skip gives it: a fresh corpus that continues where a shorter one ended
+        queues[lang] = queue[args.skip_texts :]
         langs.append(lang)
         log(f"{lang}: {len(texts)} usable texts")
     if not langs:
@@ -483,6 +486,12 @@ def parse_args(argv=None):
     ap.add_argument("--max-chars", type=int, default=220)
     ap.add_argument("--batch", type=int, default=32, help="texts per language per round")
     ap.add_argument(
+        "--skip-texts",
+        type=int,
+        default=0,
+        help="leave out the first N texts of each language's order (new texts, same split rule)",
+    )
+    ap.add_argument(
         "--texts",
         choices=("fortunes", "varied", "mixed"),
         default="fortunes",
@@ -506,6 +515,8 @@ def parse_args(argv=None):
         ap.error(f"--renditions must be in [1, {len(args.variants)}] (distinct variants per text)")
     if not 0.0 <= args.test_fraction < 1.0:
         ap.error("--test-fraction must be in [0, 1)")
+    if args.skip_texts < 0:
+        ap.error("--skip-texts must be >= 0")
     if args.hours <= 0 or args.workers < 1 or args.batch < 1:
         ap.error("--hours, --workers and --batch must be positive")
     return args

@@ -66,7 +66,8 @@ def cmd_corpus(args) -> int:
         "--hours",
         str(args.hours),
     ]
-    cmd += CORPUS_ARGS + ["--texts", args.texts] + (["--overwrite"] if args.overwrite else [])
+    cmd += CORPUS_ARGS + ["--texts", args.texts, "--skip-texts", str(args.skip_texts)]
+    cmd += ["--overwrite"] if args.overwrite else []
     return subprocess.call(cmd)
 
 
@@ -657,6 +658,12 @@ def main(argv=None) -> int:
     c = sub.add_parser("corpus", help="render the timed espeak-ng corpus")
     c.add_argument("--hours", type=float, default=4.0)
     c.add_argument("--overwrite", action="store_true")
+    c.add_argument(
+        "--skip-texts",
+        type=int,
+        default=0,
+        help="leave out the first N texts of the order (fresh speech beyond a shorter corpus)",
+    )
     c.add_argument(
         "--texts",
         choices=("fortunes", "varied", "mixed"),
