@@ -10,7 +10,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def bar(it: Iterable[T], desc: str = "", total: int | None = None) -> Iterator[T]:
+def bar(it: Iterable[T], desc: str = "", total: int | None = None, show: bool = True):
+    """`it` behind a progress bar on stderr, or as it is where `show` is false (a caller's
+    progress flag, passed on)."""
+    return _bar(it, desc, total) if show else it
+
+
+def _bar(it: Iterable[T], desc: str, total: int | None) -> Iterator[T]:
     try:
         from tqdm import tqdm
 

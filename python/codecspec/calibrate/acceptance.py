@@ -22,6 +22,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.calibrate.offsets import OffsetDrafter
+from codecspec.progress import bar
 
 __all__ = [
     "Acceptance",
@@ -49,11 +50,7 @@ def draft_ranks(z, codes, drafter, num_ranks: int, *, progress: bool = False) ->
     K = int(drafter.K)
     M = int(num_ranks)
     out = np.full((N, G - 1, K), -1, np.int32)
-    levels = range(G - 2)
-    if progress:
-        from codecspec.progress import bar
-
-        levels = bar(levels, desc="draft ranks", total=G - 2)
+    levels = bar(range(G - 2), "draft ranks", G - 2, show=progress)
     for lv, d, tgt, x in _draft_rows(drafter, z, levels):
         t = codes[:, tgt]
         tl = x[np.arange(N), t][:, None]

@@ -25,6 +25,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.graphs.config import DepthDecoderConfig, embedding_row, zero_row
+from codecspec.progress import bar
 
 log = logging.getLogger("codecspec.calibrate")
 
@@ -229,11 +230,7 @@ def teacher_forced_hidden(
     # heads="hidden" graphs take neither head_ids nor draft_offsets.
     names = {i.name for i in sess.get_inputs()}
     z = np.empty((N, G, H), np.float32)
-    it = range(N)
-    if progress:
-        from codecspec.progress import bar
-
-        it = bar(it, desc="teacher-forced hidden", total=N)
+    it = bar(range(N), "teacher-forced hidden", N, show=progress)
     for n in it:
         feeds = teacher_forced_feeds(c, hiddens[n], codes[n], joined="past_kv" in names)
         z[n] = sess.run(["hidden"], {k: v for k, v in feeds.items() if k in names})[0]

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 import codecspec as cs
+from codecspec.progress import bar
 from codecspec.runtime.kv import split_kv
 
 log = logging.getLogger("codecspec.calibrate")
@@ -258,11 +259,7 @@ def _interleaved_sweeps(
     `warmup` sweeps are not kept."""
     c, run = graph.config, graph.session.run
     samples = np.zeros((repeats, len(keys)))
-    it = range(warmup + repeats)
-    if progress:
-        from codecspec.progress import bar
-
-        it = bar(it, desc="latency sweeps", total=warmup + repeats)
+    it = bar(range(warmup + repeats), "latency sweeps", warmup + repeats, show=progress)
     for rep in it:
         for i in rng.permutation(len(keys)):
             f = pre if keys[i] == "prefill" else feeds[keys[i]]
@@ -329,11 +326,7 @@ def measure_end_to_end(
     hiddens = np.asarray(hiddens, np.float32)
     g_ar, g_sp = cs.Generator(seed).fork(1), cs.Generator(seed).fork(2)
     t_ar, t_sp = [], []
-    it = range(len(c0s))
-    if progress:
-        from codecspec.progress import bar
-
-        it = bar(it, desc="end-to-end", total=len(c0s))
+    it = bar(range(len(c0s)), "end-to-end", len(c0s), show=progress)
     dec.decode_frame(hiddens[0], int(c0s[0]), g_ar.copy(), "spec")  # warm-up
     dec.decode_frame(hiddens[0], int(c0s[0]), g_ar.copy(), "ar")
     dec.stats.reset()

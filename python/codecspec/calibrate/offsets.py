@@ -28,6 +28,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from codecspec.decode.offsets_file import config_hash, heads_hash, load_offsets
+from codecspec.progress import bar
 
 log = logging.getLogger("codecspec.calibrate")
 
@@ -379,11 +380,7 @@ def adam_loop(
         hist.baseline = baseline(val_idx)
     rng = np.random.default_rng(seed + 1)
     order = np.empty(0, np.int64)
-    it = range(total)
-    if progress:
-        from codecspec.progress import bar
-
-        it = bar(it, desc=desc, total=total)
+    it = bar(range(total), desc, total, show=progress)
     for i in it:
         if len(order) < B:
             order = np.concatenate([order, rng.permutation(train_idx)])

@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 import codecspec as cs
+from codecspec.progress import bar
 
 __all__ = [
     "where_on_the_map",
@@ -161,11 +162,7 @@ def build_speedup_map(
         raise ValueError(f"frames: expected an int >= 8, got {frames!r}")
     t0 = time.monotonic()
     points = []
-    it = sharpness
-    if progress:
-        from codecspec.progress import bar
-
-        it = bar(sharpness, desc="speed-up map", total=len(sharpness))
+    it = bar(sharpness, "speed-up map", len(sharpness), show=progress)
     with tempfile.TemporaryDirectory() as tmp:
         for s in it:
             path = _family_member(Path(tmp), s, seed)

@@ -23,6 +23,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.graphs.config import embedding_row, zero_row
+from codecspec.progress import bar
 from codecspec.runtime.depth_graph import DepthGraph, heads_sidecar
 from codecspec.runtime.kv import KVCache
 
@@ -423,11 +424,7 @@ class DepthDecoder:
             raise ValueError(
                 f"hiddens: expected [N, H] matching c0s [N], got {hiddens.shape} and {c0s.shape}"
             )
-        it = range(len(c0s))
-        if progress:
-            from codecspec.progress import bar
-
-            it = bar(it, desc=f"decode {mode}")
+        it = bar(range(len(c0s)), f"decode {mode}", show=progress)
         return np.stack([self.decode_frame(hiddens[i], c0s[i], generator, mode) for i in it])
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.decode.depth import DepthDecoder
+from codecspec.progress import bar
 
 __all__ = ["Interleaved", "ideal_speedup", "interleaved_ar_spec"]
 
@@ -51,13 +52,8 @@ def interleaved_ar_spec(
     )
     for m in g:  # warm-up outside the counts
         dec.decode_frame(hiddens[0], int(c0s[0]), g[m].copy(), m)
-    it = range(frames)
-    if progress:
-        from codecspec.progress import bar
-
-        it = bar(it, desc="bench ar+spec", total=frames)
     st = dec.stats
-    for i in it:
+    for i in bar(range(frames), "bench ar+spec", frames, show=progress):
         j = i % len(c0s)
         for m in ("ar", "spec") if i % 2 == 0 else ("spec", "ar"):
             if before_frame is not None:
