@@ -164,13 +164,13 @@ def test_no_module_of_the_package_names_the_example_family():
 
 def test_bench_of_a_family_without_bench_keys_runs_the_protocols(registered, folder, capsys):
     """The example family has no bench figures of its own (`Family.bench_keys` and
-    `bench_command` None): `codecspec bench` measures it through the protocol
+    `bench_figures` None): `codecspec bench` measures it through the protocol
     (tests/pipeline/test_pipeline_bench.py checks the figures) instead of calling None; a bad
     argument is still one error line naming it."""
     from codecspec.cli import main
 
     engine = ENTRY.load("engine")
-    assert engine.bench_keys is None and engine.bench_command is None
+    assert engine.bench_keys is None and engine.bench_figures is None
     assert main(["bench", "--model", str(folder), "--texts", "1", "--provider", "cpu"]) == 0
     assert "example-toy" in capsys.readouterr().out
     assert main(["bench", "--model", str(folder), "--texts", "0"]) == 2

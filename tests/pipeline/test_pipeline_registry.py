@@ -127,7 +127,7 @@ def test_a_family_is_a_package_and_its_old_paths_are_gone(family, package):
         assert entry.load(what).__module__ == f"codecspec.families.{package}.model"
     # its `codecspec bench` is its family's too (shared CLI code imports no family)
     engine = entry.load("engine")
-    bench = engine.bench_command or engine.bench_record
+    bench = engine.bench_figures or engine.bench_record
     assert bench.__module__.startswith(f"codecspec.families.{package}.")
     old = {"reference": ("tts.model", "tts.temporal_batch", "serve.batched")}.get(
         family, (f"serve.{package.split('_')[0]}",)

@@ -70,8 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args) -> int:
-    """`codecspec bench`: a family whose bench is a command of its own
-    (`Family.bench_command`: Qwen3-TTS) runs it; any other is timed by the one driver
+    """`codecspec bench`: every family timed by the one driver
     (`codecspec.pipeline.bench.bench`, over what its `Family` class names) and reported
     here."""
     from codecspec.pipeline import registry
@@ -79,12 +78,10 @@ def cmd_bench(args) -> int:
 
     entry = registry.family_of(args.model)
     family = entry.load("engine")
-    if family.bench_command is not None:
-        return family.bench_command(args)
     options.refuse_other_families_flags(args, "bench", entry)
     common, model = bench_common(args)
     res, record = bench(args, model, common, family)
-    return bench_report(args, entry.name, model, res, record)
+    return bench_report(args, family, model, res, record)
 
 
 def bench_common(args) -> tuple:
@@ -103,21 +100,24 @@ def bench_common(args) -> tuple:
     return common, model
 
 
-def bench_report(args, family: str, model, res: dict, record) -> int:
+def bench_report(args, family, model, res: dict, record) -> int:
     """The bench's record (codecspec.perf: every stage next to its bandwidth bound, measured
-    in this run) joined to its figures; --quality's table after it. Prints the table and
-    verdict, or with --json one object (the record's keys win over older ones of the same
-    name: the family's older figures keep theirs, e.g. pipeline_ar_rtf, loop_ms_per_frame)."""
+    in this run) joined to its figures (`family`: the `Family` class); --quality's table
+    after it. Prints the table and verdict, or with --json one object (the record's keys win
+    over older ones of the same name: the family's older figures keep theirs, e.g.
+    pipeline_ar_rtf, loop_ms_per_frame)."""
     from codecspec.perf import peak_rss_mb, render_table, stream_bandwidth
 
     rss = peak_rss_mb()  # before the bandwidth probe, whose buffer would be the peak
-    bandwidth = stream_bandwidth(threads=int(res.get("threads") or 1))
+    # a bandwidth the family's own run measured (at its sessions' threads) is not probed again
+    bw = res.get("bandwidth_gbps")
+    bandwidth = 1e9 * bw if bw else stream_bandwidth(threads=int(res.get("threads") or 1))
     res.update(record(res, model, bandwidth=bandwidth, peak_rss_mb=rss))
-    table = _bench_quality(args, family, res)
+    table = _bench_quality(args, family.name, res)
     if args.json:
         print(json.dumps(res))
         return 0
-    print(render_table(res))
+    print("\n".join([render_table(res), *family.bench_lines(res)]))
     if "fidelity_min_p" in res:  # the depth loop alone: AR and speculative codes compared
         ok = "pass" if res["fidelity_min_p"] > 1e-4 else "FAIL"
         print(

@@ -7,7 +7,9 @@ the same way for all: its depth loop alone first where it has one (`Family.bench
 speculative mode) in turn, the order flipping per request so that drifting load hits both
 alike (`run_sides`); `side_figures` reduces each side to ms per frame (whole and per stage),
 the real-time factor and tokens per call. What a family reports of that, under the keys its
-records have always had, is its `bench_keys`; its record, `bench_record`.
+records have always had, is its `bench_keys`; its record, `bench_record`. A family whose
+stages cannot be timed as whole `generate` runs measures them itself (`bench_figures`:
+Qwen3-TTS sizes each stage to a time budget); the driver completes the record it returns.
 
 A family without `bench_keys` is still measured, from the protocol alone: requests through
 `Family.prepare` and the one loop (`run_inline`, the engine with one slot), timed whole, per
@@ -26,11 +28,13 @@ import numpy as np
 import codecspec as cs
 from codecspec.pipeline.family import Family, SpeechRequest
 from codecspec.pipeline.loop import run_inline
+from codecspec.progress import bar
 
 __all__ = [
     "BENCH_TEXTS",
     "MODES",
     "bench",
+    "completed_record",
     "family_record",
     "protocol_figures",
     "run_sides",
@@ -57,6 +61,8 @@ def bench(args, model, common: dict, family) -> tuple:
     """(figures, record function) of `codecspec bench` for `family` (the `Family` class of
     `model`'s folder); `common`: the bench's shared keywords (seed, provider, threads,
     params, progress, depth). `cli/bench.py` reports them alike for every family."""
+    if family.bench_figures is not None:  # the family times its stages itself
+        return family.bench_figures(args), completed_record
     if family.bench_keys is None:  # the protocol's bench: prepare + the one loop
         return protocol_figures(args, model, common)
     res: dict = {}
@@ -95,12 +101,7 @@ def run_sides(tts, requests, sides: dict, *, seed=0, progress=False, desc="") ->
         tts.generate(**requests[0], **{**kw, "decode_audio": False})
     runs: dict = {m: [] for m in sides}
     order = list(sides)
-    it = range(len(requests))
-    if progress:
-        from codecspec.progress import bar
-
-        it = bar(it, desc=f"bench {desc}".strip(), total=len(requests))
-    for i in it:
+    for i in bar(range(len(requests)), f"bench {desc}".strip(), len(requests), show=progress):
         for m in order if i % 2 == 0 else order[::-1]:
             runs[m].append(tts.generate(**requests[i], **sides[m], seed=seed + i))
     return runs
@@ -126,6 +127,17 @@ def side_figures(rows: list) -> dict:
         "tokens_per_call": sum(r.depth_codes for r in rows) / calls if calls else None,
         "hit_max_frames": int(sum(r.hit_max_frames for r in rows)),
     }
+
+
+def completed_record(res: dict, folder, *, bandwidth: float, peak_rss_mb: float) -> dict:
+    """The record a family measured itself (`Family.bench_figures`), completed only where
+    it left out a figure of this run (the bandwidth, the peak RSS), then its bounds, totals
+    and verdict (`codecspec.perf.finish_record`)."""
+    from codecspec.perf import finish_record
+
+    run = {"peak_rss_mb": peak_rss_mb, "bandwidth_gbps": bandwidth / 1e9}
+    res.update({k: v for k, v in run.items() if res.get(k) is None})
+    return finish_record(res)
 
 
 # ---------------------------------------------------------------------- the protocol alone

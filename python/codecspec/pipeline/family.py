@@ -18,10 +18,10 @@ that depends on the model family sits behind `Family`:
   (`codecspec.pipeline.bench`);
 - what the commands ask the family's class (optional, with defaults: `request_options`,
   `synth_lines`, `speaks_phonemes`, `quality_mode`, `quality_modes`, `floor_voice`,
-  the bench's `bench_requests`, `bench_sides`, `bench_keys`, `bench_record`,
-  `bench_depth_loop`, `check_serve`), and the commands it runs whole (`synth_command`,
-  `bench_command`, `calibrate_command`; None: the shared command), so that no shared module
-  compares a family's name, format or attribute (tests/repository).
+  the bench's `bench_requests`, `bench_sides`, `bench_keys`, `bench_figures`,
+  `bench_record`, `bench_lines`, `bench_depth_loop`, `check_serve`), and the commands it
+  runs whole (`synth_command`, `calibrate_command`; None: the shared command), so that no
+  shared module compares a family's name, format or attribute (tests/repository).
 
 A request is a `SpeechRequest` (what the server's `/v1/audio/speech` body and the bench ask
 for); the engine (`codecspec.serve.engine`) re-exports it.
@@ -368,10 +368,20 @@ class Family:
     # reports of its timed runs (`side_figures` reduces a side); None: the protocol's bench
     # (prepare + the one loop, timed whole). bench_record: (figures, folder, *, bandwidth,
     # peak_rss_mb) -> its `codecspec.perf` record. bench_depth_loop: the folder's depth loop
-    # (frames.npz) is timed alone first, and alone is all --no-pipeline runs.
+    # (frames.npz) is timed alone first, and alone is all --no-pipeline runs. bench_figures:
+    # args -> its `codecspec.perf` record, for a family whose stages cannot be timed as whole
+    # `generate` runs (Qwen3-TTS plans its stages to a time budget and times each apart); it
+    # replaces the driver's runs, which completes the record (`completed_record`).
     bench_keys: Optional[Callable] = None
+    bench_figures: Optional[Callable] = None
     bench_record: Optional[Callable] = None
     bench_depth_loop = False
+
+    @classmethod
+    def bench_lines(cls, res: dict) -> list:
+        """Lines `codecspec bench` prints under its table for the figures `res` (what the
+        run was, where a family's bench decides that itself); none by default."""
+        return []
 
     @classmethod
     def bench_requests(cls, tts, texts: list, args) -> list:
@@ -388,7 +398,7 @@ class Family:
 
     # args -> exit status: a subcommand the family runs whole (its own loading, flags and
     # report: Qwen3-TTS's); None: the shared command serves it
-    synth_command = bench_command = calibrate_command = None
+    synth_command = calibrate_command = None
 
     @classmethod
     def check_serve(cls, args) -> None:

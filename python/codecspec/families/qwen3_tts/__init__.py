@@ -6,7 +6,7 @@ Modules: `checkpoint` (the folder: config, generation defaults, tensors, content
 KV-cached steps and its sampling rules), `pipeline` (text -> codes -> waveform), `decoder`
 (the 12 Hz speech-tokenizer decoder), `steps` (the streams' steps on their slots, which
 `pipeline` runs one stream through), `engine` (`Qwen3Family`, the serving engine's
-`codecspec.pipeline.Family` adapter), `corpus` (the texts it speaks to be measured), and the
-commands `cli` (synth), `calibrate`, `bench`.
+`codecspec.pipeline.Family` adapter), `corpus` (the texts it speaks to be measured), `bench`
+(the stages the one bench driver asks it to time), and the commands `cli` (synth), `calibrate`.
 Importing this package imports none of them.
 """

@@ -29,6 +29,7 @@ from typing import Optional
 import numpy as np
 
 import codecspec as cs
+from codecspec.progress import bar
 
 from .corpus import CALIBRATION_TEXTS, corpus_request
 from .pipeline import SAMPLE_RATE, SAMPLES_PER_FRAME, Qwen3TTS
@@ -39,8 +40,9 @@ __all__ = [
     "FrameCosts",
     "plan_bench",
     "plan_seconds",
-    "shipped_qwen3_map",
     "bench_qwen3",
+    "bench_figures",
+    "plan_line",
     "depth_bytes",
     "controlled_depth_run",
     "greedy_truth",
@@ -197,11 +199,11 @@ def _talker_frames(
     made."""
     trace: list = []
     secs = {"talker": 0.0, "depth": 0.0, "wall": 0.0, "prefill": 0.0, "requests": 0}
-    made = _each(
-        progress,
+    made = bar(
         _free_frames(tts, frames, seed, temperature, ref_audio, deadline, trace, secs),
         "bench: talker frames",
         frames,
+        show=progress,
     )
     codes = list(made)
     log(f"talker: {len(codes)} frames")
@@ -250,20 +252,11 @@ def _free_frames(tts, frames: int, seed: int, temperature, ref_audio, deadline, 
         i += 1
 
 
-def _each(progress: bool, it, desc: str, total: Optional[int] = None):
-    """`it` behind codecspec.progress.bar when `progress`, else as it is."""
-    if not progress:
-        return it
-    from codecspec.progress import bar
-
-    return bar(it, desc=desc, total=total)
-
-
 def greedy_truth(dec, hiddens, c0s, progress: bool = False) -> list:
     """The greedy AR codes of every frame: what controlled drafts are right about."""
     saved = dec.params, dec.draft_control
     dec.params, dec.draft_control = cs.SamplingParams(0.0, 0, 1.0), None
-    pairs = _each(progress, list(zip(hiddens, c0s)), "bench: greedy truth")
+    pairs = bar(list(zip(hiddens, c0s)), "bench: greedy truth", show=progress)
     try:
         return [dec.decode_frame(h, int(c), cs.Generator(0), "ar") for h, c in pairs]
     finally:
@@ -421,6 +414,33 @@ def bench_qwen3(
     record = _finish(record, tts, run, greedy=acceptance is not None or dec.params.temperature == 0)
     record["plan"]["bench_s"] = time.perf_counter() - start
     return record
+
+
+def bench_figures(args) -> dict:
+    """`codecspec bench --model DIR`'s figures (`Qwen3Family.bench_figures`, called by the
+    one driver): `bench_qwen3` with the command's flags, its plan logged unless --json."""
+    import sys
+
+    log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr))
+    same = ("frames", "cache_dir", "provider", "threads", "seed", "temperature", "ref_audio")
+    kw = {k: getattr(args, k) for k in same + ("weights", "acceptance", "draft_depth")}
+    kw.update(decoder=not args.no_pipeline, budget=args.budget or None, progress=not args.json)
+    return bench_qwen3(args.model, **kw, log=log)  # looked up per call: tests replace it
+
+
+def plan_line(res: dict) -> str:
+    """What the bench ran (`plan_bench`), for the table's foot."""
+    p = res.get("plan") or {}
+    if not p:
+        return ""
+    runs = f"{res['talker_frames']} talker frames, {p['frames']} frames per later stage"
+    if p["decoder"]:
+        runs += f", TTFA {p['ttfa_repeats']}x each way"
+    if p["pipeline"]:
+        runs += f", pipeline end to end {p['pipeline_rounds']}x per mode"
+    budget = p.get("budget_s")
+    aim = "no time limit" if budget is None else f"aimed at {budget:g} s"
+    return f"bench: {runs}; {p['bench_s']:.0f} s including {p['load_s']:.0f} s loading ({aim})"
 
 
 def _frame_costs(tts: Qwen3TTS, secs: dict, n_talker: int, decoder_s: float) -> FrameCosts:
@@ -625,7 +645,7 @@ def _call_ms(dec, depths, calls: int, progress: bool = False) -> dict:
     for q, call in bound.items():
         call.heads[:q] = np.arange(1, q + 1)  # levels 1..q: each row a valid head
     times: dict = {q: [] for q in bound}
-    for i in _each(progress, range(calls + 3), "bench: verify-call costs"):
+    for i in bar(range(calls + 3), "bench: verify-call costs", show=progress):
         for q, call in bound.items():
             t0 = time.perf_counter()
             call.run()
@@ -703,7 +723,7 @@ def pipeline_at_acceptance(
     ]
     warm = {**kw, "max_frames": min(frames, WARM_UP_FRAMES)}
     try:
-        for r, mode in _each(progress, runs, "bench: pipeline end to end"):
+        for r, mode in bar(runs, "bench: pipeline end to end", show=progress):
             control.rewind()
             t0 = time.perf_counter()
             wav, res = tts.synthesize(text, mode=mode, **(kw if r else warm))
@@ -738,7 +758,7 @@ def time_to_first_audio(
     kept = tts.talker.prefixes
     times: dict = {"cold": [], "warm": []}
     try:
-        rounds = _each(progress, range(repeats + 1), "bench: time to first audio")
+        rounds = bar(range(repeats + 1), "bench: time to first audio", show=progress)
         for r in rounds:  # the first round warms the stream's own allocations
             for kind in ("cold", "warm"):
                 if kind == "cold":
@@ -864,22 +884,3 @@ def speedup_map(
         "cpu_model": platform.processor() or platform.machine(),
         "points": points,
     }
-
-
-def shipped_qwen3_map(config, weights: str):
-    """The speed-up map shipped for this code predictor shape and precision (measured on the
-    project's 2-core CPU by bench/qwen3_real_shape.py), or None."""
-    import json
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "models" / f"qwen3_speedup_map.{weights}.json"
-    if not path.is_file():
-        return None
-    shape = json.loads(path.read_text()).get("shape", {})
-    want = {
-        "hidden": config.hidden_size,
-        "layers": config.num_layers,
-        "vocab": config.codebook_size,
-        "groups": config.num_codebooks,
-    }
-    return path if shape == want else None

@@ -30,6 +30,7 @@ __all__ = [
     "collect_corpus",
     "calibrate_checkpoint",
     "calibrate_command",
+    "shipped_qwen3_map",
     "speculate_here",
 ]
 
@@ -203,7 +204,6 @@ def _map_line(result, args) -> str:
     predictor; `python bench/qwen3_real_shape.py` builds one for another shape or device)."""
     from codecspec.calibrate.speedup_map import where_on_the_map
 
-    from .bench import shipped_qwen3_map
     from .pipeline import resolve_weights
 
     path = shipped_qwen3_map(result.config, resolve_weights(args.weights, args.provider))
@@ -213,3 +213,21 @@ def _map_line(result, args) -> str:
             "build one with `python bench/qwen3_real_shape.py --model DIR`"
         )
     return where_on_the_map(result, path)
+
+
+def shipped_qwen3_map(config, weights: str):
+    """The speed-up map shipped for this code predictor shape and precision (measured on the
+    project's 2-core CPU by bench/qwen3_real_shape.py), or None."""
+    import json
+
+    path = Path(__file__).resolve().parents[2] / "models" / f"qwen3_speedup_map.{weights}.json"
+    if not path.is_file():
+        return None
+    shape = json.loads(path.read_text()).get("shape", {})
+    want = {
+        "hidden": config.hidden_size,
+        "layers": config.num_layers,
+        "vocab": config.codebook_size,
+        "groups": config.num_codebooks,
+    }
+    return path if shape == want else None

@@ -1,4 +1,4 @@
-"""`codecspec synth --model DIR` and `codecspec bench --model DIR` for Qwen3-TTS folders."""
+"""`codecspec synth --model DIR` and `codecspec random-checkpoint` for Qwen3-TTS folders."""
 
 from __future__ import annotations
 
@@ -218,57 +218,6 @@ def synth(args) -> int:
             if v is not None:
                 print(f"{k:>22}: {v}")
     return 0
-
-
-def bench_command(args) -> int:
-    """`codecspec bench --model DIR` for a Qwen3-TTS checkpoint folder
-    (`Qwen3Family.bench_command`)."""
-    from codecspec.perf import finish_record, peak_rss_mb, render_table, stream_bandwidth
-
-    from .bench import bench_qwen3  # looked up per call: tests replace it
-
-    log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr))
-    res = bench_qwen3(
-        args.model,
-        frames=args.frames,
-        cache_dir=args.cache_dir,
-        provider=args.provider,
-        threads=args.threads,
-        seed=args.seed,
-        temperature=args.temperature,
-        ref_audio=args.ref_audio,
-        weights=args.weights,
-        acceptance=args.acceptance,
-        draft_depth=args.draft_depth,
-        decoder=not args.no_pipeline,
-        budget=args.budget or None,
-        progress=not args.json,
-        log=log,
-    )
-    # The bench record (codecspec.perf), completed where the bench left a figure out: the
-    # bandwidth and peak RSS of this run, then the bounds, totals and verdict.
-    if res.get("peak_rss_mb") is None:  # before the bandwidth probe's buffer
-        res["peak_rss_mb"] = peak_rss_mb()
-    if res.get("bandwidth_gbps") is None:
-        res["bandwidth_gbps"] = stream_bandwidth(threads=int(res.get("threads") or 1)) / 1e9
-    finish_record(res)
-    print(json.dumps(res) if args.json else render_table(res) + "\n" + plan_line(res))
-    return 0
-
-
-def plan_line(res: dict) -> str:
-    """What the bench ran (bench.plan_bench), for the table's foot."""
-    p = res.get("plan") or {}
-    if not p:
-        return ""
-    runs = f"{res['talker_frames']} talker frames, {p['frames']} frames per later stage"
-    if p["decoder"]:
-        runs += f", TTFA {p['ttfa_repeats']}x each way"
-    if p["pipeline"]:
-        runs += f", pipeline end to end {p['pipeline_rounds']}x per mode"
-    budget = p.get("budget_s")
-    aim = "no time limit" if budget is None else f"aimed at {budget:g} s"
-    return f"bench: {runs}; {p['bench_s']:.0f} s including {p['load_s']:.0f} s loading ({aim})"
 
 
 def random_checkpoint_command(args) -> int:
