@@ -342,6 +342,28 @@ def test_recipe_split_by_text_and_deterministic(corpus_mod, tmp_path):
     assert stats["utterances"] == len(rows) and stats["hours"] >= 0.004
 
 
+def test_recipe_skip_texts_continues_the_order(corpus_mod, tmp_path):
+    """--skip-texts N renders texts the first run did not reach, each with the split and
+    renditions the unskipped order gives it (a fresh corpus beyond a shorter one)."""
+    argv = "--hours 0.012 --seed 3 --languages en --batch 4 --workers 1 --no-install".split()
+    argv += ["--test-fraction", "0.5", "--renditions", "1"]
+    assert corpus_mod.main(argv + ["--out", str(tmp_path / "all")]) == 0
+    assert corpus_mod.main(argv + ["--out", str(tmp_path / "skip"), "--skip-texts", "4"]) == 0
+
+    def rows(run):
+        lines = (tmp_path / run / "manifest.jsonl").read_text().splitlines()
+        return [json.loads(s) for s in lines]
+
+    every, skipped = rows("all"), rows("skip")
+    keys = ("text", "split", "variant", "pitch", "rate", "gap")
+    assert len(every) > 4, "the first run must reach past the skipped texts"
+    shared = [r for r in every if r["text_id"] not in {e["text_id"] for e in every[:4]}]
+    assert [tuple(r[k] for k in keys) for r in skipped[: len(shared)]] == [
+        tuple(r[k] for k in keys) for r in shared
+    ]
+    assert not {r["text"] for r in every[:4]} & {r["text"] for r in skipped}
+
+
 def test_recipe_audio_encodes(corpus_mod, tiny_codec, tmp_path):
     argv = "--hours 0.001 --languages en --batch 1 --workers 1 --no-install --out".split()
     corpus_mod.main(argv + [str(tmp_path)])
