@@ -275,3 +275,15 @@ def test_cli_bench_no_pipeline_times_the_loops_only(cache, capsys):
     assert main(argv + ["--budget", "0"]) == 0  # no limit: every stage runs --frames
     out = capsys.readouterr().out
     assert "bench: 6 talker frames, 6 frames per later stage" in out and "no time limit" in out
+
+
+def test_cli_bench_refuses_quality_before_it_runs(capsys, monkeypatch):
+    """--quality's reports cannot load a Qwen3-TTS folder: one error line naming the flag,
+    before the bench spends its budget (the bench itself is never called)."""
+    from codecspec.cli import main
+    from codecspec.families.qwen3_tts import bench
+
+    monkeypatch.setattr(bench, "bench_qwen3", lambda *a, **k: pytest.fail("the bench ran"))
+    assert main(["bench", "--model", str(DATA / "custom_equal"), "--quality"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--quality: not for Qwen3-TTS folders" in err and "\n" not in err

@@ -421,6 +421,8 @@ def bench_figures(args) -> dict:
     one driver): `bench_qwen3` with the command's flags, its plan logged unless --json."""
     import sys
 
+    if args.quality:  # refused before the run, not after it: the reports cannot load these
+        raise ValueError("--quality: not for Qwen3-TTS folders (quality cannot load them)")
     log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr))
     same = ("frames", "cache_dir", "provider", "threads", "seed", "temperature", "ref_audio")
     kw = {k: getattr(args, k) for k in same + ("weights", "acceptance", "draft_depth")}
