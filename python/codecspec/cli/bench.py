@@ -113,7 +113,7 @@ def bench_report(args, family, model, res: dict, record) -> int:
     bw = res.get("bandwidth_gbps")
     bandwidth = 1e9 * bw if bw else stream_bandwidth(threads=int(res.get("threads") or 1))
     res.update(record(res, model, bandwidth=bandwidth, peak_rss_mb=rss))
-    table = _bench_quality(args, family.name, res)
+    table = _bench_quality(args, family, res)
     if args.json:
         print(json.dumps(res))
         return 0
@@ -124,33 +124,21 @@ def bench_report(args, family, model, res: dict, record) -> int:
             f"fidelity: speculative vs AR codes per position, min p {res['fidelity_min_p']:.3g} "
             f"over {args.frames} frames (> 1e-4): {ok}"
         )
-    if res.get("batch", 1) > 1:
-        print(
-            f"batch of {res['batch']}: {res['batch_ms_per_step']:.2f} ms per step, "
-            f"{res['batch_frames_per_second']:.0f} frames/s"
-        )
     if table is not None:  # the intelligibility table (in --json it is in the object)
         print()
         print(table)
     return 0
 
 
-def bench_quality_modes(family: str, args) -> list:
-    """AR and the speculative side the bench measured with `args`, as the family called
-    `family` names them (`Family.quality_modes`: v2's `loops[/accept]`)."""
-    from codecspec.pipeline import registry
-
-    return registry.by_name(family).load("engine").quality_modes(args)
-
-
-def _bench_quality(args, family: str, res: dict):
-    """--quality: intelligibility of AR and the bench's speculative modes. Adds the figures
-    to `res` ("intelligibility") and returns the table to print after the bench's lines."""
+def _bench_quality(args, family, res: dict):
+    """--quality: intelligibility of the sides the bench measured, as `family` (its class)
+    names them (`quality_modes`: v2's `loops[/accept]`). Adds the figures to `res`
+    ("intelligibility") and returns the table to print after the bench's lines."""
     if not args.quality:
         return None
     from codecspec.evaluation.intelligibility import report_table
 
-    modes = bench_quality_modes(family, args)
+    modes = family.quality_modes(args)
     reports = run_quality(args, args.model, modes, prefix="quality_")
     res["intelligibility"] = summary(reports)
     rec = next(iter(reports.values()))

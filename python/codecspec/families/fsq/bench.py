@@ -21,7 +21,7 @@ from codecspec.pipeline import registry
 from codecspec.pipeline.bench import run_sides, side_figures
 from codecspec.pipeline.loop import run_together
 
-__all__ = ["bench_fsq", "bench_keys", "bench_requests", "load_bench_texts", "record"]
+__all__ = ["bench_fsq", "bench_keys", "bench_lines", "bench_requests", "load_bench_texts", "record"]
 
 
 def load_bench_texts(model_dir, count: Optional[int] = None) -> list:
@@ -74,6 +74,14 @@ def _batched(tts, utts: list, seed: int) -> dict:
 def bench_keys(tts, runs: dict, args, alone: dict) -> dict:
     """The figures of the driver's runs (one side), and `--batch`'s together."""
     return _figures(tts, runs["ar"], args.batch, args.seed, vocoder=True)
+
+
+def bench_lines(res: dict) -> list:
+    """`--batch`'s figures, printed under the table (none without a batch)."""
+    if res.get("batch", 1) <= 1:
+        return []
+    ms, fps = res["batch_ms_per_step"], res["batch_frames_per_second"]
+    return [f"batch of {res['batch']}: {ms:.2f} ms per step, {fps:.0f} frames/s"]
 
 
 def _figures(tts, runs: list, batch: int, seed: int, vocoder: bool) -> dict:

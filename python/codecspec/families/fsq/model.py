@@ -456,9 +456,10 @@ class FSQFamily(Family):
     known_length = False  # the stop head decides
     modes = ("ar",)
 
-    # `codecspec bench`: its folder's utterances, its figures and record (bench.py)
+    # `codecspec bench`: its folder's utterances, figures, record, --batch line (bench.py)
     bench_requests = staticmethod(bench.bench_requests)
     bench_keys, bench_record = staticmethod(bench.bench_keys), staticmethod(bench.record)
+    bench_lines = staticmethod(bench.bench_lines)
 
     @classmethod
     def synth_lines(cls, s, output) -> dict:
