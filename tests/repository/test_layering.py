@@ -79,8 +79,10 @@ def _forbidden(name: str) -> bool:
 
 
 def _modules(package_dir: Path, sub: str):
-    """(path, dotted module name) of every module under package_dir/sub."""
-    for path in sorted((package_dir / sub).rglob("*.py")):
+    """(path, dotted module name) of every module under package_dir/sub (a folder, or one
+    module of the package's top level)."""
+    top = package_dir / sub
+    for path in [top] if top.is_file() else sorted(top.rglob("*.py")):
         rel = path.relative_to(package_dir.parent).with_suffix("")
         yield path, ".".join(rel.parts)
 
@@ -201,10 +203,12 @@ def test_cli_and_shared_training_code_import_no_family():
 
 
 def below_the_cli(package_dir: Path) -> list:
-    """Every top-level subpackage but cli/ itself: the floors a command goes down into."""
-    return sorted(
-        p.name for p in package_dir.iterdir() if (p / "__init__.py").is_file() and p.name != "cli"
-    )
+    """Every top-level subpackage but cli/ itself, and every top-level module but
+    __main__.py (`python -m codecspec`, the one entry above the CLI): the floors a command
+    goes down into."""
+    subs = [p for p in package_dir.iterdir() if (p / "__init__.py").is_file() and p.name != "cli"]
+    tops = [p for p in package_dir.glob("*.py") if p.name != "__main__.py"]
+    return sorted(p.name for p in subs + tops)
 
 
 def test_nothing_below_the_cli_imports_it():
@@ -225,11 +229,14 @@ def test_the_cli_check_sees_a_module_below_it_that_imports_it(tmp_path):
         (pkg / sub / "m.py").write_text(text)
     for sub in ("families", "evaluation", "cli"):
         (pkg / sub / "__init__.py").write_text("")
-    assert below_the_cli(pkg) == ["evaluation", "families"]
+    (pkg / "perf.py").write_text("def f():\n    from .cli.bench import bench_report\n")
+    (pkg / "__main__.py").write_text("from codecspec.cli import main\n")  # the entry: fine
+    assert below_the_cli(pkg) == ["evaluation", "families", "perf.py"]
     found = violations(pkg, below_the_cli(pkg), ("codecspec.cli",))
     assert found == [
         "evaluation/m.py imports codecspec.cli",
         "families/toy/m.py imports codecspec.cli.bench",
+        "perf.py imports codecspec.cli.bench",
     ]
 
 
