@@ -19,6 +19,7 @@ from test_perf import check_record
 import codecspec as cs
 from codecspec.families.fsq.bench import _batched
 from codecspec.families.fsq.model import FSQ_FILES, FSQTTS, FSQFamily, default_fsq_dir
+from codecspec.pipeline.family import SpeechRequest
 from codecspec.pipeline.loop import run_inline, run_together
 from codecspec.pipeline.registry import load_model, model_family, resolve_model_dir
 
@@ -75,14 +76,9 @@ def test_length_guard_is_reported(tts, texts):
 
 def _states(tts, family, us, seed):
     """The streams of utterances `us` on `family`, stream b drawing from fork b of `seed`,
-    each with its own guard (the bench's streams)."""
-    out = []
-    for b, u in enumerate(us):
-        ids = tts.tokens("", u["phonemes"], u["language"])[1]
-        g = cs.Generator(seed).fork(b)
-        lang, spk = tts.ids(u["language"], u["speaker"])
-        out.append(family.state(ids, lang, spk, tts.params, g, tts.max_frames_for(len(ids))))
-    return out
+    each with its own guard, prepared as a served request is (the bench's streams)."""
+    reqs = [SpeechRequest(u["phonemes"], "ipa", u["speaker"], u["language"]) for u in us]
+    return [family.prepare(r, cs.Generator(seed).fork(b)) for b, r in enumerate(reqs)]
 
 
 def test_batch_gives_each_stream_its_own_output(tts, texts):

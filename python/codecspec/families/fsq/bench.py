@@ -19,6 +19,7 @@ from typing import Optional
 import codecspec as cs
 from codecspec.pipeline import registry
 from codecspec.pipeline.bench import run_sides, side_figures
+from codecspec.pipeline.family import SpeechRequest
 from codecspec.pipeline.loop import run_together
 
 __all__ = ["bench_fsq", "bench_keys", "bench_lines", "bench_requests", "load_bench_texts", "record"]
@@ -49,16 +50,13 @@ def bench_requests(tts, texts: list, args) -> list:
 def _batched(tts, utts: list, seed: int) -> dict:
     """len(utts) streams together, one slot each, through the engine's loop: step calls, ms
     per step, frames per second (the encoder calls included)."""
-    ids = [tts.tokens("", u["phonemes"], u["language"])[1] for u in utts]
+    ids = [tts.tokens("", u["phonemes"], u["language"])[1] for u in utts]  # the slots' size
     guards = [tts.max_frames_for(len(i)) for i in ids]
     t0 = time.perf_counter()
     fsq = registry.family_of(tts.dir, detect=False).load("engine")  # model.py's FSQFamily
     family = fsq(tts, len(utts), max(guards), max(len(i) for i in ids))
-    gens = [cs.Generator(seed).fork(b) for b in range(len(utts))]
-    states = [
-        family.state(i, *tts.ids(u["language"], u["speaker"]), tts.params, g, guard)
-        for i, u, g, guard in zip(ids, utts, gens, guards)
-    ]
+    reqs = [SpeechRequest(u["phonemes"], "ipa", u["speaker"], u["language"]) for u in utts]
+    states = [family.prepare(r, cs.Generator(seed).fork(b)) for b, r in enumerate(reqs)]
     calls0, t1 = family.slots.calls, time.perf_counter()
     codes = run_together(family, states)
     t2 = time.perf_counter()

@@ -519,14 +519,6 @@ class FSQFamily(Family):
         limit = length_guard(req, tts.max_frames_for(len(ids)))
         if self.max_frames is not None and limit > self.max_frames:
             raise ValueError(f"input: may need {limit} frames, more than {self.max_frames}")
-        state = self.state(ids, lang_id, spk_id, self.params(req), generator, limit)
-        state.phonemes = ipa
-        return state
-
-    def state(self, ids, lang_id: int, spk_id: int, params, generator, limit: int) -> FSQState:
-        """A stream of phoneme ids `ids` (bos/eos included) under `params`, ended by its stop
-        head or after `limit` frames: the encoder call and the step's inputs."""
-        tts = self.tts
         cross = tts.encoder.run(
             None,
             {
@@ -539,12 +531,13 @@ class FSQFamily(Family):
         unit = np.float32(tts.meta["pace_unit"])
         return FSQState(
             generator=generator,
-            params=params,
+            params=self.params(req),
             speaker=spk_id,
             frames=None,
             expected=int(np.ceil(len(ids) * unit)),
             limit=limit,
             tokens=len(ids),
+            phonemes=ipa,
             # FSQStepper's float32 arithmetic, so the pace input is the same bits
             pace=np.float32(1.0) / (np.float32(len(ids)) * unit),
             cross=tuple(cross),
