@@ -498,15 +498,13 @@ class V2TTS(PhonemeModel):
             )
         ids = self.frontend.vocab.encode(phonemes)
         ids = np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
-        enc = self.encoder.run(
-            None,
-            {
-                "phonemes": ids[None],
-                "language": np.array([lang_id], np.int64),
-                "speaker": np.array([spk_id], np.int64),
-            },
-        )
-        return phonemes, ids, lang_id, spk_id, enc
+        return phonemes, ids, lang_id, spk_id, self.encode_ids(ids, lang_id, spk_id)
+
+    def encode_ids(self, ids: np.ndarray, lang_id: int, spk_id: int) -> list:
+        """The encoder's outputs for phoneme ids (bos/eos included): the one encoder call,
+        of `encode_text` and of a served request (`V2Family.prepare`)."""
+        lang, spk = np.array([lang_id], np.int64), np.array([spk_id], np.int64)
+        return self.encoder.run(None, {"phonemes": ids[None], "language": lang, "speaker": spk})
 
     def prepare_text(self, text, phonemes, language, speaker, rate: float = 1.0):
         """`encode_text`'s outputs and the aligned model's phoneme track (else None)."""
@@ -790,15 +788,8 @@ class V2Family(Family):
         limit = length_guard(req, tts.max_frames_for(expected))
         if self.max_frames is not None and limit > self.max_frames:
             raise ValueError(f"input: may need {limit} frames, more than {self.max_frames}")
-        if not tts.aligned:
-            enc = tts.encoder.run(
-                None,
-                {
-                    "phonemes": ids[None],
-                    "language": np.array([lang_id], np.int64),
-                    "speaker": np.array([spk_id], np.int64),
-                },
-            )
+        if not tts.aligned:  # encoded once the request is known to fit
+            enc = tts.encode_ids(ids, lang_id, spk_id)
         # mode "auto": the depth loop's calibration, and the temporal loop's measurement in
         # model.json; a served request's explicit mode sets both loops, generate's `temporal`
         # keyword the temporal one
