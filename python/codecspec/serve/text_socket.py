@@ -211,11 +211,8 @@ def _session_kwargs(app, start: StreamStart) -> dict:
     req = engine.check(req)
     kw = family.request_kwargs(req)
     kw.pop("streaming_text", None)
-    tts = engine.tts
-    kw["max_frames"] = min(family.max_frames, tts.ck.generation.max_new_tokens - 1)
+    kw["max_frames"] = min(family.max_frames, engine.tts.ck.generation.max_new_tokens - 1)
     kw["seed"] = secrets.randbits(62) if start.seed is None else int(start.seed)
-    if isinstance(kw.get("ref_audio"), tuple):  # the x-vector once, not per utterance
-        kw["ref_audio"] = tts.clone_voice(kw["ref_audio"])
     return dict(kw, _output=start.output, _first=start)
 
 

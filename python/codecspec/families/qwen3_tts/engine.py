@@ -142,12 +142,12 @@ class Qwen3Family(Qwen3Steps):
     ):
         from .pipeline import Qwen3TTS
 
-        self.reference = check_folder(model_dir, ref_audio, voices_dir)
+        reference = check_folder(model_dir, ref_audio, voices_dir)
         self.tts = Qwen3TTS.load(
             model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights
         )
-        if self.reference is not None:  # loads the speaker encoder once, for every replica
-            self.tts.speaker_vector(self.reference)
+        # the reference's x-vector computed once, here, for every stream
+        self.reference = None if reference is None else self.tts.clone_voice(reference)
         # each voice read, x-vector computed and reference encoded once, here
         voices = read_voices_dir(voices_dir) if voices_dir is not None else {}
         self.cloned = {n: self.tts.clone_voice(wav, text) for n, (wav, text) in voices.items()}
