@@ -1,6 +1,6 @@
 """Qwen3-TTS's `iter_frames` (and so `generate_codes`, `stream`, bench and calibration) runs
 the serving engine's loop with one slot, inline (`codecspec.pipeline.loop.run_inline` over
-`Qwen3Steps.over`); the driver it replaced (the `frame_steps` coroutine answered by the
+`Qwen3Steps({0: tts})`); the driver it replaced (the `frame_steps` coroutine answered by the
 runtime's own talker and depth decoder, kept here as the oracle) gives bit-identical codes,
 lengths, eos decisions, traces and stage records: AR and speculative, greedy and sampled,
 several seeds, the three checkpoint kinds, the frame limit and the streaming-text prompt."""
@@ -29,7 +29,7 @@ def models(tmp_path_factory):
 
 def old_loop(tts: Qwen3TTS, text: str, **kw):
     """The driver `iter_frames` was before it became the engine's loop (the oracle)."""
-    steps, reply, frames = tts.frame_steps(text, **kw), None, []
+    steps, reply, frames = tts.frame_steps(tts.prepare(text, **kw)), None, []
     while True:
         try:
             kind, item = steps.send(reply)
@@ -120,7 +120,7 @@ def test_the_oracle_catches_a_broken_driver(models):
     """A driver that answers the depth requests with the wrong generator must differ: the
     comparison above is not vacuous."""
     tts = models["custom_equal"]
-    steps, reply, frames = tts.frame_steps("Hello there, one loop.", seed=4), None, []
+    steps, reply, frames = tts.frame_steps(tts.prepare("Hello there, one loop.", seed=4)), None, []
     while True:
         try:
             kind, item = steps.send(reply)

@@ -159,7 +159,7 @@ class Qwen3Family(Qwen3Steps):
         self.hop = int(self.tts.speech_decoder().samples_per_frame)
         self.frame_rate = self.codec.frame_rate
         self.speculation_pays = self._speculation_pays()
-        self.runtimes: dict = {}  # slot -> its Qwen3TTS replica, made on first use
+        super().__init__({})  # slot -> its Qwen3TTS replica, made on first use
         from codecspec.decode.batched_depth import BatchedDepth
 
         # every stream's AR depth loop of a step in one batched loop over the shared graph
@@ -235,51 +235,16 @@ class Qwen3Family(Qwen3Steps):
         )
 
     def prepare(self, req, generator: cs.Generator) -> Qwen3State:
-        from codecspec.families.qwen3_tts.text import build_prompt
-
-        from .pipeline import ClonedVoice
-
-        tts = self.tts
-        kw = self.request_kwargs(req)
+        """The request as the runtime prepares every request (`Qwen3TTS.prepare`: checked,
+        its prompt built once), at most `max_frames` frames; errors name its fields."""
+        limit = min(self.max_frames, self.tts.ck.generation.max_new_tokens - 1)
+        kw = dict(self.request_kwargs(req), generator=generator, max_frames=limit)
         try:
-            text, speaker, language, instruct = tts.check_request(
-                req.input, kw["speaker"], kw["language"], kw["instruct"], kw["ref_audio"]
-            )
+            state = self.tts.prepare(req.input, served=True, **kw)
         except ValueError as e:  # name the HTTP field, not the runtime's argument
             raise ValueError(_as_request_field(str(e))) from None
-        voice = kw["ref_audio"] if isinstance(kw["ref_audio"], ClonedVoice) else None
-        in_context = voice is not None and voice.ref_text is not None
-        p = build_prompt(
-            tts.tok,
-            tts.spec,
-            text,
-            language=language,
-            speaker=speaker,
-            instruct=instruct,
-            streaming_text=kw["streaming_text"],  # the layout frame_steps will build
-            speaker_vector=kw["ref_audio"] is not None,
-            ref_text=voice.ref_text if in_context else None,
-            ref_frames=len(voice.ref_codes) if in_context else 0,
-        )
-        limit = min(self.max_frames, tts.ck.generation.max_new_tokens - 1)
-        limit = min(limit, tts.talker.max_positions - len(p) - 1)
-        if limit < 1:
-            raise ValueError(
-                f"input: its prompt takes {len(p)} of the talker's "
-                f"{tts.talker.max_positions} positions, leaving none for speech"
-            )
-        kw.update(text=text, max_frames=limit)
-        expected = min(limit, max(1, int(np.ceil(len(text) / CHARS_PER_FRAME))))
-        return Qwen3State(
-            generator=generator,
-            params=self.params(req),
-            speaker=0,
-            frames=None,
-            expected=expected,
-            limit=limit,
-            tokens=len(p.prompt_ids),
-            request=kw,
-        )
+        state.expected = min(state.limit, max(1, int(np.ceil(len(req.input) / CHARS_PER_FRAME))))
+        return state
 
     # ------------------------------------------------------------------ the commands
     # synth and calibrate are its own whole (its flags, graph building and report); the

@@ -26,7 +26,7 @@ from codecspec.runtime.npy_rows import open_rows
 
 from .checkpoint import Qwen3Checkpoint
 from .graphs import build_or_load, chosen_precision, text_embedding_rows
-from .steps import Qwen3Steps
+from .steps import Qwen3State, Qwen3Steps
 from .talker import Talker, TalkerSampler
 from .text import NONE, REF_FRAME, SPEAKER, Prompt, build_prompt, load_text_tokenizer
 from .text_stream import TextRows, TextStream, prompt_body_tokens, stream_layout
@@ -506,79 +506,67 @@ class Qwen3TTS:
 
     def iter_frames(self, text: str, **kw) -> Iterator[np.ndarray]:
         """Codes int64 [G] frame by frame (the order the speech decoder consumes them).
-        Keywords: speaker, language, instruct, ref_audio, ref_text, mode, temperature, top_k,
-        top_p (the talker's), subtalker_temperature, subtalker_top_k, subtalker_top_p (the code
-        predictor's), seed, max_frames, streaming_text (None: the official layout of the
-        request's mode), info; `trace` collects (talker hidden state, c0) of every frame (the
-        calibration corpus); `generator`: draw from this one instead of `Generator(seed)` (the
-        serving engine's per-stream generator; a fresh `Generator(s)` gives exactly what
-        `seed=s` gives).
+        Keywords: `prepare`'s (speaker, language, instruct, ref_audio, ref_text, mode, the
+        talker's and the code predictor's sampling, seed, max_frames, streaming_text, info,
+        trace, generator).
 
         The serving engine's loop with one slot, run in the caller's thread
         (`codecspec.pipeline.loop.run_inline`): the slot's runtime is this one, so its
         `frame_steps` coroutine is answered by this runtime's talker and depth decoder."""
         from codecspec.pipeline.loop import run_inline
 
-        generator = kw.pop("generator", None)
-        generator = cs.Generator(kw.pop("seed", 0)) if generator is None else generator
-        max_frames = kw.get("max_frames")
-        # more frames than the coroutine can make: its eos or frame budget ends the stream
-        cap = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
-        family = Qwen3Steps.over(self, max(cap, 1) + 1, SAMPLE_RATE / SAMPLES_PER_FRAME)
-        yield from run_inline(family, family.inline_state(text, kw, generator))
+        yield from run_inline(Qwen3Steps({0: self}), self.prepare(text, **kw))
 
-    def _prepare(
+    def prepare(
         self,
         text,
         *,
-        speaker,
-        language,
-        instruct,
-        ref_audio,
-        ref_text,
-        sampling,
-        max_frames,
+        speaker=None,
+        language=None,
+        instruct=None,
+        ref_audio=None,
+        ref_text=None,
+        mode="ar",
+        seed=0,
+        max_frames=None,
         streaming_text=None,
-    ):
-        """A request checked and turned into (prompt, frames allowed + 1, the talker's
-        sampler, the code predictor's sampling params); the voice set on this runtime.
-        `text` may be a TextStream: the prompt then waits for the text tokens its rows hold."""
+        info: Optional[dict] = None,
+        trace: Optional[list] = None,
+        generator: Optional[cs.Generator] = None,
+        served: bool = False,
+        **sampling,
+    ) -> Qwen3State:
+        """A request checked and its prompt built, once: the stream `frame_steps` runs. The
+        one place a Qwen3-TTS request is prepared: `iter_frames`', and with `served` the
+        serving engine's (`Qwen3Family.prepare`; its loop ends a stream on its last frame).
+        `sampling`: `sampling`'s keywords. `text` may be a TextStream: the prompt then waits
+        for the text tokens its rows hold. `info` gets prompt / seconds / hit_max_frames,
+        `trace` (talker hidden state, c0) per frame; `generator` draws in place of
+        `Generator(seed)` (a fresh `Generator(s)` draws as `seed=s`)."""
+        talk, depth = self.sampling(**sampling)
+        if mode not in MODES:
+            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
         source = text if isinstance(text, TextStream) else None
-        text, speaker, language, instruct = self.check_request(
-            "(streamed)" if source is not None else text,
-            speaker,
-            language,
-            instruct,
-            ref_audio,
-            ref_text,
+        shown = "(streamed)" if source is not None else text
+        checked, speaker, language, instruct = self.check_request(
+            shown, speaker, language, instruct, ref_audio, ref_text
         )
         streaming_text = check_streaming_text(streaming_text)
         if source is not None:
             streaming_text = stream_layout(streaming_text)
         voice = self._voice(ref_audio, ref_text)
-        self._xvector = None if voice is None else voice.xvector
-        self._ref_codes = None if voice is None else voice.ref_codes
-        ref_text = None if voice is None else voice.ref_text
         max_new = self.ck.generation.max_new_tokens if max_frames is None else int(max_frames) + 1
         if max_new < 1:
             raise ValueError(f"max_frames: must be >= 0, got {max_frames}")
-        talk_p, depth_p = self.sampling(**sampling)
-        self.depth.params = depth_p
-        sampler = TalkerSampler(
-            self.spec.vocab_size,
-            self.spec.codec["eos"],
-            self.spec.suppressed_ids,
-            talk_p,
-            self.ck.generation.min_new_tokens,
-        )
-        ref_frames = 0 if self._ref_codes is None else len(self._ref_codes)
+        ref_text = None if voice is None else voice.ref_text
+        ref_frames = 0 if voice is None or voice.ref_codes is None else len(voice.ref_codes)
         ids = None
         if source is not None:  # waits for the first text tokens (or the text's end)
             ids = source.prompt_ids(prompt_body_tokens(self.tok, ref_text, ref_frames))
         p = build_prompt(
             self.tok,
             self.spec,
-            text,
+            checked,
             language=language,
             speaker=speaker,
             instruct=instruct,
@@ -588,70 +576,68 @@ class Qwen3TTS:
             ref_frames=ref_frames,
             ids=ids,
         )
-        budget = self.talker.max_positions - len(p)
-        if budget < 1:
+        max_new = self._room(p, max_new, served)
+        return Qwen3State(
+            generator=cs.Generator(seed) if generator is None else generator,
+            params=talk,
+            speaker=0,
+            frames=None,
+            expected=1,
+            # served: the loop ends the stream on its last frame; inline, more than the
+            # coroutine makes, so that its own limit ends it (and says hit_max_frames)
+            limit=max_new - 1 if served else max_new,
+            tokens=len(p.prompt_ids),
+            mode=mode,
+            text=text,
+            prompt=p,
+            voice=voice,
+            depth_params=depth,
+            max_new=max_new,
+            info=info,
+            trace=trace,
+        )
+
+    def _room(self, p: Prompt, max_new: int, served: bool) -> int:
+        """At most `max_new` talker tokens, as many as the prompt leaves room for; a
+        ValueError where it leaves none (served: no frame, naming the request's `input`)."""
+        room = self.talker.max_positions - len(p)
+        if served and min(max_new, room) < 2:
+            raise ValueError(
+                f"input: its prompt takes {len(p)} of the talker's "
+                f"{self.talker.max_positions} positions, leaving none for speech"
+            )
+        if room < 1:
             raise ValueError(
                 f"text: {len(p)} prompt positions exceed the talker's budget of "
                 f"{self.talker.max_positions - 1}"
             )
-        return p, min(max_new, budget), sampler, depth_p
+        return min(max_new, room)
 
-    def frame_steps(
-        self,
-        text: str,
-        *,
-        speaker=None,
-        language=None,
-        instruct=None,
-        ref_audio=None,
-        ref_text=None,
-        mode="ar",
-        temperature=None,
-        top_k=None,
-        top_p=None,
-        subtalker_temperature=None,
-        subtalker_top_k=None,
-        subtalker_top_p=None,
-        seed=0,
-        max_frames=None,
-        streaming_text=None,
-        info: Optional[dict] = None,
-        trace: Optional[list] = None,
-        generator: Optional[cs.Generator] = None,
-    ):
-        """`iter_frames` as a coroutine that hands its graph calls out: per frame it yields
-        ("depth", FrameJob) and takes that frame's codes back, yields ("frame", codes) for the
-        consumer, then ("talker", next input row) and takes the talker's hidden state back
-        (the prefill it runs itself). `iter_frames` answers with this runtime's decoder and
-        talker; the serving engine answers its streams' AR depth requests with one batched
-        loop (`decode.batched_depth`) and their talker steps with one call (`talker_rows`)."""
-        if mode not in MODES:
-            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
-        p, max_new, sampler, depth_p = self._prepare(
-            text,
-            speaker=speaker,
-            language=language,
-            instruct=instruct,
-            ref_audio=ref_audio,
-            ref_text=ref_text,
-            sampling=dict(
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                subtalker_temperature=subtalker_temperature,
-                subtalker_top_k=subtalker_top_k,
-                subtalker_top_p=subtalker_top_p,
-            ),
-            max_frames=max_frames,
-            streaming_text=streaming_text,
+    def frame_steps(self, s: Qwen3State):
+        """The stream `s` (`prepare`'s) on this runtime as a coroutine that hands its graph
+        calls out: per frame it yields ("depth", FrameJob) and takes that frame's codes back,
+        yields ("frame", codes) for the consumer, then ("talker", next input row) and takes
+        the talker's hidden state back (the prefill it runs itself). `iter_frames` answers
+        with this runtime's decoder and talker; the serving engine answers its streams' AR
+        depth requests with one batched loop (`decode.batched_depth`) and their talker steps
+        with one call (`talker_rows`)."""
+        self._xvector = None if s.voice is None else s.voice.xvector
+        self._ref_codes = None if s.voice is None else s.voice.ref_codes
+        self.depth.params = s.depth_params
+        spec = self.spec
+        sampler = TalkerSampler(
+            spec.vocab_size,
+            spec.codec["eos"],
+            spec.suppressed_ids,
+            s.params,
+            self.ck.generation.min_new_tokens,
         )
-        info = {} if info is None else info
-        info.update(prompt=p, hit_max_frames=False, ref_codes=self._ref_codes)
+        info = {} if s.info is None else s.info
+        info.update(prompt=s.prompt, hit_max_frames=False, ref_codes=self._ref_codes)
         secs = info["seconds"] = {"prefill": 0.0, "talker": 0.0, "depth": 0.0}
-        g = cs.Generator(seed) if generator is None else generator
-        g_talk, g_depth = g.fork(1), g.fork(2)
+        g_talk, g_depth = s.generator.fork(1), s.generator.fork(2)
         t0 = time.perf_counter()
-        hidden, text_row = self._prefill(text, p, max_new)
+        hidden, text_row = self._prefill(s.text, s.prompt, s.max_new)
         secs["prefill"] = time.perf_counter() - t0
         history: list[int] = []
         eos = self.spec.codec["eos"]
@@ -661,13 +647,13 @@ class Qwen3TTS:
             history.append(c0)
             if c0 == eos:
                 break
-            if len(history) >= max_new:
+            if len(history) >= s.max_new:
                 info["hit_max_frames"] = True
                 break
-            if trace is not None:
-                trace.append((hidden.copy(), c0))
+            if s.trace is not None:
+                s.trace.append((hidden.copy(), c0))
             t1 = time.perf_counter()
-            codes = yield "depth", FrameJob(hidden, c0, mode, depth_p, g_depth)
+            codes = yield "depth", FrameJob(hidden, c0, s.mode, s.depth_params, g_depth)
             t2 = time.perf_counter()
             secs["depth"] += t2 - t1
             yield "frame", codes

@@ -1,6 +1,7 @@
 """Qwen3-TTS streams stepped on their slots' runtimes (engine.py's module doc says how): the
-loop's side of the family, which `Qwen3TTS.iter_frames` runs one stream through
-(`Qwen3Steps.over`) and `engine.Qwen3Family` extends with a loaded folder's requests."""
+loop's side of the family, which `Qwen3TTS.iter_frames` runs one stream through (one slot,
+whose runtime is the `Qwen3TTS` itself) and `engine.Qwen3Family` extends with a loaded
+folder's requests."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ __all__ = ["Qwen3State", "Qwen3Steps"]
 
 @dataclass
 class Qwen3State(StreamState):
-    request: Optional[dict] = None  # frame_steps keywords, until the stream takes a slot
+    """A stream as `Qwen3TTS.prepare` made it (the request checked, its prompt built: the one
+    place a Qwen3-TTS request is prepared), what its `frame_steps` coroutine reads."""
+
+    text: object = None  # str, or the TextStream whose tokens the prompt's rows wait on
+    prompt: Optional[object] = None  # the talker's prompt (`text.Prompt`)
+    voice: Optional[object] = None  # the cloned voice (`ClonedVoice`; Base checkpoints)
+    depth_params: Optional[cs.SamplingParams] = None  # the code predictor's law
+    max_new: int = 0  # talker tokens it may sample: its frames + 1 (eos or the last)
+    info: Optional[dict] = None  # `iter_frames`' info (prompt, seconds, hit_max_frames)
+    trace: Optional[list] = None  # (talker hidden state, c0) per frame (calibration)
     steps: Optional[object] = None  # the stream's frame_steps coroutine
     slot_rt: Optional[object] = None  # the slot's runtime (its speculative depth decoder)
 
@@ -23,37 +33,18 @@ class Qwen3State(StreamState):
 class Qwen3Steps(Family):
     """The family's steps over its slots' runtimes (`runtimes`: slot -> a `Qwen3TTS`), the
     batched depth loop `depth` (None: each frame on its stream's own decoder) and the shared
-    talker buffer `talker_rows` (None: each talker steps alone)."""
+    talker buffer `talker_rows` (None: each talker steps alone). `Qwen3Steps({0: tts})` is
+    `iter_frames`' one slot: neither, and the coroutine's eos or frame budget ends a stream
+    (its `limit` is more than that budget, `Qwen3TTS.prepare`)."""
 
     name = "qwen3-tts"
     known_length = False  # the talker's eos decides
     modes = ("ar", "spec")
+    depth = talker_rows = None  # the engine's (Qwen3Family); iter_frames' slot has neither
+    frame_rate = 12.5  # frames a second: 24 kHz audio, 1920 samples a frame
 
-    @classmethod
-    def over(cls, tts, limit: int, frame_rate: float) -> Qwen3Steps:
-        """An adapter over a loaded `tts` with one slot whose runtime is `tts` itself
-        (`Qwen3TTS.iter_frames`'s): the one-stream case only, so no batched depth loop, no
-        codec loaded, and the talker's eos or the coroutine's own frame budget ends the
-        stream (`limit`: more frames than the coroutine can make)."""
-        family = cls.__new__(cls)
-        family.tts, family.runtimes, family.depth = tts, {0: tts}, None
-        family.talker_rows = None
-        family.max_frames = int(limit)
-        family.frame_rate = float(frame_rate)
-        return family
-
-    def inline_state(self, text: str, kw: dict, generator: cs.Generator) -> Qwen3State:
-        """The state of one `iter_frames` call: its keywords go to `frame_steps` as given."""
-        talk, _ = self.tts.sampling(kw.get("temperature"), kw.get("top_k"), kw.get("top_p"))
-        return Qwen3State(
-            generator=generator,
-            params=talk,
-            speaker=0,
-            frames=None,
-            expected=1,
-            limit=self.max_frames,
-            request=dict(kw, text=text),
-        )
+    def __init__(self, runtimes: dict):
+        self.runtimes = runtimes
 
     def load(self, slot: int, state: Qwen3State) -> None:
         rt = self.runtimes.get(slot)
@@ -61,10 +52,8 @@ class Qwen3Steps(Family):
             rt = self.runtimes[slot] = self.tts.replica()
         if self.talker_rows is not None and rt.talker.home is None:
             self.talker_rows.attach(rt.talker, slot)  # its cache: this slot of the shared buffer
-        kw, state.request = dict(state.request), None
-        text = kw.pop("text")
         state.slot_rt = rt
-        state.steps = rt.frame_steps(text, generator=state.generator, **kw)
+        state.steps = rt.frame_steps(state)
 
     def step(self, streams: list, check: Check) -> list:
         frames: list = [None] * len(streams)
@@ -133,7 +122,7 @@ class Qwen3Steps(Family):
         from codecspec.decode.batched_depth import decode_frames
 
         out = {}
-        # an adapter over one runtime (`over`) runs every frame on the stream's own decoder
+        # `iter_frames`' one slot (no batched loop) runs every frame on its own decoder
         ar = [] if self.depth is None else [i for i, j in jobs.items() if j.mode == "ar"]
         for i, codes in zip(ar, decode_frames(self.depth, [jobs[i] for i in ar]) if ar else []):
             out[i] = codes
