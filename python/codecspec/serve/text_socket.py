@@ -211,7 +211,7 @@ def _session_kwargs(app, start: StreamStart) -> dict:
     req = engine.check(req)
     kw = family.request_kwargs(req)
     kw.pop("streaming_text", None)
-    kw["max_frames"] = min(family.max_frames, engine.tts.ck.generation.max_new_tokens - 1)
+    kw["max_frames"] = family.frame_limit(req)
     kw["seed"] = secrets.randbits(62) if start.seed is None else int(start.seed)
     return dict(kw, _output=start.output, _first=start)
 

@@ -26,8 +26,11 @@ pytest.importorskip("fastapi")
 
 from serve_util import LocalServer, assert_idle, codes  # noqa: E402
 
+import codecspec as cs  # noqa: E402
 from codecspec.families.qwen3_tts.engine import Qwen3Family  # noqa: E402
 from codecspec.families.qwen3_tts.pipeline import Qwen3TTS  # noqa: E402
+from codecspec.families.qwen3_tts.steps import Qwen3Steps  # noqa: E402
+from codecspec.pipeline.loop import run_inline  # noqa: E402
 from codecspec.serve.app import chunk_frames  # noqa: E402
 from codecspec.serve.audio import pcm16  # noqa: E402
 from codecspec.serve.engine import Engine, SpeechRequest  # noqa: E402
@@ -221,6 +224,35 @@ def test_a_stream_ends_at_eos_without_an_extra_frame(custom, reference):
         pytest.skip("no seed below 20 stops at eos on this checkpoint")
     h = custom.engine.submit(SpeechRequest(TEXT, voice="eric", seed=seed))
     assert np.array_equal(codes(h), r.codes) and h.count == r.frames
+    state = custom.engine.family.prepare(
+        custom.engine.check(SpeechRequest(TEXT, voice="eric", seed=seed)), cs.Generator(seed)
+    )
+    list(run_inline(Qwen3Steps({0: ref}), state))  # the engine's runtimes are its thread's
+    assert state.stopped is True  # eos ended it, as a stop head's verdict
+
+
+def test_a_request_max_frames_cuts_the_stream_as_generate_codes(custom, reference):
+    """A request's `max_frames` is its guard below the engine's (as for every family): the
+    stream is generate_codes(max_frames=N)'s frames, and the stream's state says the guard,
+    not eos, ended it. One over the engine's limit gets the engine's limit."""
+    ref, kw = reference("custom_equal"), dict(seed=7, temperature=0)
+    want = ref.generate_codes(TEXT, speaker="aiden", max_frames=5, **kw)
+    assert want.hit_max_frames and want.frames == 5  # the guard, not eos, ends it
+    h = custom.engine.submit(SpeechRequest(TEXT, voice="aiden", max_frames=5, **kw))
+    assert np.array_equal(codes(h), want.codes) and h.count == 5
+    full = ref.generate_codes(TEXT, speaker="aiden", **kw)  # the checkpoint's 19 frames
+    h = custom.engine.submit(SpeechRequest(TEXT, voice="aiden", max_frames=10**6, **kw))
+    assert np.array_equal(codes(h), full.codes)
+    # the finish reason, as FSQ and v2 report theirs (state.stopped: True eos, False guard)
+    state = custom.engine.family.prepare(
+        custom.engine.check(SpeechRequest(TEXT, voice="aiden", max_frames=5, **kw)),
+        cs.Generator(7),
+    )
+    got = np.stack(list(run_inline(Qwen3Steps({0: ref}), state)))
+    assert np.array_equal(got, want.codes)
+    assert state.stopped is False
+    with pytest.raises(ValueError, match="max_frames"):
+        custom.engine.submit(SpeechRequest(TEXT, voice="aiden", max_frames=0))
 
 
 def test_a_slot_left_mid_stream_serves_the_next_stream_exactly(custom, reference):

@@ -60,7 +60,7 @@ import numpy as np
 
 import codecspec as cs
 from codecspec.calibrate.decision import DECISION_FILE, auto_mode, speculation_pays
-from codecspec.pipeline.family import sampling_params
+from codecspec.pipeline.family import length_guard, sampling_params
 
 from .steps import Qwen3State, Qwen3Steps
 
@@ -234,11 +234,18 @@ class Qwen3Family(Qwen3Steps):
             streaming_text=req.streaming_text,
         )
 
+    def frame_limit(self, req) -> int:
+        """The most frames a stream of `req` may have: the engine's `max_frames`, the
+        checkpoint's max_new_tokens (less the token sampled in place of a frame), and the
+        request's own `max_frames` where it has one (a Python caller's; ValueError naming
+        it unless a positive int), the least of them, as other families' guards."""
+        limit = min(self.max_frames, self.tts.ck.generation.max_new_tokens - 1)
+        return min(limit, length_guard(req, limit))
+
     def prepare(self, req, generator: cs.Generator) -> Qwen3State:
         """The request as the runtime prepares every request (`Qwen3TTS.prepare`: checked,
-        its prompt built once), at most `max_frames` frames; errors name its fields."""
-        limit = min(self.max_frames, self.tts.ck.generation.max_new_tokens - 1)
-        kw = dict(self.request_kwargs(req), generator=generator, max_frames=limit)
+        its prompt built once), at most `frame_limit` frames; errors name its fields."""
+        kw = dict(self.request_kwargs(req), generator=generator, max_frames=self.frame_limit(req))
         try:
             state = self.tts.prepare(req.input, served=True, **kw)
         except ValueError as e:  # name the HTTP field, not the runtime's argument

@@ -538,7 +538,8 @@ class Qwen3TTS:
     ) -> Qwen3State:
         """A request checked and its prompt built, once: the stream `frame_steps` runs. The
         one place a Qwen3-TTS request is prepared: `iter_frames`', and with `served` the
-        serving engine's (`Qwen3Family.prepare`; its loop ends a stream on its last frame).
+        serving engine's (`Qwen3Family.prepare`; a prompt with no room for a frame is then
+        refused naming the request's `input`).
         `sampling`: `sampling`'s keywords. `text` may be a TextStream: the prompt then waits
         for the text tokens its rows hold. `info` gets prompt / seconds / hit_max_frames,
         `trace` (talker hidden state, c0) per frame; `generator` draws in place of
@@ -583,9 +584,7 @@ class Qwen3TTS:
             speaker=0,
             frames=None,
             expected=1,
-            # served: the loop ends the stream on its last frame; inline, more than the
-            # coroutine makes, so that its own limit ends it (and says hit_max_frames)
-            limit=max_new - 1 if served else max_new,
+            limit=max_new - 1,  # the coroutine's budget ends the stream, served or not
             tokens=len(p.prompt_ids),
             mode=mode,
             text=text,
@@ -645,10 +644,7 @@ class Qwen3TTS:
         while True:
             c0 = sampler.sample(self.talker.logits(hidden), history, g_talk)
             history.append(c0)
-            if c0 == eos:
-                break
-            if len(history) >= s.max_new:
-                info["hit_max_frames"] = True
+            if c0 == eos or len(history) >= s.max_new:
                 break
             if s.trace is not None:
                 s.trace.append((hidden.copy(), c0))
@@ -662,6 +658,11 @@ class Qwen3TTS:
             step += 1
             hidden = yield "talker", e
             secs["talker"] += time.perf_counter() - t2
+        # The verdict other families' stop heads give (`StreamState.stopped`), served or
+        # not: eos ended it, else the budget did, once its last token was sampled (eos may
+        # still be that token, as transformers' generate reads it).
+        s.stopped = c0 == eos
+        info["hit_max_frames"] = not s.stopped
 
     def _prefill(self, text, p: Prompt, max_new: int):
         """The talker's hidden state after the prompt, and step -> the text row each frame

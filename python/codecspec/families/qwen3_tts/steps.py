@@ -34,8 +34,8 @@ class Qwen3Steps(Family):
     """The family's steps over its slots' runtimes (`runtimes`: slot -> a `Qwen3TTS`), the
     batched depth loop `depth` (None: each frame on its stream's own decoder) and the shared
     talker buffer `talker_rows` (None: each talker steps alone). `Qwen3Steps({0: tts})` is
-    `iter_frames`' one slot: neither, and the coroutine's eos or frame budget ends a stream
-    (its `limit` is more than that budget, `Qwen3TTS.prepare`)."""
+    `iter_frames`' one slot: neither. A stream's coroutine ends it, at eos or its frame
+    budget, served or not, and says which (`state.stopped`)."""
 
     name = "qwen3-tts"
     known_length = False  # the talker's eos decides
@@ -82,7 +82,7 @@ class Qwen3Steps(Family):
             if isinstance(r, Exception):
                 frames[i] = Frame(error=r)
             else:
-                frames[i] = Frame(codes=r[1], ended=s.t + 1 >= s.state.limit)
+                frames[i] = Frame(codes=r[1])  # its coroutine ends it (eos or budget)
         return frames
 
     def _talk(self, streams: list, reqs: dict) -> None:
