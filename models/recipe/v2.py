@@ -201,24 +201,30 @@ def frozen_frames(
     seed: int,
     prev: int = 0,
     frontend=None,
+    phone: int = 0,
 ):
     """(train, held-out) teacher-forced (h_t, codes) of the corpus's two splits: what a depth
     decoder trains and is judged on with the temporal LM frozen (`prev` > 0: each h_t
-    followed by the codes of the `prev` frames before it, see `teacher_forced`; `frontend`:
-    the model's tables, default the corpus's own)."""
+    followed by the codes of the `prev` frames before it, `phone` > 0: by the phoneme
+    context of the track, see `teacher_forced`; `frontend`: the model's tables, default the
+    corpus's own)."""
     from codecspec.train.dataset import TTSDataset
 
     codes = work / "codec" / "codes.npz"
     train_ds = TTSDataset(corpus, codes, "train", frontend=frontend)
     held_ds = TTSDataset(corpus, codes, "test", frontend=train_ds.frontend)
-    train = teacher_forced(model, train_ds, train_frames, seed + 1, prev)
-    return train, teacher_forced(model, held_ds, frames, seed, prev)
+    train = teacher_forced(model, train_ds, train_frames, seed + 1, prev, phone)
+    return train, teacher_forced(model, held_ds, frames, seed, prev, phone)
 
 
-def teacher_forced(model, ds, max_frames: int, seed: int, prev: int = 0):
+def teacher_forced(model, ds, max_frames: int, seed: int, prev: int = 0, phone: int = 0):
     """(h_t [N, D], real codes [N, 16]) of held-out utterances, the LM fed their real c0.
     With `prev` > 0 each h_t row is followed by the codes of frames t-1..t-prev ([N, D +
-    prev * 16], as floats; the codebook size where the utterance has no such frame)."""
+    prev * 16], as floats; the codebook size where the utterance has no such frame); with
+    `phone` > 0 by the phoneme ids at the track's phoneme and `phone` either side, then the
+    position inside it (`phone_context`)."""
+    if prev and phone:
+        raise ValueError("prev and phone: one context at a time")
     import torch
 
     from codecspec.families.v2.train import to_tensors
@@ -239,6 +245,8 @@ def teacher_forced(model, ds, max_frames: int, seed: int, prev: int = 0):
             m, c = t["frame_mask"], t["codes"]
             if prev:
                 h = torch.cat([h, _previous_codes(c, prev, model.depth.c.codebook_size)], -1)
+            if phone:
+                h = torch.cat([h, phone_context(t["phonemes"], t["track"], phone)], -1)
             hs.append(h[m].numpy())
             codes.append(c[m].numpy())
             total += int(m.sum())
@@ -257,6 +265,27 @@ def _previous_codes(codes, frames: int, missing: int):
         p[:, k:] = codes[:, :-k]
         out.append(p)
     return torch.cat(out, -1).float()
+
+
+PHONE_PAD = 512  # the context's id where the track's neighbour lies outside the phonemes
+
+
+def phone_context(phonemes, track, width: int):
+    """[B, T, 2 * width + 2] float: the ids of the phonemes at floor(u_t) - width ..
+    floor(u_t) + width of the phoneme tensor (PHONE_PAD outside it), then u_t - floor(u_t)."""
+    import torch
+
+    if int(phonemes.max()) >= PHONE_PAD:
+        raise ValueError(f"phoneme ids reach {int(phonemes.max())}: PHONE_PAD is {PHONE_PAD}")
+    at = torch.floor(track).long()
+    cols = []
+    for k in range(-width, width + 1):
+        j = at + k
+        inside = (j >= 0) & (j < phonemes.shape[1])
+        ids = torch.gather(phonemes, 1, j.clamp(0, phonemes.shape[1] - 1))
+        cols.append(torch.where(inside, ids, PHONE_PAD).float())
+    cols.append((track - at).float())
+    return torch.stack(cols, -1)
 
 
 def onnx_parity(tts, model, ds) -> dict:

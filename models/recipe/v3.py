@@ -202,11 +202,14 @@ def cmd_depth(args) -> int:
         model, ck = load_checkpoint(work / "train" / "ckpt.pt")
     log(f"teacher-forced h_t of checkpoint step {ck.get('step')}")
     train, held = frozen_frames(
-        model, corpus, work, args.train_frames, args.frames, args.seed, args.prev_frames, frontend
-    )
+        model, corpus, work, args.train_frames, args.frames, args.seed, args.prev_frames,
+        frontend, args.phone_context,
+    )  # fmt: skip
     depth = model.depth
     if args.prev_frames:
         depth = _with_previous_frames(depth, args.prev_frames)
+    if args.phone_context:
+        depth = _with_phone_context(depth, args.phone_context)
     before = heldout_cross_entropy(depth, *held)
     log(f"held-out depth CE before: {before.mean():.4f} nats; {len(train[0])} training frames")
     info = train_depth(
@@ -215,7 +218,7 @@ def cmd_depth(args) -> int:
     )  # fmt: skip
     after = heldout_cross_entropy(depth, *held)
     out = Path(args.out)
-    if args.prev_frames:
+    if args.prev_frames or args.phone_context:
         out.mkdir(parents=True, exist_ok=True)
     else:
         # not the source's report: build.sh takes an OUT holding depth_probe.json as a pass done
@@ -224,6 +227,7 @@ def cmd_depth(args) -> int:
         _export_positional(depth.eval(), out)
     report = {
         "checkpoint_step": ck.get("step"), "prev_frames": args.prev_frames,
+        "phone_context": args.phone_context,
         "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "train_frames": len(train[0]), "seconds": info["seconds"],
         "ce_before": before.tolist(), "ce_after": after.tolist(), "curve": info["val"],
@@ -419,6 +423,39 @@ def _with_previous_frames(depth, frames: int, rank: int = 64):
             return self.depth(x[:, :H] + self.proj(rows), codes)
 
     return PreviousFrames()
+
+
+def _with_phone_context(depth, width: int, rank: int = 64):
+    """`depth` reading h_t + P · silu(Σ_k E[k, phoneme id at floor(u_t) + k] + F(u_t's
+    fraction)) — the columns `teacher_forced(phone=width)` lays after h_t — with P zero at the
+    start: does the track's phoneme context, given to the depth decoder directly, tell it more
+    than the temporal LM's h_t already carries?"""
+    import dataclasses
+
+    import torch
+    from torch import nn
+    from v2 import PHONE_PAD
+
+    from codecspec.train.networks import fourier
+
+    H, n = depth.c.hidden_size, 2 * width + 1
+
+    class PhoneContext(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.depth = depth
+            self.c = dataclasses.replace(depth.c, input_hidden_size=H + n + 1)
+            self.table = nn.Parameter(torch.randn(n, PHONE_PAD + 1, rank) * 0.02)
+            self.frac = nn.Linear(8, rank)
+            self.proj = nn.Linear(rank, H, bias=False)
+            nn.init.zeros_(self.proj.weight)
+
+        def forward(self, x, codes):
+            ids = x[:, H : H + n].long()
+            rows = self.table[torch.arange(n), ids].sum(1) + self.frac(fourier(x[:, -1], 4))
+            return self.depth(x[:, :H] + self.proj(torch.nn.functional.silu(rows)), codes)
+
+    return PhoneContext()
 
 
 def past_end_frames(
@@ -730,6 +767,12 @@ def main(argv=None) -> int:
     )
     dp.add_argument(
         "--prev-frames", type=int, default=0, help="condition on the codes of K frames before"
+    )
+    dp.add_argument(
+        "--phone-context",
+        type=int,
+        default=0,
+        help="condition on the track's phoneme and K either side (a report-only probe)",
     )
     dp.set_defaults(fn=cmd_depth)
     sd = sub.add_parser(

@@ -125,3 +125,40 @@ def test_bad_distillation_arguments():
         train_depth(_fresh(), h, codes, steps=1, distill=0.5)  # no teacher
     with pytest.raises(ValueError, match="distill"):
         train_depth(_fresh(), h, codes, steps=1, teacher=DepthModel(CFG), distill=1.5)
+
+
+def _recipe(name: str):
+    """models/recipe/<name>.py as a module (the recipe imports its sibling scripts)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "models" / "recipe"
+    if not (folder / f"{name}.py").exists():
+        pytest.skip("no models/recipe in this checkout")
+    sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
+
+
+def test_phone_context_reads_the_tracks_phoneme_and_its_neighbours():
+    """The depth probe's phoneme context: for each frame, the ids at floor(u) - w .. floor(u) + w
+    of the phoneme tensor (the pad id past either end), then the position inside the phoneme."""
+    v2 = _recipe("v2")
+    rng = np.random.default_rng(0)
+    phonemes = torch.from_numpy(rng.integers(0, 80, (3, 7)))
+    track = torch.from_numpy(rng.uniform(0, 7, (3, 5))).float()
+    got = v2.phone_context(phonemes, track, 2).numpy()
+    assert got.shape == (3, 5, 6)
+    for b in range(3):
+        for t in range(5):
+            at = int(np.floor(track[b, t]))
+            want = [
+                int(phonemes[b, j]) if 0 <= j < 7 else v2.PHONE_PAD for j in range(at - 2, at + 3)
+            ]
+            assert got[b, t, :5].tolist() == want
+            assert got[b, t, 5] == pytest.approx(float(track[b, t]) - at)
+    with pytest.raises(ValueError, match="PHONE_PAD"):
+        v2.phone_context(phonemes + v2.PHONE_PAD, track, 1)
