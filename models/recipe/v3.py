@@ -210,6 +210,8 @@ def cmd_depth(args) -> int:
         depth = _with_previous_frames(depth, args.prev_frames)
     if args.phone_context:
         depth = _with_phone_context(depth, args.phone_context)
+    if args.grow_layers:
+        depth = _with_more_layers(depth, args.grow_layers)
     before = heldout_cross_entropy(depth, *held)
     log(f"held-out depth CE before: {before.mean():.4f} nats; {len(train[0])} training frames")
     info = train_depth(
@@ -218,7 +220,7 @@ def cmd_depth(args) -> int:
     )  # fmt: skip
     after = heldout_cross_entropy(depth, *held)
     out = Path(args.out)
-    if args.prev_frames or args.phone_context:
+    if args.prev_frames or args.phone_context or args.grow_layers:
         out.mkdir(parents=True, exist_ok=True)
     else:
         # not the source's report: build.sh takes an OUT holding depth_probe.json as a pass done
@@ -227,7 +229,7 @@ def cmd_depth(args) -> int:
         _export_positional(depth.eval(), out)
     report = {
         "checkpoint_step": ck.get("step"), "prev_frames": args.prev_frames,
-        "phone_context": args.phone_context,
+        "phone_context": args.phone_context, "grow_layers": args.grow_layers,
         "steps": args.steps, "batch": args.batch, "lr": args.lr,
         "train_frames": len(train[0]), "seconds": info["seconds"],
         "ce_before": before.tolist(), "ce_after": after.tolist(), "curve": info["val"],
@@ -456,6 +458,25 @@ def _with_phone_context(depth, width: int, rank: int = 64):
             return self.depth(x[:, :H] + self.proj(torch.nn.functional.silu(rows)), codes)
 
     return PhoneContext()
+
+
+def _with_more_layers(depth, extra: int):
+    """`depth` with `extra` decoder layers appended whose output projections start at zero, so
+    it begins as the trained decoder: does capacity lower the held-out cross-entropy faster
+    than the same steps on the trained size?"""
+    import dataclasses
+
+    from torch import nn
+
+    from codecspec.train.networks import DepthLayer
+
+    depth.c = dataclasses.replace(depth.c, num_layers=depth.c.num_layers + extra)
+    for _ in range(extra):
+        layer = DepthLayer(depth.c)
+        nn.init.zeros_(layer.o_proj.weight)
+        nn.init.zeros_(layer.down_proj.weight)
+        depth.layers.append(layer)
+    return depth
 
 
 def past_end_frames(
@@ -773,6 +794,12 @@ def main(argv=None) -> int:
         type=int,
         default=0,
         help="condition on the track's phoneme and K either side (a report-only probe)",
+    )
+    dp.add_argument(
+        "--grow-layers",
+        type=int,
+        default=0,
+        help="append N layers that start as the identity (a report-only probe)",
     )
     dp.set_defaults(fn=cmd_depth)
     sd = sub.add_parser(
