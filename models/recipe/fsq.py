@@ -102,11 +102,16 @@ def recon_table(codec: FSQCodec, ft: np.ndarray, ct: np.ndarray) -> list:
     z = codec.pca.project(ft)
     rows = [
         _feature_row(
-            "PCA-32 only (no quantiser)", ft, codec.pca.unproject(z), s.n_mels, var_t, s.feature_dim
+            f"PCA-{codec.cfg.channels} only (no quantiser)",
+            ft,
+            codec.pca.unproject(z),
+            s.n_mels,
+            var_t,
+            s.feature_dim,
         )
     ]
-    per = len(codec.cfg.levels)
-    for k in GROUPS_SHOWN:
+    per = codec.cfg.width
+    for k in sorted({g for g in GROUPS_SHOWN if g < codec.cfg.groups} | {codec.cfg.groups}):
         if k <= codec.cfg.groups:
             f_hat = codec.decode_features(ct[:, : k * per])
             rows.append(
@@ -126,8 +131,8 @@ def cmd_codec(args) -> int:
     corpus, out = Path(args.corpus).expanduser(), Path(args.out).expanduser() / "codec"
     out.mkdir(parents=True, exist_ok=True)
     rows = load_manifest(corpus)
-    cfg = FSQConfig(groups=args.groups, levels=tuple(args.levels))
-    spectral = CodecConfig(pca_dim=cfg.channels)
+    cfg = None if args.bits else FSQConfig(groups=args.groups, levels=tuple(args.levels))
+    spectral = CodecConfig()
     pool = ProcessPoolExecutor(args.workers) if args.workers > 1 else None
     pmap = (lambda f, xs: pool.map(f, xs, chunksize=8)) if pool else map
     t0 = time.monotonic()
@@ -136,7 +141,7 @@ def cmd_codec(args) -> int:
     is_train = np.array([r["split"] == "train" for r in rows])
     train = np.concatenate([f for f, t in zip(feats, is_train) if t])
     t0 = time.monotonic()
-    codec = FSQCodec.fit(train, cfg, spectral)
+    codec = FSQCodec.fit(train, cfg, spectral, bits=args.bits)
     timings["fit_s"] = round(time.monotonic() - t0, 1)
     size = codec.save(out / "fsqcodec.npz")
     codec = FSQCodec.load(out / "fsqcodec.npz")  # measure what ships (float16 PCA basis)
@@ -161,6 +166,23 @@ def cmd_codec(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    """Which codec keeps the words: fsq_codec_compare.py, on this recipe's features."""
+    import fsq_codec_compare
+
+    corpus, out = Path(args.corpus).expanduser(), Path(args.out).expanduser() / "compare"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = load_manifest(corpus)
+    if args.max_utterances and len(rows) > args.max_utterances:
+        keep = np.random.default_rng(0).choice(len(rows), args.max_utterances, replace=False)
+        test = [i for i, r in enumerate(rows) if r["split"] == "test"]
+        rows = [rows[i] for i in sorted(set(keep.tolist()) | set(test))]
+    with ProcessPoolExecutor(args.workers) as pool:
+        feats = _features(rows, corpus, CodecConfig(), lambda f, xs: pool.map(f, xs, chunksize=8))
+    fsq_codec_compare.compare(args, rows, feats, corpus, out, V1.mel_distortion)
+    return 0
+
+
 def _lsd(rows, sub, corpus, out, pmap, n_iter) -> dict:
     jobs = [(str(corpus / rows[i]["path"]), str(out / "fsqcodec.npz"), n_iter) for i in sub]
     acc = {"pca": [], "fsq": []}
@@ -179,10 +201,8 @@ def _lsd(rows, sub, corpus, out, pmap, n_iter) -> dict:
 def _codec_report(codec, size, table, usage, lsd, timings, n_test, n_frames) -> dict:
     ent = sum(u["entropy_bits"] for u in usage)
     return dict(
-        groups=codec.cfg.groups,
-        levels=list(codec.cfg.levels),
+        **codec.cfg.to_meta(),  # groups, levels, packed_range (per group where they differ)
         channels=codec.cfg.channels,
-        packed_range=codec.cfg.packed_range,
         frame_rate=codec.frame_rate,
         bits_per_frame=round(codec.cfg.bits_per_frame, 3),
         bits_per_second=round(codec.bits_per_second, 1),
@@ -233,6 +253,10 @@ def model_config(codec: FSQCodec, train, **overrides):
     from codecspec.families.fsq.train import frames_per_phoneme_token
 
     f = train.frontend
+    # a timed corpus (corpus.py --timed, v3's) trains the v3 way: told espeak-ng's phoneme
+    # track; levels per group have code ranges too wide for the AR-over-groups head
+    kw = dict(aligned=train.utterances[0].track is not None)
+    kw["ar_layers"] = 2 if codec.cfg.shared else 0
     return FSQModelConfig(
         vocab_size=len(f.vocab),
         num_languages=len(f.languages),
@@ -240,7 +264,7 @@ def model_config(codec: FSQCodec, train, **overrides):
         levels=codec.cfg.levels,
         groups=codec.cfg.groups,
         frames_per_phoneme=round(frames_per_phoneme_token(train), 5),
-        **overrides,
+        **(kw | overrides),
     )
 
 
@@ -275,7 +299,7 @@ def cmd_train(args) -> int:
         "seconds": curves.seconds[-1] if curves.seconds else 0.0,
         "parameters": {
             "temporal": sum(p.numel() for p in model.temporal.parameters()),
-            "ar_head": sum(p.numel() for p in model.ar.parameters()),
+            "ar_head": sum(p.numel() for p in model.ar.parameters()) if model.ar else 0,
         },
         "curves": curves.to_dict(),
         "train_stats": train.stats(),
@@ -283,6 +307,66 @@ def cmd_train(args) -> int:
     }
     (tdir / "train.json").write_text(json.dumps(summary))
     log(f"done: {summary['steps']} steps in {summary['seconds'] / 60:.1f} min; {curves.val[-1]}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- folder
+def export_folder(corpus: Path, cache: Path, dest: Path, data=None):
+    """The trained checkpoint as a model folder at `dest` (graphs, codec, model.json,
+    bench.json): (model, graph sizes, bench utterances). `data`: `datasets`' output."""
+    import fsq_ship as sh
+
+    codec, train, val = data or datasets(corpus, cache)
+    model, ck = sh.load_trained(cache / "train" / "ckpt.pt")
+    dest.mkdir(parents=True, exist_ok=True)
+    sizes = sh.export(model, dest)
+    sh.copy_codec(cache / "codec", dest)
+    texts = sh.bench_texts(val, load_manifest(corpus))
+    (dest / "bench.json").write_text(json.dumps({"utterances": texts}, indent=1) + "\n")
+    meta = sh.model_json(ck, codec, train.frontend)
+    (dest / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return model, sizes, texts
+
+
+def cmd_listen(args) -> int:
+    """Words recognised on held-out corpus texts (not the evaluation sentences), in the
+    report format of `v3.py listen --json`, so that `v3.py compare A B` pairs it with v3 on
+    the same texts and seeds. --export: the current checkpoint into that folder first."""
+    from v3 import _length_summary
+
+    from codecspec.evaluation.intelligibility import Recognizer, evaluate
+    from codecspec.families.fsq.model import FSQTTS
+
+    corpus, cache = Path(args.corpus).expanduser(), Path(args.out).expanduser()
+    folder = Path(args.model)
+    if args.export:
+        folder = Path(args.export)
+        export_folder(corpus, cache, folder)
+    rows = load_manifest(corpus)
+    texts = [r["text"] for r in rows if r["split"] == "test" and r["id"].endswith("r0")]
+    tts = FSQTTS(folder, provider="cpu", threads=1)
+    ends = []  # per clip: (frames, espeak-ng's frames for the text, max-length guard hit)
+
+    def synthesize(text, seed):
+        s = tts.generate(text, seed=seed, speaker="f1")
+        track = tts.phoneme_track(text, "en", "f1")[1] if tts.aligned else []
+        ends.append((len(s.codes), len(track), not s.stopped))
+        return s.wav, s.sample_rate
+
+    seeds = list(range(args.seeds))
+    rep = evaluate(synthesize, texts[: args.texts], seeds, recognizer=Recognizer(threads=1))
+    for clip, (frames, track, runaway) in zip(rep["per_clip"], ends):
+        clip.update(frames=frames, espeak_frames=track, runaway=runaway)
+    rep |= _length_summary(ends)
+    rep["sampling"] = str(tts.params)
+    lo, hi = rep["words_recognised_ci"]
+    log(
+        f"{folder}: {rep['words_recognised']:.1%} of words recognised ({lo:.1%}-{hi:.1%}); "
+        f"{rep['runaways']} of {len(ends)} at the max-length guard; "
+        f"{rep['length_within_15']:.0%} within 15% of espeak-ng's length"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rep, indent=1, default=float))
     return 0
 
 
@@ -296,22 +380,17 @@ def cmd_ship(args) -> int:
     dest = Path(args.model)
     dest.mkdir(parents=True, exist_ok=True)
     codec, train, val = datasets(corpus, cache)
-    model, ck = sh.load_trained(cache / "train" / "ckpt.pt")
     t0 = time.monotonic()
-    rep = {"sizes": sh.export(model, dest)}
-    sh.copy_codec(cache / "codec", dest)
-    texts = sh.bench_texts(val, load_manifest(corpus))
-    (dest / "bench.json").write_text(json.dumps({"utterances": texts}, indent=1) + "\n")
-    (dest / "model.json").write_text(
-        json.dumps(sh.model_json(ck, codec, train.frontend), indent=1) + "\n"
-    )
+    model, sizes, texts = export_folder(corpus, cache, dest, (codec, train, val))
+    rep = {"sizes": sizes}
     log("exported; measuring")
     rep["onnx_parity"] = sh.onnx_parity(dest, model, val)
     rep["nll"] = sh.heldout_nll(model, val)
     tr = np.concatenate([u.codes for u in train]).astype(np.int64)
     rep["marginal_multi_information"] = sh.marginal_multi_information(codec, tr)
-    rep["ar_head_cost"] = sh.ar_head_cost(model, dest)
-    rep["gap_breakdown"] = sh.gap_breakdown(model, codec, val)
+    if model.ar is not None:  # the AR-over-groups comparison head (levels shared by groups)
+        rep["ar_head_cost"] = sh.ar_head_cost(model, dest)
+        rep["gap_breakdown"] = sh.gap_breakdown(model, codec, val)
     rep["stop_teacher_forced"] = sh.stop_teacher_forced(model, val)
     rep["bench"] = bench_fsq(dest, args.bench_utterances, batch=8, provider="cpu")
     rep["rtf_vs_reference"] = sh.compare_rtf(dest, texts[: args.bench_utterances])
@@ -324,11 +403,25 @@ def cmd_ship(args) -> int:
     rep["shipped_bytes"] = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     rep["ship_seconds"] = round(time.monotonic() - t0, 1)
     (dest / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
-    (dest / "MODEL_CARD.md").write_text(sh.card(rep))
+    if model.cfg.aligned:
+        rep["listen"] = _listen_summary(args.listen_json)
+        card = sh.aligned_card(rep, sh.words_lines(rep["listen"]))
+    else:
+        card = sh.card(rep)
+    (dest / "MODEL_CARD.md").write_text(card)
     rep["shipped_bytes"] = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     (dest / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
     log(f"shipped {rep['shipped_bytes'] / 1e6:.2f} MB to {dest}")
     return 0
+
+
+def _listen_summary(path) -> dict:
+    """The figures of a `listen --json` report (None: not measured)."""
+    if not path:
+        return {}
+    rep = json.loads(Path(path).read_text())
+    keys = ("words_recognised", "words_recognised_ci", "clips", "sentences", "runaways")
+    return {k: rep[k] for k in keys} | {"length_within_15": rep.get("length_within_15")}
 
 
 def cmd_all(args) -> int:
@@ -342,6 +435,7 @@ def cmd_all(args) -> int:
 CODEC_OPTS = [
     ("--groups", dict(type=int, default=8)),
     ("--levels", dict(type=int, nargs="+", default=[8, 7, 6, 6])),
+    ("--bits", dict(type=float, default=None, help="levels follow the variances (not --levels)")),
     ("--eval-wavs", dict(type=int, default=16, help="held-out utterances for LSD")),
     ("--gl-iters", dict(type=int, default=32)),
     ("--workers", dict(type=int, default=2)),
@@ -354,7 +448,26 @@ TRAIN_OPTS = [
     ("--ar-frames", dict(type=int, default=512, help="AR-head frames per step")),
     ("--seed", dict(type=int, default=0)),
 ]
-SHIP_OPTS = [("--bench-utterances", dict(type=int, default=8))]
+COMPARE_OPTS = [
+    ("--bits", dict(type=float, nargs="*", default=[120, 160, 200], help="budgets to allocate")),
+    ("--codec", dict(nargs="*", default=[], help="built fsqcodec.npz files to judge too")),
+    ("--texts", dict(type=int, default=100, help="held-out corpus texts (r0 renditions)")),
+    ("--seeds", dict(type=int, default=1, help="decoder (Griffin-Lim) seeds per text")),
+    ("--sets", dict(nargs="*", default=[], help="evaluation sets too, report only")),
+    ("--max-utterances", dict(type=int, default=0, help="fit on a sample (0: all)")),
+    ("--v1-codec", dict(default=str(HERE.parents[1] / "python/codecspec/models/v3/codec.npz"))),
+    ("--workers", dict(type=int, default=2)),
+]
+LISTEN_OPTS = [
+    ("--texts", dict(type=int, default=120, help="held-out corpus texts (r0 renditions)")),
+    ("--seeds", dict(type=int, default=2)),
+    ("--export", dict(default=None, help="export the checkpoint into this folder first")),
+    ("--json", dict(default=None, help="write the report (per clip) here")),
+]
+SHIP_OPTS = [
+    ("--bench-utterances", dict(type=int, default=8)),
+    ("--listen-json", dict(default=None, help="a `listen --json` report for the card")),
+]
 COMMON_OPTS = [
     ("--corpus", dict(default=str(CACHE / "corpus"))),
     ("--out", dict(default=str(CACHE / "fsq"), help="cache: codec/, train/ckpt.pt")),
@@ -362,6 +475,8 @@ COMMON_OPTS = [
 ]
 STAGES = {
     "codec": (cmd_codec, CODEC_OPTS, "fit the GroupFSQ codec, encode the corpus, measure it"),
+    "compare": (cmd_compare, COMPARE_OPTS, "which codec keeps the words (Whisper, held-out)"),
+    "listen": (cmd_listen, LISTEN_OPTS, "words recognised on held-out corpus texts"),
     "train": (cmd_train, TRAIN_OPTS, "train the model (+ AR head); resumes from ckpt.pt"),
     "ship": (cmd_ship, SHIP_OPTS, "export, measure, write the model folder and card"),
     "all": (cmd_all, CODEC_OPTS + TRAIN_OPTS + SHIP_OPTS, "codec (unless done), train, ship"),

@@ -28,6 +28,7 @@ from codecspec.runtime.session import open_session
 SAMPLING = {"temperature": 0.9, "top_k": 0, "top_p": 1.0}
 VOICES = {"en": "en-us", "de": "de", "es": "es", "it": "it"}
 MAX_PACE = 2.0
+ESPEAK_RATE, ESPEAK_PITCH = 170, 50  # an aligned model's timing voice: v3's corpus default
 QUARTILE_NAMES = {
     1: "(steadiest)",
     4: "(most changing)",
@@ -67,7 +68,12 @@ def _torch_logits(model, t: dict):
 
     with torch.no_grad():
         _, ch, stop = model.temporal(
-            t["phonemes"], t["phoneme_lengths"], t["language"], t["speaker"], t["codes"]
+            t["phonemes"],
+            t["phoneme_lengths"],
+            t["language"],
+            t["speaker"],
+            t["codes"],
+            t.get("track"),
         )
     return ch.numpy(), stop.numpy()
 
@@ -89,7 +95,9 @@ def onnx_parity(out: Path, model, val, indices=(0, 1)) -> dict:
         feeds = {k: t[k].numpy() for k in ("phonemes", "phoneme_lengths", "language", "speaker")}
         ck, cv = enc.run(None, feeds)
         unit = model.cfg.frames_per_phoneme
-        st = FSQStepper(step, ck, cv, feeds["speaker"], feeds["phoneme_lengths"], unit)
+        tracks = None if b.progress is None else list(b.progress)  # an aligned model's
+        lengths = feeds["phoneme_lengths"]
+        st = FSQStepper(step, ck, cv, feeds["speaker"], lengths, unit, tracks=tracks)
         codes = t["codes"].numpy()
         worst = [0.0, 0.0]
         for i in range(int(b.frame_lengths.min())):
@@ -107,9 +115,17 @@ def heldout_nll(model, val, max_frames: int = 1536) -> dict:
 
     batches = [to_tensors(b) for b in val.batches(16, seed=1, max_frames=max_frames)]
     v, per_ch = evaluate(model, batches)
+    frames = int(sum(int(b["frame_mask"].sum()) for b in batches))
+    if model.ar is None:  # levels per group: no AR-over-groups head to compare with
+        return {
+            "frames": frames,
+            "factorised_nats_per_frame": v["fact"],
+            "stop_bce": v["stop"],
+            "per_channel_nats": per_ch,
+        }
     gap = v["fact"] - v["ar"]
     return {
-        "frames": int(sum(int(b["frame_mask"].sum()) for b in batches)),
+        "frames": frames,
         "factorised_nats_per_frame": v["fact"],
         "ar_over_groups_nats_per_frame": v["ar"],
         "gap_nats_per_frame": gap,
@@ -128,12 +144,12 @@ def _entropy_bits(counts: np.ndarray) -> float:
 
 def marginal_multi_information(codec, train_channels: np.ndarray) -> dict:
     """Without context: per group, Σ_j H(c_j) - H(group code), on the training frames (bits)."""
-    per = len(codec.cfg.levels)
+    per, ranges = codec.cfg.width, codec.cfg.packed_ranges
     packed = codec.pack(train_channels)
     out = []
     for g in range(codec.cfg.groups):
         hs = sum(_entropy_bits(np.bincount(train_channels[:, g * per + j])) for j in range(per))
-        out.append(hs - _entropy_bits(np.bincount(packed[:, g], minlength=codec.cfg.packed_range)))
+        out.append(hs - _entropy_bits(np.bincount(packed[:, g], minlength=ranges[g])))
     return {"per_group_bits": [round(x, 4) for x in out], "sum_bits": round(sum(out), 4)}
 
 
@@ -224,6 +240,7 @@ def bench_texts(val, manifest: list, n: int = 16) -> list:
         rows.append(
             {
                 "id": u.id,
+                "text": by_id[u.id]["text"],
                 "phonemes": by_id[u.id]["phonemes"],
                 "language": names_l[u.language],
                 "speaker": names_s[u.speaker],
@@ -235,12 +252,10 @@ def bench_texts(val, manifest: list, n: int = 16) -> list:
 
 def model_json(ck: dict, codec, frontend) -> dict:
     c = ck["config"]
-    return {
+    meta = {
         "format": "codecspec-fsq-tts/1",
         "frontend": frontend.to_dict(),
-        "groups": codec.cfg.groups,
-        "levels": list(codec.cfg.levels),
-        "packed_range": codec.cfg.packed_range,
+        **codec.cfg.to_meta(),
         "sampling": SAMPLING,
         "voices": VOICES,
         "default_speaker": "f1",
@@ -248,6 +263,10 @@ def model_json(ck: dict, codec, frontend) -> dict:
         "max_pace": MAX_PACE,
         "config": c,
     }
+    if c.get("aligned"):  # told espeak-ng's phoneme track, in the voice its corpus speaks
+        meta |= {"voices": {"en": "en-us"}, "conditioning": "phoneme_track"}
+        meta |= {"espeak_rate": ESPEAK_RATE, "espeak_pitch": ESPEAK_PITCH}
+    return meta
 
 
 def copy_codec(codec_dir: Path, out: Path) -> None:
@@ -257,30 +276,46 @@ def copy_codec(codec_dir: Path, out: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- runtime figures
-def compare_rtf(model_dir: Path, texts: list, seed: int = 0) -> dict:
-    """Whole-pipeline real-time factor of the FSQ model and of the RVQ reference in AR mode
-    on the same phoneme strings, interleaved utterance by utterance (same load for both)."""
-    from codecspec.families.fsq.model import FSQTTS
-    from codecspec.families.reference.model import ReferenceTTS
+def _reference(fsq):
+    """The pipeline compared with this model, and its name: an aligned model against the
+    default model (v3, AR, on the same texts), the other against the RVQ reference (AR, on
+    the same phoneme strings)."""
+    from codecspec.pipeline.registry import load_model
 
-    fsq, ref = FSQTTS(model_dir, provider="cpu"), ReferenceTTS(provider="cpu")
-    acc = {"fsq": [0.0, 0.0, 0, 0], "reference_ar": [0.0, 0.0, 0, 0]}  # s, audio s, frames, calls
+    if fsq.aligned:
+        return "v3_ar", load_model("v3", provider="cpu")
+    return "reference_ar", load_model("reference", provider="cpu")
+
+
+def _request(fsq, u: dict) -> dict:
+    """generate()'s keywords for a bench.json utterance: its text for an aligned model (the
+    track comes from espeak-ng), its phoneme string otherwise."""
+    kw = dict(language=u["language"], speaker=u["speaker"])
+    return dict(kw, text=u["text"]) if fsq.aligned else dict(kw, text="", phonemes=u["phonemes"])
+
+
+def compare_rtf(model_dir: Path, texts: list, seed: int = 0) -> dict:
+    """Whole-pipeline real-time factor of the FSQ model and of the reference pipeline
+    (`_reference`) in AR mode on the same inputs, interleaved utterance by utterance (same
+    load for both)."""
+    from codecspec.families.fsq.model import FSQTTS
+
+    fsq = FSQTTS(model_dir, provider="cpu")
+    name, ref = _reference(fsq)
+    acc = {"fsq": [0.0, 0.0, 0, 0], name: [0.0, 0.0, 0, 0]}  # s, audio s, frames, calls
     for i, u in enumerate(texts):
-        kw = dict(
-            phonemes=u["phonemes"], language=u["language"], speaker=u["speaker"], seed=seed + i
-        )
-        for name, tts, extra in (("fsq", fsq, {}), ("reference_ar", ref, {"mode": "ar"})):
-            s = tts.generate("", **kw, **extra)
-            a = acc[name]
+        kw = _request(fsq, u)
+        for key, tts, extra in (("fsq", fsq, {}), (name, ref, {"mode": "ar"})):
+            rest = {k: v for k, v in kw.items() if k != "text"}
+            s = tts.generate(kw["text"], seed=seed + i, **rest, **extra)
+            a = acc[key]
             a[0] += s.real_time_factor * s.audio_seconds
             a[1] += s.audio_seconds
             a[2] += len(s.codes)
             a[3] += (
-                s.graph_calls
-                if name == "fsq"
-                else len(s.codes) * (1 + s.depth_calls / len(s.codes))
+                s.graph_calls if key == "fsq" else len(s.codes) * (1 + s.depth_calls / len(s.codes))
             )
-    return {
+    out = {
         k: {
             "real_time_factor": v[0] / v[1],
             "audio_seconds": round(v[1], 2),
@@ -289,15 +324,16 @@ def compare_rtf(model_dir: Path, texts: list, seed: int = 0) -> dict:
         }
         for k, v in acc.items()
     }
+    return out | {"reference": name}
 
 
 def write_sample(model_dir: Path, text: dict) -> dict:
     from codecspec.codec.audio import write_wav
     from codecspec.families.fsq.model import FSQTTS
 
-    s = FSQTTS(model_dir, provider="cpu").generate(
-        "", phonemes=text["phonemes"], language=text["language"], speaker=text["speaker"]
-    )
+    fsq = FSQTTS(model_dir, provider="cpu")
+    kw = _request(fsq, text)
+    s = fsq.generate(kw.pop("text"), **kw)
     write_wav(model_dir / "sample.wav", 0.9 * s.wav / max(1e-9, np.abs(s.wav).max()), s.sample_rate)
     return {
         "id": text["id"],
@@ -344,12 +380,26 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.2f} MB"
 
 
+def _layout(rep: dict) -> str:
+    """How the codec's levels are laid out, in words."""
+    if isinstance(rep["packed_range"], int):
+        return (
+            f"{rep['groups']} groups x levels {rep['levels']} = {rep['channels']} channels over "
+            f"PCA-{rep['channels']}"
+        )
+    lv = [v for g in rep["levels"] for v in g]
+    return (
+        f"{rep['channels']} channels over PCA-{rep['channels']} in {rep['groups']} groups of "
+        f"{len(rep['levels'][0])}, levels following the components' variances ({lv[0]} for "
+        f"the first, {lv[-1]} for the last)"
+    )
+
+
 def codec_markdown(rep: dict) -> str:
     lines = [
-        f"GroupFSQ codec: {rep['groups']} groups x levels {rep['levels']} = {rep['channels']} "
-        f"channels over PCA-{rep['channels']} of 8 x 80 log-mel, {rep['frame_rate']} frames/s; "
-        f"{rep['bits_per_second']} bit/s nominal ({rep['groups']} x log2 "
-        f"{rep['packed_range']} per frame), {rep['entropy_bits_per_second']} bit/s by the "
+        f"GroupFSQ codec: {_layout(rep)} of 8 x 80 log-mel, {rep['frame_rate']} frames/s; "
+        f"{rep['bits_per_second']} bit/s nominal ({rep['bits_per_frame']} bits per frame), "
+        f"{rep['entropy_bits_per_second']} bit/s by the "
         f"channels' entropy on the training frames. Held-out: {rep['test_utterances']} "
         f"utterances, {rep['test_frames']} frames (LSD on {rep['lsd_utterances']}).",
         "",
@@ -520,6 +570,93 @@ def card(rep: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _aligned_runtime_section(rep: dict) -> list:
+    b, r, st, par = (
+        rep["bench"],
+        rep["rtf_vs_reference"],
+        rep["stop_teacher_forced"],
+        rep["onnx_parity"],
+    )
+    f, ref = r["fsq"], r[r["reference"]]
+    return [
+        "## Runtime (this machine, CPU, shared)",
+        "",
+        f"`codecspec bench --model DIR --utterances {b['utterances']} --batch 8`: "
+        f"{b['calls_per_frame']:.2f} graph calls per frame, {b['ms_per_frame']:.2f} ms per frame "
+        f"(step graph {b['step_ms_per_frame']:.2f}, sampling {b['sampling_ms_per_frame']:.3f}), "
+        f"real-time factor {b['real_time_factor']:.3f} with the vocoder; a batch of "
+        f"{b.get('batch', 1)} streams: {b.get('batch_ms_per_step', float('nan')):.2f} ms per "
+        f"step, {b.get('batch_frames_per_second', float('nan')):.0f} frames/s.",
+        "",
+        "| pipeline, same texts, interleaved | RTF | graph calls / frame | frames |",
+        "|---|---|---|---|",
+        f"| FSQ (this model) | {f['real_time_factor']:.3f} | {f['graph_calls_per_frame']:.2f} "
+        f"| {f['frames']} |",
+        f"| v3 (the default model), AR | {ref['real_time_factor']:.3f} | "
+        f"{ref['graph_calls_per_frame']:.2f} | {ref['frames']} |",
+        "",
+        f"Stop head: free-running, {b['stopped_by_stop_head']} of {b['utterances']} bench "
+        f"utterances ended by the stop head ({b['hit_max_frames']} by the length guard), "
+        f"{b['frames_vs_reference']:.2f}x the real utterances' frames. Teacher-forced on "
+        f"{st['utterances']} held-out utterances: stop probability peaks at the last frame "
+        f"{100 * st['peak_at_last_frame']:.0f}% of the time, within 2 frames "
+        f"{100 * st['peak_within_2_frames']:.0f}%.",
+        "",
+        f"ONNX vs torch (teacher-forced, step by step, phoneme track fed): channel logits max "
+        f"|diff| {par['single']['channel_logits_max_abs']:.2e} (one stream), "
+        f"{par['batch']['channel_logits_max_abs']:.2e} (padded batch of 2).",
+        "",
+    ]
+
+
+def words_lines(listen: dict) -> list:
+    """What the card says the model speaks, from `fsq.py listen`'s figures."""
+    if not listen:
+        return ["Words recognised: not measured for this folder (`fsq.py listen --json`)."]
+    lo, hi = listen["words_recognised_ci"]
+    return [
+        f"**Words recognised** by Whisper base on {listen['sentences']} held-out corpus texts "
+        f"x {listen['clips'] // listen['sentences']} seeds (`fsq.py listen`): "
+        f"**{100 * listen['words_recognised']:.1f}%** (95% CI {100 * lo:.1f}–{100 * hi:.1f}); "
+        f"{listen['runaways']} of {listen['clips']} clips ran to the length guard. The "
+        "evaluation sets (everyday, SUS, hard) beside v3: docs/fsq_model.md."
+    ]
+
+
+def aligned_card(rep: dict, words: list) -> str:
+    """The model card of an FSQ model trained the v3 way (levels per group, phoneme track);
+    `words`: the lines that say what it speaks (measured by the caller)."""
+    t, c, n = rep["training"], rep["codec"], rep["nll"]
+    files = ", ".join(f"`{k}` {_mb(v)}" for k, v in rep["sizes"].items())
+    return "\n".join(
+        [
+            f"# FSQ model family: {c['channels']} channel heads + a stop head, one call per "
+            "frame, told espeak-ng's phoneme timing",
+            "",
+            f"A temporal LM over GroupFSQ codes ({c['groups']} groups of 4 channels, levels "
+            "that follow the PCA components' variances) trained here on v3's corpus (espeak-ng "
+            "speech, English, 4 voices, with every phoneme's start time). Per frame ONE step "
+            "graph call gives every channel head and the stop logit; `cs.sample_factorized` + "
+            "`cs.sample_stop` sample the frame. Like v3 it is told which phoneme each frame "
+            "speaks (espeak-ng's timing: the step graph's `pace` input carries the track). "
+            "Recipe: `python models/recipe/fsq.py all --corpus ~/.cache/codecspec/corpus_v3n "
+            "--bits B`; design: docs/fsq_model.md.",
+            "",
+            *words,
+            "",
+            f"Files: {files}; everything shipped {_mb(rep['shipped_bytes'])}.",
+            f"Training: {t['steps']} steps, {t['seconds'] / 60:.1f} min on {t['threads']} CPU "
+            f"thread(s); {t['parameters']['temporal']:,} parameters. Held-out NLL "
+            f"{n['factorised_nats_per_frame']:.2f} nats per frame over {n['frames']} frames.",
+            "",
+            "![training curves](training_curves.png)",
+            "",
+            *_codec_section(rep),
+            *_aligned_runtime_section(rep),
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------- where the gap is

@@ -360,6 +360,7 @@ class PhonemeModel:
 
     frontend: Frontend
     meta: dict
+    codec: object  # the family's codec: its frame_rate times the phoneme track
 
     @property
     def languages(self) -> list:
@@ -373,6 +374,29 @@ class PhonemeModel:
         """(language id, speaker id); `speaker` None or "" = the model's default speaker.
         ValueError naming `language` or `speaker` (with the known names) for unknown names."""
         return self.frontend.ids(language, speaker or self.meta["default_speaker"])
+
+    @property
+    def aligned(self) -> bool:
+        """True for a model told espeak-ng's phoneme timing (model.json "conditioning":
+        "phoneme_track"): v3, and an FSQ model trained the v3 way."""
+        return self.meta.get("conditioning") == "phoneme_track"
+
+    def espeak_voice(self, language: str, speaker: str | None) -> str:
+        """The espeak-ng voice whose timing an aligned model follows (language + variant)."""
+        return f"{self.meta['voices'][language]}+{speaker or self.meta['default_speaker']}"
+
+    def phoneme_track(self, text: str, language: str, speaker, rate: float = 1.0):
+        """(mnemonics, track u_t) of `text` as espeak-ng times it for this voice; `rate`
+        scales the words per minute the model was trained around."""
+        from codecspec.frontend.aligned import phoneme_track
+        from codecspec.frontend.espeak import RATE_RANGE, timing
+
+        if not (isinstance(rate, (int, float)) and 0.25 <= rate <= 4.0):
+            raise ValueError(f"rate: expected a number in [0.25, 4], got {rate!r}")
+        wpm = int(np.clip(round(self.meta["espeak_rate"] * rate), *RATE_RANGE))
+        r = timing(text, self.espeak_voice(language, speaker), wpm, self.meta["espeak_pitch"])
+        track = phoneme_track(r.starts_ms, r.end_ms, 1000.0 / self.codec.frame_rate)
+        return " ".join(r.phonemes), track
 
 
 def _rows_of_split(rows: Sequence[Mapping], split: str | None) -> list[Mapping]:

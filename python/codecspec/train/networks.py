@@ -36,6 +36,7 @@ __all__ = [
     "DepthModel",
     "SharedDepthModel",
     "fourier",
+    "align_bias",
     "depth_weights",
     "depth_loss",
     "export_encoder",
@@ -73,6 +74,15 @@ def fourier(x: torch.Tensor, bands: int) -> torch.Tensor:
     freqs = 2.0 ** torch.linspace(-1.0, 6.0, bands, device=x.device, dtype=x.dtype)
     ang = math.pi * x.unsqueeze(-1) * freqs
     return torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
+
+
+def align_bias(progress: torch.Tensor, num_keys: int, sigma: float) -> torch.Tensor:
+    """Additive cross-attention prior [..., n, P]: -(p + 0.5 - u)^2 / (2 sigma^2) for the
+    encoder position p of every key and the phoneme position u of every frame (phoneme i
+    spans [i, i + 1), so its keys sit at i + 0.5)."""
+    keys = torch.arange(num_keys, device=progress.device, dtype=progress.dtype) + 0.5
+    d = keys - progress.unsqueeze(-1)
+    return -(d * d) / (2.0 * sigma * sigma)
 
 
 class Attention(nn.Module):

@@ -188,3 +188,64 @@ def test_the_stop_head_ends_utterances(tmp_path):
     assert [len(c) for c in results["stops"].codes] == [1, 1]
     assert not results["stops"].hit_max_frames
     assert results["never"].hit_max_frames and results["never"].steps == 12
+
+
+# ---- the v3 recipe: levels per group and espeak-ng's phoneme track ---------------------------
+ALIGNED = FSQModelConfig(
+    **{**CFG.to_dict(), "levels": ((5, 3), (2, 2)), "ar_layers": 0, "aligned": True}
+)
+
+
+def _track(B, T, P):
+    """Phoneme positions rising through each stream's phonemes (1 = the first after BOS)."""
+    return torch.stack([torch.linspace(1.0, p - 1.2, T) for p in [P, P - 3][:B]])
+
+
+@pytest.mark.parametrize("B", [1, 2])
+def test_an_aligned_model_with_levels_per_group_exports_what_torch_computes(tmp_path, B):
+    torch.manual_seed(4)
+    tm = FSQTemporalModel(ALIGNED).eval()
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    export_onnx(tm, tmp_path)
+    enc = open_session(str(tmp_path / "encoder.onnx"), provider="cpu")
+    step = open_session(str(tmp_path / "step.onnx"), provider="cpu")
+    gen = torch.Generator().manual_seed(5)
+    b = _batch(gen, B=B)
+    lv = torch.tensor(ALIGNED.channel_levels)
+    b["codes"] = (torch.rand(B, 7, ALIGNED.channels, generator=gen) * lv).long()
+    track = _track(B, 7, 9)
+    with torch.no_grad():
+        _, ref_ch, ref_stop = tm(
+            *(b[k] for k in ("phonemes", "phoneme_lengths", "language", "speaker", "codes")), track
+        )
+        _, off_ch, _ = tm(
+            *(b[k] for k in ("phonemes", "phoneme_lengths", "language", "speaker", "codes")),
+            track + 2.0,
+        )
+    assert ref_ch.shape[-1] == sum(ALIGNED.channel_levels) == 12
+    assert float((ref_ch - off_ch).abs().max()) > 1e-3, "the track moves the logits"
+    feeds = {k: b[k].numpy() for k in ("phonemes", "phoneme_lengths", "language", "speaker")}
+    ck, cv = enc.run(None, feeds)
+    tracks = [track[i].numpy() for i in range(B)]
+    st = FSQStepper(step, ck, cv, feeds["speaker"], feeds["phoneme_lengths"], 1.0, tracks=tracks)
+    codes = b["codes"].numpy()
+    for t in range(5):
+        _, ch, stop = st.step(codes[:, t - 1] if t else None)
+        np.testing.assert_allclose(ch, ref_ch[:, t].numpy(), atol=2e-4, rtol=1e-4)
+        np.testing.assert_allclose(stop, ref_stop[:, t].numpy(), atol=2e-4, rtol=1e-4)
+
+
+def test_an_aligned_model_needs_its_track_and_trains_on_it():
+    torch.manual_seed(6)
+    m = FSQTrainModel(ALIGNED)
+    assert m.ar is None
+    b = _batch(torch.Generator().manual_seed(6))
+    b["codes"] = b["codes"] % torch.tensor(ALIGNED.channel_levels)
+    with pytest.raises(ValueError, match="track"):
+        m.losses(b, 0, torch.Generator())
+    out = m.losses(b | {"track": _track(2, 7, 9)}, 0, torch.Generator())
+    assert float(out["ar"]) == 0.0 and torch.isfinite(out["fact"])
+    with pytest.raises(ValueError, match="ar_layers"):
+        FSQModelConfig(**{**ALIGNED.to_dict(), "ar_layers": 1})

@@ -36,7 +36,11 @@ def load_bench_texts(model_dir, count: Optional[int] = None) -> list:
     return json.loads(path.read_text())["utterances"][:count]
 
 
-def _requests(utts: list) -> list:
+def _requests(tts, utts: list) -> list:
+    """generate()'s keywords per utterance: its text for an aligned model (espeak-ng times
+    its phonemes), its phoneme string otherwise."""
+    if tts.aligned:
+        return [{k: u[k] for k in ("text", "language", "speaker")} for u in utts]
     keys = ("phonemes", "language", "speaker")
     return [{"text": "", **{k: u[k] for k in keys}} for u in utts]
 
@@ -44,18 +48,28 @@ def _requests(utts: list) -> list:
 def bench_requests(tts, texts: list, args) -> list:
     """The folder's own utterances (`--utterances` of them), not the held-out `texts`: the
     stop head was trained on its corpus's phoneme strings."""
-    return _requests(load_bench_texts(tts.dir, args.utterances))
+    return _requests(tts, load_bench_texts(tts.dir, args.utterances))
+
+
+def _speech_request(tts, u: dict) -> tuple:
+    """(SpeechRequest, ids with bos/eos, frame guard) of a bench.json utterance."""
+    if tts.aligned:
+        mnemonics, track = tts.phoneme_track(u["text"], u["language"], u["speaker"])
+        ids = tts.tokens(None, mnemonics, u["language"])[1]
+        req = SpeechRequest(u["text"], "text", u["speaker"], u["language"])
+        return req, ids, tts.max_frames_for(len(ids), track)
+    ids = tts.tokens("", u["phonemes"], u["language"])[1]
+    req = SpeechRequest(u["phonemes"], "ipa", u["speaker"], u["language"])
+    return req, ids, tts.max_frames_for(len(ids))
 
 
 def _batched(tts, utts: list, seed: int) -> dict:
     """len(utts) streams together, one slot each, through the engine's loop: step calls, ms
     per step, frames per second (the encoder calls included)."""
-    ids = [tts.tokens("", u["phonemes"], u["language"])[1] for u in utts]  # the slots' size
-    guards = [tts.max_frames_for(len(i)) for i in ids]
+    reqs, ids, guards = zip(*(_speech_request(tts, u) for u in utts))  # the slots' size
     t0 = time.perf_counter()
     fsq = registry.family_of(tts.dir, detect=False).load("engine")  # model.py's FSQFamily
     family = fsq(tts, len(utts), max(guards), max(len(i) for i in ids))
-    reqs = [SpeechRequest(u["phonemes"], "ipa", u["speaker"], u["language"]) for u in utts]
     states = [family.prepare(r, cs.Generator(seed).fork(b)) for b, r in enumerate(reqs)]
     calls0, t1 = family.slots.calls, time.perf_counter()
     codes = run_together(family, states)
@@ -134,7 +148,7 @@ def bench_fsq(
     the driver's runs of the first `utterances` of the folder's bench.json."""
     folder = "fsq" if model_dir is None else model_dir
     tts = registry.load_model(folder, provider=provider, threads=threads, params=params)
-    requests = _requests(load_bench_texts(tts.dir, utterances))
+    requests = _requests(tts, load_bench_texts(tts.dir, utterances))
     side = {"ar": {"mode": "ar", "decode_audio": vocoder}}
     runs = run_sides(tts, requests, side, seed=seed, progress=progress, desc="fsq")
     return _figures(tts, runs["ar"], batch, seed, vocoder)

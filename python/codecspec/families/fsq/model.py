@@ -29,13 +29,14 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
 import codecspec as cs
 from codecspec.families.fsq import bench
-from codecspec.families.fsq.codec import FSQCodec, check_levels
+from codecspec.families.fsq.codec import FSQCodec, config_from_meta
+from codecspec.frontend.aligned import past_end_position
 from codecspec.frontend.phonemes import encode_input, phonemize
 from codecspec.frontend.text import BOS, EOS, PAD, Frontend, PhonemeModel
 from codecspec.model_store import named_model_dir
@@ -142,6 +143,15 @@ class FSQFrameDecoder:
         return codes.astype(np.int64), bool(stop)
 
 
+def track_pace(track, tokens: int) -> Callable:
+    """Frame t's pace for an aligned model: its phoneme track u_t, and past the track's end
+    `past_end_position` (v3's rule: the closing pause, where the stop head learned to stop).
+    `tokens`: the stream's ids with bos/eos."""
+    track = np.asarray(track, np.float32)
+    past_end = np.float32(past_end_position(track, tokens - 2))
+    return lambda t: track[t] if t < len(track) else past_end
+
+
 class FSQSlots(SlotCache):
     """step.onnx for up to `slots` streams at different frame indices, one call per frame."""
 
@@ -195,6 +205,7 @@ class FSQStepper:
         phoneme_lengths,
         pace_unit,
         max_frames: int = 512,
+        tracks=None,
     ):
         lengths = np.asarray(phoneme_lengths, np.int64)
         B = len(lengths)
@@ -202,6 +213,10 @@ class FSQStepper:
         for b, n in enumerate(lengths):
             self.slots.load(b, cross_keys[:, b : b + 1, :, :n], cross_values[:, b : b + 1, :, :n])
         self._pace = np.float32(1.0) / (lengths.astype(np.float32) * np.float32(pace_unit))
+        # an aligned model's pace is each stream's phoneme track, then its past-end position
+        self.tracks = (
+            None if tracks is None else [track_pace(t, n) for t, n in zip(tracks, lengths)]
+        )
         self.speakers = np.asarray(speakers, np.int64).reshape(B)
         self.t = 0
 
@@ -215,7 +230,10 @@ class FSQStepper:
         prev = np.zeros((B, self.slots.channels), np.int64)
         if prev_channels is not None:
             prev[:] = prev_channels
-        pace = np.float32(self.t + 0.5) * self._pace
+        if self.tracks is None:
+            pace = np.float32(self.t + 0.5) * self._pace
+        else:
+            pace = np.array([at(self.t) for at in self.tracks], np.float32)
         out = self.slots.step(np.arange(B), prev, pace, self.speakers)
         self.t += 1
         return out
@@ -317,12 +335,11 @@ class FSQTTS(PhonemeModel):
         if missing:
             raise FileNotFoundError(f"model_dir: {d} lacks {missing}; rebuild with fsq.py ship")
         self.dir = d
-        levels = check_levels(self.meta["levels"], self.meta["packed_range"])
+        cfg = config_from_meta(self.meta)
         self.codec = FSQCodec.load(d / "fsqcodec.npz")
-        if self.codec.cfg.levels != levels or self.codec.cfg.groups != self.meta["groups"]:
+        if self.codec.cfg != cfg:
             raise ValueError(
-                f"levels: model.json {levels} x {self.meta['groups']} groups does "
-                f"not match the codec's {self.codec.cfg}"
+                f"levels: model.json's {cfg} does not match the codec's {self.codec.cfg}"
             )
         self.frontend = Frontend.from_dict(self.meta["frontend"])
         params = resolve_params(params, self.meta)  # a SamplingOverride: over model.json's
@@ -331,16 +348,25 @@ class FSQTTS(PhonemeModel):
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
         self.step_graph = open_session(str(d / "step.onnx"), provider=provider, threads=threads)
 
-    def max_frames_for(self, num_tokens: int) -> int:
-        """The max-length guard: `max_pace` times the nominal length of the text."""
+    def max_frames_for(self, num_tokens: int, track=None) -> int:
+        """The max-length guard: `max_pace` times the nominal length of the text (an aligned
+        model: of its phoneme track, plus 8 frames, as v3's)."""
+        if track is not None:
+            return int(math.ceil(self.meta["max_pace"] * len(track))) + 8
         return int(math.ceil(self.meta["max_pace"] * num_tokens * self.meta["pace_unit"])) + 4
 
     def stepper(
-        self, token_lists: list, languages: list, speakers: list, max_frames: Optional[int] = None
+        self,
+        token_lists: list,
+        languages: list,
+        speakers: list,
+        max_frames: Optional[int] = None,
+        tracks: Optional[list] = None,
     ) -> FSQStepper:
         """Encoder call for B streams (padded) and a stepper over them, room for `max_frames`
         frames each (default: the largest `max_frames_for` guard of the streams, at least
-        512; the K/V block is mapped lazily, so unused room costs no memory)."""
+        512; the K/V block is mapped lazily, so unused room costs no memory). An aligned
+        model's streams come with their phoneme `tracks`."""
         lengths = np.array([len(t) for t in token_lists], np.int64)
         ph = np.full((len(token_lists), lengths.max()), PAD, np.int64)
         for b, t in enumerate(token_lists):
@@ -354,12 +380,17 @@ class FSQTTS(PhonemeModel):
         }
         ck, cv = self.encoder.run(None, feeds)
         if max_frames is None:
-            max_frames = max(512, self.max_frames_for(int(lengths.max())))
+            guards = [self.max_frames_for(int(lengths.max()))]
+            guards += [self.max_frames_for(0, t) for t in tracks or ()]
+            max_frames = max(512, *guards)
         unit = self.meta["pace_unit"]
-        return FSQStepper(self.step_graph, ck, cv, spk, lengths, unit, int(max_frames))
+        return FSQStepper(self.step_graph, ck, cv, spk, lengths, unit, int(max_frames), tracks)
 
     def tokens(self, text, phonemes, language) -> tuple[str, np.ndarray]:
-        if phonemes is None:
+        """(phonemes, ids with bos/eos): IPA, or an aligned model's espeak-ng mnemonics."""
+        if phonemes is None and self.aligned:
+            phonemes = self.phoneme_track(text, language, None)[0]
+        elif phonemes is None:
             phonemes = phonemize(text, self.meta["voices"][language])
         ids = self.frontend.vocab.encode(phonemes)
         return phonemes, np.concatenate([[BOS], ids, [EOS]]).astype(np.int64)
@@ -439,6 +470,7 @@ class FSQTTS(PhonemeModel):
 @dataclass
 class FSQState(StreamState):
     pace: np.float32 = np.float32(0.0)  # pace per frame: 1 / (tokens x pace_unit)
+    at: Optional[Callable] = None  # an aligned model's pace of frame t (`track_pace`)
     cross: tuple = ()
     prev: np.ndarray = None  # the last frame's channels, the next step's input
     stopped: bool = False  # the stop head ended the stream (not the max-length guard)
@@ -515,8 +547,12 @@ class FSQFamily(Family):
     def prepare(self, req, generator: cs.Generator) -> FSQState:
         tts = self.tts
         lang_id, spk_id = tts.ids(req.language, req.voice)
-        ipa, ids = encode_input(tts, req, self.max_phonemes, strict=not self.inline)
-        limit = length_guard(req, tts.max_frames_for(len(ids)))
+        track = None
+        if tts.aligned:  # the pace is espeak-ng's phoneme track of the text
+            ipa, ids, track = self._aligned_input(req)
+        else:
+            ipa, ids = encode_input(tts, req, self.max_phonemes, strict=not self.inline)
+        limit = length_guard(req, tts.max_frames_for(len(ids), track))
         if self.max_frames is not None and limit > self.max_frames:
             raise ValueError(f"input: may need {limit} frames, more than {self.max_frames}")
         cross = tts.encoder.run(
@@ -534,16 +570,29 @@ class FSQFamily(Family):
             params=self.params(req),
             speaker=spk_id,
             frames=None,
-            expected=int(np.ceil(len(ids) * unit)),
+            expected=len(track) if tts.aligned else int(np.ceil(len(ids) * unit)),
             limit=limit,
             tokens=len(ids),
             phonemes=ipa,
             # FSQStepper's float32 arithmetic, so the pace input is the same bits
             pace=np.float32(1.0) / (np.float32(len(ids)) * unit),
+            at=None if track is None else track_pace(track, len(ids)),
             cross=tuple(cross),
             prev=np.zeros(len(tts.frame_decoder.head_sizes), np.int64),
             mode="fsq",
         )
+
+    def _aligned_input(self, req):
+        """(mnemonics, ids, phoneme track) of a request to an aligned model: text only (its
+        phonemes and their timing both come from espeak-ng)."""
+        if req.input_format != "text":  # named as its caller gave it
+            name = "phonemes" if self.inline else "input_format"
+            raise ValueError(f"{name}: this model reads text (espeak-ng times its phonemes)")
+        mnemonics, track = self.tts.phoneme_track(req.input, req.language, req.voice)
+        _, ids = self.tts.tokens(None, mnemonics, req.language)
+        if self.max_phonemes is not None and len(ids) > self.max_phonemes:
+            raise ValueError(f"input: {len(ids) - 2} phonemes, more than the limit")
+        return mnemonics, ids, track
 
     def load(self, slot: int, state: FSQState) -> None:
         cross, state.cross = state.cross, ()
@@ -553,7 +602,10 @@ class FSQFamily(Family):
 
     def step(self, streams: list, check: Check) -> list:
         states = [s.state for s in streams]
-        pace = [np.float32(s.t + 0.5) * s.state.pace for s in streams]
+        pace = [
+            np.float32(s.t + 0.5) * s.state.pace if s.state.at is None else s.state.at(s.t)
+            for s in streams
+        ]
         h, logits, stop = self.slots.step(
             [s.slot for s in streams],
             np.stack([st.prev for st in states]),

@@ -22,7 +22,6 @@ costs. Inference never needs PyTorch: `export_onnx` writes the encoder and step 
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from codecspec.families.fsq.codec import FSQConfig
 from codecspec.train.networks import (
     TemporalConfig,
     TemporalModel,
     add_frame_decoder,
     add_text_encoder,
+    align_bias,
 )
 from codecspec.train.networks import fourier as fourier_features
 
@@ -58,14 +59,29 @@ class FSQModelConfig:
     dropout: float = 0.1
     frames_per_phoneme: float = 1.0
     ar_dim: int = 128
-    ar_layers: int = 2
+    ar_layers: int = 2  # 0: no AR-over-groups head (levels per group: ranges too wide for it)
+    # the v3 recipe: `pace` is espeak-ng's phoneme track u_t (codecspec.frontend.aligned); the
+    # frame input reads the position inside the phoneme and cross-attention gets a prior
+    # centred on the phoneme being spoken, of width `align_sigma` phonemes
+    aligned: bool = False
+    align_sigma: float = 0.6
 
     def __post_init__(self):
-        object.__setattr__(self, "levels", tuple(int(v) for v in self.levels))
+        structure = FSQConfig(groups=self.groups, levels=self.levels)  # checks both
+        object.__setattr__(self, "levels", structure.levels)
+        if self.ar_layers and not structure.shared:
+            raise ValueError(
+                "ar_layers: the AR-over-groups head needs levels shared by every group"
+            )
+
+    @property
+    def structure(self) -> FSQConfig:
+        """The codec's group structure these heads predict."""
+        return FSQConfig(groups=self.groups, levels=self.levels)
 
     @property
     def channel_levels(self) -> tuple:
-        return self.levels * self.groups
+        return self.structure.channel_levels
 
     @property
     def channels(self) -> int:
@@ -77,7 +93,7 @@ class FSQModelConfig:
 
     @property
     def packed_range(self) -> int:
-        return math.prod(self.levels)
+        return self.structure.packed_range
 
     def temporal(self) -> TemporalConfig:
         """The v1 config the shared layers read; its 'c0' head is channels + stop."""
@@ -99,7 +115,7 @@ class FSQModelConfig:
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d["levels"] = list(self.levels)
+        d["levels"] = self.structure.to_meta()["levels"]
         return d
 
 
@@ -152,23 +168,35 @@ class FSQTemporalModel(nn.Module):
         return (t.float() + 0.5) / (ph_lengths.float() * self.fsq.frames_per_phoneme)
 
     def frame_inputs(self, prev, pace, speaker):
+        if self.fsq.aligned:  # the position inside the phoneme; which phoneme: cross_prior
+            pace = pace - torch.floor(pace)
         x = prev + self.frame_pos(fourier_features(pace, self.cfg.fourier_bands))
         return x + self.frame_speaker(speaker)[:, None, :]
+
+    def cross_prior(self, track: torch.Tensor, num_keys: int) -> torch.Tensor:
+        """The aligned model's additive cross-attention prior [..., T, P] of a track [..., T]."""
+        return align_bias(track, num_keys, self.fsq.align_sigma)
 
     def split_heads(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w = self.fsq.head_width
         return logits[..., :w], logits[..., w]
 
-    def forward(self, phonemes, ph_lengths, language, speaker, channels):
-        """Teacher-forced over channels [B, T, C]: (hidden [B, T, D], channel logits
-        [B, T, Σ L], stop logits [B, T])."""
+    def forward(self, phonemes, ph_lengths, language, speaker, channels, track=None):
+        """Teacher-forced over channels [B, T, C] (an aligned model: with its phoneme track
+        [B, T]): (hidden [B, T, D], channel logits [B, T, Σ L], stop logits [B, T])."""
         memory, cross_bias = self.encode(phonemes, ph_lengths, language, speaker)
         t = channels.shape[1]
         emb = self.frame_embed(channels[:, :-1])
         prev = torch.cat([torch.zeros_like(emb[:, :1]), emb], dim=1)
         prev[:, 0] = prev[:, 0] + self.bos
-        idx = torch.arange(t, device=channels.device)
-        x = self.frame_inputs(prev, self.pace(idx[None, :], ph_lengths[:, None]), speaker)
+        if self.fsq.aligned:
+            if track is None:
+                raise ValueError("track: an aligned model needs the phoneme track")
+            pace = track
+            cross_bias = cross_bias + self.cross_prior(track, memory.shape[1]).unsqueeze(1)
+        else:
+            pace = self.pace(torch.arange(t, device=channels.device)[None, :], ph_lengths[:, None])
+        x = self.frame_inputs(prev, pace, speaker)
         h, logits = self.decoder(x, self.decoder.cross_kv(memory), cross_bias)
         return (h, *self.split_heads(logits))
 
@@ -240,8 +268,10 @@ class FSQTrainModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.temporal = FSQTemporalModel(cfg)
-        self.ar = GroupARHead(cfg)
-        radix = np.cumprod((cfg.levels[1:] + (1,))[::-1])[::-1].copy()  # first level major
+        self.ar = GroupARHead(cfg) if cfg.ar_layers else None
+        width = cfg.structure.width
+        lv = cfg.structure.group_levels[0]
+        radix = np.cumprod((lv[1:] + (1,))[::-1])[::-1].copy()[:width]  # first level major
         self.register_buffer("radix", torch.tensor(radix, dtype=torch.long), persistent=False)
 
     def pack(self, channels: torch.Tensor) -> torch.Tensor:
@@ -254,7 +284,12 @@ class FSQTrainModel(nn.Module):
         m = self.temporal
         ch = batch["codes"]
         h, logits, stop = m(
-            batch["phonemes"], batch["phoneme_lengths"], batch["language"], batch["speaker"], ch
+            batch["phonemes"],
+            batch["phoneme_lengths"],
+            batch["language"],
+            batch["speaker"],
+            ch,
+            batch.get("track"),
         )
         mask = batch["frame_mask"]
         lp = channel_log_probs(logits[mask], m.log_index)
@@ -266,6 +301,9 @@ class FSQTrainModel(nn.Module):
             "stop": F.binary_cross_entropy_with_logits(stop[mask], stop_tgt),
             "channel_nll": per_ch.detach().mean(0),
         }
+        if self.ar is None:
+            out["ar"] = torch.zeros(())
+            return out
         hv, gv = h[mask].detach(), self.pack(tgt)
         if ar_frames and ar_frames < len(hv):
             pick = torch.randperm(len(hv), generator=gen)[:ar_frames]
@@ -309,6 +347,8 @@ class _StepExport(nn.Module):
         tm = self.tm
         first = is_first[:, None]
         prev = tm.frame_embed(prev_channels) * (1.0 - first) + first * tm.bos
+        if tm.fsq.aligned:  # `pace` is the track u_t: the prior over this frame's phoneme
+            cross_bias = cross_bias + tm.cross_prior(pace[:, None], cross_bias.shape[1])[:, 0]
         x = tm.frame_inputs(prev[:, None, :], pace[:, None], speaker)
         h, logits, nk, nv = tm.step(
             x, past_keys, past_values, past_bias, cross_keys, cross_values, cross_bias

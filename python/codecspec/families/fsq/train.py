@@ -38,6 +38,7 @@ def to_tensors(b: Batch) -> dict:
     codes = torch.from_numpy(b.codes.astype(np.int64))
     stop = torch.zeros(codes.shape[:2])
     stop[torch.arange(len(b.frame_lengths)), torch.from_numpy(b.frame_lengths - 1)] = 1.0
+    track = {} if b.progress is None else {"track": torch.from_numpy(b.progress)}
     return {
         "phonemes": torch.from_numpy(b.phonemes.astype(np.int64)),
         "phoneme_lengths": torch.from_numpy(b.phoneme_lengths.astype(np.int64)),
@@ -46,6 +47,7 @@ def to_tensors(b: Batch) -> dict:
         "codes": codes,
         "frame_mask": torch.from_numpy(b.frame_mask),
         "stop": stop,
+        **track,
     }
 
 

@@ -345,8 +345,6 @@ class V2TTS(PhonemeModel):
         self.frontend = Frontend.from_dict(self.meta["frontend"])
         params = resolve_params(params, self.meta)
         self.params = params or cs.SamplingParams(**self.meta["sampling"])
-        # v3 ("aligned") reads espeak-ng's phoneme track and speaks through the v1 codec
-        self.aligned = self.meta.get("conditioning") == "phoneme_track"
         self.codec = (Codec if codec_file == "codec.npz" else CodecV2).load(d / codec_file)
         self.window = int(self.meta["temporal_config"]["window"])
         self.start_token = int(self.meta["temporal_config"]["c0_vocab_size"])
@@ -468,23 +466,6 @@ class V2TTS(PhonemeModel):
         its track's), plus 8 frames."""
         n = expected if np.ndim(expected) == 0 else len(expected)
         return int(math.ceil(self.meta["max_pace"] * n)) + 8
-
-    def espeak_voice(self, language: str, speaker: Optional[str]) -> str:
-        """The espeak-ng voice whose timing an aligned model follows (language + variant)."""
-        return f"{self.meta['voices'][language]}+{speaker or self.meta['default_speaker']}"
-
-    def phoneme_track(self, text: str, language: str, speaker, rate: float = 1.0):
-        """(mnemonics, track u_t) of `text` as espeak-ng times it for this voice; `rate`
-        scales the words per minute the model was trained around."""
-        from codecspec.frontend.aligned import phoneme_track
-        from codecspec.frontend.espeak import RATE_RANGE, timing
-
-        if not (isinstance(rate, (int, float)) and 0.25 <= rate <= 4.0):
-            raise ValueError(f"rate: expected a number in [0.25, 4], got {rate!r}")
-        wpm = int(np.clip(round(self.meta["espeak_rate"] * rate), *RATE_RANGE))
-        r = timing(text, self.espeak_voice(language, speaker), wpm, self.meta["espeak_pitch"])
-        track = phoneme_track(r.starts_ms, r.end_ms, 1000.0 / self.codec.frame_rate)
-        return " ".join(r.phonemes), track
 
     def encode_text(self, text, phonemes, language, speaker):
         """(phonemes, ids with bos/eos, lang id, speaker id, encoder outputs). An aligned

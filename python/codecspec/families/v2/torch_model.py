@@ -38,6 +38,7 @@ from codecspec.train.networks import (
     DepthModel,
     TemporalModel,
     add_text_encoder,
+    align_bias,
     fourier,
 )
 
@@ -105,15 +106,6 @@ class V2TemporalConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def align_bias(progress: torch.Tensor, num_keys: int, sigma: float) -> torch.Tensor:
-    """Additive cross-attention prior [..., n, P]: -(p + 0.5 - u)^2 / (2 sigma^2) for the
-    encoder position p of every key and the phoneme position u of every frame (phoneme i
-    spans [i, i + 1), so its keys sit at i + 0.5)."""
-    keys = torch.arange(num_keys, device=progress.device, dtype=progress.dtype) + 0.5
-    d = keys - progress.unsqueeze(-1)
-    return -(d * d) / (2.0 * sigma * sigma)
 
 
 def band_bias(positions: torch.Tensor, key_positions: torch.Tensor, window: int) -> torch.Tensor:
