@@ -65,11 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--set",
         nargs="+",
         default=["everyday"],
-        choices=["everyday", "sus", "hard", "all"],
+        choices=["everyday", "sus", "hard", "short", "all"],
         metavar="SET",
         help="evaluation sets: everyday (30 everyday sentences, the default), sus (65 "
         "semantically unpredictable sentences), hard (25 with names, numbers, dates, "
-        "abbreviations, rare words), or all; several are reported one table each",
+        "abbreviations, rare words), short (44 one- and two-word inputs), or all; several "
+        "are reported one table each",
     )
     p.add_argument(
         "--no-phonemes",

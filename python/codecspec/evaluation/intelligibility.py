@@ -69,6 +69,7 @@ SETS = {
     "everyday": EVAL_SENTENCES,
     "sus": Path(__file__).with_name("eval_sus.json"),
     "hard": Path(__file__).with_name("eval_hard.json"),
+    "short": Path(__file__).with_name("eval_short.json"),
 }
 SAMPLE_RATE = 16000  # Whisper's input rate
 EXTRA_HINT = "pip install codecspec[quality]"
