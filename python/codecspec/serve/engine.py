@@ -37,6 +37,7 @@ import codecspec as cs
 from codecspec.frontend.textcheck import check_text
 from codecspec.pipeline.family import SpeechRequest
 from codecspec.pipeline.loop import Outlet, Stream, StreamLoop
+from codecspec.runtime.threads import compute_turn
 
 MAX_INPUT_CHARS = 400
 SPEED_RANGE = (0.25, 4.0)
@@ -410,6 +411,14 @@ class Engine(StreamLoop):
                 if not self._running:
                     return
             self._step()
+
+    def _step(self) -> None:
+        # With turns on (CODECSPEC_TURNS, runtime/threads.py) the step takes its turn with
+        # the speech decoder's calls (a Qwen3-TTS stream's audio, decoded in the app's worker
+        # threads): where the pool fills the cores, the two side by side slowed each other by
+        # more than they overlapped. Off (the default), the turn is no wait.
+        with compute_turn():
+            StreamLoop._step(self)
 
     def _admit(self) -> None:
         """Frame boundary: cancelled streams leave, queued ones join free slots."""
