@@ -311,7 +311,7 @@ def cmd_train(args) -> int:
 
 
 # ---------------------------------------------------------------------------- folder
-def export_folder(corpus: Path, cache: Path, dest: Path, data=None):
+def export_folder(corpus: Path, cache: Path, dest: Path, data=None, sampling=None):
     """The trained checkpoint as a model folder at `dest` (graphs, codec, model.json,
     bench.json): (model, graph sizes, bench utterances). `data`: `datasets`' output."""
     import fsq_ship as sh
@@ -323,7 +323,7 @@ def export_folder(corpus: Path, cache: Path, dest: Path, data=None):
     sh.copy_codec(cache / "codec", dest)
     texts = sh.bench_texts(val, load_manifest(corpus))
     (dest / "bench.json").write_text(json.dumps({"utterances": texts}, indent=1) + "\n")
-    meta = sh.model_json(ck, codec, train.frontend)
+    meta = sh.model_json(ck, codec, train.frontend, sampling)
     (dest / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
     return model, sizes, texts
 
@@ -334,6 +334,7 @@ def cmd_listen(args) -> int:
     the same texts and seeds. --export: the current checkpoint into that folder first."""
     from v3 import _length_summary
 
+    import codecspec as cs
     from codecspec.evaluation.intelligibility import Recognizer, evaluate
     from codecspec.families.fsq.model import FSQTTS
 
@@ -344,7 +345,10 @@ def cmd_listen(args) -> int:
         export_folder(corpus, cache, folder)
     rows = load_manifest(corpus)
     texts = [r["text"] for r in rows if r["split"] == "test" and r["id"].endswith("r0")]
-    tts = FSQTTS(folder, provider="cpu", threads=1)
+    params = None  # the folder's own law unless --temperature says
+    if args.temperature is not None:
+        params = cs.SamplingParams(args.temperature, args.top_k, 1.0)
+    tts = FSQTTS(folder, provider="cpu", threads=1, params=params)
     ends = []  # per clip: (frames, espeak-ng's frames for the text, max-length guard hit)
 
     def synthesize(text, seed):
@@ -381,7 +385,8 @@ def cmd_ship(args) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     codec, train, val = datasets(corpus, cache)
     t0 = time.monotonic()
-    model, sizes, texts = export_folder(corpus, cache, dest, (codec, train, val))
+    law = {"temperature": args.temperature, "top_k": args.top_k, "top_p": 1.0}
+    model, sizes, texts = export_folder(corpus, cache, dest, (codec, train, val), law)
     rep = {"sizes": sizes}
     log("exported; measuring")
     rep["onnx_parity"] = sh.onnx_parity(dest, model, val)
@@ -463,10 +468,14 @@ LISTEN_OPTS = [
     ("--seeds", dict(type=int, default=2)),
     ("--export", dict(default=None, help="export the checkpoint into this folder first")),
     ("--json", dict(default=None, help="write the report (per clip) here")),
+    ("--temperature", dict(type=float, default=None, help="judge another sampling law")),
+    ("--top-k", dict(type=int, default=0)),
 ]
 SHIP_OPTS = [
     ("--bench-utterances", dict(type=int, default=8)),
     ("--listen-json", dict(default=None, help="a `listen --json` report for the card")),
+    ("--temperature", dict(type=float, default=0.9, help="the folder's sampling law")),
+    ("--top-k", dict(type=int, default=0)),
 ]
 COMMON_OPTS = [
     ("--corpus", dict(default=str(CACHE / "corpus"))),

@@ -250,13 +250,14 @@ def bench_texts(val, manifest: list, n: int = 16) -> list:
     return rows
 
 
-def model_json(ck: dict, codec, frontend) -> dict:
+def model_json(ck: dict, codec, frontend, sampling=None) -> dict:
+    """model.json of a trained checkpoint; `sampling`: the folder's law (default SAMPLING)."""
     c = ck["config"]
     meta = {
         "format": "codecspec-fsq-tts/1",
         "frontend": frontend.to_dict(),
         **codec.cfg.to_meta(),
-        "sampling": SAMPLING,
+        "sampling": sampling or SAMPLING,
         "voices": VOICES,
         "default_speaker": "f1",
         "pace_unit": c["frames_per_phoneme"],

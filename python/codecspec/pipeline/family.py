@@ -337,8 +337,9 @@ class Family:
     @classmethod
     def speaks_phonemes(cls, tts) -> bool:
         """Whether `tts` speaks espeak-ng IPA given in place of text (the evaluation sets'
-        stored phonemes); a model that follows espeak-ng's timing of the text does not."""
-        return True
+        stored phonemes); a model that follows espeak-ng's timing of the text (an aligned
+        phoneme model: v3, fsq-aligned) does not."""
+        return not getattr(tts, "aligned", False)
 
     @classmethod
     def quality_mode(cls, mode: str, tts=None, beta: float = 0.3, theta=None) -> dict:
@@ -360,8 +361,12 @@ class Family:
     @classmethod
     def floor_voice(cls, tts) -> Optional[tuple]:
         """(espeak-ng voice, words per minute, pitch) whose timing and sound `tts` follows, in
-        which the quality floors render a text (`evaluation.floors`); None: the corpus voice."""
-        return None
+        which the quality floors render a text (`evaluation.floors`); None: the corpus voice.
+        An aligned model names the voice whose timing it follows."""
+        m = getattr(tts, "meta", {})
+        if not getattr(tts, "aligned", False) or "espeak_rate" not in m:
+            return None
+        return tts.espeak_voice("en", None), int(m["espeak_rate"]), int(m["espeak_pitch"])
 
     # `codecspec bench` (`codecspec.pipeline.bench.bench`, the one driver). bench_keys:
     # (tts, {side: [Result]}, args, the depth loop's figures alone) -> the figures the family

@@ -710,17 +710,6 @@ class V2Family(Family):
     bench_sides = staticmethod(bench.bench_sides)
     bench_keys, bench_record = staticmethod(bench.bench_keys), staticmethod(bench.record)
 
-    @classmethod
-    def speaks_phonemes(cls, tts) -> bool:
-        return not tts.aligned  # v3 follows espeak-ng's timing of the text, so needs the text
-
-    @classmethod
-    def floor_voice(cls, tts) -> Optional[tuple]:
-        m = tts.meta  # an aligned model (v3) names the voice whose timing it follows
-        if "espeak_rate" not in m:
-            return None
-        return tts.espeak_voice("en", None), int(m["espeak_rate"]), int(m["espeak_pitch"])
-
     def __init__(self, tts: V2TTS, slots=1, max_frames=None, max_phonemes=None, loops=None):
         """Over a loaded `tts`: `slots` streams of at most `max_frames` frames and
         `max_phonemes` ids each. Without limits it is `generate`'s: its `loops` keywords
