@@ -37,7 +37,6 @@ import codecspec as cs
 from codecspec.frontend.textcheck import check_text
 from codecspec.pipeline.family import SpeechRequest
 from codecspec.pipeline.loop import Outlet, Stream, StreamLoop
-from codecspec.runtime.threads import compute_turn
 
 MAX_INPUT_CHARS = 400
 SPEED_RANGE = (0.25, 4.0)
@@ -416,7 +415,10 @@ class Engine(StreamLoop):
         # With turns on (CODECSPEC_TURNS, runtime/threads.py) the step takes its turn with
         # the speech decoder's calls (a Qwen3-TTS stream's audio, decoded in the app's worker
         # threads): where the pool fills the cores, the two side by side slowed each other by
-        # more than they overlapped. Off (the default), the turn is no wait.
+        # more than they overlapped. Off (the default), the turn is no wait. Imported here:
+        # codecspec.runtime loads onnxruntime, which building the CLI's parser must not.
+        from codecspec.runtime.threads import compute_turn
+
         with compute_turn():
             StreamLoop._step(self)
 
