@@ -110,3 +110,20 @@ python3 models/recipe/v3.py temporal
 codecspec quality --model v3 --modes ar temporal --set all --seeds 3 --threads 2 \
     -o docs/quality_v3_sets_mixed.json
 python3 models/recipe/v3_card.py
+
+# fsq-aligned (docs/fsq_model.md): the FSQ family's network trained the v3 way, on 12 h of
+# mixed text the v3 runs above never read (the order after their 7,000 texts), over the codec
+# whose levels follow the PCA variances (200 bits per frame); one hour on one thread; the
+# greedy law chosen on held-out corpus texts (`fsq.py listen --temperature T`).
+python3 models/recipe/v3.py --corpus "$CACHE/corpus_v3n" --work "$CACHE/v3n" corpus \
+    --hours 12 --texts mixed --skip-texts 7000
+F="$CACHE/fsq_v3n"
+fsq() { python3 models/recipe/fsq.py "$1" --corpus "$CACHE/corpus_v3n" --out "$F" "${@:2}"; }
+fsq codec --bits 200
+OMP_NUM_THREADS=1 fsq train --minutes 60 --threads 1
+OMP_NUM_THREADS=1 fsq listen --export "$F/folder" --texts 120 --seeds 2 \
+    --temperature 0 --json "$F/listen_final.json"
+OPENBLAS_NUM_THREADS=1 fsq ship --model python/codecspec/models/fsq-aligned --temperature 0 \
+    --listen-json "$F/listen_final.json"
+codecspec quality --model fsq-aligned --modes ar codec --set all --seeds 3 --threads 1 \
+    -o docs/quality_fsq_aligned_sets.json
