@@ -55,7 +55,8 @@ __all__ = [
     "unregister",
 ]
 
-MODEL_NAMES = ("reference", "fsq", "fsq-aligned", "v2", "v3")  # shipped (or checked-out) models by name
+# shipped (or checked-out) models by name
+MODEL_NAMES = ("reference", "fsq", "fsq-aligned", "v2", "v3")
 DEFAULT_MODEL = "v3"
 # What CODECSPEC_MODEL_DIR, where set, stands for: the default model and "reference" (the
 # v1 folder it named before there were others).
