@@ -644,8 +644,9 @@ def aligned_card(rep: dict, words: list) -> str:
             "graph call gives every channel head and the stop logit; `cs.sample_factorized` + "
             "`cs.sample_stop` sample the frame. Like v3 it is told which phoneme each frame "
             "speaks (espeak-ng's timing: the step graph's `pace` input carries the track). "
-            "Recipe: `python models/recipe/fsq.py all --corpus ~/.cache/codecspec/corpus_v3n "
-            "--bits B`; design: docs/fsq_model.md.",
+            "Recipe: the fsq-aligned chain at the end of `models/recipe/build.sh` (`fsq.py "
+            "codec --bits 200`, `train --minutes 60 --threads 1`, `ship --temperature 0` on "
+            "corpus_v3n); design: docs/fsq_model.md.",
             "",
             *words,
             "",
