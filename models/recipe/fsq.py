@@ -332,7 +332,7 @@ def cmd_listen(args) -> int:
     """Words recognised on held-out corpus texts (not the evaluation sentences), in the
     report format of `v3.py listen --json`, so that `v3.py compare A B` pairs it with v3 on
     the same texts and seeds. --export: the current checkpoint into that folder first."""
-    from v3 import _length_summary
+    from v3 import listen_report
 
     import codecspec as cs
     from codecspec.evaluation.intelligibility import Recognizer, evaluate
@@ -359,19 +359,8 @@ def cmd_listen(args) -> int:
 
     seeds = list(range(args.seeds))
     rep = evaluate(synthesize, texts[: args.texts], seeds, recognizer=Recognizer(threads=1))
-    for clip, (frames, track, runaway) in zip(rep["per_clip"], ends):
-        clip.update(frames=frames, espeak_frames=track, runaway=runaway)
-    rep |= _length_summary(ends)
     rep["sampling"] = str(tts.params)
-    lo, hi = rep["words_recognised_ci"]
-    log(
-        f"{folder}: {rep['words_recognised']:.1%} of words recognised ({lo:.1%}-{hi:.1%}); "
-        f"{rep['runaways']} of {len(ends)} at the max-length guard; "
-        f"{rep['length_within_15']:.0%} within 15% of espeak-ng's length"
-    )
-    if args.json:
-        Path(args.json).write_text(json.dumps(rep, indent=1, default=float))
-    return 0
+    return listen_report(rep, ends, folder, args.json)
 
 
 # ---------------------------------------------------------------------------- ship stage

@@ -481,18 +481,26 @@ def _nll_section(rep: dict) -> list:
     ]
 
 
-def _runtime_section(rep: dict) -> list:
+# the pipeline each card compares with (`compare_rtf`'s "reference"): its row, the inputs
+REFERENCES = {
+    "reference_ar": ("RVQ reference, AR", "phoneme strings"),
+    "v3_ar": ("v3 (the default model), AR", "texts"),
+}
+
+
+def _runtime_section(rep: dict, model: str = "fsq") -> list:
     b, r, st, par = (
         rep["bench"],
         rep["rtf_vs_reference"],
         rep["stop_teacher_forced"],
         rep["onnx_parity"],
     )
-    f, ref = r["fsq"], r["reference_ar"]
+    key = r.get("reference", "reference_ar")
+    (f, ref), (row, inputs) = (r["fsq"], r[key]), REFERENCES[key]
     return [
         "## Runtime (this machine, CPU, shared)",
         "",
-        f"`codecspec bench --model fsq --utterances {b['utterances']} --batch 8`: "
+        f"`codecspec bench --model {model} --utterances {b['utterances']} --batch 8`: "
         f"{b['calls_per_frame']:.2f} graph calls per frame, {b['ms_per_frame']:.2f} ms per frame "
         f"(step graph {b['step_ms_per_frame']:.2f}, sampling {b['sampling_ms_per_frame']:.3f}), "
         f"real-time factor {b['real_time_factor']:.3f} with the vocoder "
@@ -500,11 +508,11 @@ def _runtime_section(rep: dict) -> list:
         f"streams: {b.get('batch_ms_per_step', float('nan')):.2f} ms per step, "
         f"{b.get('batch_frames_per_second', float('nan')):.0f} frames/s.",
         "",
-        "| pipeline, same phoneme strings, interleaved | RTF | graph calls / frame | frames |",
+        f"| pipeline, same {inputs}, interleaved | RTF | graph calls / frame | frames |",
         "|---|---|---|---|",
         f"| FSQ (this model) | {f['real_time_factor']:.3f} | {f['graph_calls_per_frame']:.2f} "
         f"| {f['frames']} |",
-        f"| RVQ reference, AR | {ref['real_time_factor']:.3f} | "
+        f"| {row} | {ref['real_time_factor']:.3f} | "
         f"{ref['graph_calls_per_frame']:.2f} | {ref['frames']} |",
         "",
         f"Stop head: free-running, {b['stopped_by_stop_head']} of {b['utterances']} bench "
@@ -575,45 +583,6 @@ def card(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def _aligned_runtime_section(rep: dict) -> list:
-    b, r, st, par = (
-        rep["bench"],
-        rep["rtf_vs_reference"],
-        rep["stop_teacher_forced"],
-        rep["onnx_parity"],
-    )
-    f, ref = r["fsq"], r[r["reference"]]
-    return [
-        "## Runtime (this machine, CPU, shared)",
-        "",
-        f"`codecspec bench --model DIR --utterances {b['utterances']} --batch 8`: "
-        f"{b['calls_per_frame']:.2f} graph calls per frame, {b['ms_per_frame']:.2f} ms per frame "
-        f"(step graph {b['step_ms_per_frame']:.2f}, sampling {b['sampling_ms_per_frame']:.3f}), "
-        f"real-time factor {b['real_time_factor']:.3f} with the vocoder; a batch of "
-        f"{b.get('batch', 1)} streams: {b.get('batch_ms_per_step', float('nan')):.2f} ms per "
-        f"step, {b.get('batch_frames_per_second', float('nan')):.0f} frames/s.",
-        "",
-        "| pipeline, same texts, interleaved | RTF | graph calls / frame | frames |",
-        "|---|---|---|---|",
-        f"| FSQ (this model) | {f['real_time_factor']:.3f} | {f['graph_calls_per_frame']:.2f} "
-        f"| {f['frames']} |",
-        f"| v3 (the default model), AR | {ref['real_time_factor']:.3f} | "
-        f"{ref['graph_calls_per_frame']:.2f} | {ref['frames']} |",
-        "",
-        f"Stop head: free-running, {b['stopped_by_stop_head']} of {b['utterances']} bench "
-        f"utterances ended by the stop head ({b['hit_max_frames']} by the length guard), "
-        f"{b['frames_vs_reference']:.2f}x the real utterances' frames. Teacher-forced on "
-        f"{st['utterances']} held-out utterances: stop probability peaks at the last frame "
-        f"{100 * st['peak_at_last_frame']:.0f}% of the time, within 2 frames "
-        f"{100 * st['peak_within_2_frames']:.0f}%.",
-        "",
-        f"ONNX vs torch (teacher-forced, step by step, phoneme track fed): channel logits max "
-        f"|diff| {par['single']['channel_logits_max_abs']:.2e} (one stream), "
-        f"{par['batch']['channel_logits_max_abs']:.2e} (padded batch of 2).",
-        "",
-    ]
-
-
 def words_lines(listen: dict) -> list:
     """What the card says the model speaks, from `fsq.py listen`'s figures."""
     if not listen:
@@ -658,7 +627,7 @@ def aligned_card(rep: dict, words: list) -> str:
             "![training curves](training_curves.png)",
             "",
             *_codec_section(rep),
-            *_aligned_runtime_section(rep),
+            *_runtime_section(rep, model="DIR"),
         ]
     )
 

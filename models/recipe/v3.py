@@ -148,18 +148,25 @@ def cmd_listen(args) -> int:
 
     seeds = list(range(args.seeds))
     rep = evaluate(synthesize, texts[: args.texts], seeds, recognizer=Recognizer(threads=1))
+    rep["sampling"] = {"c0": str(params), "depth": str(tts.depth_params)}
+    return listen_report(rep, ends, folder, args.json)
+
+
+def listen_report(rep: dict, ends: list, folder, json_path) -> int:
+    """A `listen` run's report (also `fsq.py listen`'s): each clip's length and guard hit
+    (`ends`: frames, espeak-ng's frames, guard hit), the length summary, one log line, and
+    the per-clip JSON that `compare` pairs (where `json_path` is given)."""
     for clip, (frames, track, runaway) in zip(rep["per_clip"], ends):
         clip.update(frames=frames, espeak_frames=track, runaway=runaway)
     rep |= _length_summary(ends)
-    rep["sampling"] = {"c0": str(params), "depth": str(tts.depth_params)}
     lo, hi = rep["words_recognised_ci"]
     log(
         f"{folder}: {rep['words_recognised']:.1%} of words recognised ({lo:.1%}-{hi:.1%}); "
         f"{rep['runaways']} of {len(ends)} at the max-length guard; "
         f"{rep['length_within_15']:.0%} within 15% of espeak-ng's length"
     )
-    if args.json:  # per-clip records: paired comparisons of two folders on the same texts
-        Path(args.json).write_text(json.dumps(rep, indent=1, default=float))
+    if json_path:  # per-clip records: paired comparisons of two folders on the same texts
+        Path(json_path).write_text(json.dumps(rep, indent=1, default=float))
     return 0
 
 

@@ -81,14 +81,15 @@ def engine(tmp_path):
     set_turn_limit(None)
 
 
-def test_decoder_calls_wait_for_the_engine_step(engine):
+def _instrumented(engine, limit: int):
+    """A served stream with audio at turn limit `limit`, the engine's steps lengthened so that
+    the consumer's decoder calls fall inside the next step unless they wait for their turn:
+    (step intervals, decoder call intervals, codes, audio)."""
     fam = engine.family
     steps: list = []
     step = fam.step
 
     def slow_step(streams, check):
-        # a step long enough that the consumer's decoder call always falls inside the next
-        # one unless it waits for its turn
         t0 = time.perf_counter()
         out = step(streams, check)
         time.sleep(0.03)
@@ -100,16 +101,22 @@ def test_decoder_calls_wait_for_the_engine_step(engine):
     calls: list = []
     dec.session = _Timed(dec.session, calls)
     try:
-        set_turn_limit(1)  # as a pool of 2 on 2 cores
+        set_turn_limit(limit)
         codes, audio = _served_with_audio(engine, seed=5)
-        set_turn_limit(None)
     finally:
+        set_turn_limit(None)
         dec.session = dec.session.session
         fam.step = step
+    return steps, calls, codes, audio
+
+
+def test_decoder_calls_wait_for_the_engine_step(engine):
+    steps, calls, codes, audio = _instrumented(engine, 1)  # 1: as a pool of 2 on 2 cores
     assert len(codes) >= 4 and len(calls) >= 3 and len(steps) >= len(codes)
     assert _overlaps(steps, calls) == 0
     # the codes are the stream's own, the audio their decode (turns only order the work)
-    tts = fam.tts
+    fam = engine.family
+    tts, dec = fam.tts, fam.codec.decoder
     kw = fam.request_kwargs(engine.check(SpeechRequest(TEXT, seed=5, temperature=0.9)))
     ref = tts.generate_codes(TEXT, seed=5, max_frames=19, **kw).codes
     assert np.array_equal(codes, ref)
@@ -120,26 +127,5 @@ def test_decoder_calls_wait_for_the_engine_step(engine):
 def test_without_turns_the_calls_run_inside_steps(engine):
     """The test above fails without the turns: the same served stream with no limit has
     decoder calls inside the engine's steps."""
-    fam = engine.family
-    steps: list = []
-    step = fam.step
-
-    def slow_step(streams, check):
-        t0 = time.perf_counter()
-        out = step(streams, check)
-        time.sleep(0.03)
-        steps.append((t0, time.perf_counter()))
-        return out
-
-    fam.step = slow_step
-    dec = fam.codec.decoder
-    calls: list = []
-    dec.session = _Timed(dec.session, calls)
-    try:
-        set_turn_limit(10**6)
-        _served_with_audio(engine, seed=5)
-    finally:
-        set_turn_limit(None)
-        dec.session = dec.session.session
-        fam.step = step
+    steps, calls, _, _ = _instrumented(engine, 10**6)
     assert _overlaps(steps, calls) > 0

@@ -125,12 +125,11 @@ class FSQConfig:
 def config_from_meta(meta: dict) -> FSQConfig:
     """The FSQConfig that `FSQConfig.to_meta` wrote, its packed ranges checked."""
     cfg = FSQConfig(groups=int(meta["groups"]), levels=meta["levels"])
-    ranges = meta["packed_range"]
-    want = cfg.packed_range if isinstance(ranges, (int, float)) else cfg.packed_ranges
-    got = int(ranges) if isinstance(ranges, (int, float)) else tuple(int(r) for r in ranges)
-    if want != got:
+    want = cfg.to_meta()["packed_range"]
+    if want != meta["packed_range"]:
         raise ValueError(
-            f"levels: {meta['levels']} multiply to {want}, but the packed code range is {got}"
+            f"levels: {meta['levels']} multiply to {want}, but the packed code range is "
+            f"{meta['packed_range']}"
         )
     return cfg
 
@@ -218,20 +217,22 @@ class FSQCodec:
         if bits is not None and cfg is not None:
             raise ValueError("bits: give either cfg or bits, not both")
         spectral = spectral or CodecConfig()
-        if bits is not None:
-            wide = Codec.fit(features, _pca_only(spectral, spectral.feature_dim // 2), iters=1)
-            cfg = allocate_levels(np.var(wide.project(features), axis=0), bits)
-        cfg = cfg or FSQConfig()
-        spectral = dataclasses.replace(spectral, pca_dim=cfg.channels)
-        pca = Codec.fit(features, _pca_only(spectral, cfg.channels), iters=1)
+        cfg = cfg or (None if bits is not None else FSQConfig())
+        # one PCA: a wide one when the variances choose the channels, then its leading ones
+        dim = spectral.feature_dim // 2 if cfg is None else cfg.channels
+        pca = Codec.fit(features, _pca_only(spectral, dim), iters=1)
         z = pca.project(features)
+        if cfg is None:
+            cfg = allocate_levels(np.var(z, axis=0), bits)
+        z = z[:, : cfg.channels]
+        spectral = dataclasses.replace(spectral, pca_dim=cfg.channels)
         lv = cfg.channel_levels
         values = np.full((cfg.channels, max(lv)), np.nan, np.float32)
         for c, n in enumerate(lv):
             v = lloyd_max(z[:, c], n, iters)
             values[c, :n] = v
             values[c, n:] = v[-1]
-        return cls(cfg, spectral, pca.mean, pca.components, values)
+        return cls(cfg, spectral, pca.mean, pca.components[:, : cfg.channels], values)
 
     # ---- analysis / synthesis ---------------------------------------------------------------
     def features(self, wav, sample_rate: int | None = None) -> np.ndarray:
@@ -287,13 +288,8 @@ class FSQCodec:
         [T, channels]."""
         c = self.check_channels(channels).astype(np.int64)
         g = c.reshape(c.shape[0], -1, self.cfg.width)
-        if self.cfg.shared:
-            return cs.fsq_pack(g, self.cfg.levels)
-        cols = [
-            cs.fsq_pack(g[:, k : k + 1], lv)
-            for k, lv in enumerate(self.cfg.group_levels[: g.shape[1]])
-        ]
-        return np.concatenate(cols, axis=1)
+        lv = self.cfg.group_levels
+        return np.concatenate([cs.fsq_pack(g[:, k : k + 1], lv[k]) for k in range(g.shape[1])], 1)
 
     def unpack(self, packed) -> np.ndarray:
         """int64 [T, channels] from packed group codes [T, groups]."""
@@ -302,12 +298,8 @@ class FSQCodec:
             raise ValueError(
                 f"packed: expected shape [T, <= {self.cfg.groups} groups], got {p.shape}"
             )
-        if self.cfg.shared:
-            return cs.fsq_unpack(p, self.cfg.levels).reshape(p.shape[0], -1)
-        cols = [
-            cs.fsq_unpack(p[:, k : k + 1], lv)
-            for k, lv in enumerate(self.cfg.group_levels[: p.shape[1]])
-        ]
+        lv = self.cfg.group_levels
+        cols = [cs.fsq_unpack(p[:, k : k + 1], lv[k]) for k in range(p.shape[1])]
         return np.concatenate(cols, axis=1).reshape(p.shape[0], -1)
 
     # ---- persistence ------------------------------------------------------------------------

@@ -22,6 +22,7 @@ costs. Inference never needs PyTorch: `export_onnx` writes the encoder and step 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +75,7 @@ class FSQModelConfig:
                 "ar_layers: the AR-over-groups head needs levels shared by every group"
             )
 
-    @property
+    @functools.cached_property
     def structure(self) -> FSQConfig:
         """The codec's group structure these heads predict."""
         return FSQConfig(groups=self.groups, levels=self.levels)
@@ -268,11 +269,10 @@ class FSQTrainModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.temporal = FSQTemporalModel(cfg)
-        self.ar = GroupARHead(cfg) if cfg.ar_layers else None
-        width = cfg.structure.width
-        lv = cfg.structure.group_levels[0]
-        radix = np.cumprod((lv[1:] + (1,))[::-1])[::-1].copy()[:width]  # first level major
-        self.register_buffer("radix", torch.tensor(radix, dtype=torch.long), persistent=False)
+        self.ar = GroupARHead(cfg) if cfg.ar_layers else None  # levels shared by the groups
+        if self.ar is not None:
+            radix = np.cumprod((cfg.levels[1:] + (1,))[::-1])[::-1].copy()  # first level major
+            self.register_buffer("radix", torch.tensor(radix, dtype=torch.long), persistent=False)
 
     def pack(self, channels: torch.Tensor) -> torch.Tensor:
         c = channels.view(*channels.shape[:-1], self.cfg.groups, len(self.cfg.levels))
