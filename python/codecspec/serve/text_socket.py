@@ -348,13 +348,19 @@ class Session:
         info: dict = {}
         frames: list = []
         start, first = self.offset, None
+        speech = self.rt.aspeak(stream, info=info, frames_out=frames, **self.kw)
         try:
-            async for audio in self.rt.aspeak(stream, info=info, frames_out=frames, **self.kw):
+            async for audio in speech:
                 first = first or time.perf_counter()
                 await self._audio(n, pcm16(audio), int(audio.size))
         except Exception as e:
             await self._failed(stream, e)
             return
+        finally:
+            # an `async for` left by an exception does not close its generator: close it
+            # now, so the utterance is cancelled and its worker stopped before the session
+            # gives its runtime back (not whenever the generator is collected)
+            await speech.aclose()
         since = stream.first_text_at
         ms = None if first is None or since is None else round(1e3 * (first - since), 1)
         p = info.get("prompt")

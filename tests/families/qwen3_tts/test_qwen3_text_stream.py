@@ -389,3 +389,33 @@ def test_a_consumer_that_stops_stops_the_worker(models):
     assert first.size > 0 and closing < 5.0
     assert threading.active_count() == before
     assert not [t for t in threading.enumerate() if t.name == "qwen3-text-stream"]
+
+
+def test_a_runtime_speaks_one_utterance_at_a_time(models):
+    """A consumer that leaves without closing its generator (an `async for` left by an
+    exception) while the next utterance starts on the same runtime, as a WebSocket session
+    that ends and the next one that takes its runtime: the next one's audio is its own (it
+    waits for the first worker, `speaking_lock`; side by side the two shared one talker and
+    depth-loop cache and the KV commit overflowed)."""
+    from codecspec.families.qwen3_tts.text_stream import aspeak
+
+    base = models["custom_equal"]
+    kw = dict(max_frames=FRAMES, **_kw("custom_equal"), seed=0)
+    second = "One two three."
+    want = np.concatenate(list(base.replica().stream(second, streaming_text=True, **kw)))
+    tts = base.replica()
+
+    def ended(text):
+        s = tts.text_stream()
+        s.push(text)
+        s.end()
+        return s
+
+    async def run():
+        left = aspeak(tts, ended(TEXT), **kw)
+        await left.__anext__()  # then abandoned, still speaking
+        got = [a async for a in aspeak(tts, ended(second), **kw)]
+        await left.aclose()
+        return np.concatenate(got)
+
+    np.testing.assert_array_equal(asyncio.run(run()), want)
