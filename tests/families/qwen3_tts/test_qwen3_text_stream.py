@@ -419,3 +419,23 @@ def test_a_runtime_speaks_one_utterance_at_a_time(models):
         return np.concatenate(got)
 
     np.testing.assert_array_equal(asyncio.run(run()), want)
+
+
+def test_closing_astream_text_stops_the_worker(models):
+    """astream_text closed after its first audio while its pieces still come: the worker
+    thread has stopped by the time aclose returns (the inner aspeak is closed at once, not
+    when collected: its text, never ended, would keep the worker waiting)."""
+    tts = models["custom_equal"].replica()
+
+    async def pieces():
+        yield "It's 12, café and more"
+        await asyncio.sleep(3600)  # an LLM that never finishes
+
+    async def run():
+        gen = tts.astream_text(pieces(), max_frames=FRAMES, **_kw("custom_equal"), seed=0)
+        first = await gen.__anext__()
+        await gen.aclose()
+        return first, [t for t in threading.enumerate() if t.name == "qwen3-text-stream"]
+
+    first, workers = asyncio.run(run())
+    assert first.size > 0 and not workers

@@ -456,11 +456,13 @@ async def astream(tts, chunks, info: Optional[dict] = None, **kw):
             stream.fail(e)
 
     feeder = asyncio.ensure_future(feed())
+    speech = aspeak(tts, stream, info=info, **kw)
     try:
-        async for audio in aspeak(tts, stream, info=info, **kw):
+        async for audio in speech:
             yield audio
     finally:
         feeder.cancel()
+        await speech.aclose()  # closed now, not when collected: the worker stops here
 
 
 _speaking: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
