@@ -15,6 +15,7 @@ __all__ = [
     "stft",
     "istft",
     "mel_filterbank",
+    "slaney_mel_filterbank",
     "mel_pinv",
     "griffin_lim",
     "griffin_lim_reference",
@@ -92,6 +93,38 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float, fmax:
             f"n_mels={n_mels} is too many for n_fft={n_fft}: some mel filters cover no FFT bin"
         )
     return fb
+
+
+def _slaney_hz_to_mel(f):
+    """Slaney mel scale: linear below 1 kHz, logarithmic above."""
+    f = np.asarray(f, np.float64)
+    lin = f / (200.0 / 3)
+    log = 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0)
+    return np.where(f >= 1000.0, log, lin)
+
+
+def _slaney_mel_to_hz(m):
+    m = np.asarray(m, np.float64)
+    lin = m * (200.0 / 3)
+    log = 1000.0 * np.exp((np.log(6.4) / 27.0) * (m - 15.0))
+    return np.where(m >= 15.0, log, lin)
+
+
+def slaney_mel_filterbank(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float):
+    """librosa.filters.mel(sr=, n_fft=, n_mels=, fmin=, fmax=) at its defaults (Slaney's mel
+    scale, norm="slaney"), float32 [n_mels, n_fft // 2 + 1]: the front end of models trained
+    with librosa (Qwen3-TTS's speaker encoder, the speaker-similarity encoder)."""
+    fft_f = np.linspace(0, sr / 2, 1 + n_fft // 2)
+    mel_f = _slaney_mel_to_hz(
+        np.linspace(_slaney_hz_to_mel(fmin), _slaney_hz_to_mel(fmax), n_mels + 2)
+    )
+    fdiff = np.diff(mel_f)
+    ramps = mel_f[:, None] - fft_f[None, :]
+    lower = -ramps[:-2] / fdiff[:-1, None]
+    upper = ramps[2:] / fdiff[1:, None]
+    w = np.maximum(0, np.minimum(lower, upper))
+    w *= (2.0 / (mel_f[2 : n_mels + 2] - mel_f[:n_mels]))[:, None]
+    return w.astype(np.float32)
 
 
 def mel_pinv(fb: np.ndarray, ridge: float = 1e-3) -> np.ndarray:

@@ -12,38 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from codecspec.codec.features import slaney_mel_filterbank
+
 __all__ = ["mel_spectrogram", "SpeakerEncoder", "SAMPLE_RATE"]
 
 SAMPLE_RATE = 24000
 _N_FFT, _HOP, _WIN, _MELS, _FMAX = 1024, 256, 1024, 128, 12000.0
 
 
-def _hz_to_mel(f):
-    """Slaney mel scale: linear below 1 kHz, logarithmic above."""
-    f = np.asarray(f, np.float64)
-    lin = f / (200.0 / 3)
-    log = 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0)
-    return np.where(f >= 1000.0, log, lin)
-
-
-def _mel_to_hz(m):
-    m = np.asarray(m, np.float64)
-    lin = m * (200.0 / 3)
-    log = 1000.0 * np.exp((np.log(6.4) / 27.0) * (m - 15.0))
-    return np.where(m >= 15.0, log, lin)
-
-
 def mel_filterbank(sr=SAMPLE_RATE, n_fft=_N_FFT, n_mels=_MELS, fmin=0.0, fmax=_FMAX):
     """librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax) with norm="slaney"."""
-    fft_f = np.linspace(0, sr / 2, 1 + n_fft // 2)
-    mel_f = _mel_to_hz(np.linspace(_hz_to_mel(fmin), _hz_to_mel(fmax), n_mels + 2))
-    fdiff = np.diff(mel_f)
-    ramps = mel_f[:, None] - fft_f[None, :]
-    lower = -ramps[:-2] / fdiff[:-1, None]
-    upper = ramps[2:] / fdiff[1:, None]
-    w = np.maximum(0, np.minimum(lower, upper))
-    w *= (2.0 / (mel_f[2 : n_mels + 2] - mel_f[:n_mels]))[:, None]
-    return w.astype(np.float32)
+    return slaney_mel_filterbank(sr, n_fft, n_mels, fmin, fmax)
 
 
 def mel_spectrogram(wav: np.ndarray) -> np.ndarray:
