@@ -12,32 +12,13 @@ resize or drop it; once it exists every later session must use it). So the budge
 the first session, or explicitly by `configure`, and a later request for a different size is
 an error rather than a silent substitution. `CODECSPEC_THREAD_POOL=session` in the
 environment restores one pool per session (for comparisons only).
-
-Turns (`compute_turn`). One pool does not stop several threads from calling it at once: each
-caller computes its share of a call on its own thread beside the pool's workers, so a
-serving engine's step and an audio decoder's call running together put both caller threads
-and the pool's workers on the cores. Where the pool already fills the CPUs (a pool of 2 on 2
-cores), that oversubscribes them: an operator's parallel section waits on a thread the
-scheduler has taken away. Served Qwen3-TTS with audio on the 2-core Xeon at 2 threads, the
-decoder's calls took 88 instead of 37 ms per frame beside the engine's steps, 130 ms per
-frame in all against 99 for the same codes decoded after them (docs/serving.md, issue 49).
-With CODECSPEC_TURNS=auto (or `set_turn_limit`) the engine's steps and the speech decoder's
-calls take turns: at most `turn_limit()` threads inside them at once (CPUs - pool size + 1:
-one on 2 cores at 2 threads, two at 1 thread), in the order they asked; the work and its
-results stay as they were, only its order changes. Off by default: beside other processes
-that take the cores (a co-tenant at a higher priority) the turns lost, 304 -> 361 ms a
-frame, the process's fewer runnable threads getting less of the CPU; serving at one thread
-(`codecspec serve`'s default) avoids the oversubscription without them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
-from collections import deque
-from collections.abc import Iterator
 from typing import Optional
 
 import onnxruntime as ort
@@ -45,14 +26,11 @@ import onnxruntime as ort
 __all__ = [
     "ThreadBudgetError",
     "available_cpus",
-    "compute_turn",
     "configure",
     "per_session_pools",
     "physical_cores",
     "pool_size",
-    "set_turn_limit",
     "threads_in_use",
-    "turn_limit",
 ]
 
 log = logging.getLogger("codecspec.runtime")
@@ -151,95 +129,3 @@ def threads_in_use(requested: Optional[int] = None) -> int:
 def pool_size() -> Optional[int]:
     """Threads of the shared pool, or None while no session has created it."""
     return _size
-
-
-# ---------------------------------------------------------------------- turns
-_turn_override: Optional[int] = None
-
-
-def turn_limit() -> Optional[int]:
-    """Threads that may be inside a `compute_turn` at once: what `set_turn_limit` fixed, else
-    CODECSPEC_TURNS's: "off" (the default) None, no limit; an integer >= 1 that many;
-    "auto" the CPUs left beside the shared pool's workers (available CPUs - pool size + 1,
-    at least 1), None while no shared pool exists or with one pool per session."""
-    if _turn_override is not None:
-        return _turn_override
-    mode = os.environ.get("CODECSPEC_TURNS", "off").strip().lower()
-    if mode == "off":
-        return None
-    if mode != "auto":
-        if not mode.isdigit() or int(mode) < 1:
-            raise ValueError(
-                f"CODECSPEC_TURNS: expected 'auto', 'off' or an integer >= 1, got {mode!r}"
-            )
-        return int(mode)
-    if _size is None or per_session_pools():
-        return None
-    return max(1, available_cpus() - _size + 1)
-
-
-def set_turn_limit(limit: Optional[int]) -> None:
-    """Fix `turn_limit()` (an int >= 1; a large one is no limit), or None: CODECSPEC_TURNS
-    decides again (tests and benches compare with and without turns)."""
-    global _turn_override
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit: expected an integer >= 1 or None, got {limit!r}")
-    _turn_override = limit
-
-
-class _Turns:
-    """A first-come, first-served semaphore whose size is read at every request, reentrant
-    per thread (a thread inside a turn that asks again goes on)."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._queue: deque = deque()
-        self._inside = 0
-        self._mine = threading.local()
-
-    def acquire(self, limit: int) -> None:
-        depth = getattr(self._mine, "depth", 0)
-        if depth:
-            self._mine.depth = depth + 1
-            return
-        ticket = object()
-        with self._cv:
-            self._queue.append(ticket)
-            while self._queue[0] is not ticket or self._inside >= limit:
-                self._cv.wait()
-            self._queue.popleft()
-            self._inside += 1
-            self._cv.notify_all()  # the next in line may fit too
-        self._mine.depth = 1
-
-    def release(self) -> None:
-        self._mine.depth -= 1
-        if self._mine.depth:
-            return
-        with self._cv:
-            self._inside -= 1
-            self._cv.notify_all()
-
-    @property
-    def inside(self) -> int:
-        """Threads inside a turn now (tests)."""
-        return self._inside
-
-
-_turns = _Turns()
-
-
-@contextlib.contextmanager
-def compute_turn() -> Iterator[None]:
-    """Run the block as one of at most `turn_limit()` threads doing onnxruntime work on the
-    shared pool (see the module docstring), waiting in order for a turn; no wait where there
-    is no limit. Never hold a turn while waiting on another thread's turn."""
-    limit = turn_limit()
-    if limit is None and not getattr(_turns._mine, "depth", 0):
-        yield
-        return
-    _turns.acquire(limit or 1)
-    try:
-        yield
-    finally:
-        _turns.release()

@@ -411,17 +411,6 @@ class Engine(StreamLoop):
                     return
             self._step()
 
-    def _step(self) -> None:
-        # With turns on (CODECSPEC_TURNS, runtime/threads.py) the step takes its turn with
-        # the speech decoder's calls (a Qwen3-TTS stream's audio, decoded in the app's worker
-        # threads): where the pool fills the cores, the two side by side slowed each other by
-        # more than they overlapped. Off (the default), the turn is no wait. Imported here:
-        # codecspec.runtime loads onnxruntime, which building the CLI's parser must not.
-        from codecspec.runtime.threads import compute_turn
-
-        with compute_turn():
-            StreamLoop._step(self)
-
     def _admit(self) -> None:
         """Frame boundary: cancelled streams leave, queued ones join free slots."""
         for s in list(self._active.values()):

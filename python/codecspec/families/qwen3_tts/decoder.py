@@ -36,7 +36,6 @@ from codecspec.families.qwen3_tts.decoder_graph import (
     state_io_names,
 )
 from codecspec.runtime.session import open_session
-from codecspec.runtime.threads import compute_turn
 
 from .tokenizer_cache import (
     build_atomically,
@@ -323,8 +322,7 @@ class SpeechDecoder:
     def _run(self, cur: _Cursor, codes: np.ndarray) -> np.ndarray:
         feeds = {"codes": codes, "position": np.array([cur.position], dtype=np.int64)}
         feeds.update(cur.states)
-        with compute_turn():  # turns with a serving engine's steps, where on (threads.py)
-            out = self.session.run(self._out_names, feeds)
+        out = self.session.run(self._out_names, feeds)
         cur.states = {s_in: v for (s_in, _, _), v in zip(self._states, out[1:])}
         cur.position += len(codes)
         return out[0]

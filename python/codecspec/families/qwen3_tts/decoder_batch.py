@@ -43,8 +43,6 @@ from typing import Optional
 
 import numpy as np
 
-from codecspec.runtime.threads import compute_turn
-
 from .decoder import DecoderStream, SpeechDecoder
 
 __all__ = ["BatchedDecoder", "DecoderBatcher", "BatchedStream", "batched_graph"]
@@ -175,8 +173,7 @@ class BatchedDecoder:
         }
         for s_in, _, _ in d._states:
             feeds[s_in] = np.concatenate([c.states[s_in] for c in curs])
-        with compute_turn():  # as the lone call (decoder.py)
-            out = self.session.run(d._out_names, feeds)
+        out = self.session.run(d._out_names, feeds)
         for b, cur in enumerate(curs):
             cur.states = {s_in: v[b : b + 1] for (s_in, _, _), v in zip(d._states, out[1:])}
             cur.position += len(blocks[b])
