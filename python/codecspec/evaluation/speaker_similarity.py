@@ -26,6 +26,7 @@ from typing import Optional
 
 import numpy as np
 
+from codecspec.codec.audio import as_mono_float
 from codecspec.codec.features import slaney_mel_filterbank
 
 from .torch_legacy import read_legacy_checkpoint
@@ -83,13 +84,7 @@ class SpeakerEncoder:
             raise ValueError(f"sample_rate: expected an integer in Hz, got {sample_rate!r}")
         if sample_rate < 4000:
             raise ValueError(f"sample_rate: expected at least 4000 Hz, got {sample_rate}")
-        x = np.asarray(wav, np.float32)
-        if x.ndim == 2:
-            x = x.mean(axis=1 if x.shape[1] <= 8 else 0)
-        if x.ndim != 1 or x.size == 0:
-            raise ValueError(f"wav: expected a non-empty mono or [n, channels] clip, got {x.shape}")
-        if not np.isfinite(x).all():
-            raise ValueError("wav: holds NaN or infinite samples")
+        x = as_mono_float(wav)
         if sample_rate != SAMPLE_RATE:
             import soxr
 

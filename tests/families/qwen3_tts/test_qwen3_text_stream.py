@@ -395,7 +395,7 @@ def test_a_runtime_speaks_one_utterance_at_a_time(models):
     """A consumer that leaves without closing its generator (an `async for` left by an
     exception) while the next utterance starts on the same runtime, as a WebSocket session
     that ends and the next one that takes its runtime: the next one's audio is its own (it
-    waits for the first worker, `speaking_lock`; side by side the two shared one talker and
+    waits for the first worker, `Qwen3TTS.speaking`; side by side the two shared one talker and
     depth-loop cache and the KV commit overflowed)."""
     from codecspec.families.qwen3_tts.text_stream import aspeak
 

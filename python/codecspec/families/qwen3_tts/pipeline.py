@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import threading
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -225,6 +226,9 @@ class Qwen3TTS:
         self._xvector: Optional[np.ndarray] = None
         self._encoder = None
         self._ref_codes: Optional[np.ndarray] = None
+        # held by a text stream's worker while it speaks (`text_stream.aspeak`): a runtime
+        # handed to the next session waits for the last utterance's worker to stop
+        self.speaking = threading.Lock()
 
     def replica(self) -> Qwen3TTS:
         """A runtime for one more concurrent utterance: its own talker KV cache, depth-loop
@@ -240,6 +244,7 @@ class Qwen3TTS:
             d.graph, tree=d.tree, offsets=d.offsets, params=d.params, heads=d.bank
         )
         r._pad_row = r._xvector = r._ref_codes = None
+        r.speaking = threading.Lock()  # its own: copy.copy would share this one's
         return r
 
     @classmethod

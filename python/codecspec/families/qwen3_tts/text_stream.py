@@ -38,7 +38,6 @@ import re
 import threading
 import time
 import unicodedata
-import weakref
 from typing import Iterable, Optional
 
 import numpy as np
@@ -465,23 +464,6 @@ async def astream(tts, chunks, info: Optional[dict] = None, **kw):
         await speech.aclose()  # closed now, not when collected: the worker stops here
 
 
-_speaking: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_speaking_guard = threading.Lock()
-
-
-def speaking_lock(tts) -> threading.Lock:
-    """The lock a runtime's utterance worker holds while it speaks. A consumer that stops
-    listening cancels its stream, but the worker leaves only at its next frame: a runtime
-    handed to the next session before then would run two utterances on one talker and
-    depth-loop cache (the KV commit overflowed, issue 49's WebSocket endpoint under a slow
-    CI machine). With the lock the next utterance starts when the last one has stopped."""
-    with _speaking_guard:
-        lock = _speaking.get(tts)
-        if lock is None:
-            lock = _speaking[tts] = threading.Lock()
-        return lock
-
-
 async def aspeak(tts, stream: TextStream, info: Optional[dict] = None, **kw):
     """Audio chunks of `stream` (fed elsewhere: `push` / `end`) as `tts.stream` makes them
     in a worker thread (one runtime speaks one utterance at a time: give each concurrent
@@ -501,7 +483,11 @@ async def aspeak(tts, stream: TextStream, info: Optional[dict] = None, **kw):
 
     def speak() -> None:
         try:
-            with speaking_lock(tts):
+            # one utterance at a time per runtime: a consumer that stopped listening
+            # cancelled its stream, but its worker leaves only at its next frame, and a
+            # runtime given back before then would run two utterances on one talker and
+            # depth-loop cache (the KV commit overflowed)
+            with tts.speaking:
                 for audio in tts.stream(stream, info=info, **kw):
                     post(("audio", audio))
             post(("done", None))
