@@ -141,7 +141,10 @@ def cmd_codec(args) -> int:
     is_train = np.array([r["split"] == "train" for r in rows])
     train = np.concatenate([f for f, t in zip(feats, is_train) if t])
     t0 = time.monotonic()
-    codec = FSQCodec.fit(train, cfg, spectral, bits=args.bits)
+    if args.codec_file:  # another corpus's codec (a model warm-started on this corpus)
+        codec = FSQCodec.load(Path(args.codec_file).expanduser())
+    else:
+        codec = FSQCodec.fit(train, cfg, spectral, bits=args.bits)
     timings["fit_s"] = round(time.monotonic() - t0, 1)
     size = codec.save(out / "fsqcodec.npz")
     codec = FSQCodec.load(out / "fsqcodec.npz")  # measure what ships (float16 PCA basis)
@@ -236,14 +239,17 @@ def plot_usage(usage: list, path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- train stage
-def datasets(corpus: Path, out: Path):
+def datasets(corpus: Path, out: Path, frontend=None):
+    """(codec, train, held-out) of an encoded corpus; `frontend`: tables to keep (a warm
+    start's phoneme and language ids), else the corpus's own."""
     from codecspec.train.dataset import TTSDataset
 
     codes = out / "codec" / "codes.npz"
     if not codes.is_file():
         raise SystemExit(f"no {codes}: run `fsq.py codec` first")
     codec = FSQCodec.load(out / "codec" / "fsqcodec.npz")
-    train = TTSDataset(corpus, codes, "train", levels=codec.cfg.channels)
+    kw = dict(levels=codec.cfg.channels, frontend=frontend)
+    train = TTSDataset(corpus, codes, "train", **kw)
     val = TTSDataset(corpus, codes, "test", frontend=train.frontend, levels=codec.cfg.channels)
     return codec, train, val
 
@@ -257,15 +263,36 @@ def model_config(codec: FSQCodec, train, **overrides):
     # track; levels per group have code ranges too wide for the AR-over-groups head
     kw = dict(aligned=train.utterances[0].track is not None)
     kw["ar_layers"] = 2 if codec.cfg.shared else 0
+    kw["num_speakers"] = len(f.speakers)
+    kw["frames_per_phoneme"] = round(frames_per_phoneme_token(train), 5)
     return FSQModelConfig(
         vocab_size=len(f.vocab),
         num_languages=len(f.languages),
-        num_speakers=len(f.speakers),
         levels=codec.cfg.levels,
         groups=codec.cfg.groups,
-        frames_per_phoneme=round(frames_per_phoneme_token(train), 5),
         **(kw | overrides),
     )
+
+
+def voice_frontend(init: Path, corpus: Path):
+    """The warm start's phoneme and language tables, and this corpus's voices as speakers
+    (a voice-prefix model reads them only to pair each utterance with a reference)."""
+    from codecspec.frontend.text import Frontend, IdTable
+
+    meta = json.loads((init.parent / "train.json").read_text())["frontend"]
+    old = Frontend.from_dict(meta)
+    voices = IdTable.from_manifest(load_manifest(corpus), "variant")
+    return Frontend(old.vocab, old.languages, voices)
+
+
+def trained_frontend(ck: dict, cache: Path):
+    """The frontend a voice-prefix checkpoint was trained with (its warm start's tables,
+    `frontend.json` beside it); None for the others (the corpus's own)."""
+    from codecspec.frontend.text import Frontend
+
+    if not ck["config"].get("voice_queries"):
+        return None
+    return Frontend.from_dict(json.loads((cache / "train" / "frontend.json").read_text()))
 
 
 def cmd_train(args) -> int:
@@ -275,10 +302,18 @@ def cmd_train(args) -> int:
 
     torch.set_num_threads(args.threads)
     corpus, out = Path(args.corpus).expanduser(), Path(args.out).expanduser()
-    codec, train, val = datasets(corpus, out)
-    cfg = model_config(codec, train)
+    init = Path(args.init).expanduser() if args.init else None
+    frontend = voice_frontend(init, corpus) if init and args.voice_queries else None
+    codec, train, val = datasets(corpus, out, frontend)
+    voice = dict(voice_queries=args.voice_queries, num_speakers=1) if args.voice_queries else {}
+    if init is not None:  # the warm start's own pace unit and structure
+        voice["frames_per_phoneme"] = json.loads((init.parent / "train.json").read_text())[
+            "config"
+        ]["frames_per_phoneme"]
+    cfg = model_config(codec, train, **voice)
     tdir = out / "train"
     tdir.mkdir(parents=True, exist_ok=True)
+    (tdir / "frontend.json").write_text(json.dumps(train.frontend.to_dict()))
     log(f"train {train.stats()['frames']} frames, held-out {val.stats()['frames']} frames")
     model, curves = train_fsq(
         train,
@@ -290,6 +325,7 @@ def cmd_train(args) -> int:
         ar_frames=args.ar_frames,
         seed=args.seed,
         ckpt=tdir / "ckpt.pt",
+        init=init,
     )
     summary = {
         "config": cfg.to_dict(),
@@ -316,8 +352,8 @@ def export_folder(corpus: Path, cache: Path, dest: Path, data=None, sampling=Non
     bench.json): (model, graph sizes, bench utterances). `data`: `datasets`' output."""
     import fsq_ship as sh
 
-    codec, train, val = data or datasets(corpus, cache)
     model, ck = sh.load_trained(cache / "train" / "ckpt.pt")
+    codec, train, val = data or datasets(corpus, cache, trained_frontend(ck, cache))
     dest.mkdir(parents=True, exist_ok=True)
     sizes = sh.export(model, dest)
     sh.copy_codec(cache / "codec", dest)
@@ -325,6 +361,8 @@ def export_folder(corpus: Path, cache: Path, dest: Path, data=None, sampling=Non
     (dest / "bench.json").write_text(json.dumps({"utterances": texts}, indent=1) + "\n")
     meta = sh.model_json(ck, codec, train.frontend, sampling)
     (dest / "model.json").write_text(json.dumps(meta, indent=1) + "\n")
+    if model.cfg.voice_queries:
+        sh.write_voices(model, dest, list(train.frontend.speakers.names))
     return model, sizes, texts
 
 
@@ -433,6 +471,7 @@ CODEC_OPTS = [
     ("--eval-wavs", dict(type=int, default=16, help="held-out utterances for LSD")),
     ("--gl-iters", dict(type=int, default=32)),
     ("--workers", dict(type=int, default=2)),
+    ("--codec-file", dict(default=None, help="encode with this fsqcodec.npz (no fitting)")),
 ]
 TRAIN_OPTS = [
     ("--minutes", dict(type=float, default=32.0, help="wall-clock budget, resumes included")),
@@ -441,6 +480,8 @@ TRAIN_OPTS = [
     ("--lr", dict(type=float, default=1.5e-3)),
     ("--ar-frames", dict(type=int, default=512, help="AR-head frames per step")),
     ("--seed", dict(type=int, default=0)),
+    ("--voice-queries", dict(type=int, default=0, help="K of a voice prefix (0: speaker ids)")),
+    ("--init", dict(default=None, help="warm start from this ckpt.pt (beside its train.json)")),
 ]
 COMPARE_OPTS = [
     ("--bits", dict(type=float, nargs="*", default=[120, 160, 200], help="budgets to allocate")),

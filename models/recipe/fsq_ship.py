@@ -267,7 +267,35 @@ def model_json(ck: dict, codec, frontend, sampling=None) -> dict:
     if c.get("aligned"):  # told espeak-ng's phoneme track, in the voice its corpus speaks
         meta |= {"voices": {"en": "en-us"}, "conditioning": "phoneme_track"}
         meta |= {"espeak_rate": ESPEAK_RATE, "espeak_pitch": ESPEAK_PITCH}
+    if c.get("voice_queries"):  # no voice asked for: the null prefix (voices.npz)
+        meta["default_voice"] = "neutral"
     return meta
+
+
+# what a voice-prefix folder's named voices say in their reference clips (espeak-ng at the
+# timing voice's rate and pitch); the Q-Former reads what the frames share, not the words
+VOICE_TEXT = (
+    "A quiet voice carried over the water, and the boat turned slowly toward the pier "
+    "while seven gulls circled above the harbour."
+)
+
+
+def write_voices(model, dest: Path, names: list) -> dict:
+    """voices.npz of a voice-prefix model: `neutral` (the learned null prefix) and one
+    prefix per training voice in `names`, read by the exported voice.onnx from espeak-ng
+    saying VOICE_TEXT in that voice, as a user's clip would be (`VoiceBank.clone`)."""
+    from codecspec.families.fsq.codec import FSQCodec
+    from codecspec.families.fsq.voice import NEUTRAL, VoiceBank
+    from codecspec.frontend.espeak import render
+
+    null = model.temporal.voice.null.detach().numpy().astype(np.float32)
+    np.savez(dest / "voices.npz", **{NEUTRAL: null})
+    bank = VoiceBank(dest, FSQCodec.load(dest / "fsqcodec.npz"), provider="cpu", threads=1)
+    for name in names:
+        r = render(VOICE_TEXT, f"en-us+{name}", ESPEAK_RATE, ESPEAK_PITCH, 0)
+        bank.add(name, (r.audio, r.sample_rate))
+    np.savez(dest / "voices.npz", **bank.prefixes)
+    return {"voices": len(bank.prefixes), "bytes": (dest / "voices.npz").stat().st_size}
 
 
 def copy_codec(codec_dir: Path, out: Path) -> None:

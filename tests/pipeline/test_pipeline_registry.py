@@ -75,10 +75,15 @@ def test_every_entry_names_importable_code():
 
 def test_options_a_family_does_not_take_are_refused():
     fsq = registry.by_name("fsq")
+    v2 = registry.by_name("v2")
     qwen3 = registry.by_name("qwen3-tts")
     assert registry.take_options(fsq, cache_dir="/c", weights=None) == {}
-    with pytest.raises(ValueError, match="^ref_audio: only for Qwen3-TTS checkpoint folders"):
-        registry.take_options(fsq, ref_audio="a.wav")
+    assert registry.take_options(fsq, ref_audio="a.wav") == {"ref_audio": "a.wav"}
+    with pytest.raises(ValueError, match="^weights: only for Qwen3-TTS checkpoint folders"):
+        registry.take_options(fsq, weights="int8")
+    want = "^ref_audio: only for Qwen3-TTS checkpoint or FSQ voice-prefix folders"
+    with pytest.raises(ValueError, match=want):
+        registry.take_options(v2, ref_audio="a.wav")
     with pytest.raises(ValueError, match="^weights: "):
         registry.take_options(None, weights="int8")
     got = registry.take_options(qwen3, cache_dir="/c", ref_audio=None, weights="int8")

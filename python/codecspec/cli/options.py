@@ -14,8 +14,8 @@ from pathlib import Path
 
 PROVIDERS = ["auto", "cpu", "cuda", "coreml"]
 MODEL_HELP = (
-    "model name (v3, v2, reference, fsq, fsq-aligned) or folder (default: v3, the shipped "
-    "reference v3); synth: also a Qwen3-TTS 12 Hz checkpoint folder"
+    "model name (v3, v2, reference, fsq, fsq-aligned, fsq-voices) or folder (default: v3, the "
+    "shipped reference v3); synth: also a Qwen3-TTS 12 Hz checkpoint folder"
 )
 CORES = "default: physical cores"
 

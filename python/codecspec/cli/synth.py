@@ -164,12 +164,14 @@ def cmd_synth(args) -> int:
         raise ValueError("--codes-out: not with --stream")
     text = synth_text(args) if args.phonemes is None else (args.text or "")
     check_output(args.output)
+    clip = registry.take_options(entry, flags=True, ref_audio=getattr(args, "ref_audio", None))
     tts = load_model(
         args.model,
         provider=args.provider,
         threads=args.threads,
         params=options.params_from_args(args),
         **options.depth_kwargs(args),
+        **clip,
     )
     if args.stream:
         return _synth_stream(args, tts, text, family)

@@ -361,6 +361,10 @@ class PhonemeModel:
     frontend: Frontend
     meta: dict
     codec: object  # the family's codec: its frame_rate times the phoneme track
+    # A voice-prefix model's voices (an FSQ `VoiceBank`: `names`, `check`): its speakers are
+    # those names, and its graphs' one speaker row is id 0.
+    voices = None
+    default_voice: str | None = None
 
     @property
     def languages(self) -> list:
@@ -368,11 +372,16 @@ class PhonemeModel:
 
     @property
     def speakers(self) -> list:
+        if self.voices is not None:
+            return self.voices.names
         return list(self.frontend.speakers.names)
 
     def ids(self, language: str, speaker: str | None = None) -> tuple[int, int]:
         """(language id, speaker id); `speaker` None or "" = the model's default speaker.
         ValueError naming `language` or `speaker` (with the known names) for unknown names."""
+        if self.voices is not None:
+            self.voices.check(speaker or self.default_voice)
+            return self.frontend.ids(language, self.meta["default_speaker"])[0], 0
         return self.frontend.ids(language, speaker or self.meta["default_speaker"])
 
     @property
@@ -382,7 +391,10 @@ class PhonemeModel:
         return self.meta.get("conditioning") == "phoneme_track"
 
     def espeak_voice(self, language: str, speaker: str | None) -> str:
-        """The espeak-ng voice whose timing an aligned model follows (language + variant)."""
+        """The espeak-ng voice whose timing an aligned model follows (language + variant;
+        a voice-prefix model's clip or neutral voice: the model.json default's)."""
+        if self.voices is not None and speaker not in self.frontend.speakers:
+            speaker = None
         return f"{self.meta['voices'][language]}+{speaker or self.meta['default_speaker']}"
 
     def phoneme_track(self, text: str, language: str, speaker, rate: float = 1.0):

@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 # shipped (or checked-out) models by name
-MODEL_NAMES = ("reference", "fsq", "fsq-aligned", "v2", "v3")
+MODEL_NAMES = ("reference", "fsq", "fsq-aligned", "fsq-voices", "v2", "v3")
 DEFAULT_MODEL = "v3"
 # What CODECSPEC_MODEL_DIR, where set, stands for: the default model and "reference" (the
 # v1 folder it named before there were others).
@@ -189,6 +189,8 @@ FAMILIES = (
         formats=("codecspec-fsq-tts/1",),
         model="codecspec.families.fsq.model:FSQTTS",
         engine="codecspec.families.fsq.model:FSQFamily",
+        options=("ref_audio", "voices_dir"),  # a voice-prefix folder's (fsq-voices)
+        title="FSQ voice-prefix",
         cli_options="codecspec.families.fsq.options:add_options",
     ),
     Entry(

@@ -202,6 +202,11 @@ class TTSDataset:
     def __len__(self) -> int:
         return len(self.utterances)
 
+    @property
+    def rows(self) -> list:
+        """The manifest rows of the split, in the order of `utterances`."""
+        return self._rows
+
     def __getitem__(self, i: int) -> Utterance:
         return self.utterances[i]
 

@@ -36,6 +36,7 @@ import numpy as np
 import codecspec as cs
 from codecspec.families.fsq import bench
 from codecspec.families.fsq.codec import FSQCodec, config_from_meta
+from codecspec.families.fsq.voice import VoiceBank
 from codecspec.frontend.aligned import past_end_position
 from codecspec.frontend.phonemes import encode_input, phonemize
 from codecspec.frontend.text import BOS, EOS, PAD, Frontend, PhonemeModel
@@ -318,7 +319,10 @@ def _read_meta(d: Path) -> dict:
 class FSQTTS(PhonemeModel):
     """Loads an FSQ model folder (FSQ_FILES; default: the shipped python/codecspec/models/fsq).
     Its text side (`languages`, `speakers`, `ids`) is the shared
-    `codecspec.frontend.text.PhonemeModel`'s."""
+    `codecspec.frontend.text.PhonemeModel`'s. A voice-prefix folder (`voice.onnx`) speaks
+    in voices instead of speaker ids (`voices`, a `VoiceBank`): its named ones, clips of
+    `voices_dir` (NAME.wav -> voice NAME), and `ref_audio` (a clip: voice "ref", the default
+    voice then; without it the null prefix "neutral" is)."""
 
     family = "fsq"
 
@@ -328,6 +332,8 @@ class FSQTTS(PhonemeModel):
         provider="auto",
         threads=None,
         params: Optional[cs.SamplingParams | SamplingOverride] = None,
+        ref_audio=None,
+        voices_dir=None,
     ):
         d = Path(model_dir) if model_dir is not None else default_fsq_dir()
         self.meta = _read_meta(d)
@@ -347,6 +353,38 @@ class FSQTTS(PhonemeModel):
         self.frame_decoder = FSQFrameDecoder(self.codec.cfg.channel_levels, self.params)
         self.encoder = open_session(str(d / "encoder.onnx"), provider=provider, threads=threads)
         self.step_graph = open_session(str(d / "step.onnx"), provider=provider, threads=threads)
+        self.voices = self.default_voice = None
+        if (d / "voice.onnx").is_file():
+            self.voices = VoiceBank(d, self.codec, provider, threads)
+            self.default_voice = self.meta.get("default_voice", self.meta["default_speaker"])
+        self._add_voices(ref_audio, voices_dir)
+
+    def _add_voices(self, ref_audio, voices_dir) -> None:
+        for name, value in (("ref_audio", ref_audio), ("voices_dir", voices_dir)):
+            if value is not None and self.voices is None:
+                raise ValueError(
+                    f"{name}: {self.dir} reads no reference clip (no voice.onnx: speakers "
+                    f"{self.speakers}); a voice-prefix folder such as fsq-voices does"
+                )
+        if voices_dir is not None:
+            self.voices.add_dir(voices_dir)
+        if ref_audio is not None:
+            self.voices.add("ref", ref_audio)
+            self.default_voice = "ref"
+
+    def encode(self, ph, lengths, languages, speakers, voices=None) -> list:
+        """Cross-attention K/V of padded phoneme ids [B, P] (a voice-prefix model: of the
+        voice names `voices`, None = the default voice)."""
+        feeds = {
+            "phonemes": ph,
+            "phoneme_lengths": np.asarray(lengths, np.int64),
+            "language": np.asarray(languages, np.int64),
+            "speaker": np.asarray(speakers, np.int64),
+        }
+        if self.voices is not None:
+            names = voices or [None] * len(ph)
+            feeds["prefix"] = self.voices.prefix([n or self.default_voice for n in names])
+        return self.encoder.run(None, feeds)
 
     def max_frames_for(self, num_tokens: int, track=None) -> int:
         """The max-length guard: `max_pace` times the nominal length of the text (an aligned
@@ -362,23 +400,19 @@ class FSQTTS(PhonemeModel):
         speakers: list,
         max_frames: Optional[int] = None,
         tracks: Optional[list] = None,
+        voices: Optional[list] = None,
     ) -> FSQStepper:
         """Encoder call for B streams (padded) and a stepper over them, room for `max_frames`
         frames each (default: the largest `max_frames_for` guard of the streams, at least
         512; the K/V block is mapped lazily, so unused room costs no memory). An aligned
-        model's streams come with their phoneme `tracks`."""
+        model's streams come with their phoneme `tracks`, a voice-prefix model's with their
+        `voices` (names)."""
         lengths = np.array([len(t) for t in token_lists], np.int64)
         ph = np.full((len(token_lists), lengths.max()), PAD, np.int64)
         for b, t in enumerate(token_lists):
             ph[b, : len(t)] = t
         spk = np.asarray(speakers, np.int64)
-        feeds = {
-            "phonemes": ph,
-            "phoneme_lengths": lengths,
-            "language": np.asarray(languages, np.int64),
-            "speaker": spk,
-        }
-        ck, cv = self.encoder.run(None, feeds)
+        ck, cv = self.encode(ph, lengths, languages, spk, voices)
         if max_frames is None:
             guards = [self.max_frames_for(int(lengths.max()))]
             guards += [self.max_frames_for(0, t) for t in tracks or ()]
@@ -528,8 +562,11 @@ class FSQFamily(Family):
         self.sample_seconds = 0.0  # the frame decoder's time (FSQSynthesis.sampling_seconds)
 
     @classmethod
-    def open(cls, folder, slots, max_frames, max_phonemes, provider, threads) -> FSQFamily:
-        tts = FSQTTS(folder, provider=provider, threads=threads)
+    def open(
+        cls, folder, slots, max_frames, max_phonemes, provider, threads, **voices
+    ) -> FSQFamily:
+        """`voices`: `ref_audio`, `voices_dir` of a voice-prefix folder (FSQTTS's)."""
+        tts = FSQTTS(folder, provider=provider, threads=threads, **voices)
         # A session of its own: FSQTTS.generate on tts.step_graph may run beside the engine.
         step = open_session(str(tts.dir / "step.onnx"), provider=provider, threads=threads)
         return cls(tts, slots, max_frames, max_phonemes, step)
@@ -555,15 +592,7 @@ class FSQFamily(Family):
         limit = length_guard(req, tts.max_frames_for(len(ids), track))
         if self.max_frames is not None and limit > self.max_frames:
             raise ValueError(f"input: may need {limit} frames, more than {self.max_frames}")
-        cross = tts.encoder.run(
-            None,
-            {
-                "phonemes": ids[None],
-                "phoneme_lengths": np.array([len(ids)], np.int64),
-                "language": np.array([lang_id], np.int64),
-                "speaker": np.array([spk_id], np.int64),
-            },
-        )
+        cross = tts.encode(ids[None], [len(ids)], [lang_id], [spk_id], [req.voice])
         unit = np.float32(tts.meta["pace_unit"])
         return FSQState(
             generator=generator,

@@ -32,6 +32,8 @@ from torch import nn
 
 from codecspec.families.fsq.codec import FSQConfig
 from codecspec.train.networks import (
+    Attention,
+    FeedForward,
     TemporalConfig,
     TemporalModel,
     add_frame_decoder,
@@ -66,10 +68,17 @@ class FSQModelConfig:
     # centred on the phoneme being spoken, of width `align_sigma` phonemes
     aligned: bool = False
     align_sigma: float = 0.6
+    # GEPARD's voice prefix: `voice_queries` (K) learned queries read a reference clip's
+    # frames through `voice_blocks` Q-Former blocks; the K vectors join the text encoder's
+    # input (and their mean its speaker slot). 0: voices are speaker ids (a lookup table).
+    voice_queries: int = 0
+    voice_blocks: int = 2
 
     def __post_init__(self):
         structure = FSQConfig(groups=self.groups, levels=self.levels)  # checks both
         object.__setattr__(self, "levels", structure.levels)
+        if self.voice_queries and self.num_speakers != 1:
+            raise ValueError("num_speakers: a voice-prefix model has one speaker row (a bias)")
         if self.ar_layers and not structure.shared:
             raise ValueError(
                 "ar_layers: the AR-over-groups head needs levels shared by every group"
@@ -138,10 +147,49 @@ def channel_log_probs(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor
     return torch.log_softmax(x, dim=-1)
 
 
+class QFormerBlock(nn.Module):
+    """Queries attend to each other, then to the reference frames, then an MLP (pre-norm)."""
+
+    def __init__(self, d: int, heads: int, ff: int):
+        super().__init__()
+        self.n1, self.n2, self.n3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.self_attn, self.cross_attn = Attention(d, heads), Attention(d, heads)
+        self.ff = FeedForward(d, ff)
+
+    def forward(self, q, frames, frame_bias):
+        h = self.n1(q)
+        q = q + self.self_attn.attend(h, *self.self_attn.kv(h), None)
+        q = q + self.cross_attn.attend(self.n2(q), *self.cross_attn.kv(frames), frame_bias)
+        return q + self.ff(self.n3(q))
+
+
+class VoicePrefix(nn.Module):
+    """A reference clip's frames (already embedded) -> K prefix vectors; `null` is the
+    learned prefix of a request without a reference. No position features: a voice is
+    what the frames share, not where they are."""
+
+    def __init__(self, cfg: FSQModelConfig):
+        super().__init__()
+        d, k = cfg.d_model, cfg.voice_queries
+        self.queries = nn.Parameter(torch.randn(k, d) * 0.02)
+        self.null = nn.Parameter(torch.randn(k, d) * 0.02)
+        self.blocks = nn.ModuleList(
+            QFormerBlock(d, cfg.num_heads, cfg.ff_size) for _ in range(cfg.voice_blocks)
+        )
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, frames: torch.Tensor, frame_bias: torch.Tensor) -> torch.Tensor:
+        """frames [B, T, D], additive key bias [B, 1, 1, T] (-inf on padding) -> [B, K, D]."""
+        q = self.queries.expand(frames.shape[0], -1, -1)
+        for block in self.blocks:
+            q = block(q, frames, frame_bias)
+        return self.norm(q)
+
+
 class FSQTemporalModel(nn.Module):
     # the v1 text encoder, same parameter names (phoneme, language, speaker, text_pos,
     # encoder, enc_norm) and the same code: one encoder for both families
-    encode = TemporalModel.encode
+    _encode_ids = TemporalModel.encode
 
     def __init__(self, cfg: FSQModelConfig):
         super().__init__()
@@ -157,6 +205,51 @@ class FSQTemporalModel(nn.Module):
         self.frame_norm = nn.LayerNorm(d, elementwise_affine=False)
         add_frame_decoder(self, tc)  # bos, frame_pos, frame_speaker, decoder (head: Σ L + 1)
         self.register_buffer("log_index", _padded_index(lv), persistent=False)
+        if cfg.voice_queries:
+            self.voice = VoicePrefix(cfg)
+            self.voice_speaker = nn.Linear(d, d)  # the prefix's mean -> the speaker slot
+            nn.init.zeros_(self.voice_speaker.weight)
+            nn.init.zeros_(self.voice_speaker.bias)
+
+    # ---- voice -------------------------------------------------------------------------
+    def voice_prefix(self, ref_channels, ref_lengths, use_null=None) -> torch.Tensor:
+        """[B, K, D] prefix of reference clips' channels [B, T, C] (`ref_lengths` [B] real
+        frames); rows where `use_null` [B] is true get the null prefix."""
+        t = ref_channels.shape[1]
+        valid = torch.arange(t, device=ref_channels.device)[None, :] < ref_lengths[:, None]
+        bias = torch.zeros(valid.shape, device=ref_channels.device)
+        bias = bias.masked_fill(~valid, float("-inf"))[:, None, None, :]
+        prefix = self.voice(self.frame_embed(ref_channels), bias)
+        if use_null is None:
+            return prefix
+        return torch.where(use_null[:, None, None], self.voice.null.expand_as(prefix), prefix)
+
+    def null_prefix(self, batch: int) -> torch.Tensor:
+        return self.voice.null.expand(batch, -1, -1)
+
+    def encode(self, phonemes, lengths, language, speaker, prefix=None):
+        """Encoder memory [B, P, D] and key mask [B, 1, 1, P]. A voice-prefix model reads
+        the K `prefix` vectors [B, K, D] as extra encoder inputs (dropped from the memory,
+        so the decoder's keys stay the phonemes) and their mean in the speaker slot."""
+        if not self.fsq.voice_queries:
+            return self._encode_ids(phonemes, lengths, language, speaker)
+        if prefix is None:
+            raise ValueError("prefix: a voice-prefix model needs a prefix (or the null one)")
+        b, p = phonemes.shape
+        idx = torch.arange(p, device=phonemes.device)
+        valid = idx[None, :] < lengths[:, None]
+        rel = (idx[None, :].float() + 0.5) / lengths[:, None].float()
+        x = self.phoneme(phonemes) + self.text_pos(fourier_features(rel, self.cfg.fourier_bands))
+        slot = self.language(language) + self.speaker(speaker.clamp(max=0))
+        x = x + (slot + self.voice_speaker(prefix.mean(1)))[:, None, :]
+        k = prefix.shape[1]
+        x = torch.cat([prefix, x], dim=1)
+        keep = torch.cat([torch.ones_like(valid[:, :1]).expand(b, k), valid], dim=1)
+        bias = torch.zeros(b, 1, 1, k + p, device=x.device)
+        bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
+        for layer in self.encoder:
+            x = layer(x, bias)
+        return self.enc_norm(x)[:, k:], bias[..., k:]
 
     # ---- frame interface ---------------------------------------------------------------
     def frame_embed(self, channels: torch.Tensor) -> torch.Tensor:
@@ -172,6 +265,8 @@ class FSQTemporalModel(nn.Module):
         if self.fsq.aligned:  # the position inside the phoneme; which phoneme: cross_prior
             pace = pace - torch.floor(pace)
         x = prev + self.frame_pos(fourier_features(pace, self.cfg.fourier_bands))
+        if self.fsq.voice_queries:  # one row: the voice reaches the frames through memory
+            speaker = speaker.clamp(max=0)
         return x + self.frame_speaker(speaker)[:, None, :]
 
     def cross_prior(self, track: torch.Tensor, num_keys: int) -> torch.Tensor:
@@ -182,10 +277,11 @@ class FSQTemporalModel(nn.Module):
         w = self.fsq.head_width
         return logits[..., :w], logits[..., w]
 
-    def forward(self, phonemes, ph_lengths, language, speaker, channels, track=None):
+    def forward(self, phonemes, ph_lengths, language, speaker, channels, track=None, prefix=None):
         """Teacher-forced over channels [B, T, C] (an aligned model: with its phoneme track
-        [B, T]): (hidden [B, T, D], channel logits [B, T, Σ L], stop logits [B, T])."""
-        memory, cross_bias = self.encode(phonemes, ph_lengths, language, speaker)
+        [B, T]; a voice-prefix model: with its `prefix`): (hidden [B, T, D], channel logits
+        [B, T, Σ L], stop logits [B, T])."""
+        memory, cross_bias = self.encode(phonemes, ph_lengths, language, speaker, prefix)
         t = channels.shape[1]
         emb = self.frame_embed(channels[:, :-1])
         prev = torch.cat([torch.zeros_like(emb[:, :1]), emb], dim=1)
@@ -283,6 +379,9 @@ class FSQTrainModel(nn.Module):
         on up to `ar_frames` random real frames, 0 = all)."""
         m = self.temporal
         ch = batch["codes"]
+        prefix = None
+        if self.cfg.voice_queries:
+            prefix = m.voice_prefix(batch["ref"], batch["ref_lengths"], batch["use_null"])
         h, logits, stop = m(
             batch["phonemes"],
             batch["phoneme_lengths"],
@@ -290,6 +389,7 @@ class FSQTrainModel(nn.Module):
             batch["speaker"],
             ch,
             batch.get("track"),
+            prefix,
         )
         mask = batch["frame_mask"]
         lp = channel_log_probs(logits[mask], m.log_index)
@@ -320,10 +420,22 @@ class _EncoderExport(nn.Module):
         super().__init__()
         self.tm = tm
 
-    def forward(self, phonemes, phoneme_lengths, language, speaker):
-        memory, _ = self.tm.encode(phonemes, phoneme_lengths, language, speaker)
+    def forward(self, phonemes, phoneme_lengths, language, speaker, prefix=None):
+        memory, _ = self.tm.encode(phonemes, phoneme_lengths, language, speaker, prefix)
         kv = self.tm.decoder.cross_kv(memory)
         return torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv])
+
+
+class _VoiceExport(nn.Module):
+    """voice.onnx: one reference clip's channels [1, T, C] -> its prefix [1, K, D]."""
+
+    def __init__(self, tm: FSQTemporalModel):
+        super().__init__()
+        self.tm = tm
+
+    def forward(self, ref_channels):
+        lengths = torch.ones_like(ref_channels[:, 0, 0]) * ref_channels.shape[1]
+        return self.tm.voice_prefix(ref_channels, lengths)
 
 
 class _StepExport(nn.Module):
@@ -391,7 +503,8 @@ def _step_args(cfg: FSQModelConfig, b: int = 2, p: int = 7, t: int = 3):
 
 
 def export_onnx(tm: FSQTemporalModel, out_dir) -> dict:
-    """encoder.onnx and step.onnx, both with a dynamic batch axis B (streams)."""
+    """encoder.onnx and step.onnx, both with a dynamic batch axis B (streams); a
+    voice-prefix model also voice.onnx (the encoder then takes the `prefix` input too)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tm = tm.eval()
@@ -399,20 +512,36 @@ def export_onnx(tm: FSQTemporalModel, out_dir) -> dict:
     paths = {"encoder": out / "encoder.onnx", "step": out / "step.onnx"}
     ph = torch.ones(2, 7, dtype=torch.long)
     two = torch.zeros(2, dtype=torch.long)
+    enc_args, enc_inputs = (ph, torch.full((2,), 7), two, two), list(ENCODER_INPUTS)
+    enc_axes = {
+        "phonemes": {0: "B", 1: "P"},
+        "phoneme_lengths": {0: "B"},
+        "language": {0: "B"},
+        "speaker": {0: "B"},
+        "cross_keys": {1: "B", 3: "P"},
+        "cross_values": {1: "B", 3: "P"},
+    }
+    if tm.fsq.voice_queries:
+        enc_args += (tm.null_prefix(2).detach().clone(),)
+        enc_inputs.append("prefix")
+        enc_axes["prefix"] = {0: "B"}
+        paths["voice"] = out / "voice.onnx"
+        torch.onnx.export(
+            _VoiceExport(tm).eval(),
+            (torch.zeros(1, 5, tm.fsq.channels, dtype=torch.long),),
+            str(paths["voice"]),
+            input_names=["ref_channels"],
+            output_names=["prefix"],
+            dynamic_axes={"ref_channels": {1: "T"}},
+            **kw,
+        )
     torch.onnx.export(
         _EncoderExport(tm).eval(),
-        (ph, torch.full((2,), 7), two, two),
+        enc_args,
         str(paths["encoder"]),
-        input_names=list(ENCODER_INPUTS),
+        input_names=enc_inputs,
         output_names=["cross_keys", "cross_values"],
-        dynamic_axes={
-            "phonemes": {0: "B", 1: "P"},
-            "phoneme_lengths": {0: "B"},
-            "language": {0: "B"},
-            "speaker": {0: "B"},
-            "cross_keys": {1: "B", 3: "P"},
-            "cross_values": {1: "B", 3: "P"},
-        },
+        dynamic_axes=enc_axes,
         **kw,
     )
     axes = {

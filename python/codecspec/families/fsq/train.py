@@ -22,7 +22,14 @@ from codecspec.families.fsq.torch_model import FSQModelConfig, FSQTrainModel
 from codecspec.train.common import TrainLog, lr_schedule
 from codecspec.train.dataset import Batch, TTSDataset
 
-__all__ = ["to_tensors", "evaluate", "train_fsq", "frames_per_phoneme_token"]
+__all__ = [
+    "to_tensors",
+    "evaluate",
+    "train_fsq",
+    "frames_per_phoneme_token",
+    "VoiceReferences",
+    "warm_start",
+]
 
 LOSS_KEYS = ("fact", "stop", "ar")
 
@@ -32,6 +39,69 @@ def frames_per_phoneme_token(ds: TTSDataset) -> float:
     frames = sum(u.frames for u in ds)
     tokens = sum(len(u.phonemes) for u in ds)
     return frames / tokens
+
+
+class VoiceReferences:
+    """The reference clips a voice-prefix model reads while it trains: for each utterance
+    of a split, another utterance of the same voice (the manifest's `variant`) from `pool`
+    (default: the split itself; the held-out split reads the training clips) spoken at a
+    pitch within `pitch_window` of its own (espeak-ng's -p: pitch is part of a voice; the
+    nearest pitches when none is that close), cropped to at most `frames` frames at a
+    random start. A fraction `null_prob` of the rows gets the null prefix instead, so the
+    model also learns to speak without a reference."""
+
+    def __init__(self, ds: TTSDataset, frames=48, pitch_window=8, null_prob=0.15, pool=None):
+        pool = ds if pool is None else pool
+        self.codes = [u.codes for u in pool]
+        self.index = {u.id: i for i, u in enumerate(ds)}
+        self.frames, self.null_prob = int(frames), float(null_prob)
+        voices = np.array([u.speaker for u in pool])
+        pitches = np.array([_pitch(r) for r in pool.rows])
+        self.choices = []
+        for i, (u, row) in enumerate(zip(ds, ds.rows)):
+            same = np.flatnonzero(voices == u.speaker)
+            same = same[same != i] if pool is ds else same
+            if not len(same):
+                raise ValueError(f"ds: the voice of {u.id} has no other clip to read")
+            gap = np.abs(pitches[same] - _pitch(row))
+            near = same[gap <= pitch_window]
+            self.choices.append(near if len(near) else same[np.argsort(gap, kind="stable")[:8]])
+
+    def draw(self, ids, rng: np.random.Generator, null=None) -> dict:
+        """Tensors `ref` [B, T, C], `ref_lengths` [B], `use_null` [B] for the rows `ids`
+        (`null`: force every row's choice; None: draw with `null_prob`)."""
+        crops = []
+        for uid in ids:
+            c = self.codes[int(rng.choice(self.choices[self.index[uid]]))]
+            start = int(rng.integers(0, max(1, len(c) - self.frames + 1)))
+            crops.append(c[start : start + self.frames])
+        lengths = np.array([len(c) for c in crops], np.int64)
+        ref = np.zeros((len(crops), int(lengths.max()), crops[0].shape[1]), np.int64)
+        for k, c in enumerate(crops):
+            ref[k, : len(c)] = c
+        use_null = rng.random(len(crops)) < self.null_prob if null is None else [null] * len(ids)
+        return {
+            "ref": torch.from_numpy(ref),
+            "ref_lengths": torch.from_numpy(lengths),
+            "use_null": torch.from_numpy(np.asarray(use_null, bool)),
+        }
+
+
+def _pitch(row: dict) -> float:
+    return float(row.get("pitch", 50))
+
+
+def warm_start(model: FSQTrainModel, path: Path) -> list:
+    """Load a checkpoint without a voice prefix into a voice-prefix model: every shared
+    parameter as it was, the speaker tables' rows averaged into the one row the voice
+    model keeps. Returns the names the checkpoint did not have (the prefix's)."""
+    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    for name in ("temporal.speaker.weight", "temporal.frame_speaker.weight"):
+        state[name] = state[name].mean(0, keepdim=True)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected:
+        raise ValueError(f"path: {path} has parameters this model lacks: {unexpected}")
+    return missing
 
 
 def to_tensors(b: Batch) -> dict:
@@ -114,13 +184,22 @@ def train_fsq(
     ckpt: Optional[Path] = None,
     ckpt_every: float = 180.0,
     progress: bool = True,
+    init: Optional[Path] = None,
 ) -> tuple[FSQTrainModel, TrainLog]:
-    """Train for `minutes` of wall clock in all (or `max_steps` steps); resumes from `ckpt`."""
+    """Train for `minutes` of wall clock in all (or `max_steps` steps); resumes from `ckpt`.
+    `init`: a checkpoint to start from when there is none to resume (`warm_start`). A
+    voice-prefix model reads reference clips of the same voice (`VoiceReferences`)."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = FSQTrainModel(cfg)
     opt = _optimizer(model, lr)
     log, state = TrainLog(), {"step": 0, "seconds": 0.0, "epoch": 0}
+    refs = rng = None
+    if cfg.voice_queries:
+        refs = VoiceReferences(train_set)
+        val_refs = VoiceReferences(val_set, pool=train_set)
+    if init is not None and not (ckpt is not None and Path(ckpt).is_file()):
+        _say(progress, f"warm start from {init}; new: {warm_start(model, Path(init))}")
     if ckpt is not None and Path(ckpt).is_file():
         ck = torch.load(ckpt, map_location="cpu", weights_only=False)
         model.load_state_dict(ck["state_dict"])
@@ -128,8 +207,10 @@ def train_fsq(
         log = TrainLog(**ck["curves"])
         state = {k: ck[k] for k in state}
         _say(progress, f"resumed at step {state['step']}, {state['seconds'] / 60:.1f} min done")
+    rng = np.random.default_rng([seed, state["step"]])  # a resumed run draws afresh
+    val_rng = np.random.default_rng(1)  # held-out: a reference of the same voice, always
     val = [
-        to_tensors(b)
+        to_tensors(b) | (val_refs.draw(b.ids, val_rng, null=False) if refs else {})
         for _, b in zip(range(val_batches), val_set.batches(16, seed=1, max_frames=max_frames))
     ]
     budget = minutes * 60.0
@@ -144,7 +225,10 @@ def train_fsq(
                 break
             for g in opt.param_groups:
                 g["lr"] = lr_schedule(frac, 0.04, lr)
-            out = model.losses(to_tensors(b), ar_frames, gen)
+            batch = to_tensors(b)
+            if refs is not None:
+                batch |= refs.draw(b.ids, rng)
+            out = model.losses(batch, ar_frames, gen)
             loss = out["fact"] / cfg.channels + out["stop"] + out["ar"] / cfg.groups
             opt.zero_grad(set_to_none=True)
             loss.backward()
