@@ -241,8 +241,14 @@ def plot_usage(usage: list, path: Path) -> None:
 # ---------------------------------------------------------------------------- train stage
 def datasets(corpus: Path, out: Path, frontend=None):
     """(codec, train, held-out) of an encoded corpus; `frontend`: tables to keep (a warm
-    start's phoneme and language ids), else the corpus's own."""
+    start's phoneme and language ids), else the ones the model in `out` trained with
+    (train/frontend.json), else the corpus's own."""
+    from codecspec.frontend.text import Frontend
     from codecspec.train.dataset import TTSDataset
+
+    trained = out / "train" / "frontend.json"
+    if frontend is None and trained.is_file():
+        frontend = Frontend.from_dict(json.loads(trained.read_text()))
 
     codes = out / "codec" / "codes.npz"
     if not codes.is_file():
@@ -283,16 +289,6 @@ def voice_frontend(init: Path, corpus: Path):
     old = Frontend.from_dict(meta)
     voices = IdTable.from_manifest(load_manifest(corpus), "variant")
     return Frontend(old.vocab, old.languages, voices)
-
-
-def trained_frontend(ck: dict, cache: Path):
-    """The frontend a voice-prefix checkpoint was trained with (its warm start's tables,
-    `frontend.json` beside it); None for the others (the corpus's own)."""
-    from codecspec.frontend.text import Frontend
-
-    if not ck["config"].get("voice_queries"):
-        return None
-    return Frontend.from_dict(json.loads((cache / "train" / "frontend.json").read_text()))
 
 
 def cmd_train(args) -> int:
@@ -352,8 +348,8 @@ def export_folder(corpus: Path, cache: Path, dest: Path, data=None, sampling=Non
     bench.json): (model, graph sizes, bench utterances). `data`: `datasets`' output."""
     import fsq_ship as sh
 
+    codec, train, val = data or datasets(corpus, cache)
     model, ck = sh.load_trained(cache / "train" / "ckpt.pt")
-    codec, train, val = data or datasets(corpus, cache, trained_frontend(ck, cache))
     dest.mkdir(parents=True, exist_ok=True)
     sizes = sh.export(model, dest)
     sh.copy_codec(cache / "codec", dest)
@@ -416,16 +412,23 @@ def cmd_ship(args) -> int:
     model, sizes, texts = export_folder(corpus, cache, dest, (codec, train, val), law)
     rep = {"sizes": sizes}
     log("exported; measuring")
-    rep["onnx_parity"] = sh.onnx_parity(dest, model, val)
-    rep["nll"] = sh.heldout_nll(model, val)
+    refs = None
+    if model.cfg.voice_queries:  # held-out clips read with training clips of their voice
+        from codecspec.families.fsq.train import VoiceReferences
+
+        refs = VoiceReferences(val, pool=train, null_prob=0.0)
+        rep["nll_null_prefix"] = sh.heldout_nll(model, val, refs=refs, null=True)
+    rep["onnx_parity"] = sh.onnx_parity(dest, model, val, refs=refs)
+    rep["nll"] = sh.heldout_nll(model, val, refs=refs)
     tr = np.concatenate([u.codes for u in train]).astype(np.int64)
     rep["marginal_multi_information"] = sh.marginal_multi_information(codec, tr)
     if model.ar is not None:  # the AR-over-groups comparison head (levels shared by groups)
         rep["ar_head_cost"] = sh.ar_head_cost(model, dest)
         rep["gap_breakdown"] = sh.gap_breakdown(model, codec, val)
-    rep["stop_teacher_forced"] = sh.stop_teacher_forced(model, val)
+    rep["stop_teacher_forced"] = sh.stop_teacher_forced(model, val, refs)
     rep["bench"] = bench_fsq(dest, args.bench_utterances, batch=8, provider="cpu")
-    rep["rtf_vs_reference"] = sh.compare_rtf(dest, texts[: args.bench_utterances])
+    if refs is None:  # (a voice-prefix model's voices are not v3's speakers)
+        rep["rtf_vs_reference"] = sh.compare_rtf(dest, texts[: args.bench_utterances])
     rep["sample"] = sh.write_sample(dest, texts[0])
     summary = json.loads((cache / "train" / "train.json").read_text())
     sh.plot_curves(summary["curves"], dest / "training_curves.png")
@@ -435,7 +438,13 @@ def cmd_ship(args) -> int:
     rep["shipped_bytes"] = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     rep["ship_seconds"] = round(time.monotonic() - t0, 1)
     (dest / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
-    if model.cfg.aligned:
+    if refs is not None:
+        rep["listen"] = _listen_summary(args.listen_json)
+        rep["voice_prefix"] = _voice_summary(args.voice_json)
+        rep["config"], rep["voices"] = model.cfg.to_dict(), list(train.frontend.speakers.names)
+        words = sh.words_lines(rep["listen"])
+        card = sh.voice_card(rep, words, sh.voice_lines(rep["voice_prefix"]))
+    elif model.cfg.aligned:
         rep["listen"] = _listen_summary(args.listen_json)
         card = sh.aligned_card(rep, sh.words_lines(rep["listen"]))
     else:
@@ -454,6 +463,14 @@ def _listen_summary(path) -> dict:
     rep = json.loads(Path(path).read_text())
     keys = ("words_recognised", "words_recognised_ci", "clips", "sentences", "runaways")
     return {k: rep[k] for k in keys} | {"length_within_15": rep.get("length_within_15")}
+
+
+def _voice_summary(path) -> dict:
+    """`bench/voice_prefix.py --out`'s summary and arguments (None: not measured)."""
+    if not path:
+        return {}
+    rep = json.loads(Path(path).read_text())
+    return {"summary": rep["summary"], "args": rep["args"]}
 
 
 def cmd_all(args) -> int:
@@ -504,6 +521,7 @@ LISTEN_OPTS = [
 SHIP_OPTS = [
     ("--bench-utterances", dict(type=int, default=8)),
     ("--listen-json", dict(default=None, help="a `listen --json` report for the card")),
+    ("--voice-json", dict(default=None, help="a bench/voice_prefix.py report (voice models)")),
     ("--temperature", dict(type=float, default=0.9, help="the folder's sampling law")),
     ("--top-k", dict(type=int, default=0)),
 ]

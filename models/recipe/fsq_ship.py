@@ -61,6 +61,22 @@ def export(model, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------- parity
+def _tensors(b, refs=None, null=False, seed=0) -> dict:
+    """A held-out batch as tensors; a voice-prefix model's (`refs`, `VoiceReferences`) with
+    a reference clip of each row's voice, or the null prefix (`null`)."""
+    from codecspec.families.fsq.train import to_tensors
+
+    t = to_tensors(b)
+    return t if refs is None else t | refs.draw(b.ids, np.random.default_rng(seed), null=null)
+
+
+def _prefix(model, t: dict):
+    """The voice prefix of a batch of `_tensors` (None: a model without one)."""
+    if not model.cfg.voice_queries:
+        return None
+    return model.temporal.voice_prefix(t["ref"], t["ref_lengths"], t["use_null"])
+
+
 def _torch_logits(model, t: dict):
     import torch
 
@@ -74,25 +90,32 @@ def _torch_logits(model, t: dict):
             t["speaker"],
             t["codes"],
             t.get("track"),
+            _prefix(model, t),
         )
     return ch.numpy(), stop.numpy()
 
 
-def onnx_parity(out: Path, model, val, indices=(0, 1)) -> dict:
+def onnx_parity(out: Path, model, val, indices=(0, 1), refs=None) -> dict:
     """Max |ORT - torch| of channel and stop logits, teacher-forced step by step, for a
     padded batch of len(indices) held-out utterances (different lengths) and for the first
-    one alone."""
+    one alone (a voice-prefix model: each with a reference clip, the prefix computed by
+    voice.onnx)."""
+    import torch
+
     from codecspec.families.fsq.model import FSQStepper
-    from codecspec.families.fsq.train import to_tensors
 
     enc = open_session(str(out / "encoder.onnx"), provider="cpu")
     step = open_session(str(out / "step.onnx"), provider="cpu")
     res = {}
     for name, idx in (("single", indices[:1]), ("batch", indices)):
         b = val.collate(list(idx))
-        t = to_tensors(b)
+        t = _tensors(b, refs)
         ref_ch, ref_stop = _torch_logits(model, t)
         feeds = {k: t[k].numpy() for k in ("phonemes", "phoneme_lengths", "language", "speaker")}
+        if refs is not None:
+            with torch.no_grad():
+                feeds["prefix"] = _prefix(model, t).numpy()
+            res[f"{name}_prefix"] = _voice_graph_parity(out, t, feeds["prefix"])
         ck, cv = enc.run(None, feeds)
         unit = model.cfg.frames_per_phoneme
         tracks = None if b.progress is None else list(b.progress)  # an aligned model's
@@ -108,12 +131,30 @@ def onnx_parity(out: Path, model, val, indices=(0, 1)) -> dict:
     return res
 
 
-# ---------------------------------------------------------------------------- NLL
-def heldout_nll(model, val, max_frames: int = 1536) -> dict:
-    """Frame-weighted held-out NLLs (nats per frame) over the whole test split."""
-    from codecspec.families.fsq.train import evaluate, to_tensors
+def _voice_graph_parity(out: Path, t: dict, want: np.ndarray) -> float:
+    """Max |voice.onnx - torch| of the prefixes of a batch's reference clips (one by one,
+    each cut to its own frames, as the runtime reads a clip)."""
+    voice = open_session(str(out / "voice.onnx"), provider="cpu")
+    worst = 0.0
+    for k, n in enumerate(t["ref_lengths"].numpy()):
+        if bool(t["use_null"][k]):
+            continue
+        ref = t["ref"][k : k + 1, :n].numpy()
+        worst = max(worst, float(np.abs(voice.run(None, {"ref_channels": ref})[0] - want[k]).max()))
+    return worst
 
-    batches = [to_tensors(b) for b in val.batches(16, seed=1, max_frames=max_frames)]
+
+# ---------------------------------------------------------------------------- NLL
+def heldout_nll(model, val, max_frames: int = 1536, refs=None, null=False) -> dict:
+    """Frame-weighted held-out NLLs (nats per frame) over the whole test split (a
+    voice-prefix model: each utterance read with a reference clip of its voice, or with the
+    null prefix)."""
+    from codecspec.families.fsq.train import evaluate
+
+    batches = [
+        _tensors(b, refs, null, seed=i)
+        for i, b in enumerate(val.batches(16, seed=1, max_frames=max_frames))
+    ]
     v, per_ch = evaluate(model, batches)
     frames = int(sum(int(b["frame_mask"].sum()) for b in batches))
     if model.ar is None:  # levels per group: no AR-over-groups head to compare with
@@ -205,16 +246,14 @@ def ar_head_cost(model, out: Path, reps: int = 30) -> dict:
 
 
 # ---------------------------------------------------------------------------- stop head
-def stop_teacher_forced(model, val) -> dict:
+def stop_teacher_forced(model, val, refs=None) -> dict:
     """Held-out, teacher-forced: the frame where the stop probability peaks vs the true end,
     and the mean stop probability before the last frame."""
     import torch
 
-    from codecspec.families.fsq.train import to_tensors
-
     errs, early = [], []
     for b in val.batches(16, seed=1, max_frames=1536):
-        t = to_tensors(b)
+        t = _tensors(b, refs)
         _, stop = _torch_logits(model, t)
         p = 1.0 / (1.0 + np.exp(-stop))
         for i, n in enumerate(b.frame_lengths):
@@ -656,6 +695,83 @@ def aligned_card(rep: dict, words: list) -> str:
             "",
             *_codec_section(rep),
             *_runtime_section(rep, model="DIR"),
+        ]
+    )
+
+
+def voice_lines(voice: dict) -> list:
+    """What the card says of the prefix, from `bench/voice_prefix.py --out`'s summary."""
+    if not voice:
+        return ["Voice prefix on held-out voices: not measured (`bench/voice_prefix.py`)."]
+    v = voice["summary"]
+    lo, hi = v["clone_beats_neutral_ci"]
+    words = ""
+    if "clone_words" in v:
+        words = (
+            f" Words recognised (Whisper base) in those clips: {100 * v['clone_words']:.1f}% "
+            f"with the clip's prefix, {100 * v['neutral_words']:.1f}% with the null prefix."
+        )
+    return [
+        f"**Voices it never heard** ({len(v['voices'])} espeak-ng voices held out of training: "
+        f"{', '.join(v['voices'])}; {v['pairs']} reference clips at pitches drawn from the "
+        "corpus's range; `bench/voice_prefix.py`): speaker similarity (GE2E) to the "
+        f"reference clip **{v['clone_mean']:.3f}** with the clip's prefix, "
+        f"{v['neutral_mean']:.3f} with the null prefix, {v['other_mean']:.3f} with another "
+        f"held-out voice's clip; the codec's ceiling (espeak-ng in the reference's voice "
+        f"through this codec) {v['codec_mean']:.3f}, espeak-ng itself "
+        f"{v['espeak-ng_mean']:.3f}. The clip's prefix beats the null prefix in "
+        f"**{100 * v['clone_beats_neutral']:.0f}%** of the pairs (95% CI {100 * lo:.0f}–"
+        f"{100 * hi:.0f}, voices resampled) and another voice's clip in "
+        f"{100 * v['clone_beats_other']:.0f}%.{words}",
+    ]
+
+
+def voice_card(rep: dict, words: list, voice: list) -> str:
+    """The model card of an FSQ voice-prefix model (fsq-aligned's network + a Q-Former)."""
+    t, n, nn = rep["training"], rep["nll"], rep["nll_null_prefix"]
+    cfg = rep["config"]
+    files = ", ".join(f"`{k}` {_mb(v)}" for k, v in rep["sizes"].items())
+    par = rep["onnx_parity"]
+    return "\n".join(
+        [
+            "# FSQ voice-prefix model: speaks in the voice of a reference clip",
+            "",
+            "GEPARD's voice prefix on the `fsq-aligned` network: a Q-Former "
+            f"({cfg['voice_queries']} learned queries, {cfg['voice_blocks']} blocks of "
+            "self-attention, cross-attention to the clip's frames and an MLP) reads a reference "
+            "clip's FSQ channels into "
+            f"{cfg['voice_queries']} prefix vectors, once per clip; they join the text "
+            "encoder's input (their mean its speaker slot), so every request pays for its voice "
+            "at prefill only and the step graph is fsq-aligned's. The learned null prefix "
+            "(`neutral`, the default) is the voice of a request without a clip. Warm-started "
+            "from fsq-aligned's weights and trained on 8 h of espeak-ng speech in "
+            f"{len(rep['voices'])} voices (every utterance read with another clip of its voice "
+            "and pitch, 15% with the null prefix); design and figures: docs/fsq_model.md.",
+            "",
+            "```bash",
+            'codecspec synth --model fsq-voices --ref-audio clip.wav "Text to say." -o out.wav',
+            "codecspec serve --model fsq-voices --voices-dir clips/   # NAME.wav -> voice NAME",
+            "```",
+            "",
+            *voice,
+            "",
+            *words,
+            "",
+            f"Held-out NLL (teacher-forced, {n['frames']} frames): "
+            f"{n['factorised_nats_per_frame']:.2f} nats per frame with a training clip of each "
+            f"utterance's voice, {nn['factorised_nats_per_frame']:.2f} with the null prefix.",
+            f"Named voices: `neutral` and the {len(rep['voices'])} training voices "
+            "(`voices.npz`, each read from espeak-ng saying one sentence).",
+            f"Files: {files}; everything shipped {_mb(rep['shipped_bytes'])}.",
+            f"Training: {t['steps']} steps, {t['seconds'] / 60:.1f} min on {t['threads']} CPU "
+            f"thread(s); {t['parameters']['temporal']:,} parameters.",
+            "ONNX vs torch: channel logits max |diff| "
+            f"{par['single']['channel_logits_max_abs']:.2e} (one stream), "
+            f"{par['batch']['channel_logits_max_abs']:.2e} (padded batch); "
+            f"prefix {max(par['single_prefix'], par['batch_prefix']):.2e}.",
+            "",
+            "![training curves](training_curves.png)",
+            "",
         ]
     )
 

@@ -193,26 +193,10 @@ def train_fsq(
     gen = torch.Generator().manual_seed(seed)
     model = FSQTrainModel(cfg)
     opt = _optimizer(model, lr)
-    log, state = TrainLog(), {"step": 0, "seconds": 0.0, "epoch": 0}
-    refs = rng = None
-    if cfg.voice_queries:
-        refs = VoiceReferences(train_set)
-        val_refs = VoiceReferences(val_set, pool=train_set)
-    if init is not None and not (ckpt is not None and Path(ckpt).is_file()):
-        _say(progress, f"warm start from {init}; new: {warm_start(model, Path(init))}")
-    if ckpt is not None and Path(ckpt).is_file():
-        ck = torch.load(ckpt, map_location="cpu", weights_only=False)
-        model.load_state_dict(ck["state_dict"])
-        opt.load_state_dict(ck["optimizer"])
-        log = TrainLog(**ck["curves"])
-        state = {k: ck[k] for k in state}
-        _say(progress, f"resumed at step {state['step']}, {state['seconds'] / 60:.1f} min done")
+    log, state = _start(model, opt, ckpt, init, progress)
+    refs = VoiceReferences(train_set) if cfg.voice_queries else None
     rng = np.random.default_rng([seed, state["step"]])  # a resumed run draws afresh
-    val_rng = np.random.default_rng(1)  # held-out: a reference of the same voice, always
-    val = [
-        to_tensors(b) | (val_refs.draw(b.ids, val_rng, null=False) if refs else {})
-        for _, b in zip(range(val_batches), val_set.batches(16, seed=1, max_frames=max_frames))
-    ]
+    val = _val_batches(val_set, train_set if refs else None, val_batches, max_frames)
     budget = minutes * 60.0
     t_start, last_ck, last_say = time.monotonic() - state["seconds"], time.monotonic(), -1e9
     done = False
@@ -258,6 +242,33 @@ def train_fsq(
         _save(Path(ckpt), model, opt, state, log)
     model.eval()
     return model, log
+
+
+def _start(model, opt, ckpt, init, progress) -> tuple[TrainLog, dict]:
+    """(log, state) of a fresh run (from `init` when given: `warm_start`) or of the run
+    `ckpt` holds, loaded into `model` and `opt`."""
+    log, state = TrainLog(), {"step": 0, "seconds": 0.0, "epoch": 0}
+    if ckpt is None or not Path(ckpt).is_file():
+        if init is not None:
+            _say(progress, f"warm start from {init}; new: {warm_start(model, Path(init))}")
+        return log, state
+    ck = torch.load(ckpt, map_location="cpu", weights_only=False)
+    model.load_state_dict(ck["state_dict"])
+    opt.load_state_dict(ck["optimizer"])
+    state = {k: ck[k] for k in state}
+    _say(progress, f"resumed at step {state['step']}, {state['seconds'] / 60:.1f} min done")
+    return TrainLog(**ck["curves"]), state
+
+
+def _val_batches(val_set, voices_from, n: int, max_frames: int) -> list:
+    """The first `n` held-out batches as tensors; a voice-prefix model's (`voices_from`: the
+    training split) each with a training clip of its voice, always (never the null prefix)."""
+    refs = None if voices_from is None else VoiceReferences(val_set, pool=voices_from)
+    rng = np.random.default_rng(1)
+    return [
+        to_tensors(b) | (refs.draw(b.ids, rng, null=False) if refs else {})
+        for _, b in zip(range(n), val_set.batches(16, seed=1, max_frames=max_frames))
+    ]
 
 
 def _say(on: bool, msg: str) -> None:
