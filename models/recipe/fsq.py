@@ -379,6 +379,9 @@ def cmd_listen(args) -> int:
         export_folder(corpus, cache, folder)
     rows = load_manifest(corpus)
     texts = [r["text"] for r in rows if r["split"] == "test" and r["id"].endswith("r0")]
+    for other in args.exclude_corpus:  # texts another compared model trained on
+        seen = {r["text"] for r in load_manifest(Path(other).expanduser()) if r["split"] == "train"}
+        texts = [t for t in texts if t not in seen]
     params = None  # the folder's own law unless --temperature says
     if args.temperature is not None:
         params = cs.SamplingParams(args.temperature, args.top_k, 1.0)
@@ -386,8 +389,8 @@ def cmd_listen(args) -> int:
     ends = []  # per clip: (frames, espeak-ng's frames for the text, max-length guard hit)
 
     def synthesize(text, seed):
-        s = tts.generate(text, seed=seed, speaker="f1")
-        track = tts.phoneme_track(text, "en", "f1")[1] if tts.aligned else []
+        s = tts.generate(text, seed=seed, speaker=args.speaker)
+        track = tts.phoneme_track(text, "en", args.speaker)[1] if tts.aligned else []
         ends.append((len(s.codes), len(track), not s.stopped))
         return s.wav, s.sample_rate
 
@@ -517,6 +520,11 @@ LISTEN_OPTS = [
     ("--json", dict(default=None, help="write the report (per clip) here")),
     ("--temperature", dict(type=float, default=None, help="judge another sampling law")),
     ("--top-k", dict(type=int, default=0)),
+    ("--speaker", dict(default="f1", help="the voice (a voice-prefix model: one of its voices)")),
+    (
+        "--exclude-corpus",
+        dict(nargs="*", default=[], help="leave out texts these corpora trained on"),
+    ),
 ]
 SHIP_OPTS = [
     ("--bench-utterances", dict(type=int, default=8)),

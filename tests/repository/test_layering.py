@@ -365,12 +365,12 @@ def test_the_cli_flag_check_sees_a_family_flag_defined_in_the_cli(tmp_path):
     (pkg / "cli" / "bad.py").write_text(
         "def register(p):\n"
         "    p.add_argument('--seed', type=int, default=0)\n"
-        "    p.add_argument('--ref-audio', default=None)\n"
+        "    p.add_argument('--ref-text', default=None)\n"
         "    p.add_argument(f'--{prefix}loops')\n"  # not a literal: not read
     )
     flags = family_flags(["synth", "bench"])
     assert cli_family_flags(pkg, flags) == [
-        "cli/bad.py:3 defines --ref-audio, a flag of the qwen3-tts family"
+        "cli/bad.py:3 defines --ref-text, a flag of the qwen3-tts family"
     ]
 
 
