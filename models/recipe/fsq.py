@@ -445,7 +445,7 @@ def cmd_ship(args) -> int:
         rep["listen"] = _listen_summary(args.listen_json)
         rep["voice_prefix"] = _voice_summary(args.voice_json)
         rep["config"], rep["voices"] = model.cfg.to_dict(), list(train.frontend.speakers.names)
-        words = sh.words_lines(rep["listen"])
+        words = sh.words_lines(rep["listen"], sh.VOICE_WORDS_NOTE)
         card = sh.voice_card(rep, words, sh.voice_lines(rep["voice_prefix"]))
     elif model.cfg.aligned:
         rep["listen"] = _listen_summary(args.listen_json)

@@ -650,8 +650,16 @@ def card(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def words_lines(listen: dict) -> list:
-    """What the card says the model speaks, from `fsq.py listen`'s figures."""
+SETS_NOTE = "The evaluation sets (everyday, SUS, hard) beside v3: docs/fsq_model.md."
+VOICE_WORDS_NOTE = (
+    "Voice f1 (a training voice), texts held out of this corpus and of fsq-aligned's; "
+    "fsq-aligned beside it on the same texts: docs/fsq_model.md."
+)
+
+
+def words_lines(listen: dict, after: str = SETS_NOTE) -> list:
+    """What the card says the model speaks, from `fsq.py listen`'s figures; `after`: what
+    the card adds (where the evaluation sets' figures are)."""
     if not listen:
         return ["Words recognised: not measured for this folder (`fsq.py listen --json`)."]
     lo, hi = listen["words_recognised_ci"]
@@ -659,8 +667,7 @@ def words_lines(listen: dict) -> list:
         f"**Words recognised** by Whisper base on {listen['sentences']} held-out corpus texts "
         f"x {listen['clips'] // listen['sentences']} seeds (`fsq.py listen`): "
         f"**{100 * listen['words_recognised']:.1f}%** (95% CI {100 * lo:.1f}–{100 * hi:.1f}); "
-        f"{listen['runaways']} of {listen['clips']} clips ran to the length guard. The "
-        "evaluation sets (everyday, SUS, hard) beside v3: docs/fsq_model.md."
+        f"{listen['runaways']} of {listen['clips']} clips ran to the length guard. {after}"
     ]
 
 
