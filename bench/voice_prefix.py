@@ -21,7 +21,8 @@ from the corpus's range (pitch is part of a voice); the model reads the clip onc
 A pair is won when `clone` is more similar to the reference than `neutral` is. `--words`
 also transcribes the clone and neutral clips (Whisper base): a voice that costs the words
 is no voice. Sentences: the project's everyday evaluation set (measured, never chosen on);
-greedy (the folder's law), seed 0, one thread.
+`--corpus C`: C's held-out texts instead, for choices (with voices held out of both training
+and the measured set). Greedy (the folder's law), seed 0, one thread.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ def reference_clips(voices: list, pairs: int, seed: int) -> list:
             text = REFERENCE_TEXTS[i % len(REFERENCE_TEXTS)]
             out.append((v, i, pitch, espeak.render(text, f"en-us+{v}", RATE, pitch, 0)))
     return out
+
+
+def held_out_texts(corpus, n: int) -> list:
+    """The first `n` texts of a corpus's held-out split (corpus.py's manifest)."""
+    from codecspec.codec.data import load_manifest
+
+    rows = load_manifest(Path(corpus).expanduser())
+    return [r["text"] for r in rows if r["split"] == "test" and r["id"].endswith("r0")][:n]
 
 
 def resynthesis(tts, r) -> np.ndarray:
@@ -142,6 +151,12 @@ def main(argv=None) -> int:
     ap.add_argument("--pairs", type=int, default=8, help="reference clips per voice")
     ap.add_argument("--seed", type=int, default=0, help="the references' pitches")
     ap.add_argument("--words", action="store_true", help="also Whisper base's words")
+    ap.add_argument(
+        "--corpus",
+        default=None,
+        help="say this corpus's held-out texts instead of the evaluation sentences (for a "
+        "choice between checkpoints: make it on validation voices and corpus texts)",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
@@ -156,7 +171,8 @@ def main(argv=None) -> int:
     tts = load_model(a.model, threads=a.threads)
     if tts.voices is None:
         raise SystemExit(f"--model: {a.model} has no voice prefix (voice.onnx)")
-    texts = [row["text"] for row in load_sentences(a.pairs)]
+    texts = held_out_texts(a.corpus, a.pairs) if a.corpus else None
+    texts = texts or [row["text"] for row in load_sentences(a.pairs)]
     t0 = time.time()
     rows = measure(tts, enc, reference_clips(a.voices, a.pairs, a.seed), texts, recognizer)
     summary = summarise(rows)
