@@ -3,7 +3,7 @@ similarity (the GE2E encoder of `codecspec.evaluation.speaker_similarity`) of it
 the reference clip, with the clip's prefix against the null prefix, on voices held out of
 its training.
 
-    python bench/voice_prefix.py --model python/codecspec/models/fsq-voices \\
+    python bench/voice_prefix.py --model models/fsq-voices \\
         --voices f5 m8 Annie benjamin john steph Gene norbert --pairs 8 --out F.json
 
 For every voice and pair: espeak-ng says a reference sentence in that voice at a pitch drawn

@@ -44,7 +44,7 @@ def named_model_dir(name: str, *, must_exist: bool = False) -> Path:
     if must_exist:
         raise MissingModelError(
             f"model: {name!r} is not installed with this package (the wheel ships the default "
-            "model v3, fsq, fsq-aligned and fsq-voices); it lives in the source repository's "
+            "model v3, fsq and fsq-aligned); it lives in the source repository's "
             "models/ folder: pass "
             f"--model path/to/models/{name}, or set CODECSPEC_MODEL_PATH=path/to/models"
         )
