@@ -756,8 +756,9 @@ def voice_card(rep: dict, words: list, voice: list) -> str:
             "and pitch, 15% with the null prefix); design and figures: docs/fsq_model.md.",
             "",
             "```bash",
-            'codecspec synth --model models/fsq-voices --ref-audio clip.wav "Text to say." -o out.wav',
-            "codecspec serve --model models/fsq-voices --voices-dir clips/   # NAME.wav -> voice NAME",
+            "codecspec synth --model models/fsq-voices --ref-audio clip.wav "
+            '"Text to say." -o out.wav',
+            "codecspec serve --model models/fsq-voices --voices-dir clips/  # NAME.wav: voice NAME",
             "```",
             "",
             *voice,
