@@ -193,6 +193,31 @@ class FrameDecoder(nn.Module):
 BATCH_KEYS = ("phonemes", "phoneme_lengths", "language", "speaker", "latents", "frame_lengths")
 
 
+def encode_text(m: nn.Module, phonemes, lengths, slot, prefix=None):
+    """The phoneme encoder of `m` (`add_text_encoder`'s modules): memory [B, P, D] and the
+    additive key mask [B, 1, 1, P] of padding. `slot` [B, D] is added at every phoneme (the
+    language and speaker); `prefix` [B, K, D], extra encoder inputs the phonemes attend to,
+    dropped from the memory (the FSQ family's voice prefix)."""
+    b, p = phonemes.shape
+    idx = torch.arange(p, device=phonemes.device)
+    valid = idx[None, :] < lengths[:, None]
+    rel = (idx[None, :].float() + 0.5) / lengths[:, None].float()
+    x = m.phoneme(phonemes) + m.text_pos(fourier(rel, m.cfg.fourier_bands))
+    x = x + slot[:, None, :]
+    bias = torch.zeros(b, 1, 1, p, device=x.device).masked_fill(
+        ~valid[:, None, None, :], float("-inf")
+    )
+    k = 0 if prefix is None else prefix.shape[1]
+    if k:
+        x = torch.cat([prefix, x], dim=1)
+        bias = torch.cat([torch.zeros_like(bias[..., :1]).expand(b, 1, 1, k), bias], dim=-1)
+    for layer in m.encoder:
+        x = layer(x, bias)
+    if k:
+        return m.enc_norm(x)[:, k:], bias[..., k:]
+    return m.enc_norm(x), bias
+
+
 def add_text_encoder(m: nn.Module, cfg: TemporalConfig) -> None:
     """The phoneme encoder's modules on `m` under the names `TemporalModel.encode` reads
     (shared with the FSQ family, `codecspec.families.fsq.torch_model`)."""
@@ -225,18 +250,7 @@ class TemporalModel(nn.Module):
 
     def encode(self, phonemes, lengths, language, speaker):
         """Encoder memory [B, P, D] and the additive key mask [B, 1, 1, P] of padding."""
-        b, p = phonemes.shape
-        idx = torch.arange(p, device=phonemes.device)
-        valid = idx[None, :] < lengths[:, None]
-        rel = (idx[None, :].float() + 0.5) / lengths[:, None].float()
-        x = self.phoneme(phonemes) + self.text_pos(fourier(rel, self.cfg.fourier_bands))
-        x = x + (self.language(language) + self.speaker(speaker))[:, None, :]
-        bias = torch.zeros(b, 1, 1, p, device=x.device).masked_fill(
-            ~valid[:, None, None, :], float("-inf")
-        )
-        for layer in self.encoder:
-            x = layer(x, bias)
-        return self.enc_norm(x), bias
+        return encode_text(self, phonemes, lengths, self.language(language) + self.speaker(speaker))
 
     def frame_inputs(self, prev_latent, progress, speaker):
         """Decoder inputs: previous frame's latent (zeros row -> BOS), progress, speaker."""

@@ -3,7 +3,7 @@
 head, one step per frame; plus the AR-over-groups head that measures what the factorisation
 costs. Inference never needs PyTorch: `export_onnx` writes the encoder and step graphs.
 
-* **Text side**: the v1 phoneme encoder, reused as is (`TemporalModel.encode`).
+* **Text side**: the v1 phoneme encoder, reused as is (`encode_text`, `TemporalModel`'s).
 * **Frame input** (GEPARD's stable recipe): per-channel embedding lookup (one table row range
   per channel), concatenation, a small MLP, an affine-free LayerNorm scaled to the phoneme
   embedding's std, so frame and text inputs enter the decoder at the same scale.
@@ -35,10 +35,10 @@ from codecspec.train.networks import (
     Attention,
     FeedForward,
     TemporalConfig,
-    TemporalModel,
     add_frame_decoder,
     add_text_encoder,
     align_bias,
+    encode_text,
 )
 from codecspec.train.networks import fourier as fourier_features
 
@@ -188,8 +188,7 @@ class VoicePrefix(nn.Module):
 
 class FSQTemporalModel(nn.Module):
     # the v1 text encoder, same parameter names (phoneme, language, speaker, text_pos,
-    # encoder, enc_norm) and the same code: one encoder for both families
-    _encode_ids = TemporalModel.encode
+    # encoder, enc_norm) and the same code (`encode_text`): one encoder for both families
 
     def __init__(self, cfg: FSQModelConfig):
         super().__init__()
@@ -232,24 +231,14 @@ class FSQTemporalModel(nn.Module):
         the K `prefix` vectors [B, K, D] as extra encoder inputs (dropped from the memory,
         so the decoder's keys stay the phonemes) and their mean in the speaker slot."""
         if not self.fsq.voice_queries:
-            return self._encode_ids(phonemes, lengths, language, speaker)
+            return encode_text(
+                self, phonemes, lengths, self.language(language) + self.speaker(speaker)
+            )
         if prefix is None:
             raise ValueError("prefix: a voice-prefix model needs a prefix (or the null one)")
-        b, p = phonemes.shape
-        idx = torch.arange(p, device=phonemes.device)
-        valid = idx[None, :] < lengths[:, None]
-        rel = (idx[None, :].float() + 0.5) / lengths[:, None].float()
-        x = self.phoneme(phonemes) + self.text_pos(fourier_features(rel, self.cfg.fourier_bands))
         slot = self.language(language) + self.speaker(speaker.clamp(max=0))
-        x = x + (slot + self.voice_speaker(prefix.mean(1)))[:, None, :]
-        k = prefix.shape[1]
-        x = torch.cat([prefix, x], dim=1)
-        keep = torch.cat([torch.ones_like(valid[:, :1]).expand(b, k), valid], dim=1)
-        bias = torch.zeros(b, 1, 1, k + p, device=x.device)
-        bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
-        for layer in self.encoder:
-            x = layer(x, bias)
-        return self.enc_norm(x)[:, k:], bias[..., k:]
+        slot = slot + self.voice_speaker(prefix.mean(1))
+        return encode_text(self, phonemes, lengths, slot, prefix)
 
     # ---- frame interface ---------------------------------------------------------------
     def frame_embed(self, channels: torch.Tensor) -> torch.Tensor:
