@@ -6,75 +6,33 @@ codes, lengths and stop decisions identical. It reads text only (the track needs
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from frame_loop_oracle import FSQDecoder, run_frame_loop
+from tiny_fsq import aligned_folder
 
 torch = pytest.importorskip("torch", reason="builds a tiny folder with the [train] extra")
 
 import codecspec as cs  # noqa: E402
-from codecspec.families.fsq.codec import FSQCodec  # noqa: E402
 from codecspec.families.fsq.model import FSQTTS  # noqa: E402
-from codecspec.families.fsq.torch_model import FSQModelConfig, FSQTemporalModel, export_onnx  # noqa: E402
+from codecspec.families.fsq.torch_model import FSQTemporalModel  # noqa: E402
 from codecspec.frontend.aligned import past_end_position  # noqa: E402
-from codecspec.model_store import named_model_dir  # noqa: E402
 
 TEXT = "Quiet ships sail at dawn."
-
-
-def _frames(n=3000, seed=0):
-    basis = np.random.default_rng(0).normal(size=(24, 640))
-    z = np.random.default_rng(seed + 1).normal(size=(n, 24)) * (3.0 * 0.85 ** np.arange(24))
-    return (z @ basis / 8.0 - 4.0).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     """A tiny random aligned FSQ folder with v3's text side (mnemonics, four voices)."""
     d = tmp_path_factory.mktemp("fsq_aligned")
-    v3 = json.loads((named_model_dir("v3") / "model.json").read_text())
-    codec = FSQCodec.fit(_frames(), bits=40.0)
-    codec.save(d / "fsqcodec.npz")
-    meta = codec.cfg.to_meta()
-    cfg = FSQModelConfig(
-        vocab_size=len(v3["frontend"]["vocab"]["symbols"]) + 8,
-        num_languages=1,
-        num_speakers=4,
-        levels=codec.cfg.levels,
-        groups=codec.cfg.groups,
-        channel_dim=4,
-        d_model=32,
-        num_heads=2,
-        ff_size=64,
-        encoder_layers=1,
-        decoder_layers=2,
-        fourier_bands=4,
-        dropout=0.0,
-        ar_layers=0,
-        aligned=True,
-    )
-    torch.manual_seed(0)
-    tm = FSQTemporalModel(cfg).eval()
-    with torch.no_grad():
-        tm.decoder.c0_head.bias[-1] = -4.0  # a stop head that rarely fires: frames past the end
-    export_onnx(tm, d)
-    model = {
-        "format": "codecspec-fsq-tts/1",
-        "frontend": v3["frontend"],
-        **meta,
-        "sampling": {"temperature": 0.9, "top_k": 0, "top_p": 1.0},
-        "voices": {"en": "en-us"},
-        "default_speaker": "f1",
-        "pace_unit": 1.0,
-        "max_pace": 1.5,
-        "config": cfg.to_dict(),
-        "conditioning": "phoneme_track",
-        "espeak_rate": 170,
-        "espeak_pitch": 50,
-    }
-    (d / "model.json").write_text(json.dumps(model))
+
+    def build(cfg):
+        tm = FSQTemporalModel(cfg).eval()
+        with torch.no_grad():  # a stop head that rarely fires: frames past the end
+            tm.decoder.c0_head.bias[-1] = -4.0
+        return tm
+
+    aligned_folder(d, build, num_speakers=4)
     return d
 
 

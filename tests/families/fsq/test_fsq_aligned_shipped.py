@@ -9,12 +9,11 @@ import json
 
 import numpy as np
 import pytest
+from tiny_fsq import assert_streams_keep_their_codes
 
-import codecspec as cs
-from codecspec.families.fsq.model import FSQ_FILES, FSQTTS, FSQFamily
+from codecspec.families.fsq.model import FSQ_FILES, FSQTTS
 from codecspec.model_store import named_model_dir
 from codecspec.pipeline.family import SpeechRequest
-from codecspec.pipeline.loop import run_inline, run_together
 from codecspec.pipeline.registry import load_model, model_family
 
 DIR = named_model_dir("fsq-aligned")
@@ -50,11 +49,5 @@ def test_one_call_per_frame_and_the_stop_head_ends_it(tts, text):
 
 
 def test_streams_together_keep_their_own_codes(tts):
-    family = FSQFamily(tts, 3, 400, 400)
     reqs = [SpeechRequest(t, "text", v, "en") for t, v in zip(TEXTS, ("f1", "m3", "f2"))]
-    states = [family.prepare(r, cs.Generator(9).fork(b)) for b, r in enumerate(reqs)]
-    batch = run_together(family, states)
-    for b, r in enumerate(reqs):
-        alone = FSQFamily(tts, 1, 400, 400)
-        state = alone.prepare(r, cs.Generator(9).fork(b))
-        np.testing.assert_array_equal(np.stack(list(run_inline(alone, state))), batch[b])
+    assert_streams_keep_their_codes(tts, reqs, seed=9)

@@ -11,29 +11,21 @@ import json
 import numpy as np
 import pytest
 from frame_loop_oracle import FSQDecoder, run_frame_loop
+from tiny_fsq import aligned_folder
 
 torch = pytest.importorskip("torch", reason="builds a tiny folder with the [train] extra")
 
 import codecspec as cs  # noqa: E402
 from codecspec.codec.audio import write_wav  # noqa: E402
-from codecspec.families.fsq.codec import FSQCodec  # noqa: E402
 from codecspec.families.fsq.model import FSQTTS  # noqa: E402
 from codecspec.families.fsq.torch_model import (  # noqa: E402
-    FSQModelConfig,
     FSQTemporalModel,
-    export_onnx,
 )
 from codecspec.families.fsq.voice import NEUTRAL  # noqa: E402
 from codecspec.model_store import named_model_dir  # noqa: E402
 
 TEXT = "Quiet ships sail at dawn."
 K = 4
-
-
-def _frames(n=3000, seed=0):
-    basis = np.random.default_rng(0).normal(size=(24, 640))
-    z = np.random.default_rng(seed + 1).normal(size=(n, 24)) * (3.0 * 0.85 ** np.arange(24))
-    return (z @ basis / 8.0 - 4.0).astype(np.float32)
 
 
 def _clip(f0: float, seconds: float = 1.5, rate: int = 22050) -> np.ndarray:
@@ -44,65 +36,31 @@ def _clip(f0: float, seconds: float = 1.5, rate: int = 22050) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def model():
-    codec = FSQCodec.fit(_frames(), bits=40.0)
-    v3 = json.loads((named_model_dir("v3") / "model.json").read_text())
-    cfg = FSQModelConfig(
-        vocab_size=len(v3["frontend"]["vocab"]["symbols"]) + 8,
-        num_languages=1,
-        num_speakers=1,
-        levels=codec.cfg.levels,
-        groups=codec.cfg.groups,
-        channel_dim=4,
-        d_model=32,
-        num_heads=2,
-        ff_size=64,
-        encoder_layers=1,
-        decoder_layers=2,
-        fourier_bands=4,
-        dropout=0.0,
-        ar_layers=0,
-        aligned=True,
-        voice_queries=K,
-        voice_blocks=2,
-    )
-    torch.manual_seed(0)
-    tm = FSQTemporalModel(cfg).eval()
+def folder_and_model(tmp_path_factory):
+    """A tiny random aligned FSQ folder with a voice prefix: neutral and one named voice."""
+    d = tmp_path_factory.mktemp("fsq_voice")
+
+    def build(cfg):
+        tm = FSQTemporalModel(cfg).eval()
+        with torch.no_grad():
+            tm.decoder.c0_head.bias[-1] = -3.0  # a stop head that fires now and then
+            tm.voice_speaker.weight.normal_(0.0, 0.5)  # a voice that moves the memory
+        return tm
+
+    codec, tm = aligned_folder(d, build, num_speakers=1, voice_queries=K, voice_blocks=2)
     with torch.no_grad():
-        tm.decoder.c0_head.bias[-1] = -3.0  # a stop head that fires now and then
-        tm.voice_speaker.weight.normal_(0.0, 0.5)  # a voice that moves the memory
-    return tm, codec, v3
+        null = tm.voice.null.numpy()
+        ones = torch.ones(1, 6, tm.fsq.channels, dtype=torch.long)
+        named = tm.voice_prefix(ones, torch.tensor([6]))
+    np.savez(d / "voices.npz", **{NEUTRAL: null, "m3": named[0].numpy()})
+    meta = json.loads((d / "model.json").read_text())
+    (d / "model.json").write_text(json.dumps(meta | {"default_voice": NEUTRAL}))
+    return d, tm, codec
 
 
 @pytest.fixture(scope="module")
-def folder(model, tmp_path_factory):
-    tm, codec, v3 = model
-    d = tmp_path_factory.mktemp("fsq_voice")
-    codec.save(d / "fsqcodec.npz")
-    export_onnx(tm, d)
-    with torch.no_grad():
-        null = tm.voice.null.numpy()
-        named = tm.voice_prefix(
-            torch.ones(1, 6, tm.fsq.channels, dtype=torch.long), torch.tensor([6])
-        )
-    np.savez(d / "voices.npz", **{NEUTRAL: null, "m3": named[0].numpy()})
-    meta = {
-        "format": "codecspec-fsq-tts/1",
-        "frontend": v3["frontend"],
-        **codec.cfg.to_meta(),
-        "sampling": {"temperature": 0.9, "top_k": 0, "top_p": 1.0},
-        "voices": {"en": "en-us"},
-        "default_speaker": "f1",
-        "default_voice": NEUTRAL,
-        "pace_unit": 1.0,
-        "max_pace": 1.5,
-        "config": tm.fsq.to_dict(),
-        "conditioning": "phoneme_track",
-        "espeak_rate": 170,
-        "espeak_pitch": 50,
-    }
-    (d / "model.json").write_text(json.dumps(meta))
-    return d
+def folder(folder_and_model):
+    return folder_and_model[0]
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +68,8 @@ def tts(folder):
     return FSQTTS(folder, provider="cpu", threads=1)
 
 
-def test_the_voice_graph_gives_the_torch_models_prefix(model, tts):
-    tm, codec, _ = model
+def test_the_voice_graph_gives_the_torch_models_prefix(folder_and_model, tts):
+    _, tm, codec = folder_and_model
     x = _clip(180.0)
     from codecspec.codec.audio import resample
 

@@ -12,15 +12,14 @@ import sys
 
 import numpy as np
 import pytest
+from tiny_fsq import assert_streams_keep_their_codes
 
-import codecspec as cs
 from codecspec.codec.audio import write_wav
-from codecspec.families.fsq.model import FSQ_FILES, FSQTTS, FSQFamily
+from codecspec.families.fsq.model import FSQ_FILES, FSQTTS
 from codecspec.families.fsq.voice import NEUTRAL, VOICE_FILES
 from codecspec.frontend import espeak
 from codecspec.model_store import named_model_dir
 from codecspec.pipeline.family import SpeechRequest
-from codecspec.pipeline.loop import run_inline, run_together
 from codecspec.pipeline.registry import model_family
 
 DIR = named_model_dir("fsq-voices")
@@ -73,15 +72,8 @@ def test_a_clip_of_a_voice_reads_as_that_voice(tts):
 
 def test_streams_in_different_voices_together_keep_their_own_codes(tts):
     tts = FSQTTS(DIR, provider="cpu", threads=1, ref_audio=_render("Annie", 62))
-    family = FSQFamily(tts, 3, 400, 400)
-    voices = ("ref", NEUTRAL, "m3")
-    reqs = [SpeechRequest(TEXT, "text", v, "en") for v in voices]
-    states = [family.prepare(r, cs.Generator(4).fork(b)) for b, r in enumerate(reqs)]
-    batch = run_together(family, states)
-    for b, r in enumerate(reqs):
-        alone = FSQFamily(tts, 1, 400, 400)
-        state = alone.prepare(r, cs.Generator(4).fork(b))
-        np.testing.assert_array_equal(np.stack(list(run_inline(alone, state))), batch[b])
+    reqs = [SpeechRequest(TEXT, "text", v, "en") for v in ("ref", NEUTRAL, "m3")]
+    batch = assert_streams_keep_their_codes(tts, reqs, seed=4)
     assert not np.array_equal(batch[0], batch[1])  # the clip's voice is not the neutral one
 
 
