@@ -195,7 +195,9 @@ def audio_scaling(engine, n: int, mode: str, seed: int) -> dict:
 
 def with_audio(engine, ns, args) -> list:
     """Per n: the speech decoder per stream, then batched (the talker batched in both)."""
-    batcher = engine.family.batch_decoder()  # off by default
+    # off by default; float32 only (an int8 decoder's streams are timed per stream)
+    int8 = args.decoder_precision == "int8"
+    batcher = None if int8 else engine.family.batch_decoder()
     print(f"batched decoder: {'yes' if batcher is not None else 'no (one slot, or no cache)'}")
     print("warm-up:", end=" ", flush=True)
     audio_scaling(engine, 1, args.mode, seed=0)  # the decoder's first calls
@@ -209,6 +211,7 @@ def with_audio(engine, ns, args) -> list:
                 print(f"{args.weights} decoder {label}:", end=" ", flush=True)
                 r = audio_scaling(engine, n, args.mode, seed=n)
                 r.update(decoder=label, weights=args.weights, threads=args.threads)
+                r.update(decoder_precision=args.decoder_precision or "fp32")
                 rows.append(r)
     finally:
         engine.family.decoder_batch = None
@@ -228,6 +231,7 @@ def main() -> None:
     ap.add_argument("--audio", action="store_true", help="with audio: decoder per stream/batched")
     ap.add_argument("--decoder-only", action="store_true", help="the speech decoder alone")
     ap.add_argument("--chunk-frames", type=int, default=10, help="--decoder-only's chunk")
+    ap.add_argument("--decoder-precision", default=None, choices=("fp32", "int8"))
     args = ap.parse_args()
     ns = [int(x) for x in args.streams.split(",")]
     print(json.dumps({"cpu": cpu(), "onnxruntime": ort.__version__}), flush=True)
@@ -247,6 +251,7 @@ def main() -> None:
         weights=args.weights,
         max_frames=args.max_frames,
         cache_dir=args.cache_dir,
+        decoder_precision=args.decoder_precision,
     )
     if args.audio:
         try:

@@ -71,7 +71,12 @@ def check_model(args) -> None:
     from codecspec.pipeline import registry
 
     entry = registry.find(args.model)  # None: the engine reports the model in its terms
-    given = dict(ref_audio=args.ref_audio, voices_dir=args.voices_dir, weights=args.weights)
+    given = dict(
+        ref_audio=args.ref_audio,
+        voices_dir=args.voices_dir,
+        weights=args.weights,
+        decoder_precision=args.decoder_precision,
+    )
     registry.take_options(entry, flags=True, **given)
     if entry is not None:
         entry.load("engine").check_serve(args)
@@ -97,6 +102,7 @@ def cmd_serve(args) -> int:
         ref_audio=args.ref_audio,
         voices_dir=args.voices_dir,
         weights=args.weights,
+        decoder_precision=args.decoder_precision,
     )
     try:
         app = create_app(

@@ -153,6 +153,7 @@ class Engine(StreamLoop):
         ref_audio=None,
         weights: Optional[str] = None,
         voices_dir=None,
+        decoder_precision: Optional[str] = None,
     ):
         if int(max_streams) < 1:
             raise ValueError(f"max_streams: must be >= 1, got {max_streams}")
@@ -178,6 +179,7 @@ class Engine(StreamLoop):
             ref_audio=ref_audio,
             weights=weights,
             voices_dir=voices_dir,
+            decoder_precision=decoder_precision,
         )
         StreamLoop.__init__(self, self.family, self.max_streams, fault)
         self.tts = self.family.tts

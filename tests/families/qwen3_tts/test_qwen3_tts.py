@@ -608,7 +608,7 @@ class _StandInDecoder:
     loaded_from = None
 
     @classmethod
-    def load(cls, speech_tokenizer_dir, cache_dir=None, provider="cpu"):
+    def load(cls, speech_tokenizer_dir, cache_dir=None, provider="cpu", precision=None):
         cls.loaded_from = Path(speech_tokenizer_dir)
         return cls()
 

@@ -349,6 +349,7 @@ def bench_qwen3(
     acceptance: Optional[float] = None,
     draft_depth: Optional[int] = None,
     decoder: bool = True,
+    decoder_precision: Optional[str] = None,
     budget: Optional[float] = BENCH_SECONDS,
     progress: bool = False,
     log=None,
@@ -362,7 +363,13 @@ def bench_qwen3(
     log = log or (lambda m: None)
     budget = _check_bench_args(acceptance, frames, budget)
     tts = Qwen3TTS.load(
-        model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights, log=log
+        model_dir,
+        cache_dir=cache_dir,
+        provider=provider,
+        threads=threads,
+        weights=weights,
+        log=log,
+        decoder_precision=decoder_precision,
     )
     loaded = time.perf_counter()
     reset_peak_rss()  # the peak of the loaded model at work, not of a first run's build
@@ -426,6 +433,7 @@ def bench_figures(args) -> dict:
     log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr))
     same = ("frames", "cache_dir", "provider", "threads", "seed", "temperature", "ref_audio")
     kw = {k: getattr(args, k) for k in same + ("weights", "acceptance", "draft_depth")}
+    kw["decoder_precision"] = args.decoder_precision
     kw.update(decoder=not args.no_pipeline, budget=args.budget or None, progress=not args.json)
     return bench_qwen3(args.model, **kw, log=log)  # looked up per call: tests replace it
 
@@ -491,7 +499,18 @@ def _run_identity(tts: Qwen3TTS, threads) -> dict:
         "provider": tts.depth.graph.provider,
         "threads": threads,
         "weights": tts.weights,
+        **_decoder_identity(tts),
     }
+
+
+def _decoder_identity(tts: Qwen3TTS) -> dict:
+    """The speech decoder's precision, and for int8 its error measured against float32."""
+    out = {"decoder_precision": tts.decoder_precision}
+    if tts.decoder_precision != "fp32":
+        from .decoder_int8 import int8_error
+
+        out["decoder_error"] = int8_error(tts.speech_decoder().graph_path)
+    return out
 
 
 def _depth_loop(tts: Qwen3TTS, frames_in, acceptance, draft_depth, seed: int, progress):

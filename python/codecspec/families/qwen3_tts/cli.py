@@ -169,6 +169,7 @@ def synth(args) -> int:
         threads=args.threads,
         log=log,
         weights=args.weights,
+        decoder_precision=args.decoder_precision,
     )
     load_s = time.perf_counter() - t0
     _precision_note(args, tts)
@@ -189,6 +190,7 @@ def synth(args) -> int:
         # the layout the request got (the official default of its mode unless chosen)
         "streaming_text": r.prompt.streaming_text,
         "weights": tts.weights,
+        "decoder_precision": tts.decoder_precision,
         "hit_max_frames": r.hit_max_frames,
         "load_seconds": round(load_s, 3),
         "generate_seconds": round(gen_s, 3),

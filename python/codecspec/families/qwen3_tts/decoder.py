@@ -191,6 +191,7 @@ class SpeechDecoder:
         self._states = state_io_names(session.get_inputs())
         self._out_names = ["audio"] + [s[1] for s in self._states]
         self.source: Optional[DecoderSource] = None  # set by `load`
+        self.precision = "fp32"  # "int8": the twin `load(precision="int8")` returns
 
     # -------------------------------------------------------------- construction
     @classmethod
@@ -204,6 +205,7 @@ class SpeechDecoder:
         chunk_size: int = OFFICIAL_CHUNK_SIZE,
         left_context: int = OFFICIAL_LEFT_CONTEXT,
         fused: Optional[bool] = None,
+        precision: Optional[str] = None,
     ) -> SpeechDecoder:
         """Build (first time) or reuse the cached graph of a speech_tokenizer/ folder.
 
@@ -212,8 +214,14 @@ class SpeechDecoder:
         is left in the cache then. chunk_size / left_context default to the official decode().
         `fused`: SnakeBeta as one codecspec operator (`runtime.custom_ops`; the same audio to
         float32 rounding, ~3x less time in the activations); None = on the CPU provider when
-        this build serves it, False = the standard operators only.
+        this build serves it, False = the standard operators only. `precision`: "fp32"
+        (None, the default: the official decoder's numbers) or "int8", the residual units'
+        convolutions in int8 on the CPU provider (`decoder_int8`; its error against float32
+        in `int8_error`).
         """
+        from .decoder_int8 import check_precision
+
+        precision = check_precision(precision)
         folder = Path(speech_tokenizer_dir)
         config, files, where = _read_folder(folder)
         graph = cached_graph(
@@ -226,17 +234,29 @@ class SpeechDecoder:
         # second 24-frame decode at the published shape); without it the resident size
         # stays at ~730 MB and the decode takes the same time.
         fused_graph = _fused_graph(graph) if _wants_fused(fused, provider) else None
-        session = open_session(
-            fused_graph or graph,
-            provider=provider,
-            threads=threads,
-            arena=False,
-            custom_ops=fused_graph is not None,
-        )
-        decoder = cls(session, config, fused_graph or graph, chunk_size, left_context)
         # what the batched twin (decoder_batch.py) is built from and opened with, on demand
-        decoder.source = DecoderSource(folder, graph, provider, threads, fused_graph is not None)
-        return decoder
+        source = DecoderSource(folder, graph, provider, threads, fused_graph is not None)
+
+        def opened(path: Path, precision: str = "fp32") -> SpeechDecoder:
+            session = open_session(
+                path, provider, threads, arena=False, custom_ops=fused_graph is not None
+            )
+            decoder = cls(session, config, path, chunk_size, left_context)
+            decoder.source, decoder.precision = source, precision
+            return decoder
+
+        if precision == "fp32":
+            return opened(fused_graph or graph)
+        from codecspec.runtime.providers import resolve
+
+        from .decoder_int8 import int8_graph
+
+        if resolve(provider)[0] != "CPUExecutionProvider":
+            raise ValueError(f"decoder_precision: int8 runs on the CPU, not {provider!r}")
+        # the float32 decoder is opened only to build the int8 graph (calibration, check)
+        return opened(
+            int8_graph(fused_graph or graph, lambda: opened(fused_graph or graph)), "int8"
+        )
 
     # -------------------------------------------------------------- properties
     @property

@@ -139,12 +139,18 @@ class Qwen3Family(Qwen3Steps):
         ref_audio=None,
         weights=None,
         voices_dir=None,
+        decoder_precision=None,
     ):
         from .pipeline import Qwen3TTS
 
         reference = check_folder(model_dir, ref_audio, voices_dir)
         self.tts = Qwen3TTS.load(
-            model_dir, cache_dir=cache_dir, provider=provider, threads=threads, weights=weights
+            model_dir,
+            cache_dir=cache_dir,
+            provider=provider,
+            threads=threads,
+            weights=weights,
+            decoder_precision=decoder_precision,
         )
         # the reference's x-vector computed once, here, for every stream
         self.reference = None if reference is None else self.tts.clone_voice(reference)
@@ -309,10 +315,10 @@ class Qwen3Family(Qwen3Steps):
 def decoder_batcher(decoder, slots: int):
     """The engine's `DecoderBatcher` over the speech decoder and its batched twin, or None
     with one slot or where the twin cannot be had (a decoder not loaded from a folder, a
-    cache that cannot take its graph)."""
+    cache that cannot take its graph, an int8 decoder: the twin is float32's)."""
     from .decoder_batch import BatchedDecoder, DecoderBatcher
 
-    if slots < 2:
+    if slots < 2 or decoder.precision != "fp32":
         return None
     batched = BatchedDecoder.load(decoder)
     return DecoderBatcher(batched) if batched is not None else None

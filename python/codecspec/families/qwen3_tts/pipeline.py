@@ -178,7 +178,9 @@ class Qwen3TTS:
     """A loaded checkpoint: graphs built (or found in the cache), sessions open.
 
     `weights`: "fp32", "int8" or "int4" talker and code predictor (graphs.quantize); None =
-    the default, fp32 (the official model's numbers; quantised weights are asked for)."""
+    the default, fp32 (the official model's numbers; quantised weights are asked for).
+    `decoder_precision`: the speech decoder's, "fp32" (None) or "int8" (decoder_int8: the
+    audio within a stated error of float32's; the codes are the same either way)."""
 
     def __init__(
         self,
@@ -189,14 +191,17 @@ class Qwen3TTS:
         tok=None,
         weights: Optional[str] = None,
         log=None,
+        decoder_precision: Optional[str] = None,
     ):
         from codecspec.decode.depth import DepthDecoder
 
+        from .decoder_int8 import check_precision
         from .graphs import weights_graph
 
         self.ck, self.entry, self.spec = ck, entry, ck.spec
         self.provider, self.threads = provider, threads
         self.weights = resolve_weights(weights, provider, entry)
+        self.decoder_precision = check_precision(decoder_precision)
         self.tok = load_text_tokenizer(ck.dir) if tok is None else tok
         self.talker = Talker(
             weights_graph(entry, "talker", self.weights, log, self._talker_block()),
@@ -257,22 +262,33 @@ class Qwen3TTS:
         rebuild=False,
         log=None,
         weights: Optional[str] = None,
+        decoder_precision: Optional[str] = None,
     ):
         from codecspec.pipeline.registry import loading
         from codecspec.runtime.threads import configure
+
+        from .decoder_int8 import check_precision
 
         # Every command loads a checkpoint through here: a broken folder (truncated
         # safetensors, bad config.json) is then one ModelLoadError line naming the file.
         with loading(model_dir):
             ck = Qwen3Checkpoint(model_dir)
             weights = resolve_weights(weights, provider)  # a bad value fails before any build
+            check_precision(decoder_precision)
             tok = load_text_tokenizer(ck.dir)  # before building: a folder without one fails fast
             # The build's probe session would otherwise size the process's shared thread pool
             # first (to the cores), and a `threads` of another size would then be refused.
             configure(threads)
             entry = build_or_load(ck, cache_dir=cache_dir, rebuild=rebuild, log=log)
             return cls(
-                ck, entry, provider=provider, threads=threads, tok=tok, weights=weights, log=log
+                ck,
+                entry,
+                provider=provider,
+                threads=threads,
+                tok=tok,
+                weights=weights,
+                log=log,
+                decoder_precision=decoder_precision,
             )
 
     def _depth_layout(self) -> tuple:
@@ -732,6 +748,7 @@ class Qwen3TTS:
                 self.ck.speech_tokenizer_dir,
                 cache_dir=self.entry.parent.parent,
                 provider=self.provider,
+                precision=self.decoder_precision,
             )
         return self._decoder
 
