@@ -362,15 +362,8 @@ def bench_qwen3(
     start = time.perf_counter()
     log = log or (lambda m: None)
     budget = _check_bench_args(acceptance, frames, budget)
-    tts = Qwen3TTS.load(
-        model_dir,
-        cache_dir=cache_dir,
-        provider=provider,
-        threads=threads,
-        weights=weights,
-        log=log,
-        decoder_precision=decoder_precision,
-    )
+    load = dict(cache_dir=cache_dir, provider=provider, threads=threads, weights=weights, log=log)
+    tts = Qwen3TTS.load(model_dir, decoder_precision=decoder_precision, **load)
     loaded = time.perf_counter()
     reset_peak_rss()  # the peak of the loaded model at work, not of a first run's build
     dec = tts.depth

@@ -117,8 +117,6 @@ def _calibrate(decoder, model, names: list) -> dict:
 
     from codecspec.runtime.session import open_session
 
-    from .decoder import SpeechDecoder
-
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     probe.graph.output.extend(
@@ -133,7 +131,7 @@ def _calibrate(decoder, model, names: list) -> dict:
     finally:
         tmp.unlink(missing_ok=True)
     recorder = _Recorder(session, names)
-    probe_decoder = SpeechDecoder(recorder, decoder.config, src)
+    probe_decoder = type(decoder)(recorder, decoder.config, src)  # decoder.py's SpeechDecoder
     for seed in (_CALIBRATION_SEED, _CALIBRATION_SEED + 1):
         probe_decoder.decode(calibration_codes(decoder, seed))
     return {n: (recorder.low[n], recorder.high[n]) for n in names}
@@ -222,10 +220,8 @@ def _write_report(decoder, path: Path, report: Path, convs: int) -> None:
     from codecspec.codec.features import log_spectral_distance
     from codecspec.runtime.session import open_session
 
-    from .decoder import SpeechDecoder
-
     s = decoder.source
-    twin = SpeechDecoder(
+    twin = type(decoder)(
         open_session(path, "cpu", s.threads, arena=False, custom_ops=s.fused),
         decoder.config,
         path,
