@@ -623,6 +623,12 @@ def render_table(record: dict) -> str:
             f" ms after its first token; {ts['underruns']} of {ts['chunks']} chunks late"
             f" (by up to {ts['late_ms']:.0f} ms)"
         )
+    err = r.get("decoder_error")
+    if err:
+        out.append(
+            f"speech decoder {r['decoder_precision']} against fp32 (measured at its build): "
+            f"{err['snr_db']:.1f} dB SNR, {err['log_spectral_distance_db']:.2f} dB log-spectral"
+        )
     if r.get("cpu_simd"):
         out.append("CPU: " + " ".join(r["cpu_simd"]))
     chosen = (r.get("calibration") or {}).get("precision")

@@ -679,7 +679,8 @@ def _decoder_stage(tts: Qwen3TTS, codes: np.ndarray) -> dict:
     sd.decode(codes)
     ms = 1e3 * (time.perf_counter() - t0) / n
     nbytes = graph_reads(sd.graph_path).per_call(1) / n  # one call decodes the utterance
-    return stage("speech decoder", ms, ms, nbytes, nbytes)
+    name = "speech decoder" if sd.precision == "fp32" else f"speech decoder ({sd.precision})"
+    return stage(name, ms, ms, nbytes, nbytes)
 
 
 def _finish(record: dict, tts: Qwen3TTS, run, greedy: bool) -> dict:
