@@ -6,13 +6,14 @@ are compute bound at the streamed chunk sizes. Run as onnxruntime's QLinearConv 
 activations, int8 weights per output channel; VNNI where the CPU has it) they take about a
 quarter of that time. Everything else stays float32: the transposed convolutions (their
 weights would be dequantised on every call), the pre-convolution, the ConvNeXt and input
-convolutions and the output convolution (quantising those five as well costs ~10 dB of SNR
-and saves nothing measurable), SnakeBeta, the transformer.
+convolutions and the output convolution (quantising those five as well cost 12 dB of SNR
+and saved nothing measurable), SnakeBeta, the transformer.
 
 The graph is written beside the cached float32 one (`decoder[.fused].int8.onnx`): the int8
 weights inline, every other tensor read from the same `decoder.onnx.data`. Activation ranges
 are calibrated once, on the float32 graph itself decoding seeded random codes in the calls
-`decode()` makes (uniform codes drive the decoder at least as hard as speech's). Its error
+`decode()` makes (uniform codes drive it about as hard as a talker's own codes did here; a real
+checkpoint's speech could not be tried: docs/qwen3_tts_decoder.md). Its error
 against float32 on other random codes is measured at build and kept beside it
 (`decoder[.fused].int8.json`: waveform SNR and log-spectral distance), so every load can say
 what the option costs. The codes never pass through here: served codes are unchanged.
