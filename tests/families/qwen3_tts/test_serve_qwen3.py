@@ -619,3 +619,23 @@ def test_serve_command_serves_a_folder(folders, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_an_int8_decoder_serves_its_audio_of_the_same_codes(cache, folders, reference):
+    """`serve --decoder-precision int8`: the frames are the float32 server's (generate_codes),
+    the audio the int8 decoder's, chunk by chunk."""
+    folder = folders["custom_equal"]
+
+    def factory():
+        return Engine(folder, max_streams=1, threads=1, cache_dir=cache, decoder_precision="int8")
+
+    int8 = Qwen3TTS.load(folder, cache_dir=cache, threads=1, decoder_precision="int8")
+    want = reference("custom_equal").generate_codes(TEXT, speaker="vivian", seed=6)
+    with LocalServer(factory) as server:
+        assert server.engine.family.codec.decoder.precision == "int8"
+        r = post(server, voice="vivian", seed=6, response_format="wav")
+    assert r.status_code == 200, r.text
+    assert int(r.headers["x-codecspec-frames"]) == want.frames
+    _, x = wav_samples(r.content)
+    assert np.array_equal(x, streamed_pcm(int8, want.codes))
+    assert not np.array_equal(x, streamed_pcm(reference("custom_equal"), want.codes))
