@@ -750,10 +750,10 @@ def voice_card(rep: dict, words: list, voice: list) -> str:
             f"{cfg['voice_queries']} prefix vectors, once per clip; they join the text "
             "encoder's input (their mean its speaker slot), so every request pays for its voice "
             "at prefill only and the step graph is fsq-aligned's. The learned null prefix "
-            "(`neutral`, the default) is the voice of a request without a clip. Warm-started "
-            "from fsq-aligned's weights and trained on 8 h of espeak-ng speech in "
-            f"{len(rep['voices'])} voices (every utterance read with another clip of its voice "
-            "and pitch, 15% with the null prefix); design and figures: docs/fsq_model.md.",
+            "(`neutral`, the default) is the voice of a request without a clip. Trained from "
+            f"fsq-aligned's weights on espeak-ng speech in {len(rep['voices'])} voices (every "
+            "utterance read with another clip of its voice and pitch, 15% with the null "
+            "prefix); the stages, their corpora and figures: docs/fsq_model.md.",
             "",
             "```bash",
             "codecspec synth --model models/fsq-voices --ref-audio clip.wav "

@@ -44,7 +44,7 @@ def _render(voice: str, pitch: int = 50):
 
 def test_the_folder_is_small_and_says_what_it_is(tts):
     total = sum(p.stat().st_size for p in DIR.iterdir() if p.is_file())
-    assert total <= 15 * 2**20, f"{total / 2**20:.1f} MiB shipped"
+    assert total <= 16 * 2**20, f"{total / 2**20:.1f} MiB shipped"  # 79 named voices: 0.7 MB
     meta = json.loads((DIR / "model.json").read_text())
     assert meta["config"]["voice_queries"] == 8 and meta["config"]["voice_blocks"] == 2
     assert meta["default_voice"] == NEUTRAL and tts.default_voice == NEUTRAL
