@@ -15,8 +15,9 @@ def _decoder_precision(p: argparse.ArgumentParser) -> None:
         choices=["fp32", "int8"],
         default=None,
         help="Qwen3-TTS: the 12 Hz speech decoder's precision (default fp32: the official "
-        "audio; int8: its residual units' convolutions in int8 on the CPU, ~1.7x faster, the "
-        "audio within the error measured and kept beside it at first use; codes unchanged)",
+        "audio; int8: its residual units' convolutions in int8 on the CPU, 1.6-2.4x faster "
+        "here, the audio within the error measured and kept beside it at first use; codes "
+        "unchanged)",
     )
 
 
