@@ -213,9 +213,7 @@ def encode_text(m: nn.Module, phonemes, lengths, slot, prefix=None):
         bias = torch.cat([torch.zeros_like(bias[..., :1]).expand(b, 1, 1, k), bias], dim=-1)
     for layer in m.encoder:
         x = layer(x, bias)
-    if k:
-        return m.enc_norm(x)[:, k:], bias[..., k:]
-    return m.enc_norm(x), bias
+    return m.enc_norm(x)[:, k:], bias[..., k:]  # views: nothing copied when k is 0
 
 
 def add_text_encoder(m: nn.Module, cfg: TemporalConfig) -> None:

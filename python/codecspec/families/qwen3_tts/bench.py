@@ -497,9 +497,10 @@ def _run_identity(tts: Qwen3TTS, threads) -> dict:
 
 
 def _decoder_identity(tts: Qwen3TTS) -> dict:
-    """The speech decoder's precision, and for int8 its error measured against float32."""
+    """The speech decoder's precision, and for int8 its error measured against float32 (when
+    the run loaded the decoder: --no-pipeline does not, and need not build its graph)."""
     out = {"decoder_precision": tts.decoder_precision}
-    if tts.decoder_precision != "fp32":
+    if tts.decoder_precision != "fp32" and tts._decoder is not None:
         from .decoder_int8 import int8_error
 
         out["decoder_error"] = int8_error(tts.speech_decoder().graph_path)
