@@ -35,7 +35,6 @@ __all__ = [
     "collect_frames",
     "teacher_forced_feeds",
     "teacher_forced_hidden",
-    "node_hidden",
     "read_heads",
     "session_config",
 ]
@@ -235,11 +234,6 @@ def teacher_forced_hidden(
         feeds = teacher_forced_feeds(c, hiddens[n], codes[n], joined="past_kv" in names)
         z[n] = sess.run(["hidden"], {k: v for k, v in feeds.items() if k in names})[0]
     return z
-
-
-def node_hidden(z: np.ndarray, level: Union[int, np.ndarray]) -> np.ndarray:
-    """Hidden state of the node holding c_level: z[:, level + 1]."""
-    return z[:, np.asarray(level) + 1]
 
 
 # ---------------------------------------------------------------------- model weights

@@ -21,7 +21,7 @@ import datetime
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -326,16 +326,7 @@ class TrainHistory:
         return self.val[-1] if self.val else None
 
     def to_dict(self) -> dict:
-        return {
-            "steps": self.steps,
-            "train_loss": self.train_loss,
-            "eval_steps": self.eval_steps,
-            "val": self.val,
-            "baseline": self.baseline,
-            "num_train": self.num_train,
-            "num_val": self.num_val,
-            "seconds": self.seconds,
-        }
+        return asdict(self)
 
 
 def train_val_split(n: int, val_frames, val_fraction: float, seed: int):

@@ -27,6 +27,7 @@ from typing import NamedTuple, Optional, Union
 
 import numpy as np
 
+from codecspec.cache import cache_root
 from codecspec.families.qwen3_tts.decoder_graph import (
     DECODER_GRAPH_VERSION,
     SpeechDecoderConfig,
@@ -48,7 +49,6 @@ from .tokenizer_cache import (
 __all__ = [
     "SpeechDecoder",
     "DecoderStream",
-    "default_cache_dir",
     "OFFICIAL_CHUNK_SIZE",
     "OFFICIAL_LEFT_CONTEXT",
 ]
@@ -67,13 +67,6 @@ _GRAPH_FILE = "decoder.onnx"
 _FUSED_FILE = "decoder.fused.onnx"
 
 PathLike = Union[str, os.PathLike]
-
-
-def default_cache_dir() -> Path:
-    """`codecspec.cache.cache_root()`."""
-    from codecspec.cache import cache_root
-
-    return cache_root()
 
 
 # ---------------------------------------------------------------------- folder reading
@@ -225,7 +218,7 @@ class SpeechDecoder:
         folder = Path(speech_tokenizer_dir)
         config, files, where = _read_folder(folder)
         graph = cached_graph(
-            Path(cache_dir if cache_dir is not None else default_cache_dir()),
+            Path(cache_dir if cache_dir is not None else cache_root()),
             f"qwen3-speech-decoder-{_content_key(folder, files)}",
             _GRAPH_FILE,
             lambda entry: _build_into_cache(folder, config, where, entry),

@@ -42,7 +42,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -57,7 +57,6 @@ __all__ = [
     "decoder_tensor_shapes",
     "build_speech_decoder_graph",
     "state_io_names",
-    "read_decoder_metadata",
     "random_decoder_tensors",
     "random_decoder_tensor",
     "write_random_speech_tokenizer",
@@ -771,11 +770,6 @@ def state_io_names(model_or_inputs) -> list[tuple[str, str, list[int]]]:
         for name, shape in items
         if name.startswith("state.")
     ]
-
-
-def read_decoder_metadata(model: onnx.ModelProto) -> Optional[dict]:
-    props = {p.key: p.value for p in model.metadata_props}
-    return json.loads(props[_META]) if _META in props else None
 
 
 def attention_shapes(lp: str, c) -> dict:

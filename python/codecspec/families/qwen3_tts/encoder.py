@@ -110,14 +110,13 @@ class SpeechEncoder:
     ) -> SpeechEncoder:
         """Build (first time) or reuse the cached encoder graph of a speech_tokenizer/ folder;
         ValueError naming `speech_tokenizer_dir` when it has no complete encoder."""
+        from codecspec.cache import cache_root
         from codecspec.runtime.session import open_session
-
-        from .decoder import default_cache_dir
 
         folder = Path(speech_tokenizer_dir)
         config, files, where = _read_folder(folder)
         graph = cached_graph(
-            Path(cache_dir if cache_dir is not None else default_cache_dir()),
+            Path(cache_dir if cache_dir is not None else cache_root()),
             f"qwen3-speech-encoder-{_content_key(folder, files)}",
             _GRAPH_FILE,
             lambda entry: _build_into_cache(folder, config, where, entry),

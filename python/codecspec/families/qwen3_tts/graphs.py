@@ -47,10 +47,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from codecspec.cache import cache_root
+
 from .checkpoint import CACHE_FORMAT, Qwen3Checkpoint, TalkerSpec
 
 __all__ = [
-    "default_cache_dir",
     "build_or_load",
     "talker_depth_config",
     "weights_graph",
@@ -76,13 +77,6 @@ SPEAKER_FILE = "speaker_encoder.npz"  # Base checkpoints: the x-vector encoder's
 # Talker positions the graph's RoPE cache covers at most (prompt + frames); the official
 # config allows 32768, far more than one request of this runtime needs.
 MAX_TALKER_POSITIONS = 8192
-
-
-def default_cache_dir() -> Path:
-    """`codecspec.cache.cache_root()`."""
-    from codecspec.cache import cache_root
-
-    return cache_root()
 
 
 def talker_depth_config(spec: TalkerSpec):
@@ -252,7 +246,7 @@ def _build_into(ck: Qwen3Checkpoint, out: Path, key: str, log) -> None:
 
 
 def cache_entry(ck: Qwen3Checkpoint, cache_dir=None) -> Path:
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
     return root / "qwen3" / ck.content_hash(memo=root / "qwen3" / "hashes.json")
 
 
