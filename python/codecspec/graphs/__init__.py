@@ -7,17 +7,20 @@
 See docs/graphs.md for the graph I/O contract and measured costs.
 """
 
-from .builder import (
+from codecspec.runtime.graph_format import (
     GRAPH_VERSION,
+    load_model,
+    read_graph_config,
+    read_graph_metadata,
+)
+
+from .builder import (
     INPUT_NAMES,
     OUTPUT_NAMES,
     build_depth_graph,
     count_nodes,
     cpu_variant_supported,
     graph_io_names,
-    load_model,
-    read_graph_config,
-    read_graph_metadata,
     save_model,
     set_row_multiple,
 )

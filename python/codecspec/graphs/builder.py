@@ -62,7 +62,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from codecspec.runtime.graph_format import (  # the format's names, re-exported here
+from codecspec.runtime.graph_format import (
     _META_ATTENTION,
     _META_CONFIG,
     _META_HEADS,
@@ -73,9 +73,6 @@ from codecspec.runtime.graph_format import (  # the format's names, re-exported 
     _META_VERSION,
     GRAPH_VERSION,
     IN_PLACE_KV,
-    load_model,
-    read_graph_config,
-    read_graph_metadata,
 )
 
 from .config import DepthDecoderConfig, table_layout
@@ -84,15 +81,10 @@ from .weights import DepthDecoderWeights
 
 __all__ = [
     "GraphBuilder",
-    "GRAPH_VERSION",
     "INPUT_NAMES",
     "OUTPUT_NAMES",
-    "IN_PLACE_KV",
     "build_depth_graph",
     "save_model",
-    "load_model",
-    "read_graph_config",
-    "read_graph_metadata",
     "graph_io_names",
     "count_nodes",
     "cpu_variant_supported",
