@@ -1,13 +1,17 @@
-"""Short-run probe for seed 002's shared depth decoder on v3 (docs/shared_depth.md): does a
-low-rank per-level correction of the shared input table and head buy held-out CE within a
-quarter of the per-position decoder's weights?
+"""Short-run probe for seed 002's shared depth decoder on v3 (docs/shared_depth.md): what buys
+held-out CE within a quarter of the per-position decoder's weights? A low-rank per-level
+correction of the shared input table and head (`--rank`), or tying them to the codec's own
+codebooks (`--tie codebook[-levels]`, optionally `--init-from-teacher`)?
 
     python models/recipe/shared_depth_probe.py --rank 12 --steps 300 --out probe.json
+    python models/recipe/shared_depth_probe.py --rank 0 --tie codebook-levels \
+        --init-from-teacher --steps 300 --out probe.json
 
 Same frames (120,000 teacher-forced training frames of the shipped folder, 2,048 held-out),
 seed, schedule and distillation as the 300-step probe that chose distillation for
-`v3.py shared-depth`; rank 0 is that plain shared decoder. Trained here only (no export: the
-graph builder knows the plain tied layout), so a rank that pays would still need one.
+`v3.py shared-depth`; rank 0 without --tie is that plain shared decoder. Trained here only:
+the codebook tie is `v3.py shared-depth --tie codebook`'s (exported); a rank would need an
+export of its own.
 """
 
 from __future__ import annotations
@@ -70,6 +74,18 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--tie",
+        choices=("none", "codebook", "codebook-levels"),
+        default="none",
+        help="codebook: table and head tied to the codec's codebooks "
+        "(codebook-levels: one head projection per level)",
+    )
+    ap.add_argument(
+        "--init-from-teacher",
+        action="store_true",
+        help="with --tie: start from the teacher's first layers and fitted tables",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -79,7 +95,15 @@ def main(argv=None) -> int:
     train, held = frozen_frames(model, corpus, work, 120000, 2048, 0, 0, frontend)
     teacher = model.depth.eval()
     cfg = dataclasses.replace(teacher.c, num_layers=args.layers)
-    m = LowRankShared(cfg, args.rank) if args.rank else SharedDepthModel(cfg)
+    if args.tie != "none":
+        import numpy as np
+
+        cb = np.load(Path(args.model) / "codec.npz")["codebooks"].astype(np.float32)
+        m = SharedDepthModel(cfg, codebooks=cb, per_level_head=args.tie == "codebook-levels")
+        if args.init_from_teacher:
+            m.warm_start(teacher)
+    else:
+        m = LowRankShared(cfg, args.rank) if args.rank else SharedDepthModel(cfg)
     probe = (held[0][:1024], held[1][:1024])
     info = train_depth(
         m, *train, steps=args.steps, batch=256, lr=1.5e-3, seed=0, val=probe, eval_every=30,
@@ -88,12 +112,13 @@ def main(argv=None) -> int:
     ce = heldout_cross_entropy(m, *held)
     n, n_pos = count_parameters(m), count_parameters(teacher)
     rep = {
-        "rank": args.rank, "layers": args.layers, "steps": args.steps, "parameters": n,
+        "rank": args.rank, "tie": args.tie, "init": args.init_from_teacher,
+        "layers": args.layers, "steps": args.steps, "parameters": n,
         "positional": n_pos, "ratio": n / n_pos, "heldout_ce": float(ce.mean()),
         "per_level": ce.round(3).tolist(), "val": info["val"], "seconds": info["seconds"],
     }  # fmt: skip
     Path(args.out).write_text(json.dumps(rep, indent=1))
-    print(json.dumps({k: rep[k] for k in ("rank", "ratio", "heldout_ce", "seconds")}))
+    print(json.dumps({k: rep[k] for k in ("rank", "tie", "ratio", "heldout_ce", "seconds")}))
     return 0
 
 

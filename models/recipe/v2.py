@@ -853,13 +853,10 @@ def export_shared(shared, out: Path, cache: Path, held, args) -> tuple[dict, dic
     real = held[1]
     c0s = real[:, 0]
     arrays = shared.shared_arrays()
-    save_shared(
-        out / SHARED_FILE, shared.c, arrays, share_c0=shared.share_c0,
-        level_embeddings=shared.has_level,
-    )  # fmt: skip
+    save_shared(out / SHARED_FILE, shared.c, arrays, **shared.save_options())
     spec, arrays = load_shared(out / SHARED_FILE)
     t1 = time.monotonic()
-    graph, heads = build_shared_graph(spec, arrays)
+    graph, heads = build_shared_graph(spec, arrays, codebooks=shared.codebooks)
     build_s = time.monotonic() - t1
     sgraph = cache / "shared" / "depth_shared.onnx"  # calibration input only, not shipped
     save_model(graph, sgraph)

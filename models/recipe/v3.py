@@ -270,7 +270,14 @@ def cmd_shared_depth(args) -> int:
     )
     teacher = model.depth.eval()
     del model
-    shared = SharedDepthModel(dataclasses.replace(teacher.c, num_layers=args.shared_layers))
+    config = dataclasses.replace(teacher.c, num_layers=args.shared_layers)
+    if args.tie == "codebook":  # the codec's own vectors per level, two small maps learned
+        cb = np.load(folder / "codec.npz")["codebooks"].astype(np.float32)
+        shared = SharedDepthModel(config, codebooks=cb, per_level_head=args.per_level_head)
+        if args.warm_start:
+            shared.warm_start(teacher)
+    else:
+        shared = SharedDepthModel(config)
     log(f"{len(train[0])} training frames; shared {count_parameters(shared)} parameters")
     probe = (held[0][:1024], held[1][:1024])
     info = train_depth(
@@ -289,6 +296,7 @@ def cmd_shared_depth(args) -> int:
         "folder": _portable_path(str(folder)),
         "train_frames": len(train[0]), "heldout_frames": len(held[0]),
         "shared_layers": args.shared_layers, "distill": args.distill, "lr": args.lr,
+        "tie": args.tie, "per_level_head": args.per_level_head, "warm_start": args.warm_start,
         "parameters": {"shared": count_parameters(shared), "positional": count_parameters(teacher)},
         "train": info,
         "heldout_ce_per_level": {k: v.round(4).tolist() for k, v in ce.items()},
@@ -819,6 +827,19 @@ def main(argv=None) -> int:
     sd.add_argument("--batch", type=int, default=256, help="frames per step")
     sd.add_argument("--lr", type=float, default=1.5e-3)
     sd.add_argument("--shared-layers", type=int, default=3)
+    sd.add_argument(
+        "--tie", choices=("codebook", "table"), default="codebook",
+        help="codebook: each level's codes enter and are scored through the codec's own "
+        "codebook vectors (two learned maps); table: one learned table and head for all",
+    )  # fmt: skip
+    sd.add_argument(
+        "--per-level-head", action="store_true", help="with --tie codebook: one out map per level"
+    )
+    sd.add_argument(
+        "--warm-start", action=argparse.BooleanOptionalAction, default=True,
+        help="with --tie codebook: start from the folder's decoder (its first layers, maps "
+        "fitted to its tables and heads)",
+    )  # fmt: skip
     sd.add_argument("--distill", type=float, default=0.5, help="KL share of the loss (0: CE)")
     sd.add_argument("--train-frames", type=int, default=620000)
     sd.add_argument("--frames", type=int, default=4096, help="held-out frames")

@@ -20,6 +20,7 @@ from codecspec.fidelity import per_position_pvalues
 from codecspec.graphs import DepthDecoderConfig, build_depth_graph
 from codecspec.graphs.shared import (
     build_shared_graph,
+    codebook_features,
     expand_shared,
     load_shared,
     save_shared,
@@ -292,3 +293,159 @@ def test_v2_model_runs_either_depth_decoder(tmp_path, capsys):
     argv = ["synth", "--phonemes", phon, "--model", str(d), "--max-frames", "6", "-o", str(out)]
     assert main(argv + ["--depth", "shared", "--json", "--threads", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["frames"] == 6 and out.is_file()
+
+
+# ------------------------------------------------- tied to the codec's RVQ codebooks
+def sticky_codebooks(c: DepthDecoderConfig, dim: int = 40, seed: int = 3, sharpness: float = 8.0):
+    """(codebooks [G, V, dim], shared arrays) of a codebook-tied decoder whose codes repeat
+    across levels: every level has the same codebook and head = sharpness x table / H (dim
+    above H, so the tables have full rank and the codes stay apart)."""
+    rng = np.random.default_rng(seed)
+    cb = np.repeat(rng.standard_normal((1, c.codebook_size, dim)), c.num_codebooks, axis=0)
+    cb = cb.astype(np.float16).astype(np.float32)  # what a codec.npz holds
+    f = dim + 1
+    a = sticky_shared(c, seed)  # its layers, norms and level drift; the table and head go
+    del a["table"], a["head"]
+    a["in_proj"] = (rng.standard_normal((f, c.hidden_size)) / np.sqrt(f)).astype(np.float32)
+    a["out_proj"] = sharpness * a["in_proj"] / c.hidden_size
+    return cb, a
+
+
+def _float16_exact(m) -> None:
+    import torch
+
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(p.half().float())
+
+
+@pytest.mark.parametrize("per_level_head", [False, True])
+def test_codebook_tied_export_matches_the_torch_model(tmp_path, per_level_head):
+    torch = pytest.importorskip("torch", reason="exercises the PyTorch model ([train] extra)")
+    from codecspec.train.networks import SharedDepthModel, depth_weights
+
+    torch.manual_seed(1)
+    cb = np.random.default_rng(2).standard_normal((CFG.num_codebooks, CFG.codebook_size, 8))
+    cb *= np.linspace(3.0, 0.5, CFG.num_codebooks)[:, None, None]  # levels of other scales
+    m = SharedDepthModel(CFG, codebooks=cb, per_level_head=per_level_head).eval()
+    with torch.no_grad():
+        m.level_embeddings.normal_(0.0, 0.5)
+        m.in_proj.normal_(0.0, 0.3)
+        m.out_proj.normal_(0.0, 0.3)
+    _float16_exact(m)  # stored as float16 without change, so both sides hold the same values
+    hidden = torch.randn(3, CFG.hidden_size)
+    codes = torch.randint(0, CFG.codebook_size, (3, CFG.num_codebooks))
+    with torch.no_grad():
+        want = m(hidden, codes).numpy()
+    save_shared(tmp_path / SHARED_FILE, CFG, m.shared_arrays(), **m.save_options())
+    spec, back = load_shared(tmp_path / SHARED_FILE)
+    assert spec["per_level_head"] is per_level_head and "table" not in back
+    _, w2 = expand_shared(spec, back, codebooks=cb)
+    for name, a in depth_weights(m).items():
+        np.testing.assert_allclose(w2[name], a, atol=2e-5, rtol=1e-5, err_msg=name)
+    sess = open_session(build_depth_graph(CFG, w2, heads="graph").SerializeToString(), "cpu")
+    for n in range(3):
+        feeds = teacher_forced_feeds(CFG, hidden[n].numpy(), codes[n].numpy())
+        logits = sess.run(["logits"], feeds)[0]
+        np.testing.assert_allclose(logits[1:], want[n], atol=2e-4, rtol=1e-4)
+    # the codebooks are the codec's: parameters are the two maps, the levels and the body
+    tie = {"codebook_features": 9, "per_level_head": per_level_head}
+    assert sum(p.numel() for p in m.parameters()) == shared_parameter_count(CFG, True, True, **tie)
+    # a per-level head only changes the head: the tables are the same maps of the codebooks
+    if per_level_head:
+        heads = w2["heads"]
+        assert not np.allclose(heads[0] @ heads[1].T, heads[0] @ heads[0].T)
+
+
+def test_a_codebook_tied_folder_keeps_the_autoregressive_law(tmp_path):
+    cb, a = sticky_codebooks(CFG)
+    save_shared(tmp_path / SHARED_FILE, CFG, a, share_c0=True, level_embeddings=True, codebooks=cb)
+    offsets = 0.3 * np.random.default_rng(0).standard_normal((3, CFG.hidden_size))
+    np.save(tmp_path / SHARED_OFFSETS, offsets.astype(np.float32))
+    (tmp_path / SHARED_TREE).write_text(TREE.to_json())
+    with pytest.raises(FileNotFoundError, match="codec.npz"):
+        open_depth_decoder(tmp_path, "shared", provider="cpu", threads=1)
+    np.savez(tmp_path / "codec.npz", codebooks=(cb + 0.5).astype(np.float16))
+    with pytest.raises(ValueError, match="not the codebooks"):
+        open_depth_decoder(tmp_path, "shared", provider="cpu", threads=1)
+    np.savez(tmp_path / "codec.npz", codebooks=cb.astype(np.float16))
+    good = open_depth_decoder(tmp_path, "shared", params=SAMPLED, provider="cpu", threads=1)
+    p, stats = _fidelity(good, 2000, seed=13)
+    assert stats.accepted_per_round > 1.0, "speculation must actually be exercised"
+    assert p.min() > 1e-4, f"per-position p-values {p}"
+    spec, arrays = load_shared(tmp_path / SHARED_FILE)
+    graph, heads = build_shared_graph(spec, arrays, codebooks=cb)
+    broken = ShiftedVerifier(
+        graph, tree=TREE, offsets=good.offsets * 4, params=SAMPLED, provider="cpu", threads=1,
+        heads=heads,
+    )  # fmt: skip
+    p_bad, _ = _fidelity(broken, 2000, seed=14)
+    assert p_bad.min() < 1e-4, "the broken verifier must be caught"
+
+
+def test_codebook_tie_bad_input(tmp_path):
+    cb, a = sticky_codebooks(CFG)
+    kw = dict(share_c0=True, level_embeddings=True)
+    with pytest.raises(ValueError, match="share_c0"):
+        shared_shapes(CFG, False, True, codebook_features=41)
+    with pytest.raises(ValueError, match="per_level_head"):
+        shared_shapes(CFG, True, True, per_level_head=True)
+    with pytest.raises(ValueError, match="per_level_head"):
+        save_shared(tmp_path / "x.npz", CFG, sticky_shared(CFG), per_level_head=True, **kw)
+    with pytest.raises(ValueError, match="'in_proj' has shape"):  # codebooks of another width
+        save_shared(tmp_path / "x.npz", CFG, a, codebooks=cb[..., :8], **kw)
+    with pytest.raises(ValueError, match="missing tensor 'in_proj'"):
+        save_shared(tmp_path / "x.npz", CFG, sticky_shared(CFG), codebooks=cb, **kw)
+    save_shared(tmp_path / SHARED_FILE, CFG, a, codebooks=cb, **kw)
+    spec, back = load_shared(tmp_path / SHARED_FILE)
+    with pytest.raises(ValueError, match="tied to the codec"):
+        expand_shared(spec, back)
+    with pytest.raises(ValueError, match=r"codebooks: expected"):
+        expand_shared(spec, back, codebooks=cb[:2])
+    with pytest.raises(ValueError, match="not the codebooks"):
+        expand_shared(spec, back, codebooks=cb * 2)
+    for bad in (np.zeros((CFG.num_codebooks, 64, 8)), np.full((2, 3, 4), np.nan), np.ones(5)):
+        with pytest.raises(ValueError, match="codebooks"):
+            codebook_features(bad)
+    with pytest.raises(ValueError, match="codebooks_sha256"):
+        expand_shared(
+            {k: v for k, v in spec.items() if k != "codebooks_sha256"}, back, codebooks=cb
+        )
+    with pytest.raises(ValueError, match="codebook_features"):
+        expand_shared({**spec, "codebook_features": "9"}, back, codebooks=cb)
+
+
+def test_warm_start_recovers_a_teacher_whose_tables_are_maps_of_the_codebooks():
+    """A per-position teacher whose tables and heads are exactly (level-wise) linear maps of
+    the codebook features: the warm start's least squares recovers them, so a shared decoder
+    of the teacher's depth computes the teacher's logits."""
+    torch = pytest.importorskip("torch", reason="exercises the PyTorch model ([train] extra)")
+    from codecspec.graphs.shared import codebook_features
+    from codecspec.train.networks import DepthModel, SharedDepthModel
+
+    torch.manual_seed(3)
+    G, F = CFG.num_codebooks, 9
+    cb = np.random.default_rng(4).standard_normal((G, CFG.codebook_size, F - 1))
+    phi = torch.as_tensor(codebook_features(cb))
+    teacher = DepthModel(CFG).eval()
+    q, lv = torch.randn(F, CFG.hidden_size) * 0.1, torch.randn(G - 1, CFG.hidden_size) * 0.1
+    p = torch.randn(G - 1, F, CFG.hidden_size) * 0.1
+    with torch.no_grad():
+        teacher.c0_embedding.weight.copy_(phi[0] @ q + lv[0])
+        teacher.code_embeddings[: G - 2].copy_(phi[1 : G - 1] @ q + lv[1:, None])
+        teacher.heads.copy_(phi[1:] @ p)
+    student = SharedDepthModel(CFG, codebooks=cb, per_level_head=True).eval()
+    student.warm_start(teacher)
+    hidden = torch.randn(4, CFG.hidden_size)
+    codes = torch.randint(0, CFG.codebook_size, (4, G))
+    with torch.no_grad():
+        np.testing.assert_allclose(student(hidden, codes), teacher(hidden, codes), atol=1e-3)
+    shared_head = SharedDepthModel(CFG, codebooks=cb).eval()
+    shared_head.warm_start(teacher)  # one out map cannot fit five: it must differ
+    with torch.no_grad():
+        assert not np.allclose(shared_head(hidden, codes), teacher(hidden, codes), atol=1e-2)
+    with pytest.raises(ValueError, match="warm_start"):
+        SharedDepthModel(CFG).warm_start(teacher)
+    deeper = CFG.__class__(**{**CFG.to_dict(), "num_layers": 3})
+    with pytest.raises(ValueError, match="teacher"):
+        SharedDepthModel(deeper, codebooks=cb).warm_start(teacher)

@@ -76,13 +76,33 @@ def shared_decoder_from_dir(model_dir, **kw) -> DepthDecoder:
             "`python models/recipe/v2.py shared-depth` for v2, `v3.py shared-depth --out` for v3)"
         )
     spec, arrays = load_shared(d / SHARED_FILE)
-    graph, heads = build_shared_graph(spec, arrays)
+    graph, heads = build_shared_graph(spec, arrays, codebooks=_codebooks(d, spec))
     if "offsets" not in kw and (d / SHARED_OFFSETS).is_file():
         kw["offsets"] = np.load(d / SHARED_OFFSETS)
     if "tree" not in kw and (d / SHARED_TREE).is_file():
         kw["tree"] = cs.DraftTree.from_json((d / SHARED_TREE).read_text())
     kw.setdefault("heads", heads)
     return DepthDecoder(graph, **kw)
+
+
+def _codebooks(model_dir: Path, spec: dict):
+    """The folder's codec codebooks when the shared decoder is tied to them, else None."""
+    import numpy as np
+
+    from codecspec.graphs.shared import needs_codebooks
+
+    if not needs_codebooks(spec):
+        return None
+    path = model_dir / "codec.npz"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"model_dir: {SHARED_FILE} is tied to the codec's codebooks; no {path.name} "
+            f"in {model_dir}"
+        )
+    with np.load(path, allow_pickle=False) as z:
+        if "codebooks" not in z.files:
+            raise ValueError(f"{path}: no codebooks (an RVQ codec) for the shared depth decoder")
+        return z["codebooks"].astype(np.float32)
 
 
 def open_depth_decoder(model_dir, depth: str = "positional", **kw) -> DepthDecoder:

@@ -362,60 +362,141 @@ class SharedDepthModel(nn.Module):
     one LM head, `c.num_layers` layers; the level comes from RoPE at its position and, with
     level_embeddings, a learned vector per level added to the code embedding.
 
+    codebooks: the codec's RVQ codebooks [G, V, D]; the table and head are then tied to them
+    (`codebook_features` times a learned [D + 1, H] map in and out; per_level_head: one out
+    map per level), so each level keeps its own code vectors at a small fraction of the
+    weights.
+
     forward() computes exactly what DepthModel computes with the expanded weights
     (`expanded()`), which is what `depth_weights` exports."""
 
-    def __init__(self, c: DepthDecoderConfig, share_c0: bool = True, level_embeddings: bool = True):
+    def __init__(
+        self,
+        c: DepthDecoderConfig,
+        share_c0: bool = True,
+        level_embeddings: bool = True,
+        codebooks=None,
+        per_level_head: bool = False,
+    ):
         super().__init__()
-        from codecspec.graphs.shared import shared_shapes
+        from codecspec.graphs.shared import codebook_features, shared_shapes
 
-        shared_shapes(c, share_c0, level_embeddings)  # validates the combination
+        phi = None if codebooks is None else codebook_features(codebooks)[: c.num_codebooks]
+        shapes = shared_shapes(
+            c,
+            share_c0,
+            level_embeddings,
+            codebook_features=0 if phi is None else phi.shape[-1],
+            per_level_head=per_level_head,
+        )  # fmt: skip  (validates the combination)
         self.c, self.share_c0, self.has_level = c, bool(share_c0), bool(level_embeddings)
+        self.per_level_head = bool(per_level_head)
+        self.codebooks = None if codebooks is None else np.asarray(codebooks)
         H, V, G = c.hidden_size, c.codebook_size, c.num_codebooks
-        self.table = nn.Parameter(torch.randn(V, H) * 0.02)
+        if phi is None:
+            self.table = nn.Parameter(torch.randn(V, H) * 0.02)
+            self.head = nn.Parameter(torch.randn(V, H) * 0.02)
+        else:  # scaled so phi @ in_proj starts as small as a 0.02 table
+            if phi.shape[:2] != (G, V):
+                raise ValueError(f"codebooks: expected [{G}, {V}, dim], got {phi.shape}")
+            self.register_buffer("phi", torch.as_tensor(phi), persistent=False)
+            std = 0.02 / phi.shape[-1] ** 0.5
+            self.in_proj = nn.Parameter(torch.randn(*shapes["in_proj"]) * std)
+            self.out_proj = nn.Parameter(torch.randn(*shapes["out_proj"]) * std)
         if not share_c0:
             self.c0_embedding = nn.Parameter(torch.randn(c.c0_vocab_size, H) * 0.02)
         if level_embeddings:  # levels 0..G-2 (c_{G-1} is never an input)
             self.level_embeddings = nn.Parameter(torch.zeros(G - 1, H))
         self.layers = nn.ModuleList(DepthLayer(c) for _ in range(c.num_layers))
         self.final_norm = RMSNorm(H, c.rms_norm_eps)
-        self.head = nn.Parameter(torch.randn(V, H) * 0.02)
         inv = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2).double() / c.head_dim))
         ang = torch.arange(G).double()[:, None] * inv[None, :]
         emb = torch.cat([ang, ang], dim=-1)
         self.register_buffer("cos", emb.cos().float(), persistent=False)
         self.register_buffer("sin", emb.sin().float(), persistent=False)
 
+    @property
+    def tied_to_codebooks(self) -> bool:
+        return self.codebooks is not None
+
     def _levels(self) -> torch.Tensor:
         G, H = self.c.num_codebooks, self.c.hidden_size
         if self.has_level:
             return self.level_embeddings
-        return torch.zeros(G - 1, H, device=self.table.device)
+        return torch.zeros(G - 1, H, device=self.final_norm.weight.device)
+
+    def _tables(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input table of c0 [C0, H], of c1..c_{G-1} [G-1, V, H], heads [G-1, V, H]),
+        level vectors not yet added."""
+        G = self.c.num_codebooks
+        if self.tied_to_codebooks:
+            embed = self.phi @ self.in_proj  # [G, V, H]
+            return embed[0], embed[1:], self.phi[1:] @ self.out_proj
+        c0 = self.table if self.share_c0 else self.c0_embedding
+        return c0, self.table[None].expand(G - 1, -1, -1), self.head[None].expand(G - 1, -1, -1)
 
     def expanded(self) -> dict:
         """The DepthModel tensors these parameters tie: c0_embedding [C0, H],
         code_embeddings [G-1, V, H], heads [G-1, V, H]."""
-        G = self.c.num_codebooks
         lv = self._levels()
-        c0 = self.table if self.share_c0 else self.c0_embedding
+        c0, tables, heads = self._tables()
         tail = torch.cat([lv[1:], torch.zeros_like(lv[:1])])
         return {
             "c0_embedding": c0 + lv[0],
-            "code_embeddings": self.table[None] + tail[:, None, :],
-            "heads": self.head[None].expand(G - 1, -1, -1),
+            "code_embeddings": tables + tail[:, None, :],
+            "heads": heads,
         }
 
     def forward(self, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         """Logits [N, G-1, V] of c1..c_{G-1} given h_t [N, H] and teacher codes [N, G]."""
         G = self.c.num_codebooks
         lv = self._levels()
-        c0_table = self.table if self.share_c0 else self.c0_embedding
+        c0_table, tables, heads = self._tables()
         x0 = c0_table[codes[:, 0]] + lv[0]
-        rows = self.table[codes[:, 1 : G - 1]] + lv[1:]  # [N, G-2, H]
+        levels = torch.arange(G - 2, device=codes.device)
+        rows = tables[levels[None, :], codes[:, 1 : G - 1]] + lv[1:]  # [N, G-2, H]
         x = torch.cat([hidden[:, None], x0[:, None], rows], dim=1)
         for layer in self.layers:
             x = layer(x, self.cos, self.sin)
-        return self.final_norm(x)[:, 1:] @ self.head.T
+        z = self.final_norm(x)[:, 1:]  # [N, G-1, H]
+        if self.tied_to_codebooks:
+            return torch.einsum("njh,jvh->njv", z, heads)
+        return z @ self.head.T  # one head for every level: one matmul
+
+    @torch.no_grad()
+    def warm_start(self, teacher: DepthModel) -> None:
+        """Start from a trained per-position decoder of the same levels: its first layers and
+        final norm, and (tied to codebooks) the in map and level vectors fitted by least
+        squares to its input tables, the out map(s) to its heads. Distilling from that
+        teacher then starts where a cold start arrives after many steps."""
+        if not self.tied_to_codebooks or not self.share_c0:
+            raise ValueError("warm_start: only a codebook-tied decoder (share_c0) is fitted")
+        G, H, V = self.c.num_codebooks, self.c.hidden_size, self.c.codebook_size
+        if teacher.c.num_layers < self.c.num_layers or teacher.c.hidden_size != H:
+            raise ValueError("teacher: needs at least as many layers of the same width")
+        for mine, theirs in zip(self.layers, teacher.layers):
+            mine.load_state_dict(theirs.state_dict())
+        self.final_norm.load_state_dict(teacher.final_norm.state_dict())
+        tables = torch.cat([teacher.c0_embedding.weight[None], teacher.code_embeddings[: G - 2]])
+        phi, F = self.phi[: G - 1], self.phi.shape[-1]
+        onehot = torch.eye(G - 1).repeat_interleave(V, dim=0)  # the level vectors' columns
+        a = torch.cat([phi.reshape(-1, F), onehot], dim=1)
+        sol = torch.linalg.lstsq(a, tables.reshape(-1, H)).solution
+        self.in_proj.copy_(sol[:F])
+        if self.has_level:
+            self.level_embeddings.copy_(sol[F:])
+        if self.per_level_head:
+            self.out_proj.copy_(torch.linalg.lstsq(self.phi[1:], teacher.heads).solution)
+        else:
+            flat = self.phi[1:].reshape(-1, F)
+            self.out_proj.copy_(torch.linalg.lstsq(flat, teacher.heads.reshape(-1, H)).solution)
+
+    def save_options(self) -> dict:
+        """The keyword arguments `codecspec.graphs.shared.save_shared` needs for this model."""
+        return {
+            "share_c0": self.share_c0, "level_embeddings": self.has_level,
+            "codebooks": self.codebooks, "per_level_head": self.per_level_head,
+        }  # fmt: skip
 
     def shared_arrays(self) -> dict:
         """The shared tensors under `codecspec.graphs.shared` names (float32 numpy)."""
@@ -423,11 +504,11 @@ class SharedDepthModel(nn.Module):
         def t(x: torch.Tensor) -> np.ndarray:
             return x.detach().cpu().float().numpy()
 
-        out = {
-            "table": t(self.table),
-            "head": t(self.head),
-            "final_norm": t(self.final_norm.weight),
-        }
+        out = {"final_norm": t(self.final_norm.weight)}
+        if self.tied_to_codebooks:
+            out |= {"in_proj": t(self.in_proj), "out_proj": t(self.out_proj)}
+        else:
+            out |= {"table": t(self.table), "head": t(self.head)}
         if not self.share_c0:
             out["c0_embedding"] = t(self.c0_embedding)
         if self.has_level:

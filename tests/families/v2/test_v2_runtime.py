@@ -156,11 +156,12 @@ def _rss_slope(cache: str, folder=DEEP_FIXTURE, depth: str = "positional") -> fl
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux's /proc (macOS)")
 def test_the_shared_depth_decoder_streams_in_constant_memory(tmp_path):
-    """Seed 002's property on the shared depth decoder: one set of weights for every level,
-    expanded once at load, and nothing kept per frame, so a long stream on it grows by less
-    than half the temporal K/V per frame, the bound the positional decoder meets. (That the
-    bound catches a leak on this fixture is the test above's hoarding variant: the same
-    folder, frames and measurement; run again here it would double a slow test.)"""
+    """Seed 002's property on the shared depth decoder (tied to the codec's codebooks, as v3's
+    is): one set of weights for every level, expanded once at load, and nothing kept per
+    frame, so a long stream on it grows by less than half the temporal K/V per frame, the
+    bound the positional decoder meets. (That the bound catches a leak on this fixture is the
+    test above's hoarding variant: the same folder, frames and measurement; run again here it
+    would double a slow test.)"""
     import json
     import shutil
 
@@ -172,11 +173,19 @@ def test_the_shared_depth_decoder_streams_in_constant_memory(tmp_path):
     meta = json.loads((folder / "model.json").read_text())
     cfg = DepthDecoderConfig.from_dict(meta["depth_config"])
     rng = np.random.default_rng(0)
+    # tied to RVQ codebooks, as v3's: they sit in codec.npz (this folder decodes with its own
+    # codec_v2.npz; codec.npz is read by the shared decoder only)
+    cb = rng.standard_normal((cfg.num_codebooks, cfg.codebook_size, 8)).astype(np.float16)
+    np.savez(folder / "codec.npz", codebooks=cb)
+    tie = {"codebook_features": 9, "per_level_head": True}
     arrays = {
         k: (0.1 * rng.standard_normal(shape)).astype(np.float32)
-        for k, shape in shared_shapes(cfg, True, True).items()
+        for k, shape in shared_shapes(cfg, True, True, **tie).items()
     }
-    save_shared(folder / "depth_shared.npz", cfg, arrays, share_c0=True, level_embeddings=True)
+    save_shared(
+        folder / "depth_shared.npz", cfg, arrays, share_c0=True, level_embeddings=True,
+        codebooks=cb.astype(np.float32), per_level_head=True,
+    )  # fmt: skip
     bound = _kv_bytes_per_frame(folder) / 2
     assert _rss_slope("ring", folder, "shared") < bound
 
