@@ -41,6 +41,12 @@ class TrainLog:
     val: list = field(default_factory=list)
     val_levels: list = field(default_factory=list)  # per-level depth CE on held-out frames
 
+    def record_val(self, step: int, losses: dict, levels) -> None:
+        """Held-out losses and per-level CE at `step`, rounded to 4 places."""
+        self.val_steps.append(step)
+        self.val.append({k: round(x, 4) for k, x in losses.items()})
+        self.val_levels.append([round(x, 4) for x in levels])
+
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 

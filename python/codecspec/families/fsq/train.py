@@ -161,13 +161,6 @@ def _save(path: Path, model, opt, state: dict, log: TrainLog) -> None:
     tmp.replace(path)  # a kill mid-write never leaves a truncated checkpoint
 
 
-def _record_val(model, val, log: TrainLog, step: int) -> None:
-    v, per_ch = evaluate(model, val)
-    log.val_steps.append(step)
-    log.val.append({k: round(x, 4) for k, x in v.items()})
-    log.val_levels.append([round(x, 4) for x in per_ch])
-
-
 def train_fsq(
     train_set: TTSDataset,
     val_set: TTSDataset,
@@ -224,7 +217,7 @@ def train_fsq(
             log.seconds.append(state["seconds"])
             log.train.append({k: round(out[k].item(), 4) for k in LOSS_KEYS})
             if state["step"] % eval_every == 0:
-                _record_val(model, val, log, state["step"])
+                log.record_val(state["step"], *evaluate(model, val))
             if progress and elapsed - last_say > 30.0:
                 last_say = elapsed
                 _say(
@@ -237,7 +230,7 @@ def train_fsq(
                 last_ck = time.monotonic()
         else:
             state["epoch"] += 1
-    _record_val(model, val, log, state["step"])
+    log.record_val(state["step"], *evaluate(model, val))
     if ckpt is not None:
         _save(Path(ckpt), model, opt, state, log)
     model.eval()

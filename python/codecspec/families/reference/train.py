@@ -97,13 +97,6 @@ def _step(model, opt, b: Batch, frac: float, codec, scale, depth_frames, gen, lr
     return out
 
 
-def _record_eval(log: TrainLog, step: int, model: TTSModel, val: list) -> None:
-    v, lv = evaluate(model, val)
-    log.val_steps.append(step)
-    log.val.append({k: round(x, 4) for k, x in v.items()})
-    log.val_levels.append([round(x, 4) for x in lv])
-
-
 def train_tts(
     train_set: TTSDataset,
     val_set: TTSDataset,
@@ -158,11 +151,11 @@ def train_tts(
             log.seconds.append(round(elapsed, 2))
             log.train.append({k: round(out[k].item(), 4) for k in ("c0", "draft_c0", "depth")})
             if step % eval_every == 0:
-                _record_eval(log, step, model, val)
+                log.record_val(step, *evaluate(model, val))
             if progress and elapsed - last_report > 15.0:
                 last_report = elapsed
                 _report(step, epoch, elapsed, budget, out, log)
         epoch += 1
-    _record_eval(log, step, model, val)
+    log.record_val(step, *evaluate(model, val))
     model.eval()
     return model, log, scale

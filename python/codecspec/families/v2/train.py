@@ -110,13 +110,6 @@ def _resume(path: Path, model, opt, tcfg, dcfg) -> _Progress:
     return pr
 
 
-def _record_eval(pr: _Progress, model: V2Model, val: list) -> None:
-    v, lv = evaluate(model, val)
-    pr.log.val_steps.append(pr.step)
-    pr.log.val.append(v)
-    pr.log.val_levels.append(lv)
-
-
 def _held_out(val_set: TTSDataset, n: int, rate_jitter: float, max_frames: int) -> list:
     """The held-out batches every evaluation reads: the same ones in every run and resume."""
     batches = val_set.batches(16, seed=1, max_frames=max_frames)
@@ -147,7 +140,7 @@ def _warm_start(
         if bad:
             raise ValueError(f"init_from: re-export differs from {folder}: {bad[:5]}")
     pr = _Progress()
-    _record_eval(pr, model, val)  # step 0: where the folder's model stands
+    pr.log.record_val(pr.step, *evaluate(model, val))  # step 0: where the folder's model stands
     ref = shipped_heldout(folder)
     bad = heldout_mismatches(pr.log.val[-1], ref, INIT_TOL) if compare_heldout else []
     now = {k: pr.log.val[-1][k] for k in ("c0", "depth")}
@@ -269,7 +262,7 @@ def train_v2(
                 depth_frames=depth_frames, gen=gen, distill=distill,
             )  # fmt: skip
             if pr.step % eval_every == 0:
-                _record_eval(pr, model, val)
+                pr.log.record_val(pr.step, *evaluate(model, val))
             now = time.monotonic()
             if progress and now - last_report > 20.0:
                 last_report = now
@@ -280,7 +273,7 @@ def train_v2(
         else:
             pr.epoch += 1
             pr.skip = 0
-    _record_eval(pr, model, val)
+    pr.log.record_val(pr.step, *evaluate(model, val))
     _save(path, state(pr.skip))
     (ckpt_dir / "train.json").write_text(json.dumps(pr.log.to_dict()))
     model.eval()
