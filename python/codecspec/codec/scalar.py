@@ -10,9 +10,9 @@ import dataclasses
 
 import numpy as np
 
-from codecspec.codec.codec import Codec, CodecConfig
+from codecspec.codec.codec import Codec, CodecConfig, write_table
 
-__all__ = ["lloyd_max", "pca_codec"]
+__all__ = ["PCAGridCodec", "lloyd_max", "pca_codec"]
 
 
 def lloyd_max(x: np.ndarray, n: int, iters: int = 30) -> np.ndarray:
@@ -33,3 +33,52 @@ def pca_codec(spectral: CodecConfig, mean, components) -> Codec:
     """A v1 `Codec` that is exactly PCA + vocoder: one codebook with one zero entry."""
     cfg = dataclasses.replace(spectral, n_codebooks=1, codebook_size=1)
     return Codec(cfg, mean, components, np.zeros((1, 1, cfg.pca_dim), np.float16))
+
+
+class PCAGridCodec:
+    """What the grid-structured codecs share around their quantiser: the front end and the
+    vocoder of `pca` (a `pca_codec`). A subclass gives `encode_features(features)` and
+    `latent(codes)` (the PCA coordinates of codes, which it checks)."""
+
+    pca: Codec
+
+    @property
+    def spectral(self) -> CodecConfig:
+        """The front end (STFT, mel, PCA size); its codebook fields are the 1 x 1 of `pca`."""
+        return self.pca.cfg
+
+    @property
+    def frame_rate(self) -> float:
+        return self.pca.cfg.frame_rate
+
+    @property
+    def sample_rate(self) -> int:
+        return self.pca.cfg.sample_rate
+
+    def features(self, wav, sample_rate: int | None = None) -> np.ndarray:
+        return self.pca.features(wav, sample_rate)
+
+    def encode(self, wav, sample_rate: int | None = None) -> np.ndarray:
+        """Codes [ceil(len(wav) / frame_hop), ...] of a waveform."""
+        return self.encode_features(self.features(wav, sample_rate))
+
+    def decode_features(self, codes) -> np.ndarray:
+        return self.pca.unproject(self.latent(codes))
+
+    def decode(self, codes, n_iter: int = 32, seed: int = 0) -> np.ndarray:
+        """Waveform float32 [T * frame_hop] from codes [T, ...] (the v1 vocoder)."""
+        z = self.latent(codes)
+        if z.shape[0] == 0:
+            return np.zeros(0, np.float32)
+        return self.pca.features_to_wav(self.pca.unproject(z), n_iter=n_iter, seed=seed)
+
+    def _save(self, path, fmt: str, meta: dict, **arrays) -> int:
+        """The codec table: `meta` and the front end, the PCA, then `arrays`."""
+        return write_table(
+            path,
+            fmt,
+            dict(meta, spectral=dataclasses.asdict(self.spectral)),
+            mean=self.pca.mean.astype(np.float32),
+            components=self.pca.components.astype(np.float16),
+            **arrays,
+        )

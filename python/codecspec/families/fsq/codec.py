@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import codecspec as cs
-from codecspec.codec.codec import Codec, CodecConfig, open_table, write_table
-from codecspec.codec.scalar import lloyd_max, pca_codec
+from codecspec.codec.codec import Codec, CodecConfig, open_table
+from codecspec.codec.scalar import PCAGridCodec, lloyd_max, pca_codec
 
 __all__ = ["FSQConfig", "FSQCodec", "allocate_levels", "check_levels", "config_from_meta"]
 
@@ -171,7 +171,7 @@ def _pca_only(spectral: CodecConfig, dim: int) -> CodecConfig:
     return dataclasses.replace(spectral, pca_dim=dim, n_codebooks=1, codebook_size=1)
 
 
-class FSQCodec:
+class FSQCodec(PCAGridCodec):
     """``encode(wav) -> int [T, channels]``, ``pack``/``unpack`` to/from int [T, groups],
     ``decode(channels) -> float32 waveform`` (the v1 vocoder). ``channels`` may carry only the
     first k groups (k * width columns): the other PCA components decode as their mean."""
@@ -190,19 +190,6 @@ class FSQCodec:
         mids = 0.5 * (self.values[:, 1:] + self.values[:, :-1])
         pad = np.arange(lv.max() - 1)[None, :] >= (lv[:, None] - 1)
         self._thresholds = np.where(pad, np.inf, mids).astype(np.float32)
-
-    @property
-    def spectral(self) -> CodecConfig:
-        """The front end (STFT, mel, PCA size); its codebook fields are the 1 x 1 of `pca`."""
-        return self.pca.cfg
-
-    @property
-    def frame_rate(self) -> float:
-        return self.pca.cfg.frame_rate
-
-    @property
-    def sample_rate(self) -> int:
-        return self.pca.cfg.sample_rate
 
     @property
     def bits_per_second(self) -> float:
@@ -235,9 +222,6 @@ class FSQCodec:
         return cls(cfg, spectral, pca.mean, pca.components[:, : cfg.channels], values)
 
     # ---- analysis / synthesis ---------------------------------------------------------------
-    def features(self, wav, sample_rate: int | None = None) -> np.ndarray:
-        return self.pca.features(wav, sample_rate)
-
     def encode_features(self, features) -> np.ndarray:
         """Channel indices int16 [T, channels] of log-mel frames [T, feature_dim]."""
         z = self.pca.project(features)
@@ -245,9 +229,6 @@ class FSQCodec:
         for c in range(self.cfg.channels):
             out[:, c] = np.searchsorted(self._thresholds[c], z[:, c], side="right")
         return out
-
-    def encode(self, wav, sample_rate: int | None = None) -> np.ndarray:
-        return self.encode_features(self.features(wav, sample_rate))
 
     def check_channels(self, channels, name: str = "channels") -> np.ndarray:
         c = np.asarray(channels)
@@ -272,16 +253,6 @@ class FSQCodec:
         z[:, k] = self.values[k[None, :], c]
         return z
 
-    def decode_features(self, channels) -> np.ndarray:
-        return self.pca.unproject(self.latent(channels))
-
-    def decode(self, channels, n_iter: int = 32, seed: int = 0) -> np.ndarray:
-        """Waveform float32 [T * frame_hop] from channel indices [T, k * len(levels)]."""
-        c = self.check_channels(channels)
-        if c.shape[0] == 0:
-            return np.zeros(0, np.float32)
-        return self.pca.features_to_wav(self.decode_features(c), n_iter=n_iter, seed=seed)
-
     # ---- packing (the Rust core's mixed radix, first level most significant) ---------------
     def pack(self, channels) -> np.ndarray:
         """int64 [T, groups] packed group codes (group g's in [0, packed_ranges[g])) from
@@ -304,15 +275,7 @@ class FSQCodec:
 
     # ---- persistence ------------------------------------------------------------------------
     def save(self, path) -> int:
-        meta = dict(self.cfg.to_meta(), spectral=dataclasses.asdict(self.spectral))
-        return write_table(
-            path,
-            FORMAT,
-            meta,
-            mean=self.pca.mean.astype(np.float32),
-            components=self.pca.components.astype(np.float16),
-            values=self.values.astype(np.float32),
-        )
+        return self._save(path, FORMAT, self.cfg.to_meta(), values=self.values.astype(np.float32))
 
     @classmethod
     def load(cls, path) -> FSQCodec:

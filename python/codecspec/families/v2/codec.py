@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import codecspec as cs
-from codecspec.codec.codec import Codec, CodecConfig, open_table, write_table
-from codecspec.codec.scalar import lloyd_max, pca_codec
+from codecspec.codec.codec import Codec, CodecConfig, open_table
+from codecspec.codec.scalar import PCAGridCodec, lloyd_max, pca_codec
 
 __all__ = ["V2Config", "CodecV2", "BINS"]
 
@@ -179,7 +179,7 @@ def _pack(digits: np.ndarray, bins: tuple) -> np.ndarray:
     return c
 
 
-class CodecV2:
+class CodecV2(PCAGridCodec):
     """``encode(wav) -> int32 [T, n_levels]`` (level k in [0, level_sizes[k])),
     ``decode(codes) -> float32 waveform`` with the v1 vocoder; ``codes`` may carry only the
     first l levels (coarse to fine). Per level: `code_vectors` (each code's latent
@@ -220,18 +220,6 @@ class CodecV2:
     def level_sizes(self) -> tuple:
         return self.cfg.level_sizes
 
-    @property
-    def spectral(self) -> CodecConfig:
-        return self.pca.cfg
-
-    @property
-    def frame_rate(self) -> float:
-        return self.pca.cfg.frame_rate
-
-    @property
-    def sample_rate(self) -> int:
-        return self.pca.cfg.sample_rate
-
     # ---- training ---------------------------------------------------------------------------
     @classmethod
     def fit(cls, features, cfg: V2Config, spectral: CodecConfig | None = None, iters: int = 30):
@@ -267,9 +255,6 @@ class CodecV2:
         return cls(cfg, spectral, pca.mean, pca.components, np.stack(values), np.array(scales))
 
     # ---- analysis / synthesis ---------------------------------------------------------------
-    def features(self, wav, sample_rate: int | None = None) -> np.ndarray:
-        return self.pca.features(wav, sample_rate)
-
     def encode_latent(self, z, first_level: int = 0, start=None) -> np.ndarray:
         """Codes int32 [T, n_levels - first_level] of PCA coordinates z [T, pca_dim], the
         levels before `first_level` taken as already reconstructed to `start` (default 0)."""
@@ -295,10 +280,6 @@ class CodecV2:
     def encode_features(self, features) -> np.ndarray:
         return self.encode_latent(self.pca.project(features))
 
-    def encode(self, wav, sample_rate: int | None = None) -> np.ndarray:
-        """Codes int32 [ceil(len(wav) / frame_hop), n_levels]."""
-        return self.encode_features(self.features(wav, sample_rate))
-
     def check_codes(self, codes, name: str = "codes") -> np.ndarray:
         c = np.asarray(codes)
         if c.ndim != 2 or not 0 < c.shape[1] <= self.n_levels:
@@ -319,16 +300,6 @@ class CodecV2:
         for k in range(c.shape[1]):
             z += self.code_vectors(k)[c[:, k]]
         return z
-
-    def decode_features(self, codes) -> np.ndarray:
-        return self.pca.unproject(self.latent(codes))
-
-    def decode(self, codes, n_iter: int = 32, seed: int = 0) -> np.ndarray:
-        """Waveform float32 [T * frame_hop] from codes [T, l] (the v1 vocoder)."""
-        c = self.check_codes(codes)
-        if c.shape[0] == 0:
-            return np.zeros(0, np.float32)
-        return self.pca.features_to_wav(self.decode_features(c), n_iter=n_iter, seed=seed)
 
     # ---- per-level structure ----------------------------------------------------------------
     def _level(self, level) -> int:
@@ -399,16 +370,8 @@ class CodecV2:
 
     # ---- persistence ------------------------------------------------------------------------
     def save(self, path) -> int:
-        meta = dict(v2=self.cfg.to_json(), spectral=dataclasses.asdict(self.spectral))
-        return write_table(
-            path,
-            FORMAT,
-            meta,
-            mean=self.pca.mean.astype(np.float32),
-            components=self.pca.components.astype(np.float16),
-            values=self.values.astype(np.float32),
-            scales=self.scales.astype(np.float32),
-        )
+        arrays = dict(values=self.values.astype(np.float32), scales=self.scales.astype(np.float32))
+        return self._save(path, FORMAT, dict(v2=self.cfg.to_json()), **arrays)
 
     @classmethod
     def load(cls, path) -> CodecV2:
