@@ -23,9 +23,8 @@ cs = pytest.importorskip("codecspec")
 
 from codecspec.calibrate.data import drift_weights  # noqa: E402
 from codecspec.calibrate.device import calibrate  # noqa: E402
-from codecspec.cli import small_config  # noqa: E402
 from codecspec.decode import DepthDecoder  # noqa: E402
-from codecspec.graphs import build_depth_graph, qwen3_tts_0_6b, save_model  # noqa: E402
+from codecspec.graphs import build_depth_graph, qwen3_tts_0_6b, save_model, small_depth  # noqa: E402
 from codecspec.graphs.weights import DepthDecoderWeights  # noqa: E402
 from codecspec.runtime.depth_graph import BoundCall, DepthGraph, heads_sidecar  # noqa: E402
 
@@ -38,7 +37,7 @@ THREADS = 2
 def small(tmp_path_factory):
     """(decoder, hiddens, c0s): synthetic small model with a calibrated tree and offsets."""
     d = tmp_path_factory.mktemp("small")
-    c = small_config()
+    c = small_depth()
     w = drift_weights(c, seed=0, sharpness=30.0, drift=0.6)
     path = d / "depth.onnx"
     save_model(build_depth_graph(c, w, heads="hidden"), path)

@@ -19,15 +19,14 @@ import numpy as np
 import codecspec as cs
 from codecspec.calibrate.data import drift_weights
 from codecspec.calibrate.device import calibrate
-from codecspec.cli import small_config
 from codecspec.decode import DepthDecoder
 from codecspec.fidelity import per_position_pvalues
-from codecspec.graphs import build_depth_graph, save_model
+from codecspec.graphs import build_depth_graph, save_model, small_depth
 from codecspec.runtime.depth_graph import heads_sidecar
 
 
 def build(workdir: Path) -> Path:
-    config = small_config()
+    config = small_depth()
     weights = drift_weights(config, seed=0, sharpness=30.0, drift=0.6)
     path = workdir / "depth.onnx"
     save_model(build_depth_graph(config, weights, heads="hidden"), path)

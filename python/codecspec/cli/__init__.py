@@ -21,14 +21,8 @@ from codecspec.cli import (
     speedup_map,
     synth,
 )
-from codecspec.cli.demo import small_config
 
-__all__ = [
-    "SUBCOMMANDS",
-    "build_parser",
-    "main",
-    "small_config",
-]
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
 # In the order `codecspec --help` lists them.
 SUBCOMMANDS = (

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from codecspec.cli.demo import small_config
-
 
 def save_heads(args, weights) -> None:
     """heads='hidden' graphs leave the LM heads to the host: store them beside the graph."""
@@ -23,9 +21,10 @@ def cmd_build_graph(args) -> int:
         count_nodes,
         qwen3_tts_0_6b,
         save_model,
+        small_depth,
     )
 
-    config = qwen3_tts_0_6b() if args.preset == "qwen3-0.6b" else small_config()
+    config = qwen3_tts_0_6b() if args.preset == "qwen3-0.6b" else small_depth()
     weights = DepthDecoderWeights.random(config, seed=args.seed)
     model = build_depth_graph(config, weights, variant=args.variant, heads=args.heads)
     save_model(model, args.output)

@@ -14,22 +14,15 @@ import numpy as np
 from codecspec.cli import options
 
 
-def small_config():
-    """The demo's random-weight depth decoder: Qwen3-TTS layout at a size this CPU runs fast."""
-    from codecspec.graphs.config import small_depth
-
-    return small_depth()
-
-
 def demo_model(workdir: Path, seed: int) -> Path:
     """A small synthetic depth model whose codes drift smoothly across RVQ levels, so that
     head reuse and offsets have something to predict (random weights alone give drafts no
     better than chance). It stands in until the reference TTS model is shipped."""
     from codecspec.calibrate.data import drift_weights
-    from codecspec.graphs import build_depth_graph, save_model
+    from codecspec.graphs import build_depth_graph, save_model, small_depth
     from codecspec.runtime.depth_graph import heads_sidecar
 
-    config = small_config()
+    config = small_depth()
     weights = drift_weights(config, seed=seed, sharpness=30.0, drift=0.6)
     path = workdir / "depth.onnx"
     save_model(build_depth_graph(config, weights, heads="hidden"), path)
