@@ -146,7 +146,8 @@ def synth(args) -> int:
     from codecspec.codec.audio import check_output
 
     from .checkpoint import Qwen3Checkpoint
-    from .pipeline import Qwen3TTS, check_request, load_reference
+    from .pipeline import Qwen3TTS, check_request
+    from .reference_audio import read_reference
 
     if args.phonemes is not None:
         raise ValueError("--phonemes: Qwen3-TTS reads text, not phonemes")
@@ -156,7 +157,7 @@ def synth(args) -> int:
         ck, text or "x", args.speaker, args.language, args.instruct, args.ref_audio, args.ref_text
     )
     if args.ref_audio is not None:
-        load_reference(args.ref_audio)  # a bad WAV fails before any graph is built
+        read_reference(args.ref_audio)  # a bad WAV fails before any graph is built
     want_audio = args.codes_out is None or args.output_given
     if want_audio:
         check_output(args.output)

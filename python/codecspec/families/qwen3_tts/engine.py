@@ -350,7 +350,7 @@ def check_folder(model_dir, ref_audio=None, voices_dir=None) -> Optional[tuple]:
     `ref_audio` or `voices_dir` otherwise."""
     from codecspec.families.qwen3_tts.checkpoint import Qwen3Checkpoint
 
-    from .pipeline import load_reference
+    from .reference_audio import read_reference
 
     ck = Qwen3Checkpoint(model_dir)
     if ck.model_type == "base" and ref_audio is None and voices_dir is None:
@@ -366,14 +366,14 @@ def check_folder(model_dir, ref_audio=None, voices_dir=None) -> Optional[tuple]:
         raise ValueError("voices_dir: give it or ref_audio, not both")
     if voices_dir is not None:
         read_voices_dir(voices_dir)  # a bad folder fails before any graph is built
-    return None if ref_audio is None else (load_reference(ref_audio), 24000)
+    return None if ref_audio is None else (read_reference(ref_audio), 24000)
 
 
 def read_voices_dir(voices_dir) -> dict:
     """NAME -> (24 kHz samples, transcript) of every NAME.wav + NAME.txt in the folder;
     ValueError naming `voices_dir` for a folder without voices, a clip without its
     transcript (or the reverse), or an empty transcript."""
-    from .pipeline import load_reference
+    from .reference_audio import read_reference
 
     d = Path(voices_dir)
     if not d.is_dir():
@@ -394,7 +394,7 @@ def read_voices_dir(voices_dir) -> dict:
         if not text:
             raise ValueError(f"voices_dir: {texts[name]} is empty (the clip's transcript)")
         try:
-            wav = load_reference(clips[name])
+            wav = read_reference(clips[name])
         except ValueError as e:
             raise ValueError(f"voices_dir: {clips[name]}: {e}") from None
         out[name] = ((wav, 24000), text)

@@ -27,6 +27,7 @@ from codecspec.runtime.npy_rows import open_rows
 
 from .checkpoint import Qwen3Checkpoint
 from .graphs import build_or_load, chosen_precision, text_embedding_rows
+from .reference_audio import read_reference
 from .steps import Qwen3State, Qwen3Steps
 from .talker import Talker, TalkerSampler
 from .text import NONE, REF_FRAME, SPEAKER, Prompt, build_prompt, load_text_tokenizer
@@ -133,15 +134,6 @@ def _check_ref_text(ref_text, ref_audio) -> None:
     if ref_audio is None:
         raise ValueError("ref_text: is the transcript of ref_audio; give ref_audio too")
     check_text(ref_text, "ref_text")
-
-
-def load_reference(ref_audio) -> np.ndarray:
-    """A reference recording (a file in any common format, rate and channel count, or
-    (samples, sample_rate)) as 24 kHz mono float32, read as the official wrapper reads it
-    (`reference_audio`); ValueError naming `ref_audio` when it cannot be used."""
-    from codecspec.families.qwen3_tts.reference_audio import read_reference
-
-    return read_reference(ref_audio)
 
 
 def calibration_file(entry: Path, name: str, weights: str) -> Path:
@@ -380,14 +372,14 @@ class Qwen3TTS:
                 provider=self.provider,
                 threads=self.threads,
             )
-        return self._encoder.encode(load_reference(ref_audio))
+        return self._encoder.encode(read_reference(ref_audio))
 
     def speaker_vector(self, ref_audio) -> np.ndarray:
         """The x-vector of a reference recording (Base checkpoints)."""
         from .graphs import SPEAKER_FILE
         from .speaker import SpeakerEncoder
 
-        wav = load_reference(ref_audio)
+        wav = read_reference(ref_audio)
         if self._speaker is None:
             with np.load(self.entry / SPEAKER_FILE) as z:
                 tensors = {k: z[k] for k in z.files}
