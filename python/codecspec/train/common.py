@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 
 from codecspec.graphs.config import DepthDecoderConfig, small_depth
+from codecspec.train.networks import depth_loss
 
-__all__ = ["reference_depth_config", "TrainLog", "lr_schedule", "adamw"]
+__all__ = ["reference_depth_config", "TrainLog", "depth_losses", "lr_schedule", "adamw"]
 
 
 def reference_depth_config(codebook_size: int = 1024, **overrides) -> DepthDecoderConfig:
@@ -52,6 +53,17 @@ class TrainLog:
 
     def save(self, path) -> None:
         Path(path).write_text(json.dumps(self.to_dict()))
+
+
+def depth_losses(depth, h, codes, frames: int, gen: torch.Generator) -> dict:
+    """The depth decoder's mean cross-entropy ("depth") and its per-level means
+    ("depth_levels", detached) on `frames` random rows of h [N, D] / codes [N, G] (0: all);
+    the depth decoder dominates a training step's cost."""
+    if frames and frames < len(h):
+        pick = torch.randperm(len(h), generator=gen)[:frames]
+        h, codes = h[pick], codes[pick]
+    per_level = depth_loss(depth, h, codes)
+    return {"depth": per_level.mean(), "depth_levels": per_level.detach().mean(0)}
 
 
 def lr_schedule(step_frac: float, warm_frac: float, peak: float) -> float:

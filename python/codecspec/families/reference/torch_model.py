@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from codecspec.graphs.config import DepthDecoderConfig
+from codecspec.train.common import depth_losses
 from codecspec.train.networks import (
     EXPORT_KW,
     DepthModel,
@@ -50,16 +51,7 @@ class TTSModel(nn.Module):
             "c0": F.cross_entropy(logits[mask], c0),
             "draft_c0": F.cross_entropy(draft_logits[mask], c0),
         }
-        hv, cv = h[mask], codes[mask]
-        if depth_frames and depth_frames < len(hv):
-            pick = torch.randperm(len(hv), generator=gen)[:depth_frames]
-            hv, cv = hv[pick], cv[pick]
-        dl = self.depth(hv, cv)
-        per_level = F.cross_entropy(
-            dl.reshape(-1, dl.shape[-1]), cv[:, 1:].reshape(-1), reduction="none"
-        ).view(len(cv), -1)
-        out["depth"] = per_level.mean()
-        out["depth_levels"] = per_level.detach().mean(0)
+        out.update(depth_losses(self.depth, h[mask], codes[mask], depth_frames, gen))
         return out
 
 

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from codecspec.graphs.config import DepthDecoderConfig
+from codecspec.train.common import depth_losses
 from codecspec.train.networks import (
     DecoderLayer,
     DepthModel,
@@ -264,16 +265,7 @@ class V2Model(nn.Module):
             out["ce_draft_c0"] = F.cross_entropy(lc, c0)
             with torch.no_grad():
                 out["ce_accept"] = torch.minimum(teacher, F.softmax(lc, -1)).sum(-1).mean()
-        hv, cv = h[mask], codes[mask]
-        if depth_frames and depth_frames < len(hv):
-            pick = torch.randperm(len(hv), generator=gen)[:depth_frames]
-            hv, cv = hv[pick], cv[pick]
-        dl = self.depth(hv, cv)
-        per_level = F.cross_entropy(
-            dl.reshape(-1, dl.shape[-1]), cv[:, 1:].reshape(-1), reduction="none"
-        ).view(len(cv), -1)
-        out["depth"] = per_level.mean()
-        out["depth_levels"] = per_level.detach().mean(0)
+        out.update(depth_losses(self.depth, h[mask], codes[mask], depth_frames, gen))
         return out
 
 
