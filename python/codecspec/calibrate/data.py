@@ -36,6 +36,7 @@ __all__ = [
     "teacher_forced_feeds",
     "teacher_forced_hidden",
     "read_heads",
+    "open_with_heads",
     "session_config",
 ]
 
@@ -265,3 +266,17 @@ def read_heads(model: Union[str, os.PathLike, Any]) -> np.ndarray:
     raise ValueError(
         "model: no `heads` initializer and no <model>.heads.npy sidecar; pass the head weights"
     )
+
+
+def open_with_heads(model_path, provider: str, threads, heads=None) -> tuple:
+    """(the depth graph, its LM heads: `heads`, else `read_heads`), checked against each
+    other before any work; FileNotFoundError naming `model` for a missing graph."""
+    from codecspec.runtime.depth_graph import DepthGraph
+
+    graph = DepthGraph(model_path, provider, threads)
+    c = graph.config
+    heads = read_heads(model_path) if heads is None else np.ascontiguousarray(heads, np.float32)
+    want = (c.num_lm_heads, c.codebook_size, c.hidden_size)
+    if heads.shape != want:
+        raise ValueError(f"heads: expected shape {want}, got {heads.shape}")
+    return graph, heads

@@ -38,7 +38,7 @@ from codecspec.calibrate.acceptance import Acceptance, measure_acceptance
 from codecspec.calibrate.budget import DEFAULT_BUDGETS, BudgetRow, choose_budget
 from codecspec.calibrate.data import (
     collect_frames,
-    read_heads,
+    open_with_heads,
     synthetic_inputs,
     teacher_forced_hidden,
 )
@@ -234,17 +234,10 @@ def _open_for_calibration(model_path, out_dir, provider, threads, heads, params,
     """The output folder, the depth graph and its LM heads, checked against each other: every
     later step (frames, offsets, acceptance) multiplies by these heads, so a mismatch must fail
     before any work."""
-    from codecspec.runtime.depth_graph import DepthGraph
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_path = Path(model_path)
-    graph = DepthGraph(model_path, provider, threads)
-    c = graph.config
-    heads = read_heads(model_path) if heads is None else np.ascontiguousarray(heads, np.float32)
-    want = (c.num_lm_heads, c.codebook_size, c.hidden_size)
-    if heads.shape != want:
-        raise ValueError(f"heads: expected shape {want}, got {heads.shape}")
+    graph, heads = open_with_heads(model_path, provider, threads, heads)
     return _CalibrationRun(model_path, out, graph, heads, params, seed)
 
 

@@ -29,7 +29,7 @@ from codecspec.calibrate.acceptance import Acceptance, measure_acceptance
 from codecspec.calibrate.budget import predict_tree, simulate_tree
 from codecspec.calibrate.data import (
     collect_frames,
-    read_heads,
+    open_with_heads,
     synthetic_inputs,
     teacher_forced_hidden,
 )
@@ -321,7 +321,7 @@ def ablate(
     if inputs is None and int(frames) < 2:
         raise ValueError(f"frames: need >= 2 (train + held-out), got {frames}")
     model_path = Path(model_path)
-    graph, heads = _open_model(model_path, provider, threads, heads)
+    graph, heads = open_with_heads(model_path, provider, threads, heads)
     c = graph.config
     K, G = c.num_draft_offsets, c.num_codebooks
     params = params or cs.SamplingParams(0.9, 50, 1.0)
@@ -363,19 +363,6 @@ def ablate(
     _write(result, plots)
     log.info("ablation:\n%s\n%s", result.markdown(), result.summary())
     return result
-
-
-def _open_model(model_path: Path, provider: str, threads, heads):
-    """The depth graph and its LM heads, checked against each other before any work."""
-    from codecspec.runtime.depth_graph import DepthGraph
-
-    graph = DepthGraph(model_path, provider, threads)  # FileNotFoundError naming `model`
-    c = graph.config
-    heads = read_heads(model_path) if heads is None else np.ascontiguousarray(heads, np.float32)
-    want = (c.num_lm_heads, c.codebook_size, c.hidden_size)
-    if heads.shape != want:
-        raise ValueError(f"heads: expected shape {want}, got {heads.shape}")
-    return graph, heads
 
 
 def _free_frames(graph, inputs, frames: int, seed: int, params, heads, progress: bool):
