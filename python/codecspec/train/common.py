@@ -1,7 +1,8 @@
 """Training pieces the phoneme-input families share ([train] extra: needs PyTorch): the
 reference depth decoder's configuration, the depth part of the losses, the optimiser, the
-learning-rate schedule and the curves a training run records. The families' own loops are in their packages
-(`codecspec.families.<name>.train`); shared training code here imports none of them.
+learning-rate schedule and the curves a training run records. The families' own loops are in
+their packages (`codecspec.families.<name>.train`); shared training code here imports none of
+them.
 """
 
 from __future__ import annotations
