@@ -20,11 +20,6 @@ SAMPLE_RATE = 24000
 _N_FFT, _HOP, _WIN, _MELS, _FMAX = 1024, 256, 1024, 128, 12000.0
 
 
-def mel_filterbank(sr=SAMPLE_RATE, n_fft=_N_FFT, n_mels=_MELS, fmin=0.0, fmax=_FMAX):
-    """librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax) with norm="slaney"."""
-    return slaney_mel_filterbank(sr, n_fft, n_mels, fmin, fmax)
-
-
 def mel_spectrogram(wav: np.ndarray) -> np.ndarray:
     """[frames, 128] log-mel of a 24 kHz mono float waveform."""
     y = np.asarray(wav, np.float32).reshape(-1)
@@ -35,7 +30,8 @@ def mel_spectrogram(wav: np.ndarray) -> np.ndarray:
     window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(_WIN) / _WIN)  # periodic Hann
     spec = np.fft.rfft(y[idx].astype(np.float64) * window, axis=1)
     mag = np.sqrt(spec.real**2 + spec.imag**2 + 1e-9)
-    mel = mag @ mel_filterbank().astype(np.float64).T
+    fb = slaney_mel_filterbank(SAMPLE_RATE, _N_FFT, _MELS, 0.0, _FMAX)
+    mel = mag @ fb.astype(np.float64).T
     return np.log(np.maximum(mel, 1e-5)).astype(np.float32)
 
 
