@@ -363,6 +363,48 @@ def test_a_rounds_frames_decode_the_same_together_and_one_by_one(tts, depth_mode
     assert other.shape != out[0].shape or not np.array_equal(other, out[0])
 
 
+@pytest.mark.parametrize("depth_mode", ["ar", "spec"])
+def test_a_rounds_frames_on_the_shared_depth_decoder_batch_the_same(tmp_path, depth_mode):
+    """The shared depth decoder's graph is built in memory at load (from depth_shared.npz and
+    the codec's codebooks); a round's frames still run in one batched loop on it, with the
+    same codes as frame by frame."""
+    import json
+    import shutil
+
+    from codecspec.graphs import DepthDecoderConfig
+    from codecspec.graphs.shared import save_shared, shared_shapes
+
+    folder = tmp_path / "tiny_v2_shared"
+    shutil.copytree(FIXTURE, folder)
+    cfg = DepthDecoderConfig.from_dict(
+        json.loads((folder / "model.json").read_text())["depth_config"]
+    )
+    rng = np.random.default_rng(1)
+    cb = rng.standard_normal((cfg.num_codebooks, cfg.codebook_size, 8)).astype(np.float16)
+    np.savez(folder / "codec.npz", codebooks=cb)  # read by the shared decoder only
+    tie = {"codebook_features": 9, "per_level_head": True}
+    arrays = {
+        k: (0.3 * rng.standard_normal(shape)).astype(np.float32)
+        for k, shape in shared_shapes(cfg, True, True, **tie).items()
+    }
+    save_shared(
+        folder / "depth_shared.npz", cfg, arrays, share_c0=True, level_embeddings=True,
+        codebooks=cb.astype(np.float32), per_level_head=True,
+    )  # fmt: skip
+    (folder / "depth_shared.tree.json").write_text(cs.DraftTree.from_paths([(0,), (1,)]).to_json())
+    tts = V2TTS(folder, provider="cpu", threads=1, depth="shared")
+    enc, spk, expected = _encoded(tts)
+    out = []
+    for batched in (True, False):
+        loop = _loop(tts, enc, spk, expected, temporal="spec", depth_mode=depth_mode)
+        bd = tts.round_depth(loop.draft_len + 1) if batched else None
+        assert not batched or bd is not None, "the shared decoder has a batched form"
+        out.append(np.stack([c for c, _, _ in round_frames(loop, cs.Generator(5), 3 * F, bd)]))
+        assert loop.stats.tokens_per_call > 1.0  # some rounds had several frames
+    assert np.array_equal(out[0], out[1])
+    assert bd is None and tts.round_depth(4).calls > 0  # the batched run made its calls
+
+
 def test_a_rounds_depth_loops_share_graph_calls(tts):
     """Batching a round's frames: fewer depth calls than frames x levels."""
     enc, spk, expected = _encoded(tts)

@@ -197,9 +197,10 @@ class BatchedDepth:
         # n x cap columns instead of (n x cap)^2 for the concatenated layout.
         # A graph not made by the library's builder keeps the concatenated layout for all.
         self.batch_session = None
-        if decoder.graph.path is not None and not self.grouped:
+        source = None if self.grouped else decoder.graph.onnx_model()
+        if source is not None:
             try:
-                model = batch_depth_graph(onnx.load(str(decoder.graph.path)))
+                model = batch_depth_graph(source)
             except ValueError:
                 model = None
             if model is not None:

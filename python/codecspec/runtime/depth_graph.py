@@ -61,6 +61,9 @@ class DepthGraph:
         threads: int | None = None,
     ):
         self.path = None
+        # a graph built in memory (the shared depth decoder's expansion) is kept, so its
+        # batch-axis variant can be derived as a file's is (`onnx_model`)
+        self.proto = model if isinstance(model, onnx.ModelProto) else None
         self._reads = None  # perf.GraphReads, counted on first use
         if isinstance(model, onnx.ModelProto):
             from codecspec.perf import graph_reads
@@ -111,6 +114,13 @@ class DepthGraph:
         self.outputs = want
         self.provider = self.session.get_providers()[0]
         self.calls = 0
+
+    def onnx_model(self) -> onnx.ModelProto | None:
+        """The graph as an ONNX model (read from its file, or the one it was built from);
+        None for a graph given as bytes."""
+        if self.proto is not None:
+            return self.proto
+        return None if self.path is None else onnx.load(str(self.path))
 
     def weight_reads(self):
         """Bytes of weights one call reads (`codecspec.perf.GraphReads`); None for a graph

@@ -385,14 +385,18 @@ class V2TTS(PhonemeModel):
 
     def round_depth(self, frames: int):
         """A `BatchedDepth` over the depth decoder with room for `frames` frames, in which a
-        round's depth loops run together; None for a decoder without a batched form (the
-        shared depth decoder), whose rounds then decode frame by frame."""
+        round's depth loops run together (the shared depth decoder's too: its graph is kept
+        in memory); None for a decoder without a batched form, whose rounds then decode frame
+        by frame."""
         from codecspec.decode.batched_depth import BatchedDepth
 
         bd = self._round_depth
         if bd is False or (bd is not None and bd.slots >= frames):
             return bd or None
-        if getattr(self.depth, "bank", None) is None or self.depth.graph.path is None:
+        graph = self.depth.graph
+        if getattr(self.depth, "bank", None) is None or (
+            graph.path is None and graph.proto is None
+        ):
             self._round_depth = False
             return None
         self._round_depth = BatchedDepth(self.depth, max(frames, 8), **self._session_args)
