@@ -223,6 +223,38 @@ def _ablation(model: Path) -> list:
     return [head + md.read_text().strip(), ""]
 
 
+def _shared_depth(model: Path) -> list:
+    """Seed 002's shared depth decoder beside the per-position one, from its report and the
+    two decoders' listen runs on the same held-out texts (`docs/v3_listen_v3n/`)."""
+    path = model / "shared_depth_report.json"
+    if not path.is_file():
+        return []
+    rep = json.loads(path.read_text())
+    sh, po = rep["decoders"]["shared"], rep["decoders"]["positional"]
+    lines = [
+        "## Seed 002's shared depth decoder (`depth_shared.npz`)",
+        "",
+        f"- One set of weights for every RVQ level, tied to the codec's own codebooks "
+        f"(`docs/shared_depth.md`): {sh['parameters']:,} parameters "
+        f"({rep['ratios']['parameters_shared_over_positional']:.3f} of the per-position "
+        f"decoder's), held-out CE {sh['heldout_ce_mean']:.3f} against "
+        f"{po['heldout_ce_mean']:.3f}, AR depth loop {sh['ar_ms_per_frame']:.1f} against "
+        f"{po['ar_ms_per_frame']:.1f} ms per frame; its drafts give {sh['tokens_per_call']:.2f} "
+        f"tokens per call ({sh['speedup']:.2f}x), so calibration keeps it AR.",
+    ]
+    listen = ROOT / "docs" / "v3_listen_v3n"
+    runs = {k: listen / f"{k}.json" for k in ("shared_codebook", "positional")}
+    if all(f.is_file() for f in runs.values()):
+        w = {k: json.loads(f.read_text()) for k, f in runs.items()}
+        lines.append(
+            f"- Words recognised on {w['positional']['sentences']} held-out corpus texts x "
+            f"{len(w['positional']['seeds'])} seeds: {_words(w['shared_codebook'])} against "
+            f"{_words(w['positional'])} for the per-position decoder (`v3.py listen --depth "
+            "shared`, `docs/v3_listen_v3n/`). Run it: `codecspec synth TEXT --depth shared`."
+        )
+    return lines + [""]
+
+
 def card(
     model: Path,
     q: dict | None,
@@ -238,6 +270,7 @@ def card(
     total = sum(p.stat().st_size for p in model.rglob("*") if p.is_file())
     t = rep["train"]
     acc, stop = rep["acceptance"], rep["stop_head"]
+    shared = model / "depth_shared.npz"
     lines = [
         "# Reference model v3: a two-stage codec LM told which phoneme each frame speaks",
         "",
@@ -269,6 +302,7 @@ def card(
         "",
     ]
     lines += _ablation(model)
+    lines += _shared_depth(model)
     lines += [
         "## Training",
         "",
@@ -277,7 +311,13 @@ def card(
         "## Files",
         "",
         ", ".join(f"`{k}` {v / 1e6:.2f} MB" for k, v in sizes.items())
-        + f", `{meta['codec_file']}` (the v1 codec); the folder: {total / 1e6:.1f} MB.",
+        + f", `{meta['codec_file']}` (the v1 codec)"
+        + (
+            f", `depth_shared.npz` {shared.stat().st_size / 1e6:.2f} MB (the shared depth decoder)"
+            if shared.is_file()
+            else ""
+        )
+        + f"; the folder: {total / 1e6:.1f} MB.",
         "",
         "## Limitations",
         "",

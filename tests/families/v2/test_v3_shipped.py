@@ -36,6 +36,28 @@ def test_v3_is_the_default_and_fits_the_budget():
     assert total <= 60 * 2**20, f"the v3 folder must stay within 60 MB, got {total / 2**20:.1f} MB"
 
 
+def test_the_shipped_shared_depth_decoder(tts):
+    """Seed 002's decoder ships beside the per-position one: tied to the folder's own codec
+    codebooks, at most a quarter of the per-position decoder's weights, and it speaks (AR
+    and speculative, the stop head ending the sentence near the phoneme track's end)."""
+    from codecspec.graphs.shared import load_shared, needs_codebooks
+
+    spec, arrays = load_shared(MODEL / "depth_shared.npz")
+    assert needs_codebooks(spec) and spec["per_level_head"]
+    cfg = tts.depth.graph.config
+    H, V, G = cfg.hidden_size, cfg.codebook_size, cfg.num_codebooks
+    body = sum(a.size for k, a in arrays.items() if k.startswith("layers.0."))
+    positional = 2 * (G - 1) * V * H + cfg.num_layers * body + H  # tables, heads, layers
+    assert sum(a.size for a in arrays.values()) <= positional / 4
+    shared = V2TTS(MODEL, provider="cpu", threads=1, depth="shared")
+    text = "The boats rocked against the harbour wall all night."
+    _, track = tts.phoneme_track(text, "en", None)
+    for mode in ("ar", "spec"):
+        s = shared.generate(text, seed=1, mode=mode, temporal="ar", decode_audio=False)
+        assert not s.hit_max_frames, mode
+        assert 0.8 * len(track) <= s.frames <= 1.2 * len(track), (mode, s.frames, len(track))
+
+
 def test_the_stop_head_ends_near_the_tracks_end(tts):
     text = "The boats rocked against the harbour wall all night."
     _, track = tts.phoneme_track(text, "en", None)
