@@ -262,3 +262,31 @@ if __name__ == "__main__":  # rewrite the checked-in fixture: python tests/tiny_
     # 16 decoder layers: 4 KiB of K/V a frame, so a cache that kept its history would grow
     # RSS far above the loop's own ~0.6 KiB a frame (test_v2_runtime's constant-memory test)
     tiny_v2_folder(data / "tiny_v2_deep", stop_bias=-50.0, logit_scale=6.0, decoder_layers=16)
+
+
+def add_codebook_tied_shared(folder, scale: float = 0.3, seed: int = 0, dim: int = 8) -> None:
+    """A v2-format `folder` (copied fixture) plus a random shared depth decoder tied to RVQ
+    codebooks, as v3's shipped one is: the codebooks go to codec.npz (read by the shared
+    decoder only; a fixture keeps decoding audio with its own codec file)."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    from codecspec.graphs.shared import save_shared, shared_shapes
+
+    folder = Path(folder)
+    meta = json.loads((folder / "model.json").read_text())
+    cfg = DepthDecoderConfig.from_dict(meta["depth_config"])
+    rng = np.random.default_rng(seed)
+    cb = rng.standard_normal((cfg.num_codebooks, cfg.codebook_size, dim)).astype(np.float16)
+    np.savez(folder / "codec.npz", codebooks=cb)
+    tie = {"codebook_features": dim + 1, "per_level_head": True}
+    arrays = {
+        k: (scale * rng.standard_normal(shape)).astype(np.float32)
+        for k, shape in shared_shapes(cfg, True, True, **tie).items()
+    }
+    save_shared(
+        folder / "depth_shared.npz", cfg, arrays, share_c0=True, level_embeddings=True,
+        codebooks=cb.astype(np.float32), per_level_head=True,
+    )  # fmt: skip

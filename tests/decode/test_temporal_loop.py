@@ -368,29 +368,13 @@ def test_a_rounds_frames_on_the_shared_depth_decoder_batch_the_same(tmp_path, de
     """The shared depth decoder's graph is built in memory at load (from depth_shared.npz and
     the codec's codebooks); a round's frames still run in one batched loop on it, with the
     same codes as frame by frame."""
-    import json
     import shutil
 
-    from codecspec.graphs import DepthDecoderConfig
-    from codecspec.graphs.shared import save_shared, shared_shapes
+    from tiny_models import add_codebook_tied_shared
 
     folder = tmp_path / "tiny_v2_shared"
     shutil.copytree(FIXTURE, folder)
-    cfg = DepthDecoderConfig.from_dict(
-        json.loads((folder / "model.json").read_text())["depth_config"]
-    )
-    rng = np.random.default_rng(1)
-    cb = rng.standard_normal((cfg.num_codebooks, cfg.codebook_size, 8)).astype(np.float16)
-    np.savez(folder / "codec.npz", codebooks=cb)  # read by the shared decoder only
-    tie = {"codebook_features": 9, "per_level_head": True}
-    arrays = {
-        k: (0.3 * rng.standard_normal(shape)).astype(np.float32)
-        for k, shape in shared_shapes(cfg, True, True, **tie).items()
-    }
-    save_shared(
-        folder / "depth_shared.npz", cfg, arrays, share_c0=True, level_embeddings=True,
-        codebooks=cb.astype(np.float32), per_level_head=True,
-    )  # fmt: skip
+    add_codebook_tied_shared(folder, scale=0.3, seed=1)
     (folder / "depth_shared.tree.json").write_text(cs.DraftTree.from_paths([(0,), (1,)]).to_json())
     tts = V2TTS(folder, provider="cpu", threads=1, depth="shared")
     enc, spk, expected = _encoded(tts)

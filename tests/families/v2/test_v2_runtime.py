@@ -162,30 +162,13 @@ def test_the_shared_depth_decoder_streams_in_constant_memory(tmp_path):
     bound the positional decoder meets. (That the bound catches a leak on this fixture is the
     test above's hoarding variant: the same folder, frames and measurement; run again here it
     would double a slow test.)"""
-    import json
     import shutil
 
-    from codecspec.graphs import DepthDecoderConfig
-    from codecspec.graphs.shared import save_shared, shared_shapes
+    from tiny_models import add_codebook_tied_shared
 
     folder = tmp_path / "deep_shared"
     shutil.copytree(DEEP_FIXTURE, folder)
-    meta = json.loads((folder / "model.json").read_text())
-    cfg = DepthDecoderConfig.from_dict(meta["depth_config"])
-    rng = np.random.default_rng(0)
-    # tied to RVQ codebooks, as v3's: they sit in codec.npz (this folder decodes with its own
-    # codec_v2.npz; codec.npz is read by the shared decoder only)
-    cb = rng.standard_normal((cfg.num_codebooks, cfg.codebook_size, 8)).astype(np.float16)
-    np.savez(folder / "codec.npz", codebooks=cb)
-    tie = {"codebook_features": 9, "per_level_head": True}
-    arrays = {
-        k: (0.1 * rng.standard_normal(shape)).astype(np.float32)
-        for k, shape in shared_shapes(cfg, True, True, **tie).items()
-    }
-    save_shared(
-        folder / "depth_shared.npz", cfg, arrays, share_c0=True, level_embeddings=True,
-        codebooks=cb.astype(np.float32), per_level_head=True,
-    )  # fmt: skip
+    add_codebook_tied_shared(folder, scale=0.1, seed=0)
     bound = _kv_bytes_per_frame(folder) / 2
     assert _rss_slope("ring", folder, "shared") < bound
 
