@@ -351,10 +351,14 @@ def test_codebook_tied_export_matches_the_torch_model(tmp_path, per_level_head):
     # the codebooks are the codec's: parameters are the two maps, the levels and the body
     tie = {"codebook_features": 9, "per_level_head": per_level_head}
     assert sum(p.numel() for p in m.parameters()) == shared_parameter_count(CFG, True, True, **tie)
-    # a per-level head only changes the head: the tables are the same maps of the codebooks
-    if per_level_head:
-        heads = w2["heads"]
-        assert not np.allclose(heads[0] @ heads[1].T, heads[0] @ heads[0].T)
+    # per_level_head: each level scores through its own out map (the file holds one per
+    # level), and a level's heads are its own codebook's features through that map
+    assert back["out_proj"].shape == (
+        (CFG.num_codebooks - 1, 9, CFG.hidden_size) if per_level_head else (9, CFG.hidden_size)
+    )
+    phi = codebook_features(cb)
+    out = back["out_proj"][-1] if per_level_head else back["out_proj"]
+    np.testing.assert_allclose(w2["heads"][-1], phi[-1] @ out, atol=2e-5, rtol=1e-5)
 
 
 def test_a_codebook_tied_folder_keeps_the_autoregressive_law(tmp_path):

@@ -140,7 +140,8 @@ def codebook_features(codebooks) -> np.ndarray:
     """phi [G, V, D + 1] float32 of RVQ codebooks [G, V, D]: each level's vectors over that
     level's RMS value (the deep levels' small residuals at the scale of the first), then the
     mean square of each scaled vector (with it a linear head can score distance, not only
-    direction). Computed in float64, so every machine gets the same bits."""
+    direction). Computed in float64 and rounded once to float32, so a machine's own summation
+    order stays far below the float32 rounding (the same values everywhere but at ties)."""
     cb = np.asarray(codebooks, np.float64)
     if cb.ndim != 3 or min(cb.shape) < 1 or not np.all(np.isfinite(cb)):
         raise ValueError(f"codebooks: expected finite [levels, codes, dim], got {cb.shape}")
@@ -300,7 +301,7 @@ def expand_shared(
 
 def _codebook_tables(spec: dict, a: dict, codebooks, config: DepthDecoderConfig):
     """(c0 table [V, H], tables of c1..c_{G-1} [G-1, V, H], heads [G-1, V, H] float32) of a
-    codebook-tied decoder, products in float64 (the same bits on every machine)."""
+    codebook-tied decoder; the products in float64, rounded once (as `codebook_features`)."""
     G, V = config.num_codebooks, config.codebook_size
     if codebooks is None:
         raise ValueError("codebooks: this shared depth decoder is tied to the codec's codebooks")
